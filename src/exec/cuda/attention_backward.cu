@@ -1,0 +1,318 @@
+// attention_backward.cu — backward attention over a tile list, one launch (math and layouts in
+// dcp/attention_cuda.h).
+//
+// Roles inside one CTA (64 keys x one kv head, 4 warps x 16 keys):
+//   load:    K and V of the CTA's keys once; then, for each q head of the group and each non-empty
+//            64-row q sub-tile, Q, dO, LSE and Delta double-buffered with cp.async (classified
+//            before the load is issued, as in the forward).
+//   compute: S^T = K Q^T, P^T = exp2(S^T scale log2e - LSE log2e), dP^T = V dO^T,
+//            dS^T = P^T (dP^T - Delta), dV += P^T dO, dK += dS^T Q (all from registers), then
+//            dS^T goes through shared memory for dQ = dS K, which each warp adds (16 rows) to
+//            global memory with fp32 atomics.
+//   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
+// Per 64x64 sub-tile: 10 * 64 * 64 * D FLOPs of MMA (2.5x the forward's 4).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "attention_common.cuh"
+#include "dcp/attention_cuda.h"
+#include "dcp/error.h"
+
+namespace dcp::cuda {
+namespace detail {
+
+template <int kD>
+struct BwdSmem {
+  static constexpr int kTileBytes = kRows * kD * 2;
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + kTileBytes;
+  static constexpr int kQ = kV + kTileBytes;          // 2 buffers
+  static constexpr int kDo = kQ + 2 * kTileBytes;     // 2 buffers
+  static constexpr int kDs = kDo + 2 * kTileBytes;    // [64 keys][64 q] bf16
+  static constexpr int kLse = kDs + kRows * kRows * 2;  // 2 x 64 floats
+  static constexpr int kDelta = kLse + 2 * kRows * 4;   // 2 x 64 floats
+  static constexpr int kMask = kDelta + 2 * kRows * 4;  // 2 x 64 uint64
+  static constexpr int kBytes = kMask + 2 * kRows * 8;
+};
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads) attention_backward_kernel(const AttnBackwardParams p) {
+  using Smem = BwdSmem<kD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const AttnWorkItem w = p.list.work[blockIdx.x];
+  const AttnTile t = p.list.tiles[w.tile];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const int hq = p.shape.num_q_heads;
+  const int hkv = p.shape.num_kv_heads;
+  const int group = hq / hkv;
+  const int kvh = w.head;
+  const int c0 = w.chunk * kRows;
+  const int keys = min(kRows, t.kv_len - c0);
+  const float scale = p.shape.softmax_scale;
+  const float scale_log2 = scale * kLog2e;
+
+  const uint32_t s_k = smem_addr(smem + Smem::kK);
+  const uint32_t s_v = smem_addr(smem + Smem::kV);
+  const uint32_t s_q = smem_addr(smem + Smem::kQ);
+  const uint32_t s_do = smem_addr(smem + Smem::kDo);
+  const uint32_t s_ds = smem_addr(smem + Smem::kDs);
+  auto* s_ds_ptr = smem + Smem::kDs;
+  auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
+  auto* s_delta = reinterpret_cast<float*>(smem + Smem::kDelta);
+  auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+
+  const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+  const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
+  const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* vp = static_cast<const __nv_bfloat16*>(p.v);
+  const auto* qp = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* dop = static_cast<const __nv_bfloat16*>(p.dout);
+  const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
+  load_tile_async<kD>(s_k, kp + kv_off, kv_stride, keys);
+  load_tile_async<kD>(s_v, vp + kv_off, kv_stride, keys);
+  cp_async_commit();
+
+  const int num_q_sub = (t.q_len + kRows - 1) / kRows;
+  const int q_sub_begin = t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0;
+  const int per_head = num_q_sub - q_sub_begin;
+  const int num_steps = per_head * group;
+
+  // Step s: q head kvh * group + s / per_head, q sub-tile q_sub_begin + s % per_head.
+  auto classify = [&](int step, int buf) -> int {
+    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const int rows = min(kRows, t.q_len - rq0);
+    if (t.kind == TileKind::Full) return kFull;  // edge rows/keys are harmless (see load)
+    if (t.kind == TileKind::CausalDiagonal) {
+      if (rq0 + rows - 1 < c0) return kEmpty;
+      return rq0 >= c0 + kRows - 1 ? kFull : kMasked;
+    }
+    uint64_t mask = 0;
+    const bool row_valid = tid < rows;
+    if (row_valid) mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + tid, c0, t.kv_len);
+    if (tid < kRows) s_mask[buf * kRows + tid] = mask;
+    if (__syncthreads_or(mask != 0) == 0) return kEmpty;
+    const bool full = __syncthreads_and(!row_valid || mask == valid_bits(keys)) != 0;
+    return full ? kFull : kMasked;
+  };
+  // Rows past q_len load as zeros with LSE = +inf, so P = 0 there; keys past kv_len load as
+  // zeros, so they add nothing to dQ and their dK/dV rows are never stored.
+  auto load_step = [&](int step, int buf) {
+    const int qh = kvh * group + step / per_head;
+    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const int rows = min(kRows, t.q_len - rq0);
+    const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
+    const uint32_t boff = static_cast<uint32_t>(buf * Smem::kTileBytes);
+    load_tile_async<kD>(s_q + boff, qp + off, q_stride, rows);
+    load_tile_async<kD>(s_do + boff, dop + off, q_stride, rows);
+    if (tid < kRows) {
+      float lse2 = INFINITY;
+      float delta = 0.0F;
+      if (tid < rows) {
+        const int64_t idx = static_cast<int64_t>(t.q_begin + rq0 + tid) * hq + qh;
+        const float lse = p.lse[idx];
+        lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        delta = p.delta[idx];
+      }
+      s_lse[buf * kRows + tid] = lse2;
+      s_delta[buf * kRows + tid] = delta;
+    }
+  };
+
+  float dk[kD / 8][4];
+  float dv[kD / 8][4];
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.0F;
+  }
+
+  int step = 0;
+  int cls = kEmpty;
+  while (step < num_steps && (cls = classify(step, 0)) == kEmpty) ++step;
+  int buf = 0;
+  if (step < num_steps) load_step(step, 0);
+  cp_async_commit();
+
+  while (step < num_steps) {
+    int ns = step + 1;
+    int ncls = kEmpty;
+    while (ns < num_steps && (ncls = classify(ns, buf ^ 1)) == kEmpty) ++ns;
+    if (ns < num_steps) {
+      load_step(ns, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const int qh = kvh * group + step / per_head;
+    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kTileBytes);
+    const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kTileBytes);
+    const float* lse_b = s_lse + buf * kRows;
+    const float* delta_b = s_delta + buf * kRows;
+
+    float st[8][4];
+    float dpt[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0F;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t ka[4];
+      uint32_t va[4];
+      load_a<kD>(ka, s_k, warp * 16, kk * 16);
+      load_a<kD>(va, s_v, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        load_b_nk<kD>(b, qb, np * 16, kk * 16);
+        mma(st[2 * np], ka, b[0], b[1]);
+        mma(st[2 * np + 1], ka, b[2], b[3]);
+        load_b_nk<kD>(b, dob, np * 16, kk * 16);
+        mma(dpt[2 * np], va, b[0], b[1]);
+        mma(dpt[2 * np + 1], va, b[2], b[3]);
+      }
+    }
+
+    // st becomes P^T, dpt becomes dS^T.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp * 16 + g + (e >> 1) * 8;
+        const int col = j * 8 + 2 * tq + (e & 1);
+        float pv = exp2f(st[j][e] * scale_log2 - lse_b[col]);
+        if (cls == kMasked) {
+          bool ok;
+          if (t.kind == TileKind::Partial) {
+            ok = ((s_mask[buf * kRows + col] >> key) & 1U) != 0;
+          } else {
+            ok = c0 + key <= rq0 + col;
+          }
+          if (!ok) pv = 0.0F;
+        }
+        st[j][e] = pv;
+        dpt[j][e] = pv * (dpt[j][e] - delta_b[col]);
+      }
+    }
+
+#pragma unroll
+    for (int kq = 0; kq < 4; ++kq) {
+      uint32_t pa[4];
+      uint32_t da[4];
+      acc_to_a(pa, st[2 * kq], st[2 * kq + 1]);
+      acc_to_a(da, dpt[2 * kq], dpt[2 * kq + 1]);
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        uint32_t b[4];
+        load_b_kn<kD>(b, dob, kq * 16, dp * 16);
+        mma(dv[2 * dp], pa, b[0], b[1]);
+        mma(dv[2 * dp + 1], pa, b[2], b[3]);
+        load_b_kn<kD>(b, qb, kq * 16, dp * 16);
+        mma(dk[2 * dp], da, b[0], b[1]);
+        mma(dk[2 * dp + 1], da, b[2], b[3]);
+      }
+      // dS^T rows (keys) x cols (q) into shared memory for dQ.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = (2 * kq + h) * 8 + 2 * tq;
+        const int key = warp * 16 + g;
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + swz<kRows>(key, col)) = da[2 * h];
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + swz<kRows>(key + 8, col)) = da[2 * h + 1];
+      }
+    }
+    __syncthreads();
+
+    // dQ rows warp*16.. (q) = dS (q x keys) K (keys x D).
+    uint32_t dsa[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) load_a_trans<kRows>(dsa[kk], s_ds, warp * 16, kk * 16);
+    const int q_rows = min(kRows, t.q_len - rq0);
+#pragma unroll
+    for (int dc = 0; dc < kD / 32; ++dc) {
+      float acc[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0F;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t b[4];
+          load_b_kn<kD>(b, s_k, kk * 16, dc * 32 + np * 16);
+          mma(acc[2 * np], dsa[kk], b[0], b[1]);
+          mma(acc[2 * np + 1], dsa[kk], b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp * 16 + g + r * 8;
+        if (row >= q_rows) continue;
+        float* dq_row = p.dq + (static_cast<int64_t>(t.q_begin + rq0 + row) * hq + qh) * kD + dc * 32 + 2 * tq;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          atomicAdd(reinterpret_cast<float2*>(dq_row + j * 8),
+                    make_float2(acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale));
+        }
+      }
+    }
+    __syncthreads();
+    step = ns;
+    cls = ncls;
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = warp * 16 + g + r * 8;
+    if (key >= keys) continue;
+    const int64_t off = (static_cast<int64_t>(t.kv_begin + c0 + key) * hkv + kvh) * kD + 2 * tq;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      atomicAdd(reinterpret_cast<float2*>(p.dk + off + j * 8), make_float2(dk[j][2 * r] * scale, dk[j][2 * r + 1] * scale));
+      atomicAdd(reinterpret_cast<float2*>(p.dv + off + j * 8), make_float2(dv[j][2 * r], dv[j][2 * r + 1]));
+    }
+  }
+}
+
+template <int kD>
+void launch_backward(const AttnBackwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = BwdSmem<kD>::kBytes;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(attention_backward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) {
+    raise(ErrorKind::Cuda, std::string("attention_backward: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+  }
+  attention_backward_kernel<kD><<<p.list.num_work, kThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace detail
+
+void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
+  if (params.list.num_work == 0) return;
+  if (params.shape.num_kv_heads <= 0 || params.shape.num_q_heads % params.shape.num_kv_heads != 0) {
+    raise(ErrorKind::InvalidInput, "attention_backward: num_q_heads must be a positive multiple of num_kv_heads");
+  }
+  switch (params.shape.head_dim) {
+    case 64: detail::launch_backward<64>(params, stream); break;
+    case 128: detail::launch_backward<128>(params, stream); break;
+    default:
+      raise(ErrorKind::Unsupported,
+            "attention_backward: head_dim must be 64 or 128 (got " + std::to_string(params.shape.head_dim) + ")");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string("attention_backward: launch: ") + cudaGetErrorString(err));
+}
+
+}  // namespace dcp::cuda
