@@ -146,6 +146,29 @@ TEST(BlockTable, CustomCutsMatchBruteForce) {
   }
 }
 
+TEST(BlockTable, LongSequencesAddUp) {
+  // Without a brute force at this size: tiles per group partition the mask area, and causal
+  // counts are known in closed form.
+  const int64_t L = 131072;
+  Batch b;
+  b.shape = {.q_heads = 32, .kv_heads = 8, .head_dim = 128, .dtype = DType::BF16};
+  b.sequences.push_back({L, Mask::causal(), ""});
+  const BlockTable causal = build_block_table(b, {.block_size = 512});
+  EXPECT_EQ(causal.tiles.size(), 8u * 256 * 257 / 2);
+  EXPECT_EQ(causal.total_area(), 8 * L * (L + 1) / 2);
+  ASSERT_NO_THROW(causal.validate());
+  for (const Tile& t : causal.tiles) {
+    EXPECT_EQ(t.kind, t.q_block == t.kv_block ? TileKind::CausalDiagonal : TileKind::Full);
+  }
+  for (const Mask& m : {Mask::lambda(), Mask::causal_blockwise(), Mask::shared_question_for(L - 1000)}) {
+    Batch x = b;
+    x.sequences = {{L - 1000, m, ""}, {1000, Mask::full(), ""}};
+    const BlockTable t = build_block_table(x, {.block_size = 1024});
+    ASSERT_NO_THROW(t.validate());
+    EXPECT_EQ(t.total_area(), 8 * (m.area(L - 1000) + 1000 * 1000)) << to_string(m.kind);
+  }
+}
+
 TEST(BlockTable, HeadGroups) {
   Batch b;
   b.shape = {.q_heads = 32, .kv_heads = 8, .head_dim = 128, .dtype = DType::BF16};
