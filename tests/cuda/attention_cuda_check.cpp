@@ -127,8 +127,16 @@ CaseResult run_case(const CaseConfig& cfg) {
         t.kind = u < 0.4 ? TileKind::Partial : (i == j && u < 0.8) ? TileKind::CausalDiagonal : TileKind::Full;
         if (t.kind == TileKind::Partial) {
           t.range_row_begin = static_cast<int32_t>(row_offsets.size());
+          // Suffix tiles: every row's keys run to the end of the kv block, so whole sub-tiles
+          // (the short last one too) are fully covered and take the unmasked path.
+          const bool suffix = rng.uniform() < 0.3;
           for (int r = 0; r < t.q_len; ++r) {
             row_offsets.push_back(static_cast<int32_t>(ranges.size() / 2));
+            if (suffix) {
+              ranges.push_back(rng.uniform_int(0, std::min(t.kv_len - 1, 40)));
+              ranges.push_back(t.kv_len);
+              continue;
+            }
             const int n_ranges = rng.uniform_int(0, 3);  // 0: a fully masked row
             int pos = 0;
             for (int q = 0; q < n_ranges && pos < t.kv_len; ++q) {

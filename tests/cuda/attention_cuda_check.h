@@ -32,9 +32,11 @@ struct CaseResult {
 bool gpu_available();
 CaseResult run_case(const CaseConfig& config);
 std::string describe(const CaseConfig& config, const CaseResult& result);
-inline bool passed(const CaseResult& r, double tol = 2e-2) {
-  return r.error.empty() && !r.any_nan && r.fwd_empty_rows_ok && r.fwd_o_rel < tol && r.fwd_lse_rel < tol &&
-         r.merge_o_rel < tol && r.merge_o_bf16_rel < tol && r.merge_lse_rel < tol && r.delta_rel < tol &&
+// bf16 tolerance on O and the gradients; LSE and Delta are fp32 sums of exact bf16 products, so
+// they get a tighter bound (a wrong softmax denominator shows there first).
+inline bool passed(const CaseResult& r, double tol = 2e-2, double fp32_tol = 1e-4) {
+  return r.error.empty() && !r.any_nan && r.fwd_empty_rows_ok && r.fwd_o_rel < tol && r.fwd_lse_rel < fp32_tol &&
+         r.merge_o_rel < tol && r.merge_o_bf16_rel < tol && r.merge_lse_rel < fp32_tol && r.delta_rel < fp32_tol &&
          r.dq_rel < tol && r.dk_rel < tol && r.dv_rel < tol;
 }
 

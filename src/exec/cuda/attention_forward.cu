@@ -88,8 +88,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
     if (row_valid) mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + r0 + tid, kv0, t.kv_len);
     if (tid < kRows) s_mask[buf * kRows + tid] = mask;
     if (__syncthreads_or(mask != 0) == 0) return kEmpty;
+    // Keys past kv_len load as zeros (score 0, not -inf): a short sub-tile is always masked.
     const bool full = __syncthreads_and(!row_valid || mask == valid_bits(valid)) != 0;
-    return full ? kFull : kMasked;
+    return full && valid == kRows ? kFull : kMasked;
   };
 
   int n = 0;
