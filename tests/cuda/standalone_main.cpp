@@ -18,7 +18,7 @@ int main(int argc, char** argv) {
   int failures = 0;
   int cases = 0;
   for (const auto& s : shapes) {
-    for (unsigned long long seed = 1; seed <= 2 && cases < max_cases; ++seed, ++cases) {
+    for (unsigned long long seed = 1; seed <= 3 && cases < max_cases; ++seed, ++cases) {
       CaseConfig cfg;
       cfg.seed = seed * 1000 + static_cast<unsigned long long>(s[1] * 10 + s[2]);
       cfg.num_q_heads = s[0];

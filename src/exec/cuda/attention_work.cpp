@@ -40,7 +40,7 @@ std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, con
   std::vector<AttnWorkItem> work;
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     const AttnTile& t = tiles[i];
-    const int chunks = (t.q_len + kAttnChunkRows - 1) / kAttnChunkRows;
+    const int chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
     // Causal chunks late in the tile carry the most keys: issue them first (longest first).
     for (int c = 0; c < chunks; ++c) {
       const int chunk = t.kind == TileKind::CausalDiagonal ? chunks - 1 - c : c;
@@ -58,7 +58,7 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     const AttnTile& t = tiles[i];
     if (t.q_len == 0) continue;
-    const int chunks = (t.kv_len + kAttnChunkRows - 1) / kAttnChunkRows;
+    const int chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
     // Causal: early key chunks see the most query rows.
     for (int c = 0; c < chunks; ++c) {
       for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) {
