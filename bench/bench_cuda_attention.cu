@@ -6,6 +6,8 @@
 //   sequence  both (the whole causal sequence in one launch)
 //   partial   the diagonal tiles as Partial tiles (one range [0, i + 1) per row): the cost of the
 //             general mask path against `causal`
+//   window    causal sliding window of 4096 keys, every tile that meets the band as a Partial
+//             tile: time should follow the unmasked area (sub-tiles outside the band are skipped)
 // 32 q heads / 8 kv heads, head dim 128, bf16. FLOPs: mask area x 4 x D x Hq forward, 2.5x
 // backward. Time: CUDA events, median of the timed runs after warm-up.
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
@@ -64,6 +66,8 @@ ListCase make_case(const std::string& name, int seq, int block, int num_kv_heads
       const bool diag = i == j;
       if (name == "full" && diag) continue;
       if ((name == "causal" || name == "partial") && !diag) continue;
+      constexpr int kWindow = 4096;
+      if (name == "window" && (j + 1) * block <= i * block - kWindow + 1) continue;  // below the band
       AttnTile t;
       t.q_begin = i * block;
       t.q_len = block;
@@ -74,13 +78,18 @@ ListCase make_case(const std::string& name, int seq, int block, int num_kv_heads
       t.kind = diag ? TileKind::CausalDiagonal : TileKind::Full;
       t.kv_head_begin = 0;
       t.kv_head_end = num_kv_heads;
-      if (name == "partial") {
+      if (name == "partial" || name == "window") {
         t.kind = TileKind::Partial;
         t.range_row_begin = static_cast<int32_t>(c.row_offsets.size());
         for (int r = 0; r < block; ++r) {
           c.row_offsets.push_back(static_cast<int32_t>(c.ranges.size() / 2));
-          c.ranges.push_back(0);
-          c.ranges.push_back(r + 1);
+          const int q_pos = t.q_begin + r;
+          const int lo = name == "window" ? std::max(q_pos - kWindow + 1, t.kv_begin) : t.kv_begin;
+          const int hi = std::min(q_pos + 1, t.kv_begin + block);
+          if (hi > lo) {
+            c.ranges.push_back(lo - t.kv_begin);
+            c.ranges.push_back(hi - t.kv_begin);
+          }
         }
         c.row_offsets.push_back(static_cast<int32_t>(c.ranges.size() / 2));
       }
@@ -171,7 +180,7 @@ int main(int argc, char** argv) {
               "bwd TF/s");
   for (int seq : {16384, 32768}) {
     for (int block : {1024, 2048, 4096}) {
-      for (const char* name : {"full", "causal", "sequence", "partial"}) {
+      for (const char* name : {"full", "causal", "sequence", "partial", "window"}) {
         ListCase c = make_case(name, seq, block, hkv);
         const double flops = attention_forward_flops(c.tiles, shape, c.row_offsets, c.ranges);
         AttnTile* d_tiles = upload(c.tiles);

@@ -29,7 +29,7 @@
 //
 // Tiling (mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async double buffering; FA2 style):
 //   forward: one CTA = 128 q rows x one q head, 4 warps x 32 rows; loops over 64-key sub-tiles.
-//   backward: one CTA = 64 keys x one kv head, loops over the group's q heads and 64-row q
+//   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   Sub-tiles with no allowed (row, key) pair are skipped without loading or computing them.
 // FLOPs (mask-area convention): forward 4 * area * head_dim * num_q_heads, backward 2.5x that,
@@ -79,13 +79,13 @@ struct AttnShape {
 // One CTA's work; built on the host once per tile list (plans are reused across layers/steps).
 struct AttnWorkItem {
   int32_t tile = 0;
-  int32_t chunk = 0;            // forward: 128-row q sub-tile; backward: 64-key kv sub-tile
+  int32_t chunk = 0;            // forward: 128-row q sub-tile; backward: 128-key kv sub-tile
   int32_t head = 0;             // forward: q head; backward: kv head
   int32_t pad_ = 0;
 };
 
 inline constexpr int kAttnForwardChunkRows = 128;
-inline constexpr int kAttnBackwardChunkRows = 64;
+inline constexpr int kAttnBackwardChunkRows = 128;
 
 // Work lists. Throws InvalidInput on a tile that breaks the preconditions above.
 std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, const AttnShape& shape);

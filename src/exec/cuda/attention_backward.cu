@@ -1,16 +1,18 @@
 // attention_backward.cu — backward attention over a tile list, one launch (math and layouts in
 // dcp/attention_cuda.h).
 //
-// Roles inside one CTA (64 keys x one kv head, 4 warps x 16 keys):
+// Roles inside one CTA (kBwdKeys = 128 keys x one kv head, 8 warps x 16 keys; 128 keys per CTA
+// halve the dQ atomics and the Q/dO traffic per FLOP against 64):
 //   load:    K and V of the CTA's keys once; then, for each q head of the group and each non-empty
 //            64-row q sub-tile, Q, dO, LSE and Delta double-buffered with cp.async (classified
 //            before the load is issued, as in the forward).
 //   compute: S^T = K Q^T, P^T = exp2(S^T scale log2e - LSE log2e), dP^T = V dO^T,
 //            dS^T = P^T (dP^T - Delta), dV += P^T dO, dK += dS^T Q (all from registers), then
-//            dS^T goes through shared memory for dQ = dS K, which each warp adds (16 rows) to
-//            global memory with fp32 atomics.
+//            dS^T goes through shared memory for dQ = dS K, which each warp adds (16 rows x
+//            D/2 columns) to global memory with fp32 atomics.
 //   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
-// Per 64x64 sub-tile: 10 * 64 * 64 * D FLOPs of MMA (2.5x the forward's 4).
+// Per 128-key x 64-row step: 10 * 128 * 64 * D FLOPs of MMA (2.5x the forward's 4); 64 * D dQ
+// atomics.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -24,22 +26,26 @@
 namespace dcp::cuda {
 namespace detail {
 
+inline constexpr int kBwdThreads = 256;                // 8 warps
+inline constexpr int kBwdKeys = 128;                    // keys per CTA (== kAttnBackwardChunkRows)
+static_assert(kBwdKeys == kAttnBackwardChunkRows, "work items and kernel disagree on chunk keys");
+
 template <int kD>
 struct BwdSmem {
-  static constexpr int kTileBytes = kRows * kD * 2;
-  static constexpr int kK = 0;
-  static constexpr int kV = kK + kTileBytes;
-  static constexpr int kQ = kV + kTileBytes;          // 2 buffers
-  static constexpr int kDo = kQ + 2 * kTileBytes;     // 2 buffers
-  static constexpr int kDs = kDo + 2 * kTileBytes;    // [64 keys][64 q] bf16
-  static constexpr int kLse = kDs + kRows * kRows * 2;  // 2 x 64 floats
-  static constexpr int kDelta = kLse + 2 * kRows * 4;   // 2 x 64 floats
-  static constexpr int kMask = kDelta + 2 * kRows * 4;  // 2 x 64 uint64
-  static constexpr int kBytes = kMask + 2 * kRows * 8;
+  static constexpr int kTileBytes = kRows * kD * 2;     // one 64-row tile
+  static constexpr int kK = 0;                          // 2 tiles (128 keys)
+  static constexpr int kV = kK + 2 * kTileBytes;        // 2 tiles
+  static constexpr int kQ = kV + 2 * kTileBytes;        // 2 buffers
+  static constexpr int kDo = kQ + 2 * kTileBytes;       // 2 buffers
+  static constexpr int kDs = kDo + 2 * kTileBytes;      // [128 keys][64 q] bf16
+  static constexpr int kLse = kDs + kBwdKeys * kRows * 2;  // 2 x 64 floats
+  static constexpr int kDelta = kLse + 2 * kRows * 4;      // 2 x 64 floats
+  static constexpr int kMask = kDelta + 2 * kRows * 4;     // 2 buffers x 64 rows x 2 uint64
+  static constexpr int kBytes = kMask + 2 * kRows * 16;
 };
 
 template <int kD>
-__global__ void __launch_bounds__(kThreads) attention_backward_kernel(const AttnBackwardParams p) {
+__global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(const AttnBackwardParams p) {
   using Smem = BwdSmem<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   const AttnWorkItem w = p.list.work[blockIdx.x];
@@ -53,8 +59,8 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kernel(const Attn
   const int hkv = p.shape.num_kv_heads;
   const int group = hq / hkv;
   const int kvh = w.head;
-  const int c0 = w.chunk * kRows;
-  const int keys = min(kRows, t.kv_len - c0);
+  const int c0 = w.chunk * kBwdKeys;
+  const int keys = min(kBwdKeys, t.kv_len - c0);
   const float scale = p.shape.softmax_scale;
   const float scale_log2 = scale * kLog2e;
 
@@ -75,8 +81,14 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kernel(const Attn
   const auto* qp = static_cast<const __nv_bfloat16*>(p.q);
   const auto* dop = static_cast<const __nv_bfloat16*>(p.dout);
   const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
-  load_tile_async<kD>(s_k, kp + kv_off, kv_stride, keys);
-  load_tile_async<kD>(s_v, vp + kv_off, kv_stride, keys);
+#pragma unroll
+  for (int h = 0; h < kBwdKeys / kRows; ++h) {
+    const int tile_keys = keys - h * kRows;  // <= 0: all zero-filled, read nothing
+    const int64_t off = tile_keys > 0 ? kv_off + h * kRows * kv_stride : kv_off;
+    const uint32_t boff = static_cast<uint32_t>(h * Smem::kTileBytes);
+    load_tile_async<kD, kBwdThreads>(s_k + boff, kp + off, kv_stride, tile_keys);
+    load_tile_async<kD, kBwdThreads>(s_v + boff, vp + off, kv_stride, tile_keys);
+  }
   cp_async_commit();
 
   const int num_q_sub = (t.q_len + kRows - 1) / kRows;
@@ -91,14 +103,21 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kernel(const Attn
     if (t.kind == TileKind::Full) return kFull;  // edge rows/keys are harmless (see load)
     if (t.kind == TileKind::CausalDiagonal) {
       if (rq0 + rows - 1 < c0) return kEmpty;
-      return rq0 >= c0 + kRows - 1 ? kFull : kMasked;
+      return rq0 >= c0 + kBwdKeys - 1 ? kFull : kMasked;
     }
+    // Thread (row, half): bits of keys c0 + 64 * half .. + 63 for q row rq0 + row.
+    const int row = tid & (kRows - 1);
+    const int half = tid >> 6;
     uint64_t mask = 0;
-    const bool row_valid = tid < rows;
-    if (row_valid) mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + tid, c0, t.kv_len);
-    if (tid < kRows) s_mask[buf * kRows + tid] = mask;
+    const bool row_valid = row < rows;
+    if (row_valid) {
+      mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
+    }
+    s_mask[(buf * 2 + half) * kRows + row] = mask;
     if (__syncthreads_or(mask != 0) == 0) return kEmpty;
-    const bool full = __syncthreads_and(!row_valid || mask == valid_bits(keys)) != 0;
+    // Keys past kv_len need no mask here (zero K/V rows add nothing that is stored).
+    const uint64_t want = valid_bits(keys - half * kRows > 0 ? keys - half * kRows : 0);
+    const bool full = __syncthreads_and(!row_valid || mask == want) != 0;
     return full ? kFull : kMasked;
   };
   // Rows past q_len load as zeros with LSE = +inf, so P = 0 there; keys past kv_len load as
@@ -109,8 +128,8 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kernel(const Attn
     const int rows = min(kRows, t.q_len - rq0);
     const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
     const uint32_t boff = static_cast<uint32_t>(buf * Smem::kTileBytes);
-    load_tile_async<kD>(s_q + boff, qp + off, q_stride, rows);
-    load_tile_async<kD>(s_do + boff, dop + off, q_stride, rows);
+    load_tile_async<kD, kBwdThreads>(s_q + boff, qp + off, q_stride, rows);
+    load_tile_async<kD, kBwdThreads>(s_do + boff, dop + off, q_stride, rows);
     if (tid < kRows) {
       float lse2 = INFINITY;
       float delta = 0.0F;
@@ -196,7 +215,7 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kernel(const Attn
         if (cls == kMasked) {
           bool ok;
           if (t.kind == TileKind::Partial) {
-            ok = ((s_mask[buf * kRows + col] >> key) & 1U) != 0;
+            ok = ((s_mask[(buf * 2 + (key >> 6)) * kRows + col] >> (key & 63)) & 1U) != 0;
           } else {
             ok = c0 + key <= rq0 + col;
           }
@@ -234,31 +253,35 @@ __global__ void __launch_bounds__(kThreads) attention_backward_kernel(const Attn
     }
     __syncthreads();
 
-    // dQ rows warp*16.. (q) = dS (q x keys) K (keys x D).
-    uint32_t dsa[4][4];
+    // dQ (64 q x D) = dS (q x 128 keys) K (keys x D); warp w: q rows (w % 4) * 16, columns
+    // (w / 4) * D / 2 .. + D / 2.
+    const int q_row0 = (warp & 3) * 16;
+    const int col0 = (warp >> 2) * (kD / 2);
+    uint32_t dsa[kBwdKeys / 16][4];
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) load_a_trans<kRows>(dsa[kk], s_ds, warp * 16, kk * 16);
+    for (int kk = 0; kk < kBwdKeys / 16; ++kk) load_a_trans<kRows>(dsa[kk], s_ds, q_row0, kk * 16);
     const int q_rows = min(kRows, t.q_len - rq0);
 #pragma unroll
-    for (int dc = 0; dc < kD / 32; ++dc) {
+    for (int dc = 0; dc < kD / 64; ++dc) {
       float acc[4][4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0F;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < kBwdKeys / 16; ++kk) {
 #pragma unroll
         for (int np = 0; np < 2; ++np) {
           uint32_t b[4];
-          load_b_kn<kD>(b, s_k, kk * 16, dc * 32 + np * 16);
+          load_b_kn<kD>(b, s_k, kk * 16, col0 + dc * 32 + np * 16);
           mma(acc[2 * np], dsa[kk], b[0], b[1]);
           mma(acc[2 * np + 1], dsa[kk], b[2], b[3]);
         }
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = warp * 16 + g + r * 8;
+        const int row = q_row0 + g + r * 8;
         if (row >= q_rows) continue;
-        float* dq_row = p.dq + (static_cast<int64_t>(t.q_begin + rq0 + row) * hq + qh) * kD + dc * 32 + 2 * tq;
+        float* dq_row =
+            p.dq + (static_cast<int64_t>(t.q_begin + rq0 + row) * hq + qh) * kD + col0 + dc * 32 + 2 * tq;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           atomicAdd(reinterpret_cast<float2*>(dq_row + j * 8),
@@ -294,7 +317,7 @@ void launch_backward(const AttnBackwardParams& p, cudaStream_t stream) {
   if (attr != cudaSuccess) {
     raise(ErrorKind::Cuda, std::string("attention_backward: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
   }
-  attention_backward_kernel<kD><<<p.list.num_work, kThreads, kSmem, stream>>>(p);
+  attention_backward_kernel<kD><<<p.list.num_work, kBwdThreads, kSmem, stream>>>(p);
 }
 
 }  // namespace detail

@@ -46,14 +46,14 @@ __device__ __forceinline__ void cp_async_wait() {
 
 // Loads `kRows` rows of a [tokens][heads][kCols] bf16 buffer (row stride `stride` elements,
 // `valid_rows` of them real; the rest zero-filled) into a swizzled tile.
-template <int kCols>
+template <int kCols, int kNumThreads = kThreads>
 __device__ __forceinline__ void load_tile_async(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
                                                 int valid_rows) {
   constexpr int kChunks = kCols / 8;
-  constexpr int kPerThread = kRows * kChunks / kThreads;
+  constexpr int kPerThread = kRows * kChunks / kNumThreads;
 #pragma unroll
   for (int i = 0; i < kPerThread; ++i) {
-    const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int idx = static_cast<int>(threadIdx.x) + i * kNumThreads;
     const int row = idx / kChunks;
     const int chunk = idx % kChunks;
     const bool valid = row < valid_rows;
