@@ -100,28 +100,31 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
   auto classify = [&](int step, int buf) -> int {
     const int rq0 = (q_sub_begin + step % per_head) * kRows;
     const int rows = min(kRows, t.q_len - rq0);
-    if (t.kind == TileKind::Full) return kFull;  // edge rows/keys are harmless (see load)
+    // Keys past kv_len are masked too: their zero rows would add nothing stored, but with an
+    // extreme LSE exp(0 - LSE) could overflow and inf * 0 would reach dQ as NaN.
+    const bool all_keys = keys == kBwdKeys;
+    if (t.kind == TileKind::Full) return all_keys ? kFull : kMasked;
     if (t.kind == TileKind::CausalDiagonal) {
       if (rq0 + rows - 1 < c0) return kEmpty;
-      return rq0 >= c0 + kBwdKeys - 1 ? kFull : kMasked;
+      return rq0 >= c0 + kBwdKeys - 1 && all_keys ? kFull : kMasked;
     }
     // Thread (row, half): bits of keys c0 + 64 * half .. + 63 for q row rq0 + row.
+    // Threads 128..255 only vote.
+    const bool active = tid < 2 * kRows;
     const int row = tid & (kRows - 1);
-    const int half = tid >> 6;
+    const int half = (tid >> 6) & 1;
     uint64_t mask = 0;
-    const bool row_valid = row < rows;
+    const bool row_valid = active && row < rows;
     if (row_valid) {
       mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
     }
-    s_mask[(buf * 2 + half) * kRows + row] = mask;
+    if (active) s_mask[(buf * 2 + half) * kRows + row] = mask;
     if (__syncthreads_or(mask != 0) == 0) return kEmpty;
-    // Keys past kv_len need no mask here (zero K/V rows add nothing that is stored).
-    const uint64_t want = valid_bits(keys - half * kRows > 0 ? keys - half * kRows : 0);
-    const bool full = __syncthreads_and(!row_valid || mask == want) != 0;
-    return full ? kFull : kMasked;
+    const bool full = __syncthreads_and(!row_valid || mask == ~uint64_t{0}) != 0;
+    return full && all_keys ? kFull : kMasked;
   };
   // Rows past q_len load as zeros with LSE = +inf, so P = 0 there; keys past kv_len load as
-  // zeros, so they add nothing to dQ and their dK/dV rows are never stored.
+  // zeros and are masked (short chunks always take the masked path).
   auto load_step = [&](int step, int buf) {
     const int qh = kvh * group + step / per_head;
     const int rq0 = (q_sub_begin + step % per_head) * kRows;
@@ -213,11 +216,11 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
         const int col = j * 8 + 2 * tq + (e & 1);
         float pv = exp2f(st[j][e] * scale_log2 - lse_b[col]);
         if (cls == kMasked) {
-          bool ok;
+          bool ok = key < keys;
           if (t.kind == TileKind::Partial) {
-            ok = ((s_mask[(buf * 2 + (key >> 6)) * kRows + col] >> (key & 63)) & 1U) != 0;
-          } else {
-            ok = c0 + key <= rq0 + col;
+            ok = ok && ((s_mask[(buf * 2 + (key >> 6)) * kRows + col] >> (key & 63)) & 1U) != 0;
+          } else if (t.kind == TileKind::CausalDiagonal) {
+            ok = ok && c0 + key <= rq0 + col;
           }
           if (!ok) pv = 0.0F;
         }
