@@ -3,6 +3,8 @@
 // A tile is one (q token range) x (kv token range) x (kv head group) piece of a stage's attention
 // work. One launch runs a whole tile list, so a stage with thousands of small tiles still costs
 // one kernel launch. Kernels are standalone from the executor: raw device pointers, a stream.
+// Built (CMake target dcp_cuda / dcp::cuda, sm_90) only when a CUDA compiler is found; measured
+// figures and the route to a wgmma/TMA version: bench/results/cuda_attention_*.md.
 //
 // Data layout (every buffer, every data block): [tokens][heads][head_dim], row-major, i.e.
 // element (t, h, d) of a buffer with H heads lives at ((t * H) + h) * head_dim + d.
