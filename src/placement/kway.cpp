@@ -1,0 +1,250 @@
+// Shared pieces of every level: incidence, objective, balance repair, label propagation, and
+// the built-in backend.
+#include "placement/kway.h"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+#include "dcp/error.h"
+
+namespace dcp::placement {
+
+void SubHypergraph::finish_incidence() {
+  const int32_t n = num_vertices();
+  vertex_begin.assign(static_cast<size_t>(n) + 1, 0);
+  for (int32_t v : pins) ++vertex_begin[static_cast<size_t>(v) + 1];
+  for (int32_t v = 0; v < n; ++v) vertex_begin[v + 1] += vertex_begin[v];
+  vertex_nets.resize(pins.size());
+  std::vector<int64_t> fill(vertex_begin.begin(), vertex_begin.end() - 1);
+  for (int32_t e = 0; e < num_nets(); ++e)
+    for (int64_t i = net_begin[e]; i < net_begin[e + 1]; ++i) vertex_nets[fill[pins[i]]++] = e;
+}
+
+namespace {
+
+// Pin counts per (net, part) and loads per part, updated move by move.
+struct State {
+  const SubHypergraph& s;
+  int k;
+  std::vector<int32_t> count;  // net * k + part
+  std::vector<double> load_c, load_m;
+  std::vector<double> gain_scratch;
+
+  State(const SubHypergraph& sub, int num_parts, const std::vector<int32_t>& part)
+      : s(sub), k(num_parts) {
+    count.assign(static_cast<size_t>(s.num_nets()) * k, 0);
+    for (int32_t e = 0; e < s.num_nets(); ++e)
+      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
+        ++count[static_cast<size_t>(e) * k + part[s.pins[i]]];
+    load_c.assign(k, 0.0);
+    load_m.assign(k, 0.0);
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      load_c[part[v]] += s.compute[v];
+      load_m[part[v]] += s.memory[v];
+    }
+    gain_scratch.assign(k, 0.0);
+  }
+
+  // gain_scratch[b] = objective decrease when v moves from `from` to b (0 for b == from).
+  void gains(int32_t v, int32_t from) {
+    std::fill(gain_scratch.begin(), gain_scratch.end(), 0.0);
+    double leave = 0;
+    for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s.vertex_nets[i];
+      const double w = s.net_weight[e];
+      const int32_t* c = &count[static_cast<size_t>(e) * k];
+      if (c[from] == 1) leave += w;
+      for (int b = 0; b < k; ++b)
+        if (c[b] == 0) gain_scratch[b] -= w;
+    }
+    for (int b = 0; b < k; ++b) gain_scratch[b] = b == from ? 0.0 : gain_scratch[b] + leave;
+  }
+
+  void move(int32_t v, int32_t from, int32_t to, std::vector<int32_t>& part) {
+    for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+      const size_t e = static_cast<size_t>(s.vertex_nets[i]) * k;
+      --count[e + from];
+      ++count[e + to];
+    }
+    load_c[from] -= s.compute[v];
+    load_m[from] -= s.memory[v];
+    load_c[to] += s.compute[v];
+    load_m[to] += s.memory[v];
+    part[v] = to;
+  }
+
+  bool fits(int32_t v, int b, const PartCaps& caps) const {
+    return load_c[b] + s.compute[v] <= caps.compute[b] && load_m[b] + s.memory[v] <= caps.memory[b];
+  }
+};
+
+double total_net_weight(const SubHypergraph& s) {
+  return std::accumulate(s.net_weight.begin(), s.net_weight.end(), 0.0);
+}
+
+}  // namespace
+
+double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k) {
+  std::vector<int32_t> seen(static_cast<size_t>(k), -1);
+  double total = 0;
+  for (int32_t e = 0; e < s.num_nets(); ++e) {
+    int32_t parts = s.net_external[e] ? 1 : 0;
+    for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+      const int32_t p = part[s.pins[i]];
+      if (seen[p] != e) {
+        seen[p] = e;
+        ++parts;
+      }
+    }
+    if (parts > 1) total += s.net_weight[e] * (parts - 1);
+  }
+  return total;
+}
+
+bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part) {
+  const int k = caps.k();
+  State st(s, k, part);
+  auto over = [&](int p) {
+    return st.load_c[p] > caps.compute[p] || st.load_m[p] > caps.memory[p];
+  };
+  for (int round = 0; round < 16; ++round) {
+    bool any_over = false;
+    for (int p = 0; p < k; ++p) any_over = any_over || over(p);
+    if (!any_over) return true;
+    // (gain, vertex, target), best gain first; ties by vertex id for determinism.
+    std::vector<std::tuple<double, int32_t, int32_t>> cand;
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      const int32_t p = part[v];
+      const bool c_over = st.load_c[p] > caps.compute[p] && s.compute[v] > 0;
+      const bool m_over = st.load_m[p] > caps.memory[p] && s.memory[v] > 0;
+      if (!c_over && !m_over) continue;
+      st.gains(v, p);
+      int32_t best = -1;
+      for (int b = 0; b < k; ++b) {
+        if (b == p || !st.fits(v, b, caps)) continue;
+        if (best < 0 || st.gain_scratch[b] > st.gain_scratch[best]) best = b;
+      }
+      if (best >= 0) cand.emplace_back(st.gain_scratch[best], v, best);
+    }
+    std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+      return std::get<1>(a) < std::get<1>(b);
+    });
+    int moved = 0;
+    for (const auto& [g, v, b] : cand) {
+      const int32_t p = part[v];
+      const bool still = (st.load_c[p] > caps.compute[p] && s.compute[v] > 0) ||
+                         (st.load_m[p] > caps.memory[p] && s.memory[v] > 0);
+      if (!still || !st.fits(v, b, caps)) continue;
+      st.move(v, p, b, part);
+      ++moved;
+    }
+    if (moved == 0) break;
+  }
+  for (int p = 0; p < k; ++p)
+    if (over(p)) return false;
+  return true;
+}
+
+void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
+                              int passes, std::vector<int32_t>& part) {
+  const int k = caps.k();
+  if (k <= 1 || s.num_vertices() == 0) return;
+  State st(s, k, part);
+  const double tiny = 1e-12 * std::max(1.0, total_net_weight(s));
+  std::vector<int32_t> order(static_cast<size_t>(s.num_vertices()));
+  std::iota(order.begin(), order.end(), 0);
+  uint64_t rng = seed;
+  for (size_t i = order.size(); i > 1; --i)
+    std::swap(order[i - 1], order[splitmix64(rng) % i]);
+  for (int pass = 0; pass < passes; ++pass) {
+    int moved = 0;
+    for (int32_t v : order) {
+      const int32_t p = part[v];
+      st.gains(v, p);
+      int32_t best = -1;
+      double best_gain = 0;
+      for (int b = 0; b < k; ++b) {
+        if (b == p || !st.fits(v, b, caps)) continue;
+        const double g = st.gain_scratch[b];
+        // Zero-gain moves are taken only when they even out the loads of the pair: they cost
+        // nothing and make room for later positive moves. Strict decrease => no cycling.
+        const bool evens = g > -tiny &&
+                           ((s.compute[v] > 0 && st.load_c[b] + s.compute[v] < st.load_c[p]) ||
+                            (s.memory[v] > 0 && st.load_m[b] + s.memory[v] < st.load_m[p]));
+        if (g > tiny || evens) {
+          if (best < 0 || g > best_gain + tiny) {
+            best = b;
+            best_gain = g;
+          }
+        }
+      }
+      if (best >= 0) {
+        st.move(v, p, best, part);
+        ++moved;
+      }
+    }
+    if (moved == 0) break;
+  }
+}
+
+namespace {
+
+class BuiltinPartitioner final : public Partitioner {
+ public:
+  std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
+                                 int refine_passes) const override {
+    const int k = caps.k();
+    const int32_t n = s.num_vertices();
+    std::vector<int32_t> part(static_cast<size_t>(n), 0);
+    if (k <= 1) return part;
+    // Homes: token blocks in batch order cut into k contiguous runs of equal memory, so that
+    // short sequences stay whole and long ones are split into contiguous pieces.
+    const double total_m = std::accumulate(s.memory.begin(), s.memory.end(), 0.0);
+    double cum = 0;
+    for (int32_t v = 0; v < n; ++v) {
+      if (s.memory[v] <= 0) continue;
+      const double mid = total_m > 0 ? (cum + 0.5 * s.memory[v]) / total_m : 0.0;
+      part[v] = std::min(k - 1, static_cast<int>(mid * k));
+      cum += s.memory[v];
+    }
+    // Tiles follow their queries (the Q side moves the most bytes); orphans fill the lightest.
+    std::vector<double> load(static_cast<size_t>(k), 0.0);
+    for (int32_t v = 0; v < n; ++v) {
+      if (s.memory[v] > 0) continue;
+      if (s.anchor[v] >= 0) {
+        part[v] = part[s.anchor[v]];
+        load[part[v]] += s.compute[v];
+      }
+    }
+    for (int32_t v = 0; v < n; ++v) {
+      if (s.memory[v] > 0 || s.anchor[v] >= 0) continue;
+      int best = 0;
+      for (int b = 1; b < k; ++b)
+        if (load[b] / caps.compute[b] < load[best] / caps.compute[best]) best = b;
+      part[v] = best;
+      load[best] += s.compute[v];
+    }
+    repair_balance(s, caps, part);
+    refine_label_propagation(s, caps, seed, refine_passes, part);
+    return part;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Partitioner> make_builtin_partitioner() {
+  return std::make_unique<BuiltinPartitioner>();
+}
+
+std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind) {
+  switch (kind) {
+    case PartitionerKind::Builtin: return make_builtin_partitioner();
+    case PartitionerKind::Metis: return make_metis_partitioner();
+    case PartitionerKind::Zoltan: return make_zoltan_partitioner();
+  }
+  raise(ErrorKind::InvalidInput, "partitioner: unknown kind");
+}
+
+}  // namespace dcp::placement
