@@ -77,13 +77,16 @@ void check_parts(const std::vector<int32_t>& part, int32_t n, int k, const char*
                                         " outside [0, " + std::to_string(k) + ")");
 }
 
+// `caps` are the targets given to the backend; `hard` the bounds the result must meet (the
+// node level aims tighter than it must, to leave the device level room).
 std::vector<int32_t> run_level(const placement::Partitioner& backend,
                                const placement::SubHypergraph& s, const placement::PartCaps& caps,
-                               const PlacementOptions& opts, const char* name) {
+                               const placement::PartCaps& hard, const PlacementOptions& opts,
+                               const char* name) {
   if (caps.k() == 1) return std::vector<int32_t>(static_cast<size_t>(s.num_vertices()), 0);
   std::vector<int32_t> part = backend.partition(s, caps, opts.seed, opts.refine_passes);
   check_parts(part, s.num_vertices(), caps.k(), name);
-  placement::repair_balance(s, caps, part);
+  placement::repair_balance(s, hard, part);
   return part;
 }
 
@@ -161,7 +164,10 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     placement::PartCaps caps;
     caps.compute.assign(num_nodes, (1 + opts.eps_compute * opts.node_eps_factor) * total_c / num_nodes);
     caps.memory.assign(num_nodes, (1 + opts.eps_memory * opts.node_eps_factor) * total_m / num_nodes);
-    node = run_level(*backend, s, caps, opts, rep.partitioner.c_str());
+    placement::PartCaps hard;
+    hard.compute.assign(num_nodes, (1 + opts.eps_compute) * total_c / num_nodes);
+    hard.memory.assign(num_nodes, (1 + opts.eps_memory) * total_m / num_nodes);
+    node = run_level(*backend, s, caps, hard, opts, rep.partitioner.c_str());
   }
   rep.node_level_s = seconds_since(t0);
 
@@ -176,7 +182,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     for (int n = 0; n < num_nodes; ++n) {
       const placement::SubHypergraph s = make_sub(h, node, n, w_inter);
       if (s.num_vertices() == 0) continue;
-      const std::vector<int32_t> dev = run_level(*backend, s, caps, opts, rep.partitioner.c_str());
+      const std::vector<int32_t> dev = run_level(*backend, s, caps, caps, opts, rep.partitioner.c_str());
       for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
     }
   }
