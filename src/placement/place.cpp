@@ -139,6 +139,11 @@ std::vector<std::string> check_balance(const PlacementHypergraph& h,
 DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
                        const PlacementOptions& opts) {
   opts.validate();
+  if (cluster.nodes < 1 || cluster.devices_per_node < 1)
+    raise(ErrorKind::InvalidInput,
+          "place_dcp: cluster needs nodes >= 1 and devices_per_node >= 1 (got " +
+              std::to_string(cluster.nodes) + " nodes x " +
+              std::to_string(cluster.devices_per_node) + " devices: more nodes than devices)");
   cluster.validate("cluster");
   const auto t_start = Clock::now();
   DcpPlacement out;
