@@ -8,6 +8,7 @@
 #include "dcp/baselines.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 #include <string>
 
@@ -184,7 +185,9 @@ PlacedBatch make_packing(const Batch& batch, const BlockOptions& opts, int num_d
                      std::to_string(num_devices) + " device(s), longest first";
   if (total > 0) {
     const double ratio = static_cast<double>(max_load) * num_devices / static_cast<double>(total);
-    note += "; compute max/mean " + std::to_string(ratio).substr(0, 5);
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.3f", ratio);
+    note += "; compute max/mean " + std::string(buf);
   }
   if (num_idle > 0) note += "; " + std::to_string(num_idle) + " device(s) idle";
   pl.note = std::move(note);
