@@ -127,7 +127,7 @@ TEST(Baselines, Names) {
 
 TEST(Baselines, RandomCasesAllKinds) {
   Rng rng(20250601);
-  for (int iter = 0; iter < 60; ++iter) {
+  for (int iter = 0; iter < 200; ++iter) {
     const Case c = test::random_case(rng);
     const int P = c.cluster.num_devices();
     const int G = num_groups_of(c.batch, c.opts);

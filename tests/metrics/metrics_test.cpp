@@ -146,7 +146,7 @@ void expect_conservation(const PlacementMetrics& m) {
 
 TEST(Metrics, MatchesBruteForceOnRandomBaselines) {
   Rng rng(77001);
-  for (int iter = 0; iter < 40; ++iter) {
+  for (int iter = 0; iter < 150; ++iter) {
     const test::Case c = test::random_case(rng);
     for (BaselineKind kind : all_baselines()) {
       SCOPED_TRACE(std::string(to_string(kind)) + " iter " + std::to_string(iter));
@@ -165,7 +165,7 @@ TEST(Metrics, MatchesBruteForceOnRandomBaselines) {
 // Arbitrary placements (blocks and tiles on random devices) exercise remote Q and partials.
 TEST(Metrics, MatchesBruteForceOnRandomPlacements) {
   Rng rng(9102);
-  for (int iter = 0; iter < 40; ++iter) {
+  for (int iter = 0; iter < 150; ++iter) {
     const test::Case c = test::random_case(rng);
     PlacedBatch pb = make_baseline(BaselineKind::Packing, c.batch, c.opts, c.cluster);
     const int P = c.cluster.num_devices();
