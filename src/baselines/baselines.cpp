@@ -181,7 +181,7 @@ PlacedBatch make_packing(const Batch& batch, const BlockOptions& opts, int num_d
   const int64_t max_load = *std::max_element(load.begin(), load.end());
   const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
   const int num_idle = static_cast<int>(std::count(load.begin(), load.end(), int64_t{0}));
-  std::string note = "packing: " + std::to_string(num_seqs) + " whole sequence(s) on " +
+  std::string note = std::to_string(num_seqs) + " whole sequence(s) on " +
                      std::to_string(num_devices) + " device(s), longest first";
   if (total > 0) {
     const double ratio = static_cast<double>(max_load) * num_devices / static_cast<double>(total);
