@@ -4,6 +4,8 @@
 // once. Tiles come ordered by (seq, head_group, ...), so all tiles reading the Q side of
 // (seq, group) and the KV side of (seq, KV set) form one contiguous run; a stamp array indexed
 // by (block inside the sequence, device) and holding the run id dedupes each run without hashing.
+// Partials are sized by BlockTable::partial_bytes (fp32), the one formula the planner and the
+// executor share.
 #include "dcp/metrics.h"
 
 #include <algorithm>
@@ -19,20 +21,6 @@ double PlacementMetrics::bytes_per_token() const {
 }
 
 namespace {
-
-constexpr int64_t kFp32Bytes = 4;
-
-// Partials always travel and accumulate in fp32, whatever the element type.
-struct PartialSizes {
-  int64_t q_heads_per_group = 0;
-  int64_t kv_heads_per_set = 0;
-  int64_t head_dim = 0;
-  int64_t o(int64_t tokens) const { return tokens * q_heads_per_group * head_dim * kFp32Bytes; }
-  int64_t dq(int64_t tokens) const { return o(tokens); }
-  int64_t dkv(int64_t tokens) const {  // K and V gradients
-    return 2 * tokens * kv_heads_per_set * head_dim * kFp32Bytes;
-  }
-};
 
 class Accumulator {
  public:
@@ -79,8 +67,6 @@ PlacementMetrics compute_metrics(const BlockTable& table, const Placement& place
   const HeadGroups& groups = table.groups;
   const int num_kv_sets = groups.num_kv_sets();
   DCP_ASSERT(num_kv_sets > 0);
-  const PartialSizes partial{groups.q_heads_per_group, table.shape.kv_heads / num_kv_sets,
-                             table.shape.head_dim};
 
   PlacementMetrics m;
   m.devices.resize(num_devices);
@@ -142,8 +128,9 @@ PlacementMetrics compute_metrics(const BlockTable& table, const Placement& place
                                  table.data_bytes(DataKind::dO, n) +
                                  table.data_bytes(DataKind::LSE, n) +
                                  table.data_bytes(DataKind::Delta, n);
-        const int64_t part_fwd = partial.o(n) + table.data_bytes(DataKind::LSE, n);
-        const int64_t part_bwd = partial.dq(n);
+        const int64_t part_fwd =
+            table.partial_bytes(DataKind::O, n) + table.partial_bytes(DataKind::LSE, n);
+        const int64_t part_bwd = table.partial_bytes(DataKind::dQ, n);
         dev.recv_copy_bytes_fwd += copy_fwd;
         dev.recv_copy_bytes_bwd += copy_bwd;
         dev.partial_bytes_fwd += part_fwd;
@@ -162,7 +149,7 @@ PlacementMetrics compute_metrics(const BlockTable& table, const Placement& place
         stamp = kv_run;
         const int64_t n = table.token_blocks[t.kv_block].length;
         const int64_t copy = table.data_bytes(DataKind::KV, n);
-        const int64_t part_bwd = partial.dkv(n);
+        const int64_t part_bwd = table.partial_bytes(DataKind::dKV, n);
         dev.recv_copy_bytes_fwd += copy;
         dev.recv_copy_bytes_bwd += copy;
         dev.partial_bytes_bwd += part_bwd;
