@@ -114,7 +114,7 @@ int run_plan(const PlanArgs& args) {
     auto t1 = std::chrono::steady_clock::now();
     PlacedBatch placed = make_baseline(kind, batch, args.blocks, cluster);
     const double ms = ms_since(t1);
-    results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms});
+    results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms, {}});
   }
 
   if (args.json) {
