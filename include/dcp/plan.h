@@ -113,7 +113,7 @@ struct Transfer {
 };
 
 struct CommStart {
-  int32_t id = 0;     // round: 1..num_stages (num_stages = final output round)
+  int32_t id = 0;     // round: 1..num_stages+1 (see schedule.h)
   std::vector<Transfer> ops;  // sorted by (peer, send, ...), same order on both ends per pair
 };
 

@@ -4,12 +4,13 @@
 // Stage model (the same for forward and backward; backward reuses the forward placement but is
 // scheduled with its own costs: 2.5x compute, Q-side inputs Q+dO+LSE+Delta, outputs dQ+dKV):
 //   * Stage 0 computes the tiles whose inputs are all home on the device; no transfer waits.
-//   * Communication round r (1 <= r < num_stages) delivers the inputs of stage r. Its group is
-//     posted when stage r-1 starts computing and waited before stage r, so the transfer for
-//     stage r overlaps the compute of stage r-1.
-//   * Output transfers (partial O/LSE forward, dQ/dKV partials backward) of the tiles a device
-//     finished by stage s travel in round s+2 (posted when stage s+1 starts), i.e. overlapped
-//     with later compute; those of the last stage travel in the final round (num_stages).
+//   * Communication round r (1 <= r <= num_stages) is posted when stage r-1 starts computing;
+//     rounds r < num_stages deliver the inputs of stage r and are waited before stage r, so
+//     the transfer for stage r overlaps the compute of stage r-1. Round num_stages carries only
+//     outputs and round num_stages+1 (the final round) is posted after the last stage.
+//   * Output transfers (partial O/LSE forward, dQ/dKV partials backward) of a block whose last
+//     tile on the device ran in stage f travel in round f+2, i.e. overlapped with the compute
+//     of later stages; only the outputs of the last stage wait for the final round.
 //   * Two-phase inter-node forwarding: a block needed by several devices of another node
 //     crosses the network once, to one relay device of that node (round r-1), and the relay
 //     forwards it over the intra-node links (round r).
@@ -29,7 +30,7 @@ const char* to_string(Pass pass);  // "fwd", "bwd"
 
 struct ScheduleOptions {
   // Communication stages after the local stage 0 (the paper's divisions); total stages =
-  // num_comm_stages + 1. 0 = everything after stage 0 in one stage with one round.
+  // num_comm_stages + 1. At least 1.
   int num_comm_stages = 4;
   // Balance each round's transfer time (bytes / link bandwidth, with per-node NIC sharing)
   // against the compute it must hide (cost model). false = the paper's even byte budget.
@@ -48,7 +49,7 @@ struct ScheduledTransfer {
   int32_t group = 0;   // head group (Q-side kinds) or KV set (KV-side kinds)
   int32_t src = 0;
   int32_t dst = 0;
-  int32_t round = 1;   // 1..num_stages (num_stages = the final output round)
+  int32_t round = 1;   // 1..num_stages+1 (inputs: 1..num_stages-1)
   bool via_relay = false;  // second leg of a two-phase transfer
   friend bool operator==(const ScheduledTransfer&, const ScheduledTransfer&) = default;
 };
