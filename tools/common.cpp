@@ -37,7 +37,7 @@ void add_cluster_options(CLI::App* app, ClusterSource& src) {
 
 void add_block_options(CLI::App* app, BlockOptions& opts) {
   app->add_option("--block", opts.block_size, "Token block size B (a multiple of 16)")->capture_default_str();
-  app->add_option("--group-q-heads", opts.q_heads_per_group,
+  app->add_option("--q-heads-per-group", opts.q_heads_per_group,
                   "Query heads per head group (default: the query heads of one KV head)");
 }
 
