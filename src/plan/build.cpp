@@ -2,7 +2,9 @@
 // over virtual buffers (one per residency), then virtual buffers are coloured into slots by
 // interval liveness, per pool (kinds that always travel together share slot numbers).
 #include <algorithm>
+#include <functional>
 #include <map>
+#include <queue>
 #include <tuple>
 
 #include "dcp/error.h"
@@ -89,9 +91,18 @@ struct VBuf {
 
 class ProgramBuilder {
  public:
+  // `mine`: the schedule's transfers with this device at either end, inputs before outputs.
   ProgramBuilder(const BlockTable& t, const Placement& pl, const PassSchedule& ps, int device,
-                 const std::vector<int32_t>& pos_of, const std::vector<int32_t>& owned, bool reuse)
-      : t_(t), pl_(pl), ps_(ps), d_(device), pos_of_(pos_of), owned_(owned), reuse_(reuse) {}
+                 const std::vector<int32_t>& pos_of, const std::vector<int32_t>& owned, bool reuse,
+                 const std::vector<const ScheduledTransfer*>& mine, const std::vector<int32_t>& my_tiles)
+      : t_(t), pl_(pl), ps_(ps), d_(device), pos_of_(pos_of), owned_(owned), reuse_(reuse), mine_(mine),
+        my_tiles_(my_tiles) {
+    const int64_t nb = t.num_token_blocks();
+    key_q_ = t.groups.num_groups;
+    key_kv_base_ = nb * key_q_;
+    input_.assign(static_cast<size_t>(key_kv_base_ + nb * t.groups.num_kv_sets()), -1);
+    acc_.assign(input_.size(), -1);
+  }
 
   Program build();
 
@@ -122,10 +133,16 @@ class ProgramBuilder {
   const std::vector<int32_t>& pos_of_;
   const std::vector<int32_t>& owned_;
   bool reuse_;
+  const std::vector<const ScheduledTransfer*>& mine_;
+  const std::vector<int32_t>& my_tiles_;
+  int64_t key_q_ = 0, key_kv_base_ = 0;
+  int64_t key(Side side, int32_t block, int32_t group) const {
+    return side == Side::Q ? block * key_q_ + group : key_kv_base_ + block * int64_t{t_.groups.num_kv_sets()} + group;
+  }
   Program prog_;
   std::vector<VBuf> vbufs_;
-  std::map<std::tuple<Side, int32_t, int32_t>, int32_t> input_;  // remote input bundles
-  std::map<std::tuple<Side, int32_t, int32_t>, int32_t> acc_;    // output accumulators
+  std::vector<int32_t> input_;  // key -> vbuf of a remote input bundle (-1: none)
+  std::vector<int32_t> acc_;    // key -> vbuf of an output accumulator (-1: none)
   std::map<int32_t, std::vector<int32_t>> pending_;               // round -> vbufs busy until wait
   std::map<int32_t, std::vector<int32_t>> received_;              // round -> received partials
   std::vector<int32_t> peer_of_;                                   // vbuf -> sending device
@@ -140,24 +157,24 @@ void ProgramBuilder::emit_comm(int32_t round) {
     const int32_t peer = send ? x.dst : x.src;
     const int64_t bytes = plan_block_bytes(t_, x.kind, t_.token_blocks[x.token_block].length);
     BufRef buf;
-    const auto key = std::make_tuple(side, x.token_block, x.group);
+    const int64_t k = key(side, x.token_block, x.group);
     const bool is_output = x.kind == DataKind::O || x.kind == DataKind::dQ || x.kind == DataKind::dKV ||
                            (x.kind == DataKind::LSE && ps_.pass == Pass::Forward);
     if (!is_output) {
       if (send && !x.via_relay) {
         buf = local_ref(x.kind, x.token_block);
       } else {
-        auto it = input_.find(key);
-        if (it == input_.end()) {
+        if (input_[k] < 0) {
           DCP_ASSERT(!send);
-          it = input_.emplace(key, new_vbuf(pool_of(ps_.pass, x.kind), x.token_block, x.group)).first;
+          input_[k] = new_vbuf(pool_of(ps_.pass, x.kind), x.token_block, x.group);
         }
-        buf = slot_ref(x.kind, it->second);
-        touch(it->second, at);
-        pending_[round].push_back(it->second);
+        buf = slot_ref(x.kind, input_[k]);
+        touch(input_[k], at);
+        pending_[round].push_back(input_[k]);
       }
     } else if (send) {
-      const int32_t v = acc_.at(key);
+      const int32_t v = acc_[k];
+      DCP_ASSERT(v >= 0);
       buf = slot_ref(x.kind, v);
       touch(v, at);
       pending_[round].push_back(v);
@@ -180,12 +197,11 @@ void ProgramBuilder::emit_comm(int32_t round) {
     }
     cs.ops.push_back(Transfer{peer, send, x.kind, x.token_block, x.group, buf, bytes});
   };
-  for (const auto* list : {&ps_.inputs, &ps_.outputs})
-    for (const ScheduledTransfer& x : *list) {
-      if (x.round != round) continue;
-      if (x.src == d_) add(x, true);
-      if (x.dst == d_) add(x, false);
-    }
+  for (const ScheduledTransfer* x : mine_) {
+    if (x->round != round) continue;
+    if (x->src == d_) add(*x, true);
+    if (x->dst == d_) add(*x, false);
+  }
   if (cs.ops.empty()) return;
   std::stable_sort(cs.ops.begin(), cs.ops.end(), [](const Transfer& a, const Transfer& b) {
     return std::tie(a.peer, a.kind, a.token_block, a.group, a.send) <
@@ -213,24 +229,23 @@ void ProgramBuilder::emit_wait(int32_t round) {
       ++j;
     const VBuf& first = vbufs_[got[i]];
     const Side side = first.pool == kOutKV ? Side::KV : Side::Q;
-    const auto key = std::make_tuple(side, first.block, first.group);
+    int32_t& acc = acc_[key(side, first.block, first.group)];
     size_t from = i;
-    auto it = acc_.find(key);
-    if (it == acc_.end()) {  // adopt the first received partial as the accumulator
-      it = acc_.emplace(key, got[i]).first;
+    if (acc < 0) {  // adopt the first received partial as the accumulator
+      acc = got[i];
       ++from;
     }
     if (from < j) {
       const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : (side == Side::Q ? DataKind::dQ : DataKind::dKV);
-      Merge m{kind, first.block, first.group, {}, {}, slot_ref(kind, it->second), {}, true};
-      if (ps_.pass == Pass::Forward) m.dst_lse = slot_ref(DataKind::LSE, it->second);
+      Merge m{kind, first.block, first.group, {}, {}, slot_ref(kind, acc), {}, true};
+      if (ps_.pass == Pass::Forward) m.dst_lse = slot_ref(DataKind::LSE, acc);
       const int32_t at_m = here();
       for (size_t k = from; k < j; ++k) {
         m.src_slots.push_back(got[k]);
         if (ps_.pass == Pass::Forward) m.src_lse_slots.push_back(got[k]);
         touch(got[k], at_m);
       }
-      touch(it->second, at_m);
+      touch(acc, at_m);
       prog_.code.emplace_back(std::move(m));
     }
     i = j;
@@ -244,21 +259,19 @@ void ProgramBuilder::emit_final_merges() {
       const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : DataKind::dQ;
       Merge m{kind, block, g, {}, {}, local_ref(kind, block), {}, false};
       if (ps_.pass == Pass::Forward) m.dst_lse = local_ref(DataKind::LSE, block);
-      auto it = acc_.find(std::make_tuple(Side::Q, block, g));
-      if (it != acc_.end()) {
-        m.src_slots.push_back(it->second);
-        if (ps_.pass == Pass::Forward) m.src_lse_slots.push_back(it->second);
-        touch(it->second, here());
+      if (const int32_t acc = acc_[key(Side::Q, block, g)]; acc >= 0) {
+        m.src_slots.push_back(acc);
+        if (ps_.pass == Pass::Forward) m.src_lse_slots.push_back(acc);
+        touch(acc, here());
       }
       prog_.code.emplace_back(std::move(m));
     }
     if (ps_.pass == Pass::Backward) {
       for (int k = 0; k < num_sets; ++k) {
         Merge m{DataKind::dKV, block, k, {}, {}, local_ref(DataKind::dKV, block), {}, false};
-        auto it = acc_.find(std::make_tuple(Side::KV, block, k));
-        if (it != acc_.end()) {
-          m.src_slots.push_back(it->second);
-          touch(it->second, here());
+        if (const int32_t acc = acc_[key(Side::KV, block, k)]; acc >= 0) {
+          m.src_slots.push_back(acc);
+          touch(acc, here());
         }
         prog_.code.emplace_back(std::move(m));
       }
@@ -272,32 +285,25 @@ void ProgramBuilder::color() {
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return vbufs_[a].first < vbufs_[b].first; });
   std::array<int32_t, kNumPools> count{};
-  std::array<std::vector<std::pair<int32_t, int32_t>>, kNumPools> busy;  // (last, slot)
-  std::array<std::vector<int32_t>, kNumPools> free_slots;
+  using Busy = std::pair<int32_t, int32_t>;  // (last, slot), earliest end on top
+  std::array<std::priority_queue<Busy, std::vector<Busy>, std::greater<>>, kNumPools> busy;
+  std::array<std::priority_queue<int32_t, std::vector<int32_t>, std::greater<>>, kNumPools> free_slots;
   for (int32_t v : order) {
     VBuf& b = vbufs_[v];
     DCP_ASSERT(b.first >= 0);
     auto& bz = busy[b.pool];
     auto& fr = free_slots[b.pool];
-    if (reuse_) {
-      for (size_t i = 0; i < bz.size();) {
-        if (bz[i].first < b.first) {
-          fr.push_back(bz[i].second);
-          bz[i] = bz.back();
-          bz.pop_back();
-        } else {
-          ++i;
-        }
-      }
+    while (reuse_ && !bz.empty() && bz.top().first < b.first) {
+      fr.push(bz.top().second);
+      bz.pop();
     }
     if (!fr.empty()) {
-      auto it = std::min_element(fr.begin(), fr.end());
-      b.slot = *it;
-      fr.erase(it);
+      b.slot = fr.top();
+      fr.pop();
     } else {
       b.slot = count[b.pool]++;
     }
-    bz.emplace_back(b.last, b.slot);
+    bz.emplace(b.last, b.slot);
   }
   for (int k = 0; k < kNumDataKinds; ++k) {
     const auto kind = static_cast<DataKind>(k);
@@ -339,8 +345,7 @@ Program ProgramBuilder::build() {
   const int S = ps_.num_stages;
   const bool fwd = ps_.pass == Pass::Forward;
   std::vector<std::vector<int32_t>> by_stage(S);
-  for (size_t i = 0; i < t_.tiles.size(); ++i)
-    if (pl_.tile_device[i] == d_) by_stage[ps_.tile_stage[i]].push_back(static_cast<int32_t>(i));
+  for (int32_t i : my_tiles_) by_stage[ps_.tile_stage[i]].push_back(i);
   for (int s = 0; s < S; ++s) {
     if (s >= 1) emit_wait(s);
     emit_comm(s + 1);
@@ -353,7 +358,8 @@ Program ProgramBuilder::build() {
       op.tile = ti;
       auto input = [&](DataKind k, Side side, int32_t block, int32_t group) {
         if (home(block)) return local_ref(k, block);
-        const int32_t v = input_.at(std::make_tuple(side, block, group));
+        const int32_t v = input_[key(side, block, group)];
+        DCP_ASSERT(v >= 0);
         touch(v, at);
         return slot_ref(k, v);
       };
@@ -361,12 +367,11 @@ Program ProgramBuilder::build() {
       op.q = input(DataKind::Q, Side::Q, tile.q_block, tile.head_group);
       op.kv = input(DataKind::KV, Side::KV, tile.kv_block, set);
       auto acc = [&](Side side, int32_t block, int32_t group, bool& accumulate) {
-        const auto key = std::make_tuple(side, block, group);
-        auto it = acc_.find(key);
-        accumulate = it != acc_.end();
-        if (!accumulate) it = acc_.emplace(key, new_vbuf(side == Side::Q ? kOutQ : kOutKV, block, group)).first;
-        touch(it->second, at);
-        return it->second;
+        int32_t& v = acc_[key(side, block, group)];
+        accumulate = v >= 0;
+        if (!accumulate) v = new_vbuf(side == Side::Q ? kOutQ : kOutKV, block, group);
+        touch(v, at);
+        return v;
       };
       const int32_t oq = acc(Side::Q, tile.q_block, tile.head_group, op.accumulate_q);
       if (fwd) {
@@ -412,6 +417,19 @@ Plan build_plan(const BlockTable& table, const Placement& placement, const Clust
   const int P = placement.num_devices;
   plan.devices.resize(P);
   std::vector<int32_t> pos_of(table.token_blocks.size(), -1);
+  auto bucket = [&](const PassSchedule& ps) {
+    std::vector<std::vector<const ScheduledTransfer*>> mine(P);
+    for (const auto* list : {&ps.inputs, &ps.outputs})
+      for (const ScheduledTransfer& x : *list) {
+        mine[x.src].push_back(&x);
+        mine[x.dst].push_back(&x);
+      }
+    return mine;
+  };
+  const auto mine_fwd = bucket(schedule.fwd);
+  const auto mine_bwd = bucket(schedule.bwd);
+  std::vector<std::vector<int32_t>> tiles_of(P);
+  for (size_t i = 0; i < table.tiles.size(); ++i) tiles_of[placement.tile_device[i]].push_back(static_cast<int32_t>(i));
   for (int d = 0; d < P; ++d) {
     DeviceProgram& dp = plan.devices[d];
     dp.device = d;
@@ -422,8 +440,8 @@ Plan build_plan(const BlockTable& table, const Placement& placement, const Clust
         dp.owned_token_offset.push_back(dp.owned_tokens);
         dp.owned_tokens += table.token_blocks[b].length;
       }
-    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots).build();
-    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots).build();
+    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, mine_fwd[d], tiles_of[d]).build();
+    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, mine_bwd[d], tiles_of[d]).build();
   }
   return plan;
 }
