@@ -7,6 +7,7 @@
 #include "dcp/baselines.h"
 #include "dcp/batch.h"
 #include "dcp/cluster.h"
+#include "dcp/partition.h"
 #include "dcp/plan.h"
 
 namespace dcp::testing {
@@ -52,6 +53,16 @@ inline PlacedBatch placed(BaselineKind kind, const Batch& batch, int num_devices
   BlockOptions opts;
   opts.block_size = block;
   return make_baseline(kind, batch, opts, cluster_for(num_devices));
+}
+
+// The DCP placement (built-in partitioner) on uniform token blocks of `block` tokens.
+inline PlacedBatch dcp_placed(const Batch& batch, int num_devices, int64_t block = 256) {
+  BlockOptions opts;
+  opts.block_size = block;
+  PlacedBatch pb;
+  pb.table = build_block_table(batch, opts);
+  pb.placement = place_dcp(pb.table, cluster_for(num_devices)).placement;
+  return pb;
 }
 
 // The placement's token-block homes with every tile moved to a pseudo-random device

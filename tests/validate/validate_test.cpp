@@ -30,6 +30,18 @@ TEST(Validate, EveryBaselineEveryMaskEveryStageCount) {
   }
 }
 
+TEST(Validate, DcpPlacementsEveryMaskEveryStageCount) {
+  for (const std::string& mask : testing::mask_names()) {
+    auto pb = testing::dcp_placed(skewed_batch(mask), 8);
+    for (int stages = 1; stages <= 5; ++stages)
+      EXPECT_EQ(first(validate_plan(plan_for(pb, 8, stages))), "") << mask << " dcp stages " << stages;
+  }
+  for (int p : {1, 2, 3, 5, 6, 12, 16}) {
+    auto pb = testing::dcp_placed(skewed_batch("causal_blockwise", 8192), p, 128);
+    EXPECT_EQ(first(validate_plan(plan_for(pb, p, 4))), "") << "dcp P=" << p;
+  }
+}
+
 TEST(Validate, WorldSizesOneToSixteen) {
   const Batch batch = skewed_batch("causal", 8192);
   for (int p = 1; p <= 16; ++p) {
