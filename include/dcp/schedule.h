@@ -1,0 +1,82 @@
+// dcp/schedule.h — stages: when each device computes each of its tiles and when every block
+// it needs (or produces for another device) moves.
+//
+// Stage model (the same for forward and backward; backward reuses the forward placement but is
+// scheduled with its own costs: 2.5x compute, Q-side inputs Q+dO+LSE+Delta, outputs dQ+dKV):
+//   * Stage 0 computes the tiles whose inputs are all home on the device; no transfer waits.
+//   * Communication round r (1 <= r <= num_stages) is posted when stage r-1 starts computing;
+//     rounds r < num_stages deliver the inputs of stage r and are waited before stage r, so
+//     the transfer for stage r overlaps the compute of stage r-1. Round num_stages carries only
+//     outputs and round num_stages+1 (the final round) is posted after the last stage.
+//   * Output transfers (partial O/LSE forward, dQ/dKV partials backward) of a block whose last
+//     tile on the device ran in stage f travel in round f+2, i.e. overlapped with the compute
+//     of later stages; only the outputs of the last stage wait for the final round.
+//   * Two-phase inter-node forwarding: a block needed by several devices of another node
+//     crosses the network once, to one relay device of that node (round r-1), and the relay
+//     forwards it over the intra-node links (round r).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dcp/blocks.h"
+#include "dcp/cluster.h"
+#include "dcp/placement.h"
+
+namespace dcp {
+
+enum class Pass : uint8_t { Forward, Backward };
+const char* to_string(Pass pass);  // "fwd", "bwd"
+
+struct ScheduleOptions {
+  // Communication stages after the local stage 0 (the paper's divisions); total stages =
+  // num_comm_stages + 1. At least 1.
+  int num_comm_stages = 4;
+  // Balance each round's transfer time (bytes / link bandwidth, with per-node NIC sharing)
+  // against the compute it must hide (cost model). false = the paper's even byte budget.
+  bool balance_by_time = true;
+  // Relay inter-node blocks needed by several devices of one node through one of them.
+  bool two_phase = true;
+  void validate() const;  // throws InvalidInput naming the option
+};
+
+// One movement of one data block (one token block x one head group, or KV set for KV-side
+// kinds) from `src` to `dst` in communication round `round`. For two-phase transfers the first
+// leg goes to the relay and the second leg starts from it (src = relay, via_relay = true).
+struct ScheduledTransfer {
+  DataKind kind = DataKind::Q;
+  int32_t token_block = 0;
+  int32_t group = 0;   // head group (Q-side kinds) or KV set (KV-side kinds)
+  int32_t src = 0;
+  int32_t dst = 0;
+  int32_t round = 1;   // 1..num_stages+1 (inputs: 1..num_stages-1)
+  bool via_relay = false;  // second leg of a two-phase transfer
+  friend bool operator==(const ScheduledTransfer&, const ScheduledTransfer&) = default;
+};
+
+struct PassSchedule {
+  Pass pass = Pass::Forward;
+  int num_stages = 1;                    // stages 0..num_stages-1
+  std::vector<int32_t> tile_stage;       // per tile (BlockTable order)
+  std::vector<ScheduledTransfer> inputs; // Q-side/KV-side inputs, sorted by (round, src, dst, ...)
+  std::vector<ScheduledTransfer> outputs;// partial outputs to the owners, same order
+  // Predicted per device and stage: compute seconds and incoming transfer seconds (cost model).
+  std::vector<std::vector<double>> stage_compute_s;   // [device][stage]
+  std::vector<std::vector<double>> round_transfer_s;  // [device][round], round 0 unused
+};
+
+struct Schedule {
+  PassSchedule fwd;
+  PassSchedule bwd;
+  // Sizes and ids consistent with the table and placement; every tile reads only data that is
+  // home or delivered by a round <= its stage. Throws InvalidPlan naming the first violation.
+  void validate(const BlockTable& table, const Placement& placement) const;
+};
+
+// Pre: placement.validate(table) holds; cluster.num_devices() == placement.num_devices.
+// Post: deterministic (no randomness); every tile gets a stage; each (block, dst device) input
+// is delivered exactly once per pass.
+Schedule build_schedule(const BlockTable& table, const Placement& placement,
+                        const Cluster& cluster, const ScheduleOptions& opts);
+
+}  // namespace dcp

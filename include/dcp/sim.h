@@ -1,0 +1,75 @@
+// dcp/sim.h — predicts how long a plan's attention takes on a cluster, without GPUs.
+//
+// Event-driven model, forward then backward (each pass starts with every device idle):
+//   * Each device runs its Program in order on one compute stream. Attend costs
+//     flops / rate + per-tile overhead + a launch overhead; Merge and Copy cost their bytes
+//     (read + write) / memory bandwidth + a launch overhead (rates from a Calibration).
+//   * CommStart posts its transfers at the device's current compute time; a transfer is ready
+//     once both ends have posted it, and then occupies its links: inside a node the sender's
+//     egress and the receiver's ingress at intra_bw; across nodes additionally one "lane" of
+//     each node's NIC (nic_bw_node / inter_bw_device lanes of inter_bw_device each), so the
+//     devices of a node share the NIC. Duration = latency + bytes / bandwidth; transfers that
+//     share a resource are served in order of readiness.
+//   * CommWait stalls the compute stream until every transfer of its round has arrived.
+// Outputs: per device and pass the finish time, busy compute time and stall time; the pass
+// time (slowest device); how much of the communication was hidden behind compute; the
+// critical path (the slowest device's compute and stalls, with the last transfer it waited
+// for); and optionally a Chrome-trace / Perfetto JSON timeline.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "dcp/cluster.h"
+#include "dcp/plan.h"
+
+namespace dcp {
+
+struct Calibration {
+  std::string name = "cluster";
+  double attn_fwd_flops = 190e12;   // mask-area FLOPs/s (4 x area x head_dim x q_heads), fwd
+  double attn_bwd_flops = 150e12;   // backward (2.5x the forward FLOPs per tile)
+  double tile_overhead_s = 1.0e-6;  // per tile inside one Attend (block scheduling, tails)
+  double launch_overhead_s = 5e-6;  // per Attend / Merge / Copy instruction
+  double memory_bw = 1.5e12;        // B/s for Merge / Copy (read + write counted)
+  void validate(const std::string& where) const;  // throws InvalidInput naming the field
+};
+
+// Calibration from a cluster's kernel rates with default overheads.
+Calibration calibration_from_cluster(const Cluster& cluster);
+// JSON file {"name":..., "attn_fwd_tflops":..., "attn_bwd_tflops":..., "tile_overhead_us":...,
+// "launch_overhead_us":..., "memory_bw_GBps":...}; missing fields keep the defaults.
+Calibration parse_calibration(const std::string& json_text, const std::string& source);
+Calibration load_calibration(const std::string& path);
+
+// Compute-stream time of one instruction of `pass` (0 for CommStart / CommWait).
+double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& calib);
+
+struct SimOptions {
+  Calibration calibration;
+  bool trace = false;  // fill SimResult::trace_json
+};
+
+struct DeviceSim {
+  double finish_s[2] = {0, 0};    // [fwd, bwd]: when the device's program ends
+  double compute_s[2] = {0, 0};   // busy time of the compute stream
+  double stall_s[2] = {0, 0};     // time blocked in CommWait
+  double comm_in_s[2] = {0, 0};   // summed durations of transfers it received
+};
+
+struct SimResult {
+  std::vector<DeviceSim> devices;
+  double fwd_s = 0;   // slowest device, forward
+  double bwd_s = 0;   // slowest device, backward
+  double total_s() const { return fwd_s + bwd_s; }
+  double comm_s = 0;           // summed transfer durations (both passes)
+  double exposed_comm_s = 0;   // summed stalls
+  double hidden_fraction = 1;  // 1 - exposed / comm (1 when nothing moves)
+  std::vector<std::string> critical_path;  // human-readable steps of the slowest device
+  std::string trace_json;                  // Chrome trace (when SimOptions::trace)
+};
+
+// Pre: plan valid (validate_plan), cluster.num_devices() == plan.header.world_size.
+SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& opts);
+
+}  // namespace dcp

@@ -1,0 +1,241 @@
+// Stage scheduling: per device and pass, a greedy that fills communication rounds so that each
+// round's predicted transfer time matches the compute it hides (see dcp/schedule.h).
+#include "dcp/schedule.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "dcp/error.h"
+#include "dcp/plan.h"
+#include "schedule/schedule_internal.h"
+
+namespace dcp {
+
+const char* to_string(Pass pass) { return pass == Pass::Forward ? "fwd" : "bwd"; }
+
+void ScheduleOptions::validate() const {
+  if (num_comm_stages < 1 || num_comm_stages > 64)
+    raise(ErrorKind::InvalidInput, "schedule options: --stages must be in [1, 64] (got " +
+                                       std::to_string(num_comm_stages) + ")");
+}
+
+namespace sched {
+
+std::span<const DataKind> input_kinds(Pass pass, Side side) {
+  static constexpr DataKind kFwdQ[] = {DataKind::Q};
+  static constexpr DataKind kBwdQ[] = {DataKind::Q, DataKind::dO, DataKind::LSE, DataKind::Delta};
+  static constexpr DataKind kKv[] = {DataKind::KV};
+  if (side == Side::KV) return kKv;
+  return pass == Pass::Forward ? std::span<const DataKind>(kFwdQ) : std::span<const DataKind>(kBwdQ);
+}
+
+std::span<const DataKind> output_kinds(Pass pass, Side side) {
+  static constexpr DataKind kFwdQ[] = {DataKind::O, DataKind::LSE};
+  static constexpr DataKind kBwdQ[] = {DataKind::dQ};
+  static constexpr DataKind kBwdKv[] = {DataKind::dKV};
+  if (pass == Pass::Forward)
+    return side == Side::Q ? std::span<const DataKind>(kFwdQ) : std::span<const DataKind>();
+  return side == Side::Q ? std::span<const DataKind>(kBwdQ) : std::span<const DataKind>(kBwdKv);
+}
+
+double link_bw(const Cluster& c, int src, int dst) {
+  if (c.node_of(src) == c.node_of(dst)) return c.intra_bw;
+  return std::min(c.inter_bw_device, c.nic_bw_node / c.devices_per_node);
+}
+
+double link_latency(const Cluster& c, int src, int dst) {
+  return c.node_of(src) == c.node_of(dst) ? c.intra_latency_s : c.inter_latency_s;
+}
+
+}  // namespace sched
+
+namespace {
+
+using sched::Side;
+
+struct Item {  // a remote input of one device: one side of one (block, group)
+  Side side;
+  int32_t block;
+  int32_t group;
+  double time_s;   // predicted transfer time of all its kinds
+  int32_t uses;    // tiles of this device reading it
+  int32_t round;   // 0 = not yet delivered
+};
+
+PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
+                           const Cluster& cluster, const ScheduleOptions& opts, Pass pass) {
+  const int num_devices = placement.num_devices;
+  const int num_stages = opts.num_comm_stages + 1;
+  const int num_groups = table.groups.num_groups;
+  const int num_sets = table.groups.num_kv_sets();
+  const int64_t nb = table.num_token_blocks();
+  const double rate = pass == Pass::Forward ? cluster.attn_fwd_flops : cluster.attn_bwd_flops;
+
+  PassSchedule out;
+  out.pass = pass;
+  out.num_stages = num_stages;
+  out.tile_stage.assign(table.tiles.size(), 0);
+  out.stage_compute_s.assign(num_devices, std::vector<double>(num_stages, 0.0));
+  out.round_transfer_s.assign(num_devices, std::vector<double>(num_stages + 2, 0.0));
+
+  std::vector<std::vector<int32_t>> tiles_of(num_devices);
+  for (size_t t = 0; t < table.tiles.size(); ++t)
+    tiles_of[placement.tile_device[t]].push_back(static_cast<int32_t>(t));
+
+  auto side_bytes = [&](Side side, int32_t block) {
+    int64_t bytes = 0;
+    for (DataKind k : sched::input_kinds(pass, side))
+      bytes += plan_block_bytes(table, k, table.token_blocks[block].length);
+    return bytes;
+  };
+  // item index lookup per device: dense keys, reset through a touch list.
+  const int64_t num_keys = nb * (num_groups + num_sets);
+  std::vector<int32_t> item_of(static_cast<size_t>(num_keys), -1);
+  auto key = [&](Side side, int32_t block, int32_t group) -> int64_t {
+    return side == Side::Q ? block * int64_t{num_groups} + group
+                           : nb * num_groups + block * int64_t{num_sets} + group;
+  };
+
+  std::vector<Item> items;
+  std::vector<int32_t> remote;
+  std::vector<std::array<int32_t, 2>> tile_items;
+  std::vector<double> prio;
+  for (int d = 0; d < num_devices; ++d) {
+    items.clear();
+    remote.clear();
+    tile_items.clear();
+    auto item_for = [&](Side side, int32_t block, int32_t group) -> int32_t {
+      if (placement.block_home[block] == d) return -1;
+      int64_t k = key(side, block, group);
+      if (item_of[k] < 0) {
+        item_of[k] = static_cast<int32_t>(items.size());
+        int src = placement.block_home[block];
+        double t_s = static_cast<double>(side_bytes(side, block)) / sched::link_bw(cluster, src, d) +
+                     sched::link_latency(cluster, src, d);
+        items.push_back(Item{side, block, group, t_s, 0, 0});
+      }
+      ++items[item_of[k]].uses;
+      return item_of[k];
+    };
+    for (int32_t t : tiles_of[d]) {
+      const Tile& tile = table.tiles[t];
+      double c_s = (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+      int32_t qi = item_for(Side::Q, tile.q_block, tile.head_group);
+      int32_t ki = item_for(Side::KV, tile.kv_block, table.groups.kv_set(tile.head_group));
+      if (qi < 0 && ki < 0) {
+        out.tile_stage[t] = 0;
+        out.stage_compute_s[d][0] += c_s;
+      } else {
+        remote.push_back(t);
+        tile_items.push_back({qi, ki});
+      }
+    }
+    // Order remote tiles by amortised transfer time per unit of compute (cheapest first), so
+    // early rounds unlock the most compute per byte; ties keep table order (deterministic).
+    prio.assign(remote.size(), 0.0);
+    double total_transfer_s = 0;
+    for (const Item& it : items) total_transfer_s += it.time_s;
+    for (size_t i = 0; i < remote.size(); ++i) {
+      double cost = 0;
+      for (int32_t ii : tile_items[i])
+        if (ii >= 0) cost += items[ii].time_s / items[ii].uses;
+      double flops = table.tile_flops_fwd(table.tiles[remote[i]]);
+      prio[i] = cost / std::max(flops, 1.0);
+    }
+    std::vector<int32_t> order(remote.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return prio[a] < prio[b]; });
+
+    int stage = 1;
+    double round_s = 0, remaining_s = total_transfer_s;
+    auto budget_for = [&](int r) {
+      const int rounds_left = num_stages - r;
+      double even = remaining_s / std::max(rounds_left, 1);
+      if (!opts.balance_by_time) return total_transfer_s / std::max(num_stages - 1, 1);
+      return std::max(out.stage_compute_s[d][r - 1], even);
+    };
+    double budget = budget_for(1);
+    for (int32_t oi : order) {
+      double new_s = 0;
+      for (int32_t ii : tile_items[oi])
+        if (ii >= 0 && items[ii].round == 0) new_s += items[ii].time_s;
+      if (stage < num_stages - 1 && round_s > 0 && new_s > 0 && round_s + new_s > budget) {
+        ++stage;
+        round_s = 0;
+        budget = budget_for(stage);
+      }
+      const int32_t t = remote[oi];
+      for (int32_t ii : tile_items[oi])
+        if (ii >= 0 && items[ii].round == 0) {
+          items[ii].round = stage;
+          round_s += items[ii].time_s;
+          remaining_s -= items[ii].time_s;
+        }
+      // A tile whose inputs all arrived earlier can run in the earliest such stage.
+      int need = 0;
+      for (int32_t ii : tile_items[oi])
+        if (ii >= 0) need = std::max(need, items[ii].round);
+      out.tile_stage[t] = need;
+      const Tile& tile = table.tiles[t];
+      out.stage_compute_s[d][need] +=
+          (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+    }
+    for (const Item& it : items) {
+      out.round_transfer_s[d][it.round] += it.time_s;
+      for (DataKind k : sched::input_kinds(pass, it.side))
+        out.inputs.push_back(ScheduledTransfer{k, it.block, it.group, placement.block_home[it.block],
+                                               d, it.round, false});
+      item_of[key(it.side, it.block, it.group)] = -1;
+    }
+    // Outputs: each remote-owned output block leaves in the round after its last tile's stage.
+    std::vector<std::pair<int64_t, int32_t>> last;  // (key, stage)
+    for (int32_t t : tiles_of[d]) {
+      const Tile& tile = table.tiles[t];
+      for (Side side : {Side::Q, Side::KV}) {
+        if (sched::output_kinds(pass, side).empty()) continue;
+        int32_t block = side == Side::Q ? tile.q_block : tile.kv_block;
+        if (placement.block_home[block] == d) continue;
+        int32_t group = side == Side::Q ? tile.head_group : table.groups.kv_set(tile.head_group);
+        last.emplace_back(key(side, block, group), out.tile_stage[t]);
+      }
+    }
+    std::sort(last.begin(), last.end());
+    for (size_t i = 0; i < last.size(); ++i) {
+      if (i + 1 < last.size() && last[i + 1].first == last[i].first) continue;  // keep max stage
+      const int64_t k = last[i].first;
+      const Side side = k < nb * num_groups ? Side::Q : Side::KV;
+      const int64_t rel = side == Side::Q ? k : k - nb * num_groups;
+      const int gs = side == Side::Q ? num_groups : num_sets;
+      const auto block = static_cast<int32_t>(rel / gs);
+      const auto group = static_cast<int32_t>(rel % gs);
+      for (DataKind kind : sched::output_kinds(pass, side))
+        out.outputs.push_back(ScheduledTransfer{kind, block, group, d, placement.block_home[block],
+                                                last[i].second + 2, false});
+    }
+  }
+  if (opts.two_phase && cluster.nodes > 1) sched::apply_two_phase(table, cluster, out);
+  auto order = [](const ScheduledTransfer& a, const ScheduledTransfer& b) {
+    return std::tie(a.round, a.src, a.dst, a.kind, a.token_block, a.group) <
+           std::tie(b.round, b.src, b.dst, b.kind, b.token_block, b.group);
+  };
+  std::sort(out.inputs.begin(), out.inputs.end(), order);
+  std::sort(out.outputs.begin(), out.outputs.end(), order);
+  return out;
+}
+
+}  // namespace
+
+Schedule build_schedule(const BlockTable& table, const Placement& placement, const Cluster& cluster,
+                        const ScheduleOptions& opts) {
+  opts.validate();
+  placement.validate(table);
+  if (cluster.num_devices() != placement.num_devices)
+    raise(ErrorKind::InvalidInput, "build_schedule: cluster has " + std::to_string(cluster.num_devices()) +
+                                       " devices, placement has " + std::to_string(placement.num_devices));
+  Schedule s;
+  s.fwd = schedule_pass(table, placement, cluster, opts, Pass::Forward);
+  s.bwd = schedule_pass(table, placement, cluster, opts, Pass::Backward);
+  return s;
+}
+
+}  // namespace dcp

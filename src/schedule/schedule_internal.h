@@ -1,0 +1,27 @@
+// Helpers shared by the schedule and plan builders (not part of the public interface).
+#pragma once
+
+#include <span>
+
+#include "dcp/blocks.h"
+#include "dcp/cluster.h"
+#include "dcp/schedule.h"
+
+namespace dcp::sched {
+
+enum class Side : uint8_t { Q, KV };
+
+// Kinds a tile reads from / writes for each side of its blocks in a pass.
+std::span<const DataKind> input_kinds(Pass pass, Side side);
+std::span<const DataKind> output_kinds(Pass pass, Side side);  // empty: no output on that side
+inline Side side_of(DataKind k) { return (k == DataKind::KV || k == DataKind::dKV) ? Side::KV : Side::Q; }
+
+// Point-to-point bandwidth (B/s) and latency between two devices; inter-node links share the
+// node's NICs evenly between its devices.
+double link_bw(const Cluster& c, int src, int dst);
+double link_latency(const Cluster& c, int src, int dst);
+
+// Reroute inter-node inputs needed by several devices of one node through one relay there.
+void apply_two_phase(const BlockTable& table, const Cluster& cluster, PassSchedule& ps);
+
+}  // namespace dcp::sched

@@ -1,0 +1,93 @@
+// Two-phase inter-node transfers and the schedule's consistency check.
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+
+#include "dcp/error.h"
+#include "schedule/schedule_internal.h"
+
+namespace dcp {
+namespace sched {
+
+void apply_two_phase(const BlockTable& /*table*/, const Cluster& cluster, PassSchedule& ps) {
+  std::vector<ScheduledTransfer>& in = ps.inputs;
+  auto node = [&](int d) { return cluster.node_of(d); };
+  std::sort(in.begin(), in.end(), [&](const ScheduledTransfer& a, const ScheduledTransfer& b) {
+    return std::make_tuple(a.kind, a.token_block, a.group, node(a.dst), a.round, a.dst) <
+           std::make_tuple(b.kind, b.token_block, b.group, node(b.dst), b.round, b.dst);
+  });
+  size_t i = 0;
+  while (i < in.size()) {
+    size_t j = i + 1;
+    while (j < in.size() && in[j].kind == in[i].kind && in[j].token_block == in[i].token_block &&
+           in[j].group == in[i].group && node(in[j].dst) == node(in[i].dst))
+      ++j;
+    if (j - i >= 2 && node(in[i].src) != node(in[i].dst)) {
+      const int32_t r0 = in[i].round;
+      const bool shared_first = in[i + 1].round == r0;
+      const int32_t r1 = (shared_first && r0 >= 2) ? r0 - 1 : r0;
+      const int32_t relay = in[i].dst;
+      in[i].round = r1;  // first leg: the source to the relay
+      for (size_t k = i + 1; k < j; ++k) {
+        if (in[k].round > r1) {
+          in[k].src = relay;
+          in[k].via_relay = true;
+        }
+      }
+    }
+    i = j;
+  }
+}
+
+}  // namespace sched
+
+namespace {
+using sched::Side;
+using sched::input_kinds;
+[[noreturn]] void bad(Pass p, const std::string& what) {
+  raise(ErrorKind::InvalidPlan, std::string("schedule (") + to_string(p) + "): " + what);
+}
+}  // namespace
+
+void Schedule::validate(const BlockTable& table, const Placement& placement) const {
+  for (const PassSchedule* ps : {&fwd, &bwd}) {
+    const Pass p = ps->pass;
+    if (ps->tile_stage.size() != table.tiles.size()) bad(p, "tile_stage size differs from the tile count");
+    // (kind, block, group, device) -> round it is present (0 = home).
+    std::map<std::tuple<int, int32_t, int32_t, int32_t>, int32_t> have;
+    for (const ScheduledTransfer& t : ps->inputs) {
+      if (t.round < 1 || t.round >= ps->num_stages) bad(p, "input transfer in round " + std::to_string(t.round));
+      auto k = std::make_tuple(static_cast<int>(t.kind), t.token_block, t.group, t.dst);
+      if (!have.emplace(k, t.round).second)
+        bad(p, "block " + std::to_string(t.token_block) + " delivered twice to device " + std::to_string(t.dst));
+    }
+    for (const ScheduledTransfer& t : ps->inputs) {
+      const bool from_home = placement.block_home[t.token_block] == t.src;
+      if (from_home == t.via_relay) bad(p, "transfer source is neither the home nor a relay");
+      if (t.via_relay) {
+        auto it = have.find(std::make_tuple(static_cast<int>(t.kind), t.token_block, t.group, t.src));
+        if (it == have.end() || it->second >= t.round) bad(p, "relay forwards a block before it has it");
+      }
+    }
+    for (size_t ti = 0; ti < table.tiles.size(); ++ti) {
+      const Tile& tile = table.tiles[ti];
+      const int32_t d = placement.tile_device[ti];
+      const int32_t s = ps->tile_stage[ti];
+      if (s < 0 || s >= ps->num_stages) bad(p, "tile " + std::to_string(ti) + " has stage " + std::to_string(s));
+      auto check = [&](Side side, int32_t block, int32_t group) {
+        if (placement.block_home[block] == d) return;
+        for (DataKind k : input_kinds(p, side)) {
+          auto it = have.find(std::make_tuple(static_cast<int>(k), block, group, d));
+          if (it == have.end() || it->second > s)
+            bad(p, "tile " + std::to_string(ti) + " (stage " + std::to_string(s) + ") reads " +
+                       to_string(k) + " of block " + std::to_string(block) + " not delivered in time");
+        }
+      };
+      check(Side::Q, tile.q_block, tile.head_group);
+      check(Side::KV, tile.kv_block, table.groups.kv_set(tile.head_group));
+    }
+  }
+}
+
+}  // namespace dcp

@@ -1,0 +1,344 @@
+// Event-driven simulator of a plan on a cluster (model in dcp/sim.h).
+#include "dcp/sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <map>
+#include <queue>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "dcp/error.h"
+
+namespace dcp {
+namespace {
+
+struct Xfer {
+  int src = 0, dst = 0;
+  const Transfer* op = nullptr;  // the sender's op
+  int32_t round = 0;
+  double post_src = -1, post_dst = -1;
+  double ready = 0, start = 0, end = -1;
+};
+
+struct DevState {
+  size_t pc = 0;
+  double now = 0;
+  std::vector<std::vector<int32_t>> group_xfers;  // per instruction index (CommStart): transfer ids
+  std::map<int32_t, size_t> group_of_round;       // round -> CommStart instruction index
+};
+
+class PassSim {
+ public:
+  PassSim(const Plan& plan, const Cluster& c, const Calibration& cal, Pass pass, SimResult& res,
+          nlohmann::json* trace)
+      : plan_(plan), c_(c), cal_(cal), pass_(pass), res_(res), trace_(trace) {}
+  void run();
+
+ private:
+  const Program& prog(int d) const { return pass_ == Pass::Forward ? plan_.devices[d].fwd : plan_.devices[d].bwd; }
+  bool step(int d);
+  void post(int d, size_t pc);
+  void schedule(int32_t x);
+  void event(int pid, int tid, const std::string& name, double t0, double t1) {
+    if (trace_ == nullptr || t1 <= t0) return;
+    trace_->push_back({{"name", name}, {"ph", "X"}, {"pid", pid}, {"tid", tid},
+                       {"ts", (t0 + trace_offset_s_) * 1e6}, {"dur", (t1 - t0) * 1e6},
+                       {"cat", to_string(pass_)}});
+  }
+
+  const Plan& plan_;
+  const Cluster& c_;
+  const Calibration& cal_;
+  Pass pass_;
+  SimResult& res_;
+  nlohmann::json* trace_;
+  double t0_ = 0;  // pass start
+  double trace_offset_s_ = 0;
+  std::vector<DevState> dev_;
+  std::vector<Xfer> x_;
+  std::priority_queue<std::pair<double, int32_t>, std::vector<std::pair<double, int32_t>>, std::greater<>> ready_;
+  std::vector<double> eg_intra_, in_intra_, eg_inter_, in_inter_;
+  std::vector<std::vector<double>> nic_out_, nic_in_;
+  struct Stall {
+    double s = 0;
+    int32_t round = 0;
+    int32_t xfer = -1;
+  };
+  std::vector<Stall> longest_stall_;
+};
+
+void PassSim::run() {
+  const int P = plan_.header.world_size;
+  const int pi = pass_ == Pass::Forward ? 0 : 1;
+  // Each pass has its own timeline from 0; the trace shows backward after forward.
+  trace_offset_s_ = pass_ == Pass::Forward ? 0.0 : res_.fwd_s;
+  dev_.assign(P, DevState{});
+  longest_stall_.assign(P, Stall{});
+  eg_intra_.assign(P, t0_);
+  in_intra_.assign(P, t0_);
+  eg_inter_.assign(P, t0_);
+  in_inter_.assign(P, t0_);
+  const int lanes = std::max(1, static_cast<int>(std::lround(c_.nic_bw_node / c_.inter_bw_device)));
+  nic_out_.assign(c_.nodes, std::vector<double>(lanes, t0_));
+  nic_in_.assign(c_.nodes, std::vector<double>(lanes, t0_));
+  // Pair the k-th send from a to b with the k-th receive on b from a (plans are validated).
+  std::map<std::pair<int, int>, std::vector<std::pair<int, size_t>>> sends, recvs;  // -> (device, pc)
+  std::map<std::pair<int, int>, std::vector<const Transfer*>> send_ops;
+  for (int d = 0; d < P; ++d) {
+    dev_[d].now = t0_;
+    const Program& p = prog(d);
+    dev_[d].group_xfers.assign(p.code.size(), {});
+    for (size_t pc = 0; pc < p.code.size(); ++pc)
+      if (const auto* cs = std::get_if<CommStart>(&p.code[pc])) {
+        dev_[d].group_of_round[cs->id] = pc;
+        for (const Transfer& t : cs->ops) {
+          if (t.send) {
+            sends[{d, t.peer}].emplace_back(d, pc);
+            send_ops[{d, t.peer}].push_back(&t);
+          } else {
+            recvs[{t.peer, d}].emplace_back(d, pc);
+          }
+        }
+      }
+  }
+  for (auto& [pair, list] : sends) {
+    const auto& rl = recvs[pair];
+    if (rl.size() != list.size())
+      raise(ErrorKind::InvalidPlan, fmt::format("simulate: {} sends from {} to {} but {} receives", list.size(),
+                                                pair.first, pair.second, rl.size()));
+    for (size_t k = 0; k < list.size(); ++k) {
+      Xfer x;
+      x.src = pair.first;
+      x.dst = pair.second;
+      x.op = send_ops[pair][k];
+      x.round = std::get<CommStart>(prog(x.src).code[list[k].second]).id;
+      const auto id = static_cast<int32_t>(x_.size());
+      x_.push_back(x);
+      dev_[x.src].group_xfers[list[k].second].push_back(id);
+      dev_[x.dst].group_xfers[rl[k].second].push_back(id);
+    }
+  }
+  while (true) {
+    bool progressed = false;
+    for (int d = 0; d < P; ++d) progressed |= step(d);
+    if (progressed) continue;
+    if (ready_.empty()) break;
+    const int32_t x = ready_.top().second;
+    ready_.pop();
+    schedule(x);
+  }
+  for (int d = 0; d < P; ++d) {
+    if (dev_[d].pc < prog(d).code.size())
+      raise(ErrorKind::InvalidPlan, fmt::format("simulate: device {} {} blocked forever at instruction {}", d,
+                                                to_string(pass_), dev_[d].pc));
+    DeviceSim& ds = res_.devices[d];
+    ds.finish_s[pi] = dev_[d].now - t0_;
+    res_.exposed_comm_s += ds.stall_s[pi];
+    res_.comm_s += ds.comm_in_s[pi];
+  }
+  double& pass_s = pass_ == Pass::Forward ? res_.fwd_s : res_.bwd_s;
+  int slow = 0;
+  for (int d = 0; d < P; ++d) {
+    if (res_.devices[d].finish_s[pi] > res_.devices[slow].finish_s[pi]) slow = d;
+  }
+  pass_s = P > 0 ? res_.devices[slow].finish_s[pi] : 0.0;
+  const DeviceSim& s = res_.devices[slow];
+  std::string step_text = fmt::format("{}: device {} is slowest: {:.3f} ms = compute {:.3f} ms + stalls {:.3f} ms",
+                                      to_string(pass_), slow, pass_s * 1e3, s.compute_s[pi] * 1e3,
+                                      s.stall_s[pi] * 1e3);
+  res_.critical_path.push_back(step_text);
+  const Stall& ls = longest_stall_[slow];
+  if (ls.xfer >= 0) {
+    const Xfer& x = x_[ls.xfer];
+    res_.critical_path.push_back(fmt::format(
+        "{}: longest stall {:.3f} ms before round {}, last to arrive: {} of block {} from device {} ({})",
+        to_string(pass_), ls.s * 1e3, ls.round, to_string(x.op->kind), x.op->token_block, x.src,
+        c_.node_of(x.src) == c_.node_of(x.dst) ? "intra-node" : "inter-node"));
+  }
+}
+
+void PassSim::post(int d, size_t pc) {
+  for (int32_t id : dev_[d].group_xfers[pc]) {
+    Xfer& x = x_[id];
+    (x.src == d ? x.post_src : x.post_dst) = dev_[d].now;
+    if (x.post_src >= 0 && x.post_dst >= 0) {
+      x.ready = std::max(x.post_src, x.post_dst);
+      ready_.emplace(x.ready, id);
+    }
+  }
+}
+
+void PassSim::schedule(int32_t id) {
+  Xfer& x = x_[id];
+  const double bytes = static_cast<double>(x.op->bytes);
+  if (c_.node_of(x.src) == c_.node_of(x.dst)) {
+    x.start = std::max({x.ready, eg_intra_[x.src], in_intra_[x.dst]});
+    x.end = x.start + c_.intra_latency_s + bytes / c_.intra_bw;
+    eg_intra_[x.src] = in_intra_[x.dst] = x.end;
+  } else {
+    auto& lo = nic_out_[c_.node_of(x.src)];
+    auto& li = nic_in_[c_.node_of(x.dst)];
+    auto o = std::min_element(lo.begin(), lo.end());
+    auto i = std::min_element(li.begin(), li.end());
+    x.start = std::max({x.ready, eg_inter_[x.src], in_inter_[x.dst], *o, *i});
+    x.end = x.start + c_.inter_latency_s + bytes / std::min(c_.inter_bw_device, c_.nic_bw_node);
+    eg_inter_[x.src] = in_inter_[x.dst] = *o = *i = x.end;
+  }
+  res_.devices[x.dst].comm_in_s[pass_ == Pass::Forward ? 0 : 1] += x.end - x.start;
+  event(x.dst, 1, fmt::format("recv {} b{} from {}", to_string(x.op->kind), x.op->token_block, x.src), x.start, x.end);
+}
+
+bool PassSim::step(int d) {
+  DevState& s = dev_[d];
+  const Program& p = prog(d);
+  const int pi = pass_ == Pass::Forward ? 0 : 1;
+  bool advanced = false;
+  while (s.pc < p.code.size()) {
+    const Instruction& ins = p.code[s.pc];
+    if (std::holds_alternative<CommStart>(ins)) {
+      post(d, s.pc);
+    } else if (const auto* w = std::get_if<CommWait>(&ins)) {
+      double done = s.now;
+      int32_t last = -1;
+      for (int32_t id : s.group_xfers[s.group_of_round.at(w->id)]) {
+        if (x_[id].end < 0) return advanced;  // blocked
+        if (x_[id].end > done) {
+          done = x_[id].end;
+          last = id;
+        }
+      }
+      const double stall = done - s.now;
+      res_.devices[d].stall_s[pi] += stall;
+      if (stall > longest_stall_[d].s) longest_stall_[d] = Stall{stall, w->id, last};
+      event(d, 0, fmt::format("wait round {}", w->id), s.now, done);
+      s.now = done;
+    } else {
+      const double t = instruction_time_s(plan_, ins, pass_, cal_);
+      std::string name = "merge";
+      if (const auto* a = std::get_if<Attend>(&ins)) name = fmt::format("attend stage {} ({} tiles)", a->stage, a->tiles.size());
+      else if (std::holds_alternative<Copy>(ins)) name = "copy";
+      event(d, 0, name, s.now, s.now + t);
+      s.now += t;
+      res_.devices[d].compute_s[pi] += t;
+    }
+    ++s.pc;
+    advanced = true;
+  }
+  return advanced;
+}
+
+}  // namespace
+
+void Calibration::validate(const std::string& where) const {
+  auto positive = [&](double v, const char* field) {
+    if (!(v > 0) || !std::isfinite(v))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be positive (got " + std::to_string(v) + ")");
+  };
+  positive(attn_fwd_flops, "attn_fwd_tflops");
+  positive(attn_bwd_flops, "attn_bwd_tflops");
+  positive(memory_bw, "memory_bw_GBps");
+  if (tile_overhead_s < 0 || launch_overhead_s < 0)
+    raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
+}
+
+Calibration calibration_from_cluster(const Cluster& cluster) {
+  Calibration c;
+  c.name = cluster.name;
+  c.attn_fwd_flops = cluster.attn_fwd_flops;
+  c.attn_bwd_flops = cluster.attn_bwd_flops;
+  return c;
+}
+
+double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& cal) {
+  const BlockTable& t = plan.table;
+  if (const auto* a = std::get_if<Attend>(&ins)) {
+    double flops = 0;
+    for (const TileOp& op : a->tiles)
+      flops += pass == Pass::Forward ? t.tile_flops_fwd(t.tiles[op.tile]) : t.tile_flops_bwd(t.tiles[op.tile]);
+    return flops / (pass == Pass::Forward ? cal.attn_fwd_flops : cal.attn_bwd_flops) +
+           cal.tile_overhead_s * static_cast<double>(a->tiles.size()) + cal.launch_overhead_s;
+  }
+  if (const auto* m = std::get_if<Merge>(&ins)) {
+    const int64_t tokens = t.token_blocks[m->token_block].length;
+    double bytes = static_cast<double>(plan_block_bytes(t, m->kind, tokens)) *
+                   static_cast<double>(m->src_slots.size() + 1 + (m->accumulate ? 1 : 0));
+    if (m->kind == DataKind::O)
+      bytes += static_cast<double>(plan_block_bytes(t, DataKind::LSE, tokens)) *
+               static_cast<double>(m->src_lse_slots.size() + 1 + (m->accumulate ? 1 : 0));
+    return bytes / cal.memory_bw + cal.launch_overhead_s;
+  }
+  if (const auto* c = std::get_if<Copy>(&ins))
+    return 2.0 * static_cast<double>(plan_block_bytes(t, c->kind, t.token_blocks[c->token_block].length)) /
+               cal.memory_bw + cal.launch_overhead_s;
+  return 0.0;
+}
+
+Calibration parse_calibration(const std::string& json_text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    raise(ErrorKind::InvalidInput, source + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) raise(ErrorKind::InvalidInput, source + ": expected a JSON object");
+  Calibration c;
+  auto num = [&](const char* key, double scale, double& out) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_number()) raise(ErrorKind::InvalidInput, source + ": " + key + " must be a number");
+    out = j[key].get<double>() * scale;
+  };
+  for (auto& [key, value] : j.items()) {
+    static const char* known[] = {"name", "attn_fwd_tflops", "attn_bwd_tflops", "tile_overhead_us",
+                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes"};
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
+      raise(ErrorKind::InvalidInput, source + ": unknown field '" + key + "'");
+    (void)value;
+  }
+  if (j.contains("name")) c.name = j["name"].get<std::string>();
+  num("attn_fwd_tflops", 1e12, c.attn_fwd_flops);
+  num("attn_bwd_tflops", 1e12, c.attn_bwd_flops);
+  num("tile_overhead_us", 1e-6, c.tile_overhead_s);
+  num("launch_overhead_us", 1e-6, c.launch_overhead_s);
+  num("memory_bw_GBps", 1e9, c.memory_bw);
+  c.validate(source);
+  return c;
+}
+
+Calibration load_calibration(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) raise(ErrorKind::InvalidInput, path + ": cannot open calibration file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_calibration(ss.str(), path);
+}
+
+SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& opts) {
+  cluster.validate("simulate: cluster");
+  opts.calibration.validate("simulate: calibration");
+  if (cluster.num_devices() != plan.header.world_size)
+    raise(ErrorKind::InvalidInput, fmt::format("simulate: plan for world size {}, cluster has {} devices",
+                                               plan.header.world_size, cluster.num_devices()));
+  SimResult res;
+  res.devices.assign(plan.header.world_size, DeviceSim{});
+  nlohmann::json events = nlohmann::json::array();
+  nlohmann::json* trace = opts.trace ? &events : nullptr;
+  PassSim(plan, cluster, opts.calibration, Pass::Forward, res, trace).run();
+  PassSim(plan, cluster, opts.calibration, Pass::Backward, res, trace).run();
+  res.hidden_fraction = res.comm_s > 0 ? std::clamp(1.0 - res.exposed_comm_s / res.comm_s, 0.0, 1.0) : 1.0;
+  if (opts.trace) {
+    for (int d = 0; d < plan.header.world_size; ++d) {
+      events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", d}, {"args", {{"name", fmt::format("device {}", d)}}}});
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", d}, {"tid", 0}, {"args", {{"name", "compute"}}}});
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", d}, {"tid", 1}, {"args", {{"name", "comm in"}}}});
+    }
+    res.trace_json = nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  }
+  return res;
+}
+
+}  // namespace dcp

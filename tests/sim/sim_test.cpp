@@ -1,0 +1,89 @@
+// Simulator sanity: one device = sum of kernel times; more bandwidth never slows a plan;
+// trace and calibration parsing.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "dcp/error.h"
+#include "dcp/sim.h"
+#include "plan/plan_fixtures.h"
+
+namespace dcp {
+namespace {
+
+using testing::cluster_for;
+using testing::placed;
+using testing::plan_for;
+using testing::skewed_batch;
+
+TEST(Sim, OneDeviceTimeIsTheSumOfKernelTimes) {
+  for (const std::string& mask : testing::mask_names()) {
+    auto pb = placed(BaselineKind::Packing, skewed_batch(mask), 1);
+    Plan p = plan_for(pb, 1);
+    SimOptions o;
+    o.calibration = calibration_from_cluster(cluster_for(1));
+    SimResult r = simulate(p, cluster_for(1), o);
+    double fwd = 0, bwd = 0;
+    for (const Instruction& ins : p.devices[0].fwd.code) fwd += instruction_time_s(p, ins, Pass::Forward, o.calibration);
+    for (const Instruction& ins : p.devices[0].bwd.code) bwd += instruction_time_s(p, ins, Pass::Backward, o.calibration);
+    EXPECT_DOUBLE_EQ(r.fwd_s, fwd) << mask;
+    EXPECT_DOUBLE_EQ(r.bwd_s, bwd) << mask;
+    EXPECT_EQ(r.comm_s, 0.0);
+    EXPECT_EQ(r.hidden_fraction, 1.0);
+    // And the attention part is at least the FLOPs at the calibrated rate.
+    EXPECT_GE(fwd, static_cast<double>(pb.table.total_area()) * 4.0 * 64 * 4 / o.calibration.attn_fwd_flops);
+  }
+}
+
+TEST(Sim, DoublingBandwidthNeverSlowsAPlan) {
+  for (BaselineKind kind : all_baselines()) {
+    for (int P : {4, 8}) {
+      auto pb = testing::scattered(placed(kind, skewed_batch("causal", 8192), P), 5);
+      for (const PlacedBatch* b : {&pb}) {
+        Plan p = plan_for(*b, P, 3);
+        Cluster c = cluster_for(P);
+        SimOptions o;
+        o.calibration = calibration_from_cluster(c);
+        SimResult slow = simulate(p, c, o);
+        Cluster fast = c;
+        fast.intra_bw *= 2;
+        fast.inter_bw_device *= 2;
+        fast.nic_bw_node *= 2;
+        SimResult quick = simulate(p, fast, o);
+        EXPECT_LE(quick.total_s(), slow.total_s() * (1 + 1e-12)) << to_string(kind) << " P=" << P;
+        EXPECT_GE(slow.hidden_fraction, 0.0);
+        EXPECT_LE(slow.hidden_fraction, 1.0);
+        for (const DeviceSim& d : slow.devices) EXPECT_LE(d.compute_s[0], slow.fwd_s * (1 + 1e-12));
+      }
+    }
+  }
+}
+
+TEST(Sim, TraceIsChromeJsonWithComputeAndCommunication) {
+  Plan p = plan_for(testing::scattered(placed(BaselineKind::Zigzag, skewed_batch("lambda"), 4), 2), 4);
+  SimOptions o;
+  o.trace = true;
+  SimResult r = simulate(p, cluster_for(4), o);
+  auto j = nlohmann::json::parse(r.trace_json);
+  int compute = 0, comm = 0;
+  for (const auto& e : j["traceEvents"])
+    if (e["ph"] == "X") (e["tid"] == 0 ? compute : comm) += 1;
+  EXPECT_GT(compute, 0);
+  EXPECT_GT(comm, 0);
+  EXPECT_FALSE(r.critical_path.empty());
+}
+
+TEST(Sim, CalibrationFiles) {
+  Calibration c = parse_calibration(R"({"name":"h200","attn_fwd_tflops":390,"attn_bwd_tflops":364,
+      "tile_overhead_us":0.5,"launch_overhead_us":4,"memory_bw_GBps":4200})", "h200.json");
+  EXPECT_DOUBLE_EQ(c.attn_fwd_flops, 390e12);
+  EXPECT_DOUBLE_EQ(c.tile_overhead_s, 0.5e-6);
+  EXPECT_THROW(parse_calibration(R"({"attn_fwd_tflop":390})", "x.json"), Error);
+  EXPECT_THROW(parse_calibration(R"({"attn_fwd_tflops":-1})", "x.json"), Error);
+  EXPECT_THROW(parse_calibration("{", "x.json"), Error);
+  EXPECT_THROW(simulate(plan_for(placed(BaselineKind::Ring, skewed_batch("causal"), 4), 4), cluster_for(8), SimOptions{}),
+               Error);
+}
+
+}  // namespace
+}  // namespace dcp
