@@ -3,7 +3,8 @@
 // The count over rows r in [r0, r1) of max(0, min(uppers(r)) - max(lowers(r))) where every bound
 // is affine in r with slope 0 or 1. The integrand is concave and piecewise affine; splitting
 // [r0, r1) at every crossing of two bounds leaves affine pieces whose positive part is an
-// arithmetic series. Cost: O(k^2 log k) for k bounds, independent of the number of rows.
+// arithmetic series. With slopes in {0, 1} the envelopes have one kink each, so the cost is
+// O(k) for k bounds, independent of the number of rows.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 
 namespace dcp {
 
+// Pre: lowers and uppers are non-empty, every slope is 0 or 1. r1 <= r0 gives 0.
 int64_t affine_area(int64_t r0, int64_t r1, std::span<const AffineBound> lowers,
                     std::span<const AffineBound> uppers);
 

@@ -84,9 +84,14 @@ struct BlockTable {
   double tile_flops_fwd(const Tile& t) const;
   double tile_flops_bwd(const Tile& t) const { return 2.5 * tile_flops_fwd(t); }
   // Bytes of one data block of `kind` for a token block of `tokens` tokens, one head group
-  // (KV-side kinds: one KV set). Partials (O partial, dQ, dKV) move in fp32; LSE and Delta are
-  // fp32 per row and query head.
+  // (KV-side kinds: one KV set), as it lives at its home in the element type:
+  //   Q, O, dO, dQ: tokens * q_heads_per_group * head_dim * element_bytes
+  //   KV, dKV:      2 * tokens * kv_heads_per_group * head_dim * element_bytes (K and V)
+  //   LSE, Delta:   tokens * q_heads_per_group * 4 (fp32 per row and query head)
   int64_t data_bytes(DataKind kind, int64_t tokens) const;
+  // Bytes of a partial result on its way to its home: partials (O, dQ, dKV) move and are
+  // merged in fp32, so these are data_bytes with 4-byte elements; other kinds as data_bytes.
+  int64_t partial_bytes(DataKind kind, int64_t tokens) const;
 
   // Allowed ranges of query row `row` of tile `t` clipped to the kv block, in sequence
   // coordinates. For kernels and validators; O(ranges of the row).

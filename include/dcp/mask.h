@@ -54,9 +54,9 @@ struct Mask {
   int64_t sink_blocks = 1;
   // SharedQuestion: question length and answer lengths; question + sum(answers) == length.
   int64_t question = 0;
-  std::vector<int64_t> answers;
+  std::vector<int64_t> answers{};
   // Ranges: rows[i] = the allowed ranges of row i (sorted, disjoint; may be empty).
-  std::shared_ptr<const std::vector<std::vector<Range>>> rows;
+  std::shared_ptr<const std::vector<std::vector<Range>>> rows{};
 
   static Mask full() { Mask m; m.kind = MaskKind::Full; return m; }
   static Mask causal() { Mask m; m.kind = MaskKind::Causal; return m; }

@@ -1,0 +1,149 @@
+// dcp plan — cut a batch into blocks, place it with every available method, and compare.
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "dcp/baselines.h"
+#include "dcp/error.h"
+#include "dcp/io.h"
+#include "dcp/metrics.h"
+#include "table.h"
+
+namespace dcp::cli {
+namespace {
+
+struct PlanArgs {
+  BatchSource batch;
+  ClusterSource cluster;
+  BlockOptions blocks;
+  bool json = false;
+  std::string write_batch;
+  std::vector<std::string> methods;
+};
+
+struct MethodResult {
+  std::string method;
+  std::string note;
+  PlacementMetrics metrics;
+  double plan_ms = 0;
+};
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+nlohmann::json to_json(const MethodResult& r) {
+  nlohmann::json devices = nlohmann::json::array();
+  for (const auto& d : r.metrics.devices) {
+    devices.push_back({{"tokens", d.tokens},
+                       {"tiles", d.num_tiles},
+                       {"fwd_flops", d.fwd_flops},
+                       {"bwd_flops", d.bwd_flops},
+                       {"memory_bytes", d.memory_bytes},
+                       {"memory_fwd_bytes", d.memory_fwd_bytes},
+                       {"memory_bwd_bytes", d.memory_bwd_bytes},
+                       {"send_bytes", d.send_bytes},
+                       {"recv_bytes", d.recv_bytes}});
+  }
+  const auto& m = r.metrics;
+  return {{"method", r.method},
+          {"note", r.note},
+          {"plan_ms", r.plan_ms},
+          {"compute_imbalance", m.compute_imbalance},
+          {"memory_imbalance", m.memory_imbalance},
+          {"intra_bytes", m.intra_bytes()},
+          {"inter_bytes", m.inter_bytes()},
+          {"intra_bytes_fwd", m.intra_bytes_fwd},
+          {"inter_bytes_fwd", m.inter_bytes_fwd},
+          {"intra_bytes_bwd", m.intra_bytes_bwd},
+          {"inter_bytes_bwd", m.inter_bytes_bwd},
+          {"bytes_per_token", m.bytes_per_token()},
+          {"devices", devices}};
+}
+
+int run_plan(const PlanArgs& args) {
+  const Batch batch = resolve_batch(args.batch);
+  batch.validate();
+  const Cluster cluster = resolve_cluster(args.cluster);
+  check_block_options(args.blocks, batch.shape);
+  if (!args.write_batch.empty()) save_batch(batch, args.write_batch);
+
+  auto t0 = std::chrono::steady_clock::now();
+  const BlockTable table = build_block_table(batch, args.blocks);
+  const double table_ms = ms_since(t0);
+
+  std::vector<MethodResult> results;
+  for (BaselineKind kind : all_baselines()) {
+    const std::string name = to_string(kind);
+    if (!args.methods.empty() && std::find(args.methods.begin(), args.methods.end(), name) == args.methods.end())
+      continue;
+    auto t1 = std::chrono::steady_clock::now();
+    PlacedBatch placed = make_baseline(kind, batch, args.blocks, cluster);
+    const double ms = ms_since(t1);
+    results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms});
+  }
+
+  if (args.json) {
+    nlohmann::json out;
+    out["batch"] = {{"sequences", batch.sequences.size()},
+                    {"tokens", batch.total_tokens()},
+                    {"tiles", table.tiles.size()},
+                    {"mask_area", batch.mask_area()},
+                    {"forward_flops", batch.forward_flops()},
+                    {"backward_flops", 2.5 * batch.forward_flops()},
+                    {"heads", {{"q", batch.shape.q_heads}, {"kv", batch.shape.kv_heads}, {"dim", batch.shape.head_dim}}},
+                    {"dtype", to_string(batch.shape.dtype)}};
+    out["block_size"] = args.blocks.block_size;
+    out["block_table_ms"] = table_ms;
+    out["cluster"] = {{"name", cluster.name},
+                      {"nodes", cluster.nodes},
+                      {"devices_per_node", cluster.devices_per_node},
+                      {"devices", cluster.num_devices()}};
+    out["placements"] = nlohmann::json::array();
+    for (const auto& r : results) out["placements"].push_back(to_json(r));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+
+  std::cout << fmt::format("batch: {} sequences, {} tokens, {} tiles at B={} ({} head groups), mask area {} pairs/head, "
+                           "{} fwd\n",
+                           batch.sequences.size(), batch.total_tokens(), table.tiles.size(), args.blocks.block_size,
+                           table.groups.num_groups, batch.mask_area(), human_flops(batch.forward_flops()));
+  std::cout << fmt::format("cluster: {} x {} devices ({}), block table built in {:.1f} ms\n\n", cluster.nodes,
+                           cluster.devices_per_node, cluster.name, table_ms);
+  Table t({"placement", "compute imb", "memory imb", "intra bytes", "inter bytes", "bytes/token", "time ms"});
+  for (const auto& r : results) {
+    const auto& m = r.metrics;
+    t.add_row({r.method, fixed(m.compute_imbalance, 3), fixed(m.memory_imbalance, 3),
+               human_bytes(static_cast<double>(m.intra_bytes())), human_bytes(static_cast<double>(m.inter_bytes())),
+               fixed(m.bytes_per_token(), 1), fixed(r.plan_ms, 1)});
+  }
+  std::cout << t.render();
+  std::cout << "\nimbalance = max/mean per device (compute: fwd+bwd FLOPs; memory: owned + received + partials).\n"
+               "bytes = forward + backward traffic (inputs to remote tiles, fp32 partials back to owners).\n";
+  for (const auto& r : results)
+    if (!r.note.empty()) std::cout << fmt::format("  {}: {}\n", r.method, r.note);
+  return 0;
+}
+
+}  // namespace
+
+void register_plan(CLI::App& app, Runner& runner) {
+  auto args = std::make_shared<PlanArgs>();
+  CLI::App* sub = app.add_subcommand("plan", "Place a batch with DCP and every static baseline; compare their costs");
+  add_batch_options(sub, args->batch);
+  add_cluster_options(sub, args->cluster);
+  add_block_options(sub, args->blocks);
+  sub->add_flag("--json", args->json, "Print one JSON object instead of tables");
+  sub->add_option("--write-batch", args->write_batch, "Also write the batch used as JSON to this file");
+  sub->add_option("--method", args->methods, "Only these placements (repeatable): ring, zigzag, ulysses, a2a_p2p, packing");
+  sub->callback([args, &runner] { runner = [args] { return run_plan(*args); }; });
+}
+
+}  // namespace dcp::cli
