@@ -2,7 +2,9 @@
 //
 // Written with GCC/Clang vector extensions (16 fp32 lanes) so that the same source compiles to
 // AVX-512, AVX2 or SSE; the callers are compiled once per ISA through target_clones (see
-// DCP_CPU_CLONES) and these helpers are always inlined into each clone.
+// DCP_CPU_CLONES) and these helpers are always inlined into each clone. The clones name ISA
+// levels (x86-64-v4 = AVX-512, v3 = AVX2 + FMA), not CPU models: `arch=haswell` would dispatch on
+// the CPU model and send AMD CPUs to the baseline clone.
 //
 // Sub-block geometry: kKeyBlock = 64 keys; score rows S[r][0..64) live in a [rows][64] buffer;
 // transposed key/value panels are [head_dim][64], 64-byte aligned.
@@ -15,7 +17,7 @@
 #include <new>
 
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(DCP_NO_CLONES)
-#define DCP_CPU_CLONES __attribute__((target_clones("arch=skylake-avx512", "arch=haswell", "default")))
+#define DCP_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define DCP_CPU_CLONES
 #endif
