@@ -25,6 +25,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct FwdUnit {
   const ForwardTile* tile;
+  const float* k_panels;  // [kv_heads][key blocks][head_dim][64]: K^T packed once per tile
   int q_head;
   int64_t r0;
   int64_t r1;
@@ -67,7 +68,6 @@ void forward_unit(const HeadLayout& heads, const FwdUnit& unit) {
   const int64_t rows = unit.r1 - unit.r0;
   const detail::TileRows mask(t.mask, t.num_kv);
 
-  detail::Scratch panel(static_cast<int64_t>(dim) * kKeyBlock);
   detail::Scratch s(kRowBlock * kKeyBlock);
   detail::Scratch o_acc(kRowBlock * static_cast<int64_t>(dim));
   float m[kRowBlock];
@@ -77,15 +77,15 @@ void forward_unit(const HeadLayout& heads, const FwdUnit& unit) {
     l[r] = 0.0f;
   }
   const float* q = t.q + unit.r0 * ldq + static_cast<int64_t>(unit.q_head) * dim;
-  const float* k = t.k + static_cast<int64_t>(kv_head) * dim;
+  const int64_t key_blocks = (t.num_kv + kKeyBlock - 1) / kKeyBlock;
+  const float* panels = unit.k_panels + kv_head * key_blocks * dim * kKeyBlock;
   const float* v = t.v + static_cast<int64_t>(kv_head) * dim;
 
   for (int64_t c0 = 0; c0 < t.num_kv; c0 += kKeyBlock) {
     const int nk = static_cast<int>(std::min<int64_t>(kKeyBlock, t.num_kv - c0));
     const BlockClass cls = mask.classify(unit.r0, unit.r1, c0, c0 + nk);
     if (cls == BlockClass::Empty) continue;
-    detail::pack_transposed(k + c0 * ldk, ldk, nk, dim, panel.get());
-    detail::scores(q, ldq, rows, panel.get(), dim, s.get());
+    detail::scores(q, ldq, rows, panels + (c0 / kKeyBlock) * dim * kKeyBlock, dim, s.get());
     for (int64_t r = 0; r < rows; ++r) {
       float* sr = s.get() + r * kKeyBlock;
       for (int j = 0; j < kKeyBlock; j += 16) detail::store(sr + j, detail::load(sr + j) * scale);
@@ -135,14 +135,27 @@ void attend_forward(const HeadLayout& heads, std::span<const ForwardTile> tiles)
                         (t.num_kv > 0 && (t.k == nullptr || t.v == nullptr))))
       raise(ErrorKind::InvalidInput, where + ": null data pointer");
   }
+  const int dim = heads.head_dim;
+  const int64_t ldk = static_cast<int64_t>(heads.kv_heads) * dim;
   for (const ForwardTile& t : tiles) {
     if (t.num_q == 0) continue;
+    const bool parallel = detail::worth_threads(t.num_q * t.num_kv * heads.q_heads * dim);
+    // Every unit of a kv head reads all of its keys: transpose K into panels once per tile.
+    const int64_t key_blocks = (t.num_kv + kKeyBlock - 1) / kKeyBlock;
+    detail::Scratch k_panels(std::max<int64_t>(1, heads.kv_heads * key_blocks * dim * kKeyBlock));
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t i = 0; i < heads.kv_heads * key_blocks; ++i) {
+      const int64_t g = i / key_blocks;
+      const int64_t c0 = (i % key_blocks) * kKeyBlock;
+      const int nk = static_cast<int>(std::min<int64_t>(kKeyBlock, t.num_kv - c0));
+      detail::pack_transposed(t.k + c0 * ldk + g * dim, ldk, nk, dim, k_panels.get() + i * dim * kKeyBlock);
+    }
     const int64_t chunks = (t.num_q + kRowBlock - 1) / kRowBlock;
     const int64_t num_units = chunks * heads.q_heads;
-#pragma omp parallel for schedule(dynamic, 1) if (detail::worth_threads(t.num_q * t.num_kv * heads.q_heads * heads.head_dim))
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t u = 0; u < num_units; ++u) {
       const int64_t chunk = u / heads.q_heads;
-      const FwdUnit unit{&t, static_cast<int>(u % heads.q_heads), chunk * kRowBlock,
+      const FwdUnit unit{&t, k_panels.get(), static_cast<int>(u % heads.q_heads), chunk * kRowBlock,
                          std::min(t.num_q, (chunk + 1) * kRowBlock)};
       forward_unit(heads, unit);
     }
