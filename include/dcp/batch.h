@@ -24,6 +24,10 @@ struct AttentionShape {
   void validate(const std::string& where) const;  // throws InvalidInput naming the field
 };
 
+// Longest batch (all sequences together) we accept: keeps every mask area below 2^62, so
+// areas and FLOP counts never overflow int64.
+inline constexpr int64_t kMaxBatchTokens = (int64_t{1} << 31) - 1;
+
 struct Sequence {
   int64_t length = 0;
   Mask mask;
@@ -39,7 +43,8 @@ struct Batch {
   int64_t mask_area() const;
   // Forward FLOPs over all query heads: 4 * area * head_dim * q_heads (backward is 2.5x).
   double forward_flops() const;
-  // Checks shape and every sequence (length > 0, mask fits); throws InvalidInput.
+  // Checks shape and every sequence (at least one; length > 0; total <= kMaxBatchTokens; mask
+  // fits); throws InvalidInput naming the field, e.g. "sequences[3].length: must be > 0, got -5".
   void validate() const;
 };
 

@@ -23,6 +23,9 @@ void save_dataset(const std::vector<Batch>& batches, const std::string& path);
 // or {"preset": "a100-p4d", "nodes": 4} with optional overrides.
 Cluster parse_cluster(const std::string& json_text, const std::string& source);
 Cluster load_cluster(const std::string& path);
+// The full custom form (no "preset"), every field in the file units (GB/s, us, TFLOP/s, GB);
+// parse_cluster reads it back equal up to the rounding of the unit conversion.
+std::string cluster_to_json(const Cluster& cluster);
 
 std::string read_text_file(const std::string& path);  // throws InvalidInput if unreadable
 

@@ -1,0 +1,155 @@
+// dcp/partition.h — the DCP placement: a hierarchical, balanced hypergraph partition of a
+// block table onto a cluster (nodes first, then the devices of each node).
+//
+// The placement hypergraph (one per block table):
+//   vertices  [0, num_tiles)            : tiles, in table order; compute weight = fwd + bwd FLOPs,
+//                                         memory weight 0.
+//             [num_tiles, + num_blocks) : token blocks, in table order; memory weight = every
+//                                         tensor the home owns (all head groups, fwd + bwd),
+//                                         compute weight 0. All heads of a token block share
+//                                         one home, hence one vertex per token block.
+//   nets      per token block t, in this order: one Q-side net per head group g, then one
+//             KV-side net per KV set s. Pins: the token-block vertex first (the home), then every
+//             tile reading or writing that data, in table order. Weight = bytes moved to/from
+//             one extra device, forward + backward (the model of metrics.h):
+//               Q-side : Q + O partial + LSE (fwd), Q + dO + LSE + Delta + dQ partial (bwd)
+//               KV-side: KV (fwd), KV + dKV partial (bwd)
+// Objective: sum over nets of bytes x (devices touching the net - 1), where a remote device on
+// another node than the home costs Cluster::inter_weight() per byte. This equals the
+// intra + inter bytes of compute_metrics() for the same placement.
+//
+// Constraints (both enforced, then checked on the final placement):
+//   per device: compute <= (1 + eps_compute) x mean, owned memory <= (1 + eps_memory) x mean.
+//   per node (first level): the same with eps x node_eps_factor. The default factor 1/4 splits
+//   the tolerance between the levels: a node level looser than eps would leave devices of a heavy
+//   node unable to meet the per-device bound against the global mean.
+// A placement that still violates a bound after repair is returned with the violations listed
+// in the report (PlacementReport::violations); callers must look at them.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "dcp/blocks.h"
+#include "dcp/cluster.h"
+#include "dcp/placement.h"
+
+namespace dcp {
+
+// ---- the hypergraph ------------------------------------------------------------------------
+
+struct PlacementHypergraph {
+  int32_t num_tiles = 0;
+  int32_t num_token_blocks = 0;
+  int32_t num_head_groups = 0;         // Q-side nets per token block
+  int32_t nets_per_block = 0;          // head groups + KV sets
+  std::vector<double> compute_flops;   // per vertex
+  std::vector<int64_t> memory_bytes;   // per vertex
+  std::vector<int64_t> net_begin;      // CSR over nets; size num_nets + 1
+  std::vector<int32_t> pins;           // first pin of each net = its token-block vertex
+  std::vector<int64_t> net_bytes;      // per net
+
+  int32_t num_vertices() const { return num_tiles + num_token_blocks; }
+  int32_t num_nets() const { return static_cast<int32_t>(net_bytes.size()); }
+  int32_t block_vertex(int32_t token_block) const { return num_tiles + token_block; }
+};
+
+// Pre: table.validate() passes. Post: every tile is a pin of exactly two nets (its Q-side and
+// KV-side group) and every token block of nets_per_block nets.
+PlacementHypergraph build_placement_hypergraph(const BlockTable& table);
+
+// Vertex -> device from a placement (tiles, then token blocks) and back.
+std::vector<int32_t> placement_to_parts(const PlacementHypergraph& h, const Placement& p);
+Placement parts_to_placement(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
+                             int num_devices, const std::string& method);
+
+// Bytes the placement moves by the hypergraph model: remote devices on the home's node count
+// as intra, on other nodes as inter (as compute_metrics counts them).
+struct ConnectivityBytes {
+  int64_t intra_bytes = 0;
+  int64_t inter_bytes = 0;
+  double objective = 0;  // intra + inter_weight x inter
+};
+ConnectivityBytes connectivity_bytes(const PlacementHypergraph& h,
+                                     const std::vector<int32_t>& parts, const Cluster& cluster);
+
+// ---- options, report, entry point -----------------------------------------------------------
+
+enum class PartitionerKind { Builtin, Metis, Zoltan };
+const char* to_string(PartitionerKind kind);                  // "builtin", "metis", "zoltan"
+PartitionerKind parse_partitioner(const std::string& name);   // throws InvalidInput
+// Backends compiled into this build (Zoltan is optional).
+std::vector<PartitionerKind> available_partitioners();
+
+struct PlacementOptions {
+  PartitionerKind partitioner = PartitionerKind::Builtin;
+  double eps_compute = 0.1;       // per-device compute tolerance
+  double eps_memory = 0.2;        // per-device owned-memory tolerance
+  double node_eps_factor = 0.25;  // node-level tolerance = eps x factor
+  uint64_t seed = 1;
+  int refine_passes = 12;         // built-in: label-propagation passes per level
+  // Throws InvalidInput naming the option (eps < 0, factor <= 0, passes < 0).
+  void validate() const;
+};
+
+struct PlacementReport {
+  std::string partitioner;
+  int64_t intra_bytes = 0;   // by the hypergraph model (equals compute_metrics)
+  int64_t inter_bytes = 0;
+  double objective = 0;      // intra + inter_weight x inter
+  double compute_imbalance = 0;  // max / mean over devices (fwd + bwd FLOPs)
+  double memory_imbalance = 0;   // max / mean over devices (owned bytes)
+  double node_compute_imbalance = 0;
+  double node_memory_imbalance = 0;
+  std::vector<std::string> violations;  // empty when every bound holds
+  double build_s = 0;        // hypergraph construction
+  double node_level_s = 0;   // first level (nodes)
+  double device_level_s = 0; // second level (devices of each node)
+  double total_s = 0;
+  bool balanced() const { return violations.empty(); }
+};
+
+struct DcpPlacement {
+  Placement placement;  // method "dcp"; note names the partitioner and any violation
+  PlacementReport report;
+};
+
+// Pre: table.validate() passes, cluster.validate() passes, opts.validate() passes.
+// Post: placement.validate(table) passes; every tile and token block has one device; the report
+// lists every violated bound. Deterministic for equal inputs and seed.
+DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
+                       const PlacementOptions& opts = {});
+
+// Checks the bounds of `opts` on a finished placement (device and node level); returns the
+// violations as text (empty when all hold) and fills the imbalance fields of `report`.
+std::vector<std::string> check_balance(const PlacementHypergraph& h,
+                                       const std::vector<int32_t>& parts, const Cluster& cluster,
+                                       const PlacementOptions& opts, PlacementReport& report);
+
+// ---- hMETIS exchange ------------------------------------------------------------------------
+// .hgr: header "num_nets num_vertices 11" (net and vertex weights); then one line per net in
+// our net order: "weight pin pin ..." with 1-based vertex ids in our vertex order (tiles, then
+// token blocks) and weight = net bytes (x inter_weight is NOT applied: hMETIS has one level);
+// then one line per vertex with its weight: compute FLOPs / flops_unit for `HgrWeight::Compute`
+// or memory bytes / bytes_unit for `HgrWeight::Memory` (rounded, at least 1; hMETIS takes one
+// vertex weight, so the other constraint is not expressed). Net weights are in units of
+// `bytes_unit` bytes (rounded, at least 1).
+// Partition file: one line per vertex, its part id (device), 0-based.
+enum class HgrWeight { Compute, Memory };
+struct HgrOptions {
+  HgrWeight vertex_weight = HgrWeight::Compute;
+  double flops_unit = 1e6;
+  double bytes_unit = 1024;
+};
+void write_hgr(const PlacementHypergraph& h, const HgrOptions& opts, std::ostream& out);
+void write_partition(const std::vector<int32_t>& parts, std::ostream& out);
+// Reads a partition file; `source` names it in errors ("file:line: ..."). Throws InvalidInput
+// for a wrong number of lines, a non-integer or a part id outside [0, num_devices).
+std::vector<int32_t> read_partition(std::istream& in, const std::string& source,
+                                    int32_t num_vertices, int num_devices);
+// The partition file at `path` as a placement of `table` (method "imported").
+Placement import_partition(const BlockTable& table, const std::string& path, int num_devices);
+
+}  // namespace dcp

@@ -1,0 +1,167 @@
+// The placement hypergraph of a block table and the exact byte count of a partition of it.
+#include <algorithm>
+#include <string>
+
+#include "dcp/error.h"
+#include "dcp/partition.h"
+
+namespace dcp {
+
+namespace {
+
+int64_t q_side_bytes(const BlockTable& t, int64_t tokens) {
+  // forward: Q out, partial O + LSE back; backward: Q, dO, LSE, Delta out, dQ partial back.
+  return 2 * t.data_bytes(DataKind::Q, tokens) + t.partial_bytes(DataKind::O, tokens) +
+         2 * t.data_bytes(DataKind::LSE, tokens) + t.data_bytes(DataKind::dO, tokens) +
+         t.data_bytes(DataKind::Delta, tokens) + t.partial_bytes(DataKind::dQ, tokens);
+}
+
+int64_t kv_side_bytes(const BlockTable& t, int64_t tokens) {
+  return 2 * t.data_bytes(DataKind::KV, tokens) + t.partial_bytes(DataKind::dKV, tokens);
+}
+
+int64_t owned_bytes(const BlockTable& t, int64_t tokens) {
+  const int64_t per_group = t.data_bytes(DataKind::Q, tokens) + t.data_bytes(DataKind::O, tokens) +
+                            t.data_bytes(DataKind::LSE, tokens) +
+                            t.data_bytes(DataKind::dO, tokens) +
+                            t.data_bytes(DataKind::dQ, tokens) +
+                            t.data_bytes(DataKind::Delta, tokens);
+  const int64_t per_set = t.data_bytes(DataKind::KV, tokens) + t.data_bytes(DataKind::dKV, tokens);
+  return per_group * t.groups.num_groups + per_set * t.groups.num_kv_sets();
+}
+
+}  // namespace
+
+PlacementHypergraph build_placement_hypergraph(const BlockTable& table) {
+  PlacementHypergraph h;
+  const int32_t num_groups = table.groups.num_groups;
+  const int32_t num_sets = table.groups.num_kv_sets();
+  h.num_tiles = static_cast<int32_t>(table.tiles.size());
+  h.num_token_blocks = table.num_token_blocks();
+  h.num_head_groups = num_groups;
+  h.nets_per_block = num_groups + num_sets;
+  const int32_t num_nets = h.num_token_blocks * h.nets_per_block;
+  const int32_t nv = h.num_vertices();
+  h.compute_flops.assign(static_cast<size_t>(nv), 0.0);
+  h.memory_bytes.assign(static_cast<size_t>(nv), 0);
+  h.net_bytes.resize(static_cast<size_t>(num_nets));
+
+  auto q_net = [&](const Tile& t) { return t.q_block * h.nets_per_block + t.head_group; };
+  auto kv_net = [&](const Tile& t) {
+    return t.kv_block * h.nets_per_block + num_groups + table.groups.kv_set(t.head_group);
+  };
+
+  std::vector<int64_t> count(static_cast<size_t>(num_nets) + 1, 1);  // the home pin
+  for (const Tile& t : table.tiles) {
+    ++count[static_cast<size_t>(q_net(t))];
+    ++count[static_cast<size_t>(kv_net(t))];
+  }
+  h.net_begin.assign(static_cast<size_t>(num_nets) + 1, 0);
+  for (int32_t e = 0; e < num_nets; ++e) h.net_begin[e + 1] = h.net_begin[e] + count[e];
+  h.pins.resize(static_cast<size_t>(h.net_begin.back()));
+  std::vector<int64_t> fill(h.net_begin.begin(), h.net_begin.end() - 1);
+  for (int32_t b = 0; b < h.num_token_blocks; ++b) {
+    const int64_t tokens = table.token_blocks[b].length;
+    h.memory_bytes[h.block_vertex(b)] = owned_bytes(table, tokens);
+    for (int32_t j = 0; j < h.nets_per_block; ++j) {
+      const int32_t e = b * h.nets_per_block + j;
+      h.pins[fill[e]++] = h.block_vertex(b);
+      h.net_bytes[e] = j < num_groups ? q_side_bytes(table, tokens) : kv_side_bytes(table, tokens);
+    }
+  }
+  for (int32_t i = 0; i < h.num_tiles; ++i) {
+    const Tile& t = table.tiles[i];
+    h.compute_flops[i] = table.tile_flops_fwd(t) + table.tile_flops_bwd(t);
+    h.pins[fill[q_net(t)]++] = i;
+    h.pins[fill[kv_net(t)]++] = i;
+  }
+  return h;
+}
+
+std::vector<int32_t> placement_to_parts(const PlacementHypergraph& h, const Placement& p) {
+  if (static_cast<int32_t>(p.tile_device.size()) != h.num_tiles ||
+      static_cast<int32_t>(p.block_home.size()) != h.num_token_blocks)
+    raise(ErrorKind::InvalidInput,
+          "placement_to_parts: placement has " + std::to_string(p.tile_device.size()) +
+              " tiles and " + std::to_string(p.block_home.size()) +
+              " token blocks, the hypergraph " + std::to_string(h.num_tiles) + " and " +
+              std::to_string(h.num_token_blocks));
+  std::vector<int32_t> parts(p.tile_device.begin(), p.tile_device.end());
+  parts.insert(parts.end(), p.block_home.begin(), p.block_home.end());
+  return parts;
+}
+
+Placement parts_to_placement(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
+                             int num_devices, const std::string& method) {
+  DCP_ASSERT(static_cast<int32_t>(parts.size()) == h.num_vertices());
+  Placement p;
+  p.method = method;
+  p.num_devices = num_devices;
+  p.tile_device.assign(parts.begin(), parts.begin() + h.num_tiles);
+  p.block_home.assign(parts.begin() + h.num_tiles, parts.end());
+  return p;
+}
+
+ConnectivityBytes connectivity_bytes(const PlacementHypergraph& h,
+                                     const std::vector<int32_t>& parts, const Cluster& cluster) {
+  DCP_ASSERT(static_cast<int32_t>(parts.size()) == h.num_vertices());
+  ConnectivityBytes out;
+  std::vector<int32_t> seen(static_cast<size_t>(cluster.num_devices()), -1);
+  for (int32_t e = 0; e < h.num_nets(); ++e) {
+    const int32_t home = parts[h.pins[h.net_begin[e]]];
+    seen[home] = e;
+    for (int64_t i = h.net_begin[e] + 1; i < h.net_begin[e + 1]; ++i) {
+      const int32_t d = parts[h.pins[i]];
+      if (seen[d] == e) continue;
+      seen[d] = e;
+      if (cluster.node_of(d) == cluster.node_of(home))
+        out.intra_bytes += h.net_bytes[e];
+      else
+        out.inter_bytes += h.net_bytes[e];
+    }
+  }
+  out.objective = static_cast<double>(out.intra_bytes) +
+                  cluster.inter_weight() * static_cast<double>(out.inter_bytes);
+  return out;
+}
+
+const char* to_string(PartitionerKind kind) {
+  switch (kind) {
+    case PartitionerKind::Builtin: return "builtin";
+    case PartitionerKind::Metis: return "metis";
+    case PartitionerKind::Zoltan: return "zoltan";
+  }
+  return "?";
+}
+
+PartitionerKind parse_partitioner(const std::string& name) {
+  for (PartitionerKind k :
+       {PartitionerKind::Builtin, PartitionerKind::Metis, PartitionerKind::Zoltan})
+    if (name == to_string(k)) return k;
+  raise(ErrorKind::InvalidInput,
+        "partitioner: unknown name '" + name + "' (expected builtin, metis or zoltan)");
+}
+
+std::vector<PartitionerKind> available_partitioners() {
+  std::vector<PartitionerKind> out{PartitionerKind::Builtin};
+#ifdef DCP_HAVE_METIS
+  out.push_back(PartitionerKind::Metis);
+#endif
+#ifdef DCP_HAVE_ZOLTAN
+  out.push_back(PartitionerKind::Zoltan);
+#endif
+  return out;
+}
+
+void PlacementOptions::validate() const {
+  auto bad = [](const std::string& what) { raise(ErrorKind::InvalidInput, "placement: " + what); };
+  if (!(eps_compute >= 0))
+    bad("eps_compute must be >= 0 (got " + std::to_string(eps_compute) + ")");
+  if (!(eps_memory >= 0)) bad("eps_memory must be >= 0 (got " + std::to_string(eps_memory) + ")");
+  if (!(node_eps_factor > 0))
+    bad("node_eps_factor must be > 0 (got " + std::to_string(node_eps_factor) + ")");
+  if (refine_passes < 0)
+    bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
+}
+
+}  // namespace dcp

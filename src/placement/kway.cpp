@@ -1,0 +1,288 @@
+// Shared pieces of every level: incidence, objective, balance repair, label propagation, and
+// the built-in backend.
+#include "placement/kway.h"
+
+#include <algorithm>
+#include <numeric>
+#include <tuple>
+
+#include "dcp/error.h"
+
+namespace dcp::placement {
+
+void SubHypergraph::finish_incidence() {
+  const int32_t n = num_vertices();
+  vertex_begin.assign(static_cast<size_t>(n) + 1, 0);
+  for (int32_t v : pins) ++vertex_begin[static_cast<size_t>(v) + 1];
+  for (int32_t v = 0; v < n; ++v) vertex_begin[v + 1] += vertex_begin[v];
+  vertex_nets.resize(pins.size());
+  std::vector<int64_t> fill(vertex_begin.begin(), vertex_begin.end() - 1);
+  for (int32_t e = 0; e < num_nets(); ++e)
+    for (int64_t i = net_begin[e]; i < net_begin[e + 1]; ++i) vertex_nets[fill[pins[i]]++] = e;
+}
+
+namespace {
+
+// Pin counts per (net, part) and loads per part, updated move by move.
+struct State {
+  const SubHypergraph& s;
+  int k;
+  std::vector<int32_t> count;  // net * k + part
+  std::vector<double> load_c, load_m;
+  std::vector<double> gain_scratch;
+
+  State(const SubHypergraph& sub, int num_parts, const std::vector<int32_t>& part)
+      : s(sub), k(num_parts) {
+    count.assign(static_cast<size_t>(s.num_nets()) * k, 0);
+    for (int32_t e = 0; e < s.num_nets(); ++e)
+      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
+        ++count[static_cast<size_t>(e) * k + part[s.pins[i]]];
+    load_c.assign(k, 0.0);
+    load_m.assign(k, 0.0);
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      load_c[part[v]] += s.compute[v];
+      load_m[part[v]] += s.memory[v];
+    }
+    gain_scratch.assign(k, 0.0);
+  }
+
+  // gain_scratch[b] = objective decrease when v moves from `from` to b (0 for b == from).
+  void gains(int32_t v, int32_t from) {
+    std::fill(gain_scratch.begin(), gain_scratch.end(), 0.0);
+    double leave = 0;
+    for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s.vertex_nets[i];
+      const double w = s.net_weight[e];
+      const int32_t* c = &count[static_cast<size_t>(e) * k];
+      if (c[from] == 1) leave += w;
+      for (int b = 0; b < k; ++b)
+        if (c[b] == 0) gain_scratch[b] -= w;
+    }
+    for (int b = 0; b < k; ++b) gain_scratch[b] = b == from ? 0.0 : gain_scratch[b] + leave;
+  }
+
+  void move(int32_t v, int32_t from, int32_t to, std::vector<int32_t>& part) {
+    for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+      const size_t e = static_cast<size_t>(s.vertex_nets[i]) * k;
+      --count[e + from];
+      ++count[e + to];
+    }
+    load_c[from] -= s.compute[v];
+    load_m[from] -= s.memory[v];
+    load_c[to] += s.compute[v];
+    load_m[to] += s.memory[v];
+    part[v] = to;
+  }
+
+  bool fits(int32_t v, int b, const PartCaps& caps) const {
+    // A resource the vertex does not carry cannot block it (a tile may enter a part whose
+    // memory is over its bound).
+    return (s.compute[v] <= 0 || load_c[b] + s.compute[v] <= caps.compute[b]) &&
+           (s.memory[v] <= 0 || load_m[b] + s.memory[v] <= caps.memory[b]);
+  }
+};
+
+double total_net_weight(const SubHypergraph& s) {
+  return std::accumulate(s.net_weight.begin(), s.net_weight.end(), 0.0);
+}
+
+}  // namespace
+
+double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k) {
+  std::vector<int32_t> seen(static_cast<size_t>(k), -1);
+  double total = 0;
+  for (int32_t e = 0; e < s.num_nets(); ++e) {
+    int32_t parts = s.net_external[e] ? 1 : 0;
+    for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+      const int32_t p = part[s.pins[i]];
+      if (seen[p] != e) {
+        seen[p] = e;
+        ++parts;
+      }
+    }
+    if (parts > 1) total += s.net_weight[e] * (parts - 1);
+  }
+  return total;
+}
+
+bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part) {
+  const int k = caps.k();
+  State st(s, k, part);
+  auto over = [&](int p) {
+    return st.load_c[p] > caps.compute[p] || st.load_m[p] > caps.memory[p];
+  };
+  for (int round = 0; round < 16; ++round) {
+    bool any_over = false;
+    for (int p = 0; p < k; ++p) any_over = any_over || over(p);
+    if (!any_over) return true;
+    // (gain, vertex, target), best gain first; ties by vertex id for determinism.
+    std::vector<std::tuple<double, int32_t, int32_t>> cand;
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      const int32_t p = part[v];
+      const bool c_over = st.load_c[p] > caps.compute[p] && s.compute[v] > 0;
+      const bool m_over = st.load_m[p] > caps.memory[p] && s.memory[v] > 0;
+      if (!c_over && !m_over) continue;
+      st.gains(v, p);
+      int32_t best = -1;
+      for (int b = 0; b < k; ++b) {
+        if (b == p || !st.fits(v, b, caps)) continue;
+        if (best < 0 || st.gain_scratch[b] > st.gain_scratch[best]) best = b;
+      }
+      if (best >= 0) cand.emplace_back(st.gain_scratch[best], v, best);
+    }
+    std::sort(cand.begin(), cand.end(), [](const auto& a, const auto& b) {
+      if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
+      return std::get<1>(a) < std::get<1>(b);
+    });
+    int moved = 0;
+    for (const auto& [g, v, b] : cand) {
+      const int32_t p = part[v];
+      const bool still = (st.load_c[p] > caps.compute[p] && s.compute[v] > 0) ||
+                         (st.load_m[p] > caps.memory[p] && s.memory[v] > 0);
+      if (!still || !st.fits(v, b, caps)) continue;
+      st.move(v, p, b, part);
+      ++moved;
+    }
+    if (moved == 0) break;
+  }
+  for (int p = 0; p < k; ++p)
+    if (over(p)) return false;
+  return true;
+}
+
+void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
+                              int passes, std::vector<int32_t>& part) {
+  const int k = caps.k();
+  if (k <= 1 || s.num_vertices() == 0) return;
+  State st(s, k, part);
+  const double tiny = 1e-12 * std::max(1.0, total_net_weight(s));
+  std::vector<int32_t> order(static_cast<size_t>(s.num_vertices()));
+  std::iota(order.begin(), order.end(), 0);
+  uint64_t rng = seed;
+  for (size_t i = order.size(); i > 1; --i)
+    std::swap(order[i - 1], order[splitmix64(rng) % i]);
+  for (int pass = 0; pass < passes; ++pass) {
+    int moved = 0;
+    for (int32_t v : order) {
+      const int32_t p = part[v];
+      st.gains(v, p);
+      int32_t best = -1;
+      double best_gain = 0;
+      for (int b = 0; b < k; ++b) {
+        if (b == p || !st.fits(v, b, caps)) continue;
+        const double g = st.gain_scratch[b];
+        // Zero-gain moves are taken only when they even out the loads of the pair: they cost
+        // nothing and make room for later positive moves. Strict decrease => no cycling.
+        const bool evens = g > -tiny &&
+                           ((s.compute[v] > 0 && st.load_c[b] + s.compute[v] < st.load_c[p]) ||
+                            (s.memory[v] > 0 && st.load_m[b] + s.memory[v] < st.load_m[p]));
+        if (g > tiny || evens) {
+          if (best < 0 || g > best_gain + tiny) {
+            best = b;
+            best_gain = g;
+          }
+        }
+      }
+      if (best >= 0) {
+        st.move(v, p, best, part);
+        ++moved;
+      }
+    }
+    if (moved == 0) break;
+  }
+}
+
+namespace {
+
+// Contracts each token block with the tiles anchored to it (its query rows) into one vertex:
+// the natural unit of "queries stay, KV travels". Nets keep their pins, deduplicated.
+SubHypergraph contract_rows(const SubHypergraph& s, std::vector<int32_t>& cluster_of) {
+  const int32_t n = s.num_vertices();
+  cluster_of.assign(static_cast<size_t>(n), -1);
+  SubHypergraph c;
+  for (int32_t v = 0; v < n; ++v) {
+    if (s.anchor[v] >= 0) continue;
+    cluster_of[v] = static_cast<int32_t>(c.global.size());
+    c.global.push_back(v);
+    c.compute.push_back(0);
+    c.memory.push_back(0);
+  }
+  for (int32_t v = 0; v < n; ++v)
+    if (s.anchor[v] >= 0) cluster_of[v] = cluster_of[s.anchor[v]];
+  for (int32_t v = 0; v < n; ++v) {
+    c.compute[cluster_of[v]] += s.compute[v];
+    c.memory[cluster_of[v]] += s.memory[v];
+  }
+  c.anchor.assign(c.global.size(), -1);
+  c.net_begin.push_back(0);
+  std::vector<int32_t> seen(c.global.size(), -1);
+  for (int32_t e = 0; e < s.num_nets(); ++e) {
+    for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+      const int32_t cv = cluster_of[s.pins[i]];
+      if (seen[cv] == e) continue;
+      seen[cv] = e;
+      c.pins.push_back(cv);
+    }
+    c.net_begin.push_back(static_cast<int64_t>(c.pins.size()));
+    c.net_weight.push_back(s.net_weight[e]);
+    c.net_external.push_back(s.net_external[e]);
+  }
+  c.finish_incidence();
+  return c;
+}
+
+class BuiltinPartitioner final : public Partitioner {
+ public:
+  std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
+                                 int refine_passes) const override {
+    const int k = caps.k();
+    const int32_t n = s.num_vertices();
+    std::vector<int32_t> part(static_cast<size_t>(n), 0);
+    if (k <= 1) return part;
+    // Coarse level: query rows with their token block. Initial placement cuts them in batch
+    // order into k contiguous runs of equal (memory + compute) share, so short sequences stay
+    // whole and long ones are split into contiguous pieces; then repair and refine.
+    std::vector<int32_t> cluster_of;
+    const SubHypergraph c = contract_rows(s, cluster_of);
+    const int32_t nc = c.num_vertices();
+    double total_c = 0, total_m = 0;
+    for (int32_t v = 0; v < nc; ++v) {
+      total_c += c.compute[v];
+      total_m += c.memory[v];
+    }
+    auto share = [&](int32_t v) {
+      return 0.5 * ((total_m > 0 ? c.memory[v] / total_m : 0.0) +
+                    (total_c > 0 ? c.compute[v] / total_c : 0.0));
+    };
+    std::vector<int32_t> coarse(static_cast<size_t>(nc), 0);
+    double cum = 0;
+    for (int32_t v = 0; v < nc; ++v) {
+      coarse[v] = std::min(k - 1, static_cast<int>((cum + 0.5 * share(v)) * k));
+      cum += share(v);
+    }
+    repair_balance(c, caps, coarse);
+    refine_label_propagation(c, caps, seed, refine_passes, coarse);
+    for (int32_t v = 0; v < n; ++v) part[v] = coarse[cluster_of[v]];
+    // Fine level: single tiles and blocks.
+    repair_balance(s, caps, part);
+    refine_label_propagation(s, caps, seed + 1, refine_passes, part);
+    return part;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Partitioner> make_builtin_partitioner() {
+  return std::make_unique<BuiltinPartitioner>();
+}
+
+std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind) {
+  switch (kind) {
+    case PartitionerKind::Builtin: return make_builtin_partitioner();
+    case PartitionerKind::Metis: return make_metis_partitioner();
+    case PartitionerKind::Zoltan: return make_zoltan_partitioner();
+  }
+  raise(ErrorKind::InvalidInput, "partitioner: unknown kind");
+}
+
+}  // namespace dcp::placement

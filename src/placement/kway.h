@@ -1,0 +1,75 @@
+// placement/kway.h — one level of the hierarchical placement: a k-way partition of a
+// sub-hypergraph under two per-part capacities, and the backends that compute it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "dcp/partition.h"
+
+namespace dcp::placement {
+
+// The vertices and nets one level sees. At the node level that is everything; at the device
+// level, the vertices of one node, with nets cut down to their pins inside the node.
+struct SubHypergraph {
+  std::vector<int32_t> global;     // sub vertex -> hypergraph vertex
+  std::vector<double> compute;     // per sub vertex
+  std::vector<double> memory;      // per sub vertex
+  // Preferred companion for the initial placement: the Q-side (else KV-side) token block
+  // of a tile, as a sub vertex; -1 for token blocks and tiles whose blocks live elsewhere.
+  std::vector<int32_t> anchor;
+  std::vector<int64_t> net_begin;  // CSR over sub nets
+  std::vector<int32_t> pins;       // sub vertex ids
+  std::vector<double> net_weight;  // objective weight per extra part
+  // 1 when the net also touches a fixed part outside this level (its home lies elsewhere):
+  // the cost is then weight x parts touched, not weight x (parts - 1).
+  std::vector<uint8_t> net_external;
+  std::vector<int64_t> vertex_begin;  // CSR vertex -> sub nets
+  std::vector<int32_t> vertex_nets;
+
+  int32_t num_vertices() const { return static_cast<int32_t>(global.size()); }
+  int32_t num_nets() const { return static_cast<int32_t>(net_weight.size()); }
+  void finish_incidence();  // fills vertex_begin / vertex_nets from the pins
+};
+
+struct PartCaps {
+  std::vector<double> compute;  // per part: upper bound
+  std::vector<double> memory;
+  int k() const { return static_cast<int>(compute.size()); }
+};
+
+double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k);
+
+// Moves vertices out of parts over a capacity, cheapest objective increase first. Returns
+// true when every capacity holds afterwards.
+bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part);
+
+// Label propagation with exact connectivity gains; only moves that keep capacities (or leave
+// an over-full part) are taken. Never increases the objective.
+void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
+                              int passes, std::vector<int32_t>& part);
+
+class Partitioner {
+ public:
+  virtual ~Partitioner() = default;
+  // Post: part has one id in [0, caps.k()) per sub vertex. Capacities are targets; the driver
+  // repairs and checks what comes back.
+  virtual std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps,
+                                         uint64_t seed, int refine_passes) const = 0;
+};
+
+std::unique_ptr<Partitioner> make_builtin_partitioner();
+std::unique_ptr<Partitioner> make_metis_partitioner();
+std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built
+std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind);
+
+// splitmix64: the project's portable PRNG step.
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace dcp::placement

@@ -1,0 +1,314 @@
+// Properties of the DCP placement against brute-force references.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "dcp/error.h"
+#include "dcp/metrics.h"
+#include "dcp/partition.h"
+
+namespace dcp {
+namespace {
+
+uint64_t next(uint64_t& s) {
+  uint64_t z = (s += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// Skewed lengths (many short, a few long) filling `tokens`.
+Batch random_batch(uint64_t seed, int64_t tokens, int q_heads, int kv_heads, Mask mask) {
+  Batch b;
+  b.shape.q_heads = q_heads;
+  b.shape.kv_heads = kv_heads;
+  b.shape.head_dim = 64;
+  uint64_t s = seed;
+  int64_t left = tokens;
+  while (left > 0) {
+    const int64_t r = static_cast<int64_t>(next(s) % 1000);
+    int64_t len = r < 700 ? 16 + static_cast<int64_t>(next(s) % 200) : 200 + static_cast<int64_t>(next(s) % 1200);
+    len = std::min(len, left);
+    Sequence q;
+    q.length = len;
+    q.mask = mask;
+    b.sequences.push_back(q);
+    left -= len;
+  }
+  return b;
+}
+
+Cluster make_cluster(int nodes, int dpn) {
+  Cluster c;
+  c.nodes = nodes;
+  c.devices_per_node = dpn;
+  return c;
+}
+
+// Independent recount: per (block, group) and (block, KV set) the set of devices touching it.
+ConnectivityBytes brute_bytes(const BlockTable& t, const Placement& p, const Cluster& c) {
+  std::map<std::pair<int, int>, std::set<int>> q_side, kv_side;
+  for (size_t i = 0; i < t.tiles.size(); ++i) {
+    const Tile& x = t.tiles[i];
+    q_side[{x.q_block, x.head_group}].insert(p.tile_device[i]);
+    kv_side[{x.kv_block, t.groups.kv_set(x.head_group)}].insert(p.tile_device[i]);
+  }
+  ConnectivityBytes out;
+  auto count = [&](const auto& nets, bool q) {
+    for (const auto& [key, devs] : nets) {
+      const int64_t n = t.token_blocks[key.first].length;
+      const int64_t bytes =
+          q ? 2 * t.data_bytes(DataKind::Q, n) + t.partial_bytes(DataKind::O, n) +
+                  2 * t.data_bytes(DataKind::LSE, n) + t.data_bytes(DataKind::dO, n) +
+                  t.data_bytes(DataKind::Delta, n) + t.partial_bytes(DataKind::dQ, n)
+            : 2 * t.data_bytes(DataKind::KV, n) + t.partial_bytes(DataKind::dKV, n);
+      const int home = p.block_home[key.first];
+      for (int d : devs) {
+        if (d == home) continue;
+        (c.node_of(d) == c.node_of(home) ? out.intra_bytes : out.inter_bytes) += bytes;
+      }
+    }
+  };
+  count(q_side, true);
+  count(kv_side, false);
+  return out;
+}
+
+struct Case {
+  int nodes, dpn;
+  int64_t tokens, block;
+};
+
+const Case kCases[] = {{1, 1, 2000, 64}, {1, 3, 3000, 64}, {2, 1, 3000, 64},
+                       {3, 2, 6000, 128}, {2, 4, 8000, 128}, {4, 2, 8000, 64}};
+
+TEST(Placement, EveryVertexPlacedOnceAndBytesMatchRecount) {
+  uint64_t seed = 3;
+  for (const Case& cs : kCases) {
+    for (Mask mask : {Mask::causal(), Mask::full()}) {
+      const Batch batch = random_batch(++seed, cs.tokens, 4, 2, mask);
+      const BlockTable table = build_block_table(batch, BlockOptions{.block_size = cs.block});
+      const Cluster cluster = make_cluster(cs.nodes, cs.dpn);
+      const DcpPlacement r = place_dcp(table, cluster);
+      const Placement& p = r.placement;
+      ASSERT_EQ(p.method, "dcp");
+      ASSERT_EQ(p.tile_device.size(), table.tiles.size());
+      ASSERT_EQ(p.block_home.size(), table.token_blocks.size());
+      p.validate(table);
+      const ConnectivityBytes b = brute_bytes(table, p, cluster);
+      EXPECT_EQ(r.report.intra_bytes, b.intra_bytes);
+      EXPECT_EQ(r.report.inter_bytes, b.inter_bytes);
+      const PlacementMetrics m = compute_metrics(table, p, cluster);
+      EXPECT_EQ(m.intra_bytes(), r.report.intra_bytes);
+      EXPECT_EQ(m.inter_bytes(), r.report.inter_bytes);
+      if (cs.nodes * cs.dpn == 1) {
+        EXPECT_EQ(b.intra_bytes + b.inter_bytes, 0);
+      }
+    }
+  }
+}
+
+TEST(Placement, BalanceHoldsOrIsReported) {
+  uint64_t seed = 11;
+  for (const Case& cs : kCases) {
+    const Batch batch = random_batch(++seed, cs.tokens, 4, 1, Mask::causal());
+    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = cs.block});
+    const Cluster cluster = make_cluster(cs.nodes, cs.dpn);
+    PlacementOptions opts;
+    const DcpPlacement r = place_dcp(table, cluster, opts);
+    const PlacementHypergraph h = build_placement_hypergraph(table);
+    const int nd = cluster.num_devices();
+    std::vector<double> c(nd, 0), m(nd, 0);
+    double tc = 0, tm = 0;
+    for (size_t i = 0; i < table.tiles.size(); ++i) {
+      const double f = table.tile_flops_fwd(table.tiles[i]) * 3.5;
+      c[r.placement.tile_device[i]] += f;
+      tc += f;
+    }
+    for (int b = 0; b < table.num_token_blocks(); ++b) {
+      const double x = static_cast<double>(h.memory_bytes[h.block_vertex(b)]);
+      m[r.placement.block_home[b]] += x;
+      tm += x;
+    }
+    int violated = 0;
+    for (int d = 0; d < nd; ++d) {
+      violated += c[d] > (1 + opts.eps_compute) * tc / nd * (1 + 1e-9);
+      violated += m[d] > (1 + opts.eps_memory) * tm / nd * (1 + 1e-9);
+    }
+    EXPECT_EQ(violated > 0, !r.report.balanced()) << r.placement.note;
+    if (violated > 0) {
+      EXPECT_NE(r.placement.note.find("VIOLATED"), std::string::npos);
+    }
+    // No node holds more token-block memory than its devices may hold together.
+    if (r.report.balanced()) {
+      for (int n = 0; n < cluster.nodes; ++n) {
+        double node_m = 0;
+        for (int d = n * cs.dpn; d < (n + 1) * cs.dpn; ++d) node_m += m[d];
+        EXPECT_LE(node_m, cs.dpn * (1 + opts.eps_memory) * tm / nd * (1 + 1e-9));
+      }
+    }
+  }
+}
+
+TEST(Placement, Deterministic) {
+  const Batch batch = random_batch(5, 6000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+  const Cluster cluster = make_cluster(2, 3);
+  const DcpPlacement a = place_dcp(table, cluster), b = place_dcp(table, cluster);
+  EXPECT_EQ(a.placement.tile_device, b.placement.tile_device);
+  EXPECT_EQ(a.placement.block_home, b.placement.block_home);
+}
+
+// Exhaustive optimum over all balanced assignments of a tiny instance.
+double enumerate_optimum(const PlacementHypergraph& h, const Cluster& c, const PlacementOptions& o) {
+  const int nv = h.num_vertices(), k = c.num_devices();
+  double tc = 0, tm = 0;
+  for (int v = 0; v < nv; ++v) {
+    tc += h.compute_flops[v];
+    tm += static_cast<double>(h.memory_bytes[v]);
+  }
+  std::vector<int32_t> parts(nv, 0);
+  double best = -1;
+  int64_t total = 1;
+  for (int v = 0; v < nv; ++v) total *= k;
+  for (int64_t code = 0; code < total; ++code) {
+    int64_t x = code;
+    std::vector<double> lc(k, 0), lm(k, 0);
+    for (int v = 0; v < nv; ++v) {
+      parts[v] = static_cast<int32_t>(x % k);
+      x /= k;
+      lc[parts[v]] += h.compute_flops[v];
+      lm[parts[v]] += static_cast<double>(h.memory_bytes[v]);
+    }
+    bool ok = true;
+    for (int d = 0; d < k; ++d)
+      ok = ok && lc[d] <= (1 + o.eps_compute) * tc / k * (1 + 1e-9) &&
+           lm[d] <= (1 + o.eps_memory) * tm / k * (1 + 1e-9);
+    if (!ok) continue;
+    const double obj = connectivity_bytes(h, parts, c).objective;
+    if (best < 0 || obj < best) best = obj;
+  }
+  return best;
+}
+
+TEST(Placement, TinyInstancesNearEnumeratedOptimum) {
+  // Bound stated in the header of the test: within 1.5x of the optimum (equal in most cases).
+  struct Tiny {
+    std::vector<int64_t> lengths;
+    int devices;
+  };
+  const Tiny tinies[] = {{{32, 32}, 2}, {{64}, 2}, {{16, 16, 32}, 2}, {{48}, 3}, {{16, 16, 16}, 3}};
+  for (const Tiny& t : tinies) {
+    Batch b;
+    b.shape.q_heads = 1;
+    b.shape.kv_heads = 1;
+    b.shape.head_dim = 16;
+    for (int64_t len : t.lengths) b.sequences.push_back(Sequence{len, Mask::causal(), ""});
+    const BlockTable table = build_block_table(b, BlockOptions{.block_size = 16});
+    const PlacementHypergraph h = build_placement_hypergraph(table);
+    const Cluster cluster = make_cluster(1, t.devices);
+    ASSERT_LE(std::pow(t.devices, h.num_vertices()), 2e5);
+    PlacementOptions opts;
+    opts.eps_compute = 0.5;
+    opts.eps_memory = 0.5;
+    const double opt = enumerate_optimum(h, cluster, opts);
+    const DcpPlacement r = place_dcp(table, cluster, opts);
+    if (opt < 0) continue;  // nothing balanced exists
+    EXPECT_TRUE(r.report.balanced()) << r.placement.note;
+    EXPECT_LE(r.report.objective, 1.5 * opt + 1e-6) << "optimum " << opt;
+  }
+}
+
+TEST(Placement, HgrRoundTrip) {
+  const Batch batch = random_batch(9, 1500, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+  const Cluster cluster = make_cluster(2, 2);
+  const DcpPlacement r = place_dcp(table, cluster);
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  std::stringstream hgr;
+  write_hgr(h, HgrOptions{}, hgr);
+  int64_t nets = 0, verts = 0, fmt_code = 0;
+  hgr >> nets >> verts >> fmt_code;
+  EXPECT_EQ(nets, h.num_nets());
+  EXPECT_EQ(verts, h.num_vertices());
+  EXPECT_EQ(fmt_code, 11);
+  int lines = 0;
+  std::string line;
+  std::getline(hgr, line);
+  while (std::getline(hgr, line)) ++lines;
+  EXPECT_EQ(lines, h.num_nets() + h.num_vertices());
+
+  const std::string path = ::testing::TempDir() + "dcp_placement_roundtrip.part";
+  {
+    std::ofstream out(path);
+    write_partition(placement_to_parts(h, r.placement), out);
+  }
+  const Placement back = import_partition(table, path, cluster.num_devices());
+  EXPECT_EQ(back.tile_device, r.placement.tile_device);
+  EXPECT_EQ(back.block_home, r.placement.block_home);
+  std::remove(path.c_str());
+}
+
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return {};
+}
+
+TEST(Placement, BadInput) {
+  const Batch batch = random_batch(2, 500, 2, 1, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+  PlacementOptions bad;
+  bad.eps_compute = -0.1;
+  EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("eps_compute"),
+            std::string::npos);
+  bad = {};
+  bad.eps_memory = -1;
+  EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("eps_memory"),
+            std::string::npos);
+  EXPECT_FALSE(error_of([&] { place_dcp(table, make_cluster(4, 0)); }).empty());
+  EXPECT_NE(error_of([] { parse_partitioner("kahypar"); }).find("kahypar"), std::string::npos);
+
+  std::istringstream short_file("0\n1\n");
+  EXPECT_NE(error_of([&] { read_partition(short_file, "p.part", 3, 2); }).find("p.part:2"),
+            std::string::npos);
+  std::istringstream out_of_range("0\n5\n1\n");
+  EXPECT_NE(error_of([&] { read_partition(out_of_range, "p.part", 3, 2); }).find("p.part:2: part id 5"),
+            std::string::npos);
+  std::istringstream junk("0\nx\n1\n");
+  EXPECT_NE(error_of([&] { read_partition(junk, "p.part", 3, 2); }).find("p.part:2"),
+            std::string::npos);
+  std::istringstream too_many("0\n1\n1\n0\n");
+  EXPECT_NE(error_of([&] { read_partition(too_many, "p.part", 3, 2); }).find("p.part:4"),
+            std::string::npos);
+}
+
+TEST(Placement, MetisBackendValidAndMeasured) {
+  const Batch batch = random_batch(4, 6000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+  for (auto [nodes, dpn] : {std::pair{1, 1}, {1, 3}, {2, 2}, {3, 1}}) {
+    const Cluster cluster = make_cluster(nodes, dpn);
+    PlacementOptions opts;
+    opts.partitioner = PartitionerKind::Metis;
+    const DcpPlacement r = place_dcp(table, cluster, opts);
+    r.placement.validate(table);
+    const ConnectivityBytes b = brute_bytes(table, r.placement, cluster);
+    EXPECT_EQ(r.report.intra_bytes, b.intra_bytes);
+    EXPECT_EQ(r.report.inter_bytes, b.inter_bytes);
+    EXPECT_EQ(r.report.partitioner, "metis");
+  }
+}
+
+}  // namespace
+}  // namespace dcp
