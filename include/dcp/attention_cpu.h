@@ -8,7 +8,9 @@
 //   K, V, dK, dV   [tokens][kv_heads][head_dim]
 //   LSE, Delta     [tokens][q_heads]
 // q head h reads kv head h / (q_heads / kv_heads) (GQA). One call covers one head group: the
-// pointers of a tile point at the first token of its q block and of its kv block.
+// pointers of a tile point at the first token of its q block and of its kv block, and at the
+// group's first head. Rows may be further apart than heads x head_dim (a head group sliced out
+// of a tensor of all heads): each tile names the row stride of each tensor (RowStrides).
 //
 // Math (scale = 1/sqrt(head_dim), S = scale * Q K^T restricted to the allowed keys of each row):
 //   forward   O = softmax(S) V, LSE = log(sum_j exp(S_ij)) (natural log); rows with no allowed
@@ -49,6 +51,21 @@ struct TileMaskView {
   std::span<const Range> ranges;
 };
 
+// Distance between consecutive tokens of each tensor, in floats. 0 = dense: heads x head_dim
+// for token tensors (q_heads or kv_heads of the HeadLayout), q_heads for LSE and Delta.
+struct RowStrides {
+  int64_t q = 0;      // Q
+  int64_t kv = 0;     // K and V
+  int64_t o = 0;      // O
+  int64_t lse = 0;    // LSE
+  int64_t d_o = 0;    // dO
+  int64_t delta = 0;  // Delta
+  int64_t dq = 0;     // dQ
+  int64_t dkv = 0;    // dK and dV
+  // The strides with every 0 replaced by its dense value.
+  RowStrides resolved(const HeadLayout& heads) const;
+};
+
 struct ForwardTile {
   int64_t num_q = 0;   // query rows (tokens) of the tile
   int64_t num_kv = 0;  // keys of the tile; CausalDiagonal needs num_q == num_kv (key j <= row j)
@@ -58,6 +75,7 @@ struct ForwardTile {
   const float* v = nullptr;
   float* o = nullptr;
   float* lse = nullptr;
+  RowStrides ld;  // q, kv, o, lse
   // false: (o, lse) receive this tile's partial. true: the partial is LSE-merged into the (o, lse)
   // already there (start from O = 0, LSE = -inf), which saves a partial buffer.
   bool accumulate = false;
@@ -76,6 +94,7 @@ struct BackwardTile {
   float* dq = nullptr;           // accumulated (+=)
   float* dk = nullptr;           // accumulated (+=)
   float* dv = nullptr;           // accumulated (+=)
+  RowStrides ld;                 // q, kv, d_o, lse, delta, dq, dkv
 };
 
 // Forward over a list of tiles, in order (tiles with accumulate = true may share outputs).

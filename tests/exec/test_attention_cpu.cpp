@@ -1,6 +1,10 @@
 // CPU attention kernels against the dense fp64 reference with per-token masks.
 #include <gtest/gtest.h>
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -208,6 +212,85 @@ TEST(AttentionCpu, ResultsDoNotDependOnTheTileCut) {
   const DenseResult want = dense_reference(p);
   expect_close(run_kernels(p, rows, {0, 200}, {0, 200}, false), want, 1e-5, "one tile");
   expect_close(run_kernels(p, rows, {0, 64, 128, 192, 200}, {0, 64, 128, 192, 200}, true), want, 1e-5, "64");
+}
+
+TEST(AttentionCpu, HeadGroupsSlicedOutOfAllHeadTensors) {
+  // 8 query / 2 KV heads stored together; each head group (4 q heads, 1 KV head) runs as its own
+  // call on strided views, as the executor does with a rank's local tensors.
+  SplitMix64 rng(15);
+  const Shape s{8, 2, 64};
+  const int64_t n = 77;
+  const RowRanges rows = random_rows(rng, MaskStyle::Random, n, n);
+  const DenseProblem p = make_problem(rng, s, rows, n);
+  const DenseResult want = dense_reference(p);
+  const BuiltTile tile = build_tile(rows, 0, n, 0, n);
+  const int d = s.head_dim;
+  KernelResult got;
+  got.o.assign(static_cast<size_t>(n * s.q_heads * d), 0.0f);
+  got.lse.assign(static_cast<size_t>(n * s.q_heads), 0.0f);
+  got.dq.assign(got.o.size(), 0.0f);
+  got.dk.assign(static_cast<size_t>(n * s.kv_heads * d), 0.0f);
+  got.dv.assign(got.dk.size(), 0.0f);
+  std::vector<float> delta(got.lse.size());
+  const cpu::HeadLayout group{4, 1, d};
+  cpu::RowStrides ld;
+  ld.q = ld.o = ld.d_o = ld.dq = s.q_heads * d;
+  ld.kv = ld.dkv = s.kv_heads * d;
+  ld.lse = ld.delta = s.q_heads;
+  for (int g = 0; g < 2; ++g) {
+    const int64_t qo = g * 4 * d, ko = g * d, lo = g * 4;
+    cpu::ForwardTile f;
+    f.num_q = f.num_kv = n;
+    f.mask = tile.view();
+    f.q = p.q.data() + qo;
+    f.k = p.k.data() + ko;
+    f.v = p.v.data() + ko;
+    f.o = got.o.data() + qo;
+    f.lse = got.lse.data() + lo;
+    f.ld = ld;
+    cpu::attend_forward(group, {&f, 1});
+  }
+  cpu::compute_delta(p.d_o.data(), got.o.data(), n, s.q_heads, d, delta.data());
+  for (int g = 0; g < 2; ++g) {
+    const int64_t qo = g * 4 * d, ko = g * d, lo = g * 4;
+    cpu::BackwardTile b;
+    b.num_q = b.num_kv = n;
+    b.mask = tile.view();
+    b.q = p.q.data() + qo;
+    b.k = p.k.data() + ko;
+    b.v = p.v.data() + ko;
+    b.d_o = p.d_o.data() + qo;
+    b.lse = got.lse.data() + lo;
+    b.delta = delta.data() + lo;
+    b.dq = got.dq.data() + qo;
+    b.dk = got.dk.data() + ko;
+    b.dv = got.dv.data() + ko;
+    b.ld = ld;
+    cpu::attend_backward(group, {&b, 1});
+  }
+  expect_close(got, want, 1e-5, "sliced head groups");
+}
+
+TEST(AttentionCpu, BitIdenticalForAnyThreadCount) {
+#ifdef _OPENMP
+  SplitMix64 rng(16);
+  const Shape s{4, 1, 64};
+  const RowRanges rows = random_rows(rng, MaskStyle::Window, 300, 300);
+  const DenseProblem p = make_problem(rng, s, rows, 300);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const KernelResult one = run_kernels(p, rows, {0, 300}, {0, 300}, false);
+  omp_set_num_threads(3);
+  const KernelResult three = run_kernels(p, rows, {0, 300}, {0, 300}, false);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one.o, three.o);
+  EXPECT_EQ(one.lse, three.lse);
+  EXPECT_EQ(one.dq, three.dq);
+  EXPECT_EQ(one.dk, three.dk);
+  EXPECT_EQ(one.dv, three.dv);
+#else
+  GTEST_SKIP() << "built without OpenMP";
+#endif
 }
 
 TEST(AttentionCpu, InvalidTilesAreRejected) {

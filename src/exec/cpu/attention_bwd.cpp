@@ -42,8 +42,9 @@ void backward_unit(const HeadLayout& heads, const BwdUnit& unit) {
   const BackwardTile& t = *unit.tile;
   const int dim = heads.head_dim;
   const int ratio = heads.gqa_ratio();
-  const int64_t ldq = static_cast<int64_t>(heads.q_heads) * dim;
-  const int64_t ldk = static_cast<int64_t>(heads.kv_heads) * dim;
+  const RowStrides ld = t.ld.resolved(heads);
+  const int64_t ldq = ld.q;
+  const int64_t ldk = ld.kv;
   const int64_t ldp = static_cast<int64_t>(ratio) * dim;  // row stride of dq_private
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const detail::TileRows mask(t.mask, t.num_kv);
@@ -74,14 +75,13 @@ void backward_unit(const HeadLayout& heads, const BwdUnit& unit) {
         const BlockClass cls = mask.classify(r0, r1, c0, c0 + nk);
         if (cls == BlockClass::Empty) continue;
         touched = true;
-        const int64_t q_off = r0 * ldq + static_cast<int64_t>(q_head) * dim;
-        const float* q = t.q + q_off;
-        const float* d_o = t.d_o + q_off;
+        const float* q = t.q + r0 * ldq + static_cast<int64_t>(q_head) * dim;
+        const float* d_o = t.d_o + r0 * ld.d_o + static_cast<int64_t>(q_head) * dim;
         // P = exp(scale * Q K^T - LSE); masked keys and rows with LSE = -inf give exactly 0.
         detail::scores(q, ldq, rows, k_panel.get(), dim, p.get());
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = p.get() + r * kKeyBlock;
-          const float lse_raw = t.lse[(r0 + r) * heads.q_heads + q_head];
+          const float lse_raw = t.lse[(r0 + r) * ld.lse + q_head];
           const float lse = lse_raw == kNegInf ? kPosInf : lse_raw;
           if (cls == BlockClass::Mixed) {
             for (int j = 0; j < kKeyBlock; j += 16) detail::store(pr + j, detail::load(pr + j) * scale);
@@ -95,11 +95,11 @@ void backward_unit(const HeadLayout& heads, const BwdUnit& unit) {
           }
         }
         // dV += P^T dO
-        detail::probs_t_times(p.get(), rows, nk, d_o, ldq, dv_acc.get(), dim);
+        detail::probs_t_times(p.get(), rows, nk, d_o, ld.d_o, dv_acc.get(), dim);
         // dP = dO V^T, then dS = scale * P * (dP - Delta) in place.
-        detail::scores(d_o, ldq, rows, v_panel.get(), dim, ds.get());
+        detail::scores(d_o, ld.d_o, rows, v_panel.get(), dim, ds.get());
         for (int64_t r = 0; r < rows; ++r) {
-          const float delta = t.delta[(r0 + r) * heads.q_heads + q_head];
+          const float delta = t.delta[(r0 + r) * ld.delta + q_head];
           float* dsr = ds.get() + r * kKeyBlock;
           const float* pr = p.get() + r * kKeyBlock;
           for (int j = 0; j < kKeyBlock; j += 16) {
@@ -114,8 +114,8 @@ void backward_unit(const HeadLayout& heads, const BwdUnit& unit) {
     }
     if (!touched) continue;
     for (int j = 0; j < nk; ++j) {
-      float* dk = t.dk + (c0 + j) * ldk + static_cast<int64_t>(unit.kv_head) * dim;
-      float* dv = t.dv + (c0 + j) * ldk + static_cast<int64_t>(unit.kv_head) * dim;
+      float* dk = t.dk + (c0 + j) * ld.dkv + static_cast<int64_t>(unit.kv_head) * dim;
+      float* dv = t.dv + (c0 + j) * ld.dkv + static_cast<int64_t>(unit.kv_head) * dim;
       const float* ak = dk_acc.get() + static_cast<int64_t>(j) * dim;
       const float* av = dv_acc.get() + static_cast<int64_t>(j) * dim;
       for (int x = 0; x < dim; ++x) {
@@ -159,7 +159,7 @@ void attend_backward(const HeadLayout& heads, std::span<const BackwardTile> tile
       backward_unit(heads, unit);
     }
     // dQ rows are disjoint across (row, kv head); splits are added in order.
-    const int64_t ldq = static_cast<int64_t>(heads.q_heads) * dim;
+    const int64_t ldq = t.ld.resolved(heads).dq;
 #pragma omp parallel for schedule(static) if (detail::worth_threads(private_floats * splits * heads.kv_heads))
     for (int64_t r = 0; r < t.num_q; ++r) {
       for (int g = 0; g < heads.kv_heads; ++g) {

@@ -61,8 +61,9 @@ DCP_CPU_CLONES
 void forward_unit(const HeadLayout& heads, const FwdUnit& unit) {
   const ForwardTile& t = *unit.tile;
   const int dim = heads.head_dim;
-  const int64_t ldq = static_cast<int64_t>(heads.q_heads) * dim;
-  const int64_t ldk = static_cast<int64_t>(heads.kv_heads) * dim;
+  const RowStrides ld = t.ld.resolved(heads);
+  const int64_t ldq = ld.q;
+  const int64_t ldk = ld.kv;
   const int kv_head = unit.q_head / heads.gqa_ratio();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
   const int64_t rows = unit.r1 - unit.r0;
@@ -117,10 +118,10 @@ void forward_unit(const HeadLayout& heads, const FwdUnit& unit) {
     detail::probs_times(s.get(), rows, nk, v + c0 * ldk, ldk, o_acc.get(), dim, dim);
   }
 
-  float* o = t.o + unit.r0 * ldq + static_cast<int64_t>(unit.q_head) * dim;
-  float* lse = t.lse + unit.r0 * heads.q_heads + unit.q_head;
+  float* o = t.o + unit.r0 * ld.o + static_cast<int64_t>(unit.q_head) * dim;
+  float* lse = t.lse + unit.r0 * ld.lse + unit.q_head;
   for (int64_t r = 0; r < rows; ++r)
-    finish_row(o_acc.get() + r * dim, m[r], l[r], dim, t.accumulate, o + r * ldq, lse + r * heads.q_heads);
+    finish_row(o_acc.get() + r * dim, m[r], l[r], dim, t.accumulate, o + r * ld.o, lse + r * ld.lse);
 }
 
 }  // namespace
@@ -136,9 +137,9 @@ void attend_forward(const HeadLayout& heads, std::span<const ForwardTile> tiles)
       raise(ErrorKind::InvalidInput, where + ": null data pointer");
   }
   const int dim = heads.head_dim;
-  const int64_t ldk = static_cast<int64_t>(heads.kv_heads) * dim;
   for (const ForwardTile& t : tiles) {
     if (t.num_q == 0) continue;
+    const int64_t ldk = t.ld.resolved(heads).kv;
     const bool parallel = detail::worth_threads(t.num_q * t.num_kv * heads.q_heads * dim);
     // Every unit of a kv head reads all of its keys: transpose K into panels once per tile.
     const int64_t key_blocks = (t.num_kv + kKeyBlock - 1) / kKeyBlock;

@@ -25,6 +25,22 @@ void HeadLayout::validate() const {
                                       std::to_string(head_dim) + ")");
 }
 
+RowStrides RowStrides::resolved(const HeadLayout& heads) const {
+  const int64_t dq_dense = static_cast<int64_t>(heads.q_heads) * heads.head_dim;
+  const int64_t dkv_dense = static_cast<int64_t>(heads.kv_heads) * heads.head_dim;
+  auto pick = [](int64_t given, int64_t dense) { return given > 0 ? given : dense; };
+  RowStrides r;
+  r.q = pick(q, dq_dense);
+  r.kv = pick(kv, dkv_dense);
+  r.o = pick(o, dq_dense);
+  r.lse = pick(lse, heads.q_heads);
+  r.d_o = pick(d_o, dq_dense);
+  r.delta = pick(delta, heads.q_heads);
+  r.dq = pick(dq, dq_dense);
+  r.dkv = pick(dkv, dkv_dense);
+  return r;
+}
+
 namespace detail {
 
 void validate_tile_mask(const TileMaskView& mask, int64_t num_q, int64_t num_kv, const char* where) {
