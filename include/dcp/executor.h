@@ -86,6 +86,9 @@ class Executor {
   ExecStats forward(LocalTensors& t);
   // Reads t.q, t.k, t.v, t.o, t.lse, t.d_o; writes t.delta, t.dq, t.dk, t.dv.
   ExecStats backward(LocalTensors& t);
+  // Bytes of the slot arrays allocated for `pass`. For FP32 batches this equals
+  // plan_memory(plan, rank).{fwd,bwd}.slots_total_bytes (the one sizing formula).
+  int64_t slot_bytes_allocated(Pass pass) const;
 
   struct Impl;
 

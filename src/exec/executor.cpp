@@ -67,7 +67,15 @@ struct Executor::Impl {
     max_tokens = plan.header.max_block_tokens;
     heads = cpu::HeadLayout{qpg, kvpg, dim};
     heads.validate();
-    for (int k = 0; k < kNumDataKinds; ++k) slot_floats[static_cast<size_t>(k)] = slot_size(static_cast<DataKind>(k));
+    for (int k = 0; k < kNumDataKinds; ++k) {
+      const auto kind = static_cast<DataKind>(k);
+      slot_floats[static_cast<size_t>(k)] = slot_size(kind);
+      // fp32 batches: our slots are exactly the plan's (the planner's memory figure is ours).
+      if (plan.header.shape.dtype == DType::FP32 && slot_size(kind) * 4 != slot_bytes(plan.table, kind))
+        raise(ErrorKind::InvalidPlan, std::string("executor: slot of ") + to_string(kind) + " is " +
+                                          std::to_string(slot_bytes(plan.table, kind)) + " bytes in the plan, " +
+                                          std::to_string(slot_size(kind) * 4) + " here");
+    }
     for (int k = 0; k < kNumDataKinds; ++k) {
       const auto kind = static_cast<size_t>(k);
       slots_fwd[kind] = backend.allocate(std::max<int64_t>(1, dev.fwd.num_slots[kind] * slot_floats[kind]));
@@ -374,6 +382,15 @@ Executor::~Executor() = default;
 ExecStats Executor::forward(LocalTensors& t) {
   impl_->run(impl_->dev.fwd, t);
   return impl_->stats;
+}
+
+int64_t Executor::slot_bytes_allocated(Pass pass) const {
+  const Program& program = pass == Pass::Forward ? impl_->dev.fwd : impl_->dev.bwd;
+  int64_t bytes = 0;
+  for (int k = 0; k < kNumDataKinds; ++k)
+    bytes += program.num_slots[static_cast<size_t>(k)] * impl_->slot_floats[static_cast<size_t>(k)] *
+             static_cast<int64_t>(sizeof(float));
+  return bytes;
 }
 
 ExecStats Executor::backward(LocalTensors& t) {
