@@ -32,7 +32,12 @@ class Comm {
   virtual ~Comm() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  virtual std::string name() const = 0;  // "local", "mpi"
+  virtual std::string name() const = 0;  // "local", "mpi", "nccl"
+  // True when ops carry host pointers (local, mpi); false for device memory (nccl).
+  virtual bool host_memory() const { return true; }
+  // Device comms order their transfers after the work already queued on this stream (a
+  // cudaStream_t) and make it wait for completed rounds; host comms ignore it.
+  virtual void bind_stream(void* stream) { (void)stream; }
 
   // Posts the ops of round `round` (>= 0). Pre: no round with this id is pending on this rank;
   // 0 <= peer < world_size, peer != rank; bytes >= 0. Throws InvalidInput on a bad op.

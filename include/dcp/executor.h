@@ -1,20 +1,31 @@
 // dcp/executor.h — runs one device's Program of a Plan against a Backend and a Comm.
 //
-// The executor owns the plan's buffers (slot arrays sized from the plan, allocated once through
-// the backend) and interprets the instructions in order: Attend (tile lists, forward or
-// backward), Merge (LSE merge / sums into slots or the final local tensors), Copy, CommStart and
-// CommWait (through the Comm). It knows neither which backend computes nor which comm moves data.
+// The executor owns the device's storage and interprets the instructions in order: Attend (tile
+// lists, forward or backward), Merge (LSE merge / sums into slots or the final local tensors),
+// Copy, CommStart and CommWait (through the Comm). It knows neither which backend computes nor
+// which comm moves data; there is one instruction walker for every backend.
 //
-// Local tensors (LocalTensors): the device's owned rows in dispatch order (dispatch.h), all
-// heads, fp32: Q/O/dO/dQ [rows][q_heads][head_dim], K/V/dK/dV [rows][kv_heads][head_dim],
-// LSE/Delta [rows][q_heads]. A head group g uses q heads [g*qpg, (g+1)*qpg) and KV set s uses kv
-// heads [s*kvpg, (s+1)*kvpg) (qpg, kvpg from the plan's HeadGroups).
+// Storage. One array per tensor (Array below): Q, K, V, O, LSE, dO, Delta, dQ, dK, dV, each
+// allocated once through the backend, of rows of one head group (or KV set):
+//   Q, O, dO, dQ: q_heads_per_group x head_dim elements; K, V, dK, dV: kv_heads_per_group x
+//   head_dim; LSE, Delta: q_heads_per_group.
+// An array holds, in this order: the local tensors of each layer (layer-major, then head group
+// (or KV set), then the owned tokens in dispatch order: "group-major", so one data block of one
+// group is a dense run of rows), the forward slots, the backward slots (slot s of a kind is
+// max_block_tokens rows). A KV data block is the same rows of K and V (dKV: dK and dV).
+// Element types: Q, K, V and dO in backend.storage_type() (CPU: fp32; CUDA: bf16, so messages
+// match plan_block_bytes of bf16 batches); every other array fp32 (partials, LSE, Delta and the
+// final O, dQ, dK, dV).
 //
-// Data in slots and in messages is fp32 whatever the batch dtype (inputs may be bf16-rounded):
-// for FP32 batches the slot and message sizes equal plan_block_bytes; for bf16 batches the
-// Q/KV/dO slots and messages of this executor are twice the plan's figure.
+// Host tensors (LocalTensors, the CPU-friendly interface): the device's owned rows in dispatch
+// order (dispatch.h), all heads, fp32: Q/O/dO/dQ [rows][q_heads][head_dim], K/V/dK/dV
+// [rows][kv_heads][head_dim], LSE/Delta [rows][q_heads]. forward()/backward() upload the inputs
+// into layer 0, run, and download the outputs. Device-resident use (any backend, the CUDA one in
+// particular): upload() once, then forward_layer()/backward_layer() for each layer, without
+// host copies; download() when the outputs are wanted.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -27,25 +38,92 @@
 
 namespace dcp {
 
+enum class ElemType : uint8_t { F32, BF16 };
+inline int64_t elem_bytes(ElemType t) { return t == ElemType::F32 ? 4 : 2; }
+
+enum class Array : uint8_t { Q, K, V, O, LSE, dO, Delta, dQ, dK, dV };
+inline constexpr int kNumArrays = 10;
+const char* to_string(Array a);
+
+// Where the arrays of one executor live (backend memory) and their row geometry.
+struct ArraySet {
+  std::array<void*, kNumArrays> base{};
+  std::array<ElemType, kNumArrays> type{};
+  std::array<int64_t, kNumArrays> row_elems{};
+  std::array<int64_t, kNumArrays> rows{};
+  void* at(Array a, int64_t row) const {
+    const auto i = static_cast<size_t>(a);
+    return static_cast<char*>(base[i]) + row * row_elems[i] * elem_bytes(type[i]);
+  }
+};
+
+// One tile of an Attend instruction, resolved to array rows (first row of each operand).
+struct AttendTile {
+  int32_t tile = 0;  // index into table.tiles
+  TileKind kind = TileKind::Full;
+  int64_t num_q = 0, num_kv = 0;
+  int64_t q = 0, kv = 0;                // Q; K and V
+  int64_t o = 0, lse = 0;               // forward: O, LSE partials
+  int64_t d_o = 0, lse_in = 0, delta = 0, dq = 0, dkv = 0;  // backward (dkv: dK and dV)
+  bool accumulate_q = false, accumulate_kv = false;
+  // Partial: row r's ranges are ranges[ranges_begin + row_offsets[mask + r] .. + [mask + r + 1])
+  // (the tile's offsets start at 0).
+  int64_t mask = -1;
+  int64_t ranges_begin = 0;
+};
+
+// One Attend instruction. `key` identifies (layer, pass, instruction) for the life of the
+// executor, so a backend may cache what it derives from the call (work lists on the device).
+struct AttendCall {
+  Pass pass = Pass::Forward;
+  uint64_t key = 0;
+  std::span<const AttendTile> tiles;
+  std::span<const int64_t> row_offsets;  // Partial masks, tile-local key coordinates
+  std::span<const Range> ranges;
+};
+
+// One Merge instruction (fp32 rows). Forward: O and LSE rows; backward: rows of dQ or of dK and
+// dV (`second` true: the dV part as well). The destination is always overwritten; when
+// `accumulate`, its old content is one of the inputs (the first).
+struct MergeCall {
+  uint64_t key = 0;
+  DataKind kind = DataKind::O;
+  int64_t num_rows = 0;            // tokens
+  int64_t dst = 0, dst_lse = 0;    // first rows
+  std::span<const int64_t> src;     // first row of each partial (O / dQ / dK)
+  std::span<const int64_t> src_lse; // forward: LSE row of each partial
+  bool accumulate = false;
+};
+
 // The compute side of a device. Pointers are backend memory (host memory for the CPU backend).
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  // `num_floats` zeroed fp32 values, valid until the backend is destroyed.
-  virtual float* allocate(int64_t num_floats) = 0;
-  virtual void attend_forward(const cpu::HeadLayout& heads, std::span<const cpu::ForwardTile> tiles) = 0;
-  virtual void attend_backward(const cpu::HeadLayout& heads, std::span<const cpu::BackwardTile> tiles) = 0;
-  // Dense rows: see cpu::merge_partials / cpu::sum_into.
-  virtual void merge_partials(std::span<const cpu::PartialView> parts, float* o, float* lse, int64_t num_rows,
-                              int head_dim) = 0;
-  virtual void sum_into(float* dst, const float* src, int64_t n) = 0;
-  // dst[r * dst_ld + x] = src[r * src_ld + x] for r < rows, x < row_floats.
-  virtual void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
-                         int64_t row_floats) = 0;
-  virtual void fill(float* dst, int64_t n, float value) = 0;
-  virtual void compute_delta(const float* d_o, const float* o, int64_t num_rows, int q_heads, int head_dim,
-                             float* delta) = 0;
+  // Element type of Q, K, V and dO storage (the others are always fp32).
+  virtual ElemType storage_type() const = 0;
+  // True when arrays live in host memory (comms then move host buffers).
+  virtual bool host_memory() const = 0;
+  // `bytes` zeroed bytes, valid until the backend is destroyed. Counted (num_allocations).
+  virtual void* allocate(int64_t bytes) = 0;
+  virtual int64_t num_allocations() const = 0;
+  // The stream that orders compute (CUDA: a cudaStream_t), null for synchronous backends.
+  virtual void* compute_stream() { return nullptr; }
+  virtual void synchronize() {}
+
+  virtual void attend(const cpu::HeadLayout& heads, const ArraySet& arrays, const AttendCall& call) = 0;
+  virtual void merge(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeCall& call) = 0;
+  // rows [dst, dst + num_rows) := rows [src, ...) of array a.
+  virtual void copy_rows(const ArraySet& arrays, Array a, int64_t dst, int64_t src, int64_t num_rows) = 0;
+  virtual void zero_rows(const ArraySet& arrays, Array a, int64_t row, int64_t num_rows) = 0;
+  // Delta rows [delta, +num_rows) = rowsum(dO * O) per head (q_heads_per_group heads).
+  virtual void compute_delta(const cpu::HeadLayout& heads, const ArraySet& arrays, int64_t d_o, int64_t o,
+                             int64_t delta, int64_t num_rows) = 0;
+  // Host fp32 rows (host_ld floats apart, row_elems used) <-> array rows (converted).
+  virtual void upload(const ArraySet& arrays, Array a, int64_t row, const float* host, int64_t host_ld,
+                      int64_t num_rows) = 0;
+  virtual void download(const ArraySet& arrays, Array a, int64_t row, float* host, int64_t host_ld,
+                        int64_t num_rows) = 0;
 };
 
 // The CPU backend: host memory and the kernels of attention_cpu.h.
@@ -63,10 +141,11 @@ struct LocalTensors {
 
 struct ExecOptions {
   double comm_timeout_s = 120.0;  // every CommWait; a Timeout error names the round
+  int num_layers = 1;             // local tensors kept per layer (device-resident use)
 };
 
 struct ExecStats {
-  double attend_s = 0.0;
+  double attend_s = 0.0;   // host time issuing (synchronous backends: running) Attend
   double merge_s = 0.0;
   double comm_wait_s = 0.0;
   double total_s = 0.0;
@@ -75,19 +154,31 @@ struct ExecStats {
 class Executor {
  public:
   // Checks (before any communication) that the plan fits the comm's world size and rank
-  // (InvalidPlan) and allocates the slot arrays of both passes.
+  // (InvalidPlan) and that comm and backend agree on memory (InvalidInput), and allocates every
+  // array once.
   Executor(const Plan& plan, Backend& backend, Comm& comm, ExecOptions options = {});
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 
-  // Reads t.q, t.k, t.v; writes t.o, t.lse. Pre: t sized by LocalTensors::allocate for this
-  // device's owned_tokens (InvalidInput otherwise).
+  // Reads t.q, t.k, t.v; writes t.o, t.lse (layer 0). Pre: t sized by LocalTensors::allocate
+  // for this device's owned_tokens (InvalidInput otherwise).
   ExecStats forward(LocalTensors& t);
   // Reads t.q, t.k, t.v, t.o, t.lse, t.d_o; writes t.delta, t.dq, t.dk, t.dv.
   ExecStats backward(LocalTensors& t);
-  // Bytes of the slot arrays allocated for `pass`. For FP32 batches this equals
-  // plan_memory(plan, rank).{fwd,bwd}.slots_total_bytes (the one sizing formula).
+
+  // Device-resident use. upload: the inputs of `what` (Forward: Q, K, V; Backward: also O, LSE,
+  // dO) into `layer`; download: the outputs of `what` (Forward: O, LSE; Backward: Delta, dQ, dK,
+  // dV). forward_layer/backward_layer do not synchronise the backend.
+  void upload(int layer, const LocalTensors& t, Pass what);
+  void download(int layer, LocalTensors& t, Pass what);
+  ExecStats forward_layer(int layer);
+  ExecStats backward_layer(int layer);  // computes Delta first
+  const ArraySet& arrays() const;
+
+  // Bytes of the slot arrays allocated for `pass`. For FP32 batches on an fp32 backend this
+  // equals plan_memory(plan, rank).{fwd,bwd}.slots_total_bytes (the one sizing formula); for
+  // bf16 batches on a bf16 backend likewise.
   int64_t slot_bytes_allocated(Pass pass) const;
 
   struct Impl;

@@ -1,4 +1,6 @@
-// Executor: interprets one device's Program (see dcp/executor.h and dcp/plan.h).
+// Executor: interprets one device's Program (see dcp/executor.h and dcp/plan.h) over the arrays
+// it allocated through the backend. Every operand resolves to rows of one array, so backends
+// see row numbers, never plan structures.
 #include "dcp/executor.h"
 
 #include <chrono>
@@ -19,20 +21,49 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// One data block of one (token block, head group or KV set): rows of `row_floats` floats,
-// `ld` floats apart; KV-side kinds have a second part (V or dV) with the same geometry.
-struct View {
-  float* p = nullptr;
-  float* p2 = nullptr;
-  int64_t ld = 0;
-  int64_t rows = 0;
-  int64_t row_floats = 0;
-  int64_t floats() const { return rows * row_floats * (p2 ? 2 : 1); }
-};
-
 bool kv_side(DataKind k) { return k == DataKind::KV || k == DataKind::dKV; }
 
+// The array holding `kind` (KV-side kinds: the first part; the second is the next array).
+Array array_of(DataKind kind) {
+  switch (kind) {
+    case DataKind::Q: return Array::Q;
+    case DataKind::KV: return Array::K;
+    case DataKind::O: return Array::O;
+    case DataKind::LSE: return Array::LSE;
+    case DataKind::dO: return Array::dO;
+    case DataKind::dQ: return Array::dQ;
+    case DataKind::dKV: return Array::dK;
+    case DataKind::Delta: return Array::Delta;
+  }
+  return Array::Q;
+}
+Array second_array(DataKind kind) { return kind == DataKind::KV ? Array::V : Array::dV; }
+
+DataKind kind_of(Array a) {
+  switch (a) {
+    case Array::Q: return DataKind::Q;
+    case Array::K: case Array::V: return DataKind::KV;
+    case Array::O: return DataKind::O;
+    case Array::LSE: return DataKind::LSE;
+    case Array::dO: return DataKind::dO;
+    case Array::Delta: return DataKind::Delta;
+    case Array::dQ: return DataKind::dQ;
+    case Array::dK: case Array::dV: return DataKind::dKV;
+  }
+  return DataKind::Q;
+}
+
+uint64_t call_key(int layer, Pass pass, size_t instruction) {
+  return (static_cast<uint64_t>(layer) << 33) | (static_cast<uint64_t>(pass == Pass::Backward) << 32) |
+         static_cast<uint64_t>(instruction);
+}
+
 }  // namespace
+
+const char* to_string(Array a) {
+  static const char* names[] = {"Q", "K", "V", "O", "LSE", "dO", "Delta", "dQ", "dK", "dV"};
+  return names[static_cast<size_t>(a)];
+}
 
 struct Executor::Impl {
   const Plan& plan;
@@ -41,45 +72,69 @@ struct Executor::Impl {
   ExecOptions options;
   const DeviceProgram& dev;
   int qpg = 0, kvpg = 0, dim = 0;
-  int64_t max_tokens = 0;
+  int num_groups = 0, num_sets = 0;
+  int64_t max_tokens = 0, local_rows = 0;
   cpu::HeadLayout heads;
-  // Slot arrays per pass and kind.
-  std::array<float*, kNumDataKinds> slots_fwd{}, slots_bwd{};
-  std::array<int64_t, kNumDataKinds> slot_floats{};
-  std::array<float*, kNumDataKinds>* slots = nullptr;
-  LocalTensors* local = nullptr;
-  // Per tile (index into table.tiles): CSR ranges in tile-local key coordinates (Partial only).
-  std::map<int32_t, std::pair<std::vector<int64_t>, std::vector<Range>>> tile_rows;
-  // Staging of the current rounds: per round, receives to unpack after the wait.
-  struct Pending {
-    std::vector<std::vector<float>> buffers;
-    std::vector<std::pair<View, size_t>> unpack;  // destination view, buffer index
+  ArraySet arrays;
+  // Per array: first row of the forward and backward slot regions.
+  std::array<int64_t, kNumArrays> slot_row_fwd{}, slot_row_bwd{};
+  // Resolved Attend instructions, per key: tiles and Partial masks.
+  struct Resolved {
+    std::vector<AttendTile> tiles;
+    std::vector<int64_t> row_offsets;
+    std::vector<Range> ranges;
   };
-  std::map<int32_t, Pending> rounds;
+  std::map<uint64_t, Resolved> attends;
+  std::map<uint64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> merges;
+  std::map<int32_t, std::vector<CommOp>> round_ops;  // reused vectors: no steady-state growth
   ExecStats stats;
+  int layer = 0;
+  Pass pass = Pass::Forward;
 
   Impl(const Plan& p, Backend& b, Comm& c, ExecOptions o)
       : plan(p), backend(b), comm(c), options(o), dev(checked_device(p, c)) {
+    if (options.num_layers < 1)
+      raise(ErrorKind::InvalidInput, "executor: num_layers must be >= 1 (got " + std::to_string(options.num_layers) + ")");
+    if (b.host_memory() != c.host_memory())
+      raise(ErrorKind::InvalidInput, "executor: backend " + b.name() + " keeps " +
+                                         (b.host_memory() ? "host" : "device") + " memory but comm " + c.name() +
+                                         " moves " + (c.host_memory() ? "host" : "device") + " buffers");
     const HeadGroups& g = plan.table.groups;
     qpg = g.q_heads_per_group;
     kvpg = g.kv_heads_per_group;
+    num_groups = g.num_groups;
+    num_sets = g.num_kv_sets();
     dim = plan.header.shape.head_dim;
     max_tokens = plan.header.max_block_tokens;
+    local_rows = dev.owned_tokens;
     heads = cpu::HeadLayout{qpg, kvpg, dim};
     heads.validate();
-    for (int k = 0; k < kNumDataKinds; ++k) {
+    comm.bind_stream(backend.compute_stream());
+    const ElemType in_type = backend.storage_type();
+    for (int i = 0; i < kNumArrays; ++i) {
+      const auto a = static_cast<Array>(i);
+      const DataKind kind = kind_of(a);
+      const auto k = static_cast<size_t>(kind);
+      const auto ai = static_cast<size_t>(i);
+      arrays.type[ai] = (kind == DataKind::Q || kind == DataKind::KV || kind == DataKind::dO) ? in_type : ElemType::F32;
+      arrays.row_elems[ai] = per_row(kind);
+      const int64_t parts = kv_side(kind) ? num_sets : num_groups;
+      slot_row_fwd[ai] = int64_t{options.num_layers} * parts * local_rows;
+      slot_row_bwd[ai] = slot_row_fwd[ai] + int64_t{dev.fwd.num_slots[k]} * max_tokens;
+      arrays.rows[ai] = slot_row_bwd[ai] + int64_t{dev.bwd.num_slots[k]} * max_tokens;
+      const int64_t bytes = arrays.rows[ai] * arrays.row_elems[ai] * elem_bytes(arrays.type[ai]);
+      arrays.base[ai] = backend.allocate(std::max<int64_t>(16, bytes));
+    }
+    // Our slots are the plan's whenever our element type is the batch's (the planner's memory
+    // figure is ours).
+    const bool same_type = (plan.header.shape.dtype == DType::FP32) == (in_type == ElemType::F32);
+    for (int k = 0; same_type && k < kNumDataKinds; ++k) {
       const auto kind = static_cast<DataKind>(k);
-      slot_floats[static_cast<size_t>(k)] = slot_size(kind);
-      // fp32 batches: our slots are exactly the plan's (the planner's memory figure is ours).
-      if (plan.header.shape.dtype == DType::FP32 && slot_size(kind) * 4 != slot_bytes(plan.table, kind))
+      const int64_t mine = slot_block_bytes(kind);
+      if (mine != slot_bytes(plan.table, kind))
         raise(ErrorKind::InvalidPlan, std::string("executor: slot of ") + to_string(kind) + " is " +
                                           std::to_string(slot_bytes(plan.table, kind)) + " bytes in the plan, " +
-                                          std::to_string(slot_size(kind) * 4) + " here");
-    }
-    for (int k = 0; k < kNumDataKinds; ++k) {
-      const auto kind = static_cast<size_t>(k);
-      slots_fwd[kind] = backend.allocate(std::max<int64_t>(1, dev.fwd.num_slots[kind] * slot_floats[kind]));
-      slots_bwd[kind] = backend.allocate(std::max<int64_t>(1, dev.bwd.num_slots[kind] * slot_floats[kind]));
+                                          std::to_string(mine) + " here");
     }
   }
 
@@ -98,212 +153,136 @@ struct Executor::Impl {
     }
     return 0;
   }
-  int64_t slot_size(DataKind kind) const { return max_tokens * per_row(kind) * (kv_side(kind) ? 2 : 1); }
+  int64_t slot_block_bytes(DataKind kind) const {
+    const auto a = static_cast<size_t>(array_of(kind));
+    return max_tokens * arrays.row_elems[a] * elem_bytes(arrays.type[a]) * (kv_side(kind) ? 2 : 1);
+  }
 
   int64_t block_tokens(int32_t token_block) const {
     return plan.table.token_blocks[static_cast<size_t>(token_block)].length;
   }
 
-  View view(const BufRef& ref, DataKind kind, int32_t token_block, int32_t group) const {
+  // First row (in the kind's array) of operand `ref` holding (token_block, group).
+  int64_t row_of(const BufRef& ref, DataKind kind, int32_t token_block, int32_t group) const {
     if (ref.space == Space::None || ref.kind != kind)
       raise(ErrorKind::InvalidPlan, std::string("executor: operand of kind ") + to_string(kind) + " is missing or mistyped");
-    View v;
-    v.rows = block_tokens(token_block);
-    v.row_floats = per_row(kind);
-    if (ref.space == Space::Slot) {
-      const auto k = static_cast<size_t>(kind);
-      float* base = (*slots)[k] + ref.index * slot_floats[k];
-      v.p = base;
-      v.ld = v.row_floats;
-      if (kv_side(kind)) v.p2 = base + max_tokens * v.row_floats;
-      return v;
-    }
+    const auto a = static_cast<size_t>(array_of(kind));
+    if (ref.space == Space::Slot)
+      return (pass == Pass::Forward ? slot_row_fwd[a] : slot_row_bwd[a]) + int64_t{ref.index} * max_tokens;
     const auto pos = static_cast<size_t>(ref.index);
     if (dev.owned_blocks.at(pos) != token_block)
       raise(ErrorKind::InvalidPlan, "executor: local operand names owned block " + std::to_string(ref.index) +
                                         ", which is not token block " + std::to_string(token_block));
-    const int64_t row0 = dev.owned_token_offset[pos];
-    const AttentionShape& s = plan.header.shape;
-    const int64_t q_ld = int64_t{s.q_heads} * dim;
-    const int64_t kv_ld = int64_t{s.kv_heads} * dim;
-    LocalTensors& t = *local;
-    switch (kind) {
-      case DataKind::Q: v.p = t.q.data() + row0 * q_ld + int64_t{group} * qpg * dim; v.ld = q_ld; break;
-      case DataKind::O: v.p = t.o.data() + row0 * q_ld + int64_t{group} * qpg * dim; v.ld = q_ld; break;
-      case DataKind::dO: v.p = t.d_o.data() + row0 * q_ld + int64_t{group} * qpg * dim; v.ld = q_ld; break;
-      case DataKind::dQ: v.p = t.dq.data() + row0 * q_ld + int64_t{group} * qpg * dim; v.ld = q_ld; break;
-      case DataKind::LSE: v.p = t.lse.data() + row0 * s.q_heads + int64_t{group} * qpg; v.ld = s.q_heads; break;
-      case DataKind::Delta: v.p = t.delta.data() + row0 * s.q_heads + int64_t{group} * qpg; v.ld = s.q_heads; break;
-      case DataKind::KV:
-        v.p = t.k.data() + row0 * kv_ld + int64_t{group} * kvpg * dim;
-        v.p2 = t.v.data() + row0 * kv_ld + int64_t{group} * kvpg * dim;
-        v.ld = kv_ld;
-        break;
-      case DataKind::dKV:
-        v.p = t.dk.data() + row0 * kv_ld + int64_t{group} * kvpg * dim;
-        v.p2 = t.dv.data() + row0 * kv_ld + int64_t{group} * kvpg * dim;
-        v.ld = kv_ld;
-        break;
-    }
-    return v;
+    return local_row(kind, group) + dev.owned_token_offset[pos];
+  }
+  int64_t local_row(DataKind kind, int32_t group) const {
+    const int64_t parts = kv_side(kind) ? num_sets : num_groups;
+    return (int64_t{layer} * parts + group) * local_rows;
   }
 
-  // Dense copies of a view (pack) and back (unpack), in the message layout [part][rows][row].
-  void pack(const View& v, float* dst) {
-    backend.copy_rows(dst, v.row_floats, v.p, v.ld, v.rows, v.row_floats);
-    if (v.p2) backend.copy_rows(dst + v.rows * v.row_floats, v.row_floats, v.p2, v.ld, v.rows, v.row_floats);
-  }
-  void unpack(const float* src, const View& v) {
-    backend.copy_rows(v.p, v.ld, src, v.row_floats, v.rows, v.row_floats);
-    if (v.p2) backend.copy_rows(v.p2, v.ld, src + v.rows * v.row_floats, v.row_floats, v.rows, v.row_floats);
-  }
-
-  const cpu::TileMaskView tile_mask(int32_t tile_index) {
-    const Tile& tile = plan.table.tiles[static_cast<size_t>(tile_index)];
-    cpu::TileMaskView m;
-    m.kind = tile.kind;
-    if (tile.kind != TileKind::Partial) return m;
-    auto it = tile_rows.find(tile_index);
-    if (it == tile_rows.end()) {
-      const TokenBlock& qb = plan.table.token_blocks[static_cast<size_t>(tile.q_block)];
-      const TokenBlock& kb = plan.table.token_blocks[static_cast<size_t>(tile.kv_block)];
-      std::vector<int64_t> offsets{0};
-      std::vector<Range> ranges, row;
-      for (int64_t r = 0; r < qb.length; ++r) {
-        plan.table.tile_row_ranges(tile, qb.begin + r, row);  // sequence coordinates
-        for (const Range& g : row) ranges.push_back({g.begin - kb.begin, g.end - kb.begin});
-        offsets.push_back(static_cast<int64_t>(ranges.size()));
-      }
-      it = tile_rows.emplace(tile_index, std::make_pair(std::move(offsets), std::move(ranges))).first;
-    }
-    m.row_offsets = it->second.first;
-    m.ranges = it->second.second;
-    return m;
-  }
-
-  void attend(const Attend& a, Pass pass) {
-    const auto t0 = Clock::now();
+  const Resolved& resolve(const Attend& a, uint64_t key) {
+    auto it = attends.find(key);
+    if (it != attends.end()) return it->second;
+    Resolved r;
+    std::vector<Range> row;
     for (const TileOp& op : a.tiles) {
       const Tile& tile = plan.table.tiles[static_cast<size_t>(op.tile)];
       const int32_t set = plan.table.groups.kv_set(tile.head_group);
-      const View q = view(op.q, DataKind::Q, tile.q_block, tile.head_group);
-      const View kv = view(op.kv, DataKind::KV, tile.kv_block, set);
+      AttendTile t;
+      t.tile = op.tile;
+      t.kind = tile.kind;
+      t.num_q = block_tokens(tile.q_block);
+      t.num_kv = block_tokens(tile.kv_block);
+      t.q = row_of(op.q, DataKind::Q, tile.q_block, tile.head_group);
+      t.kv = row_of(op.kv, DataKind::KV, tile.kv_block, set);
+      t.accumulate_q = op.accumulate_q;
+      t.accumulate_kv = op.accumulate_kv;
       if (pass == Pass::Forward) {
-        const View o = view(op.out, DataKind::O, tile.q_block, tile.head_group);
-        const View lse = view(op.out_lse, DataKind::LSE, tile.q_block, tile.head_group);
-        cpu::ForwardTile f;
-        f.num_q = q.rows;
-        f.num_kv = kv.rows;
-        f.mask = tile_mask(op.tile);
-        f.q = q.p;
-        f.k = kv.p;
-        f.v = kv.p2;
-        f.o = o.p;
-        f.lse = lse.p;
-        f.ld = cpu::RowStrides{.q = q.ld, .kv = kv.ld, .o = o.ld, .lse = lse.ld};
-        f.accumulate = op.accumulate_q;
-        backend.attend_forward(heads, {&f, 1});
-        continue;
+        t.o = row_of(op.out, DataKind::O, tile.q_block, tile.head_group);
+        t.lse = row_of(op.out_lse, DataKind::LSE, tile.q_block, tile.head_group);
+      } else {
+        t.d_o = row_of(op.d_o, DataKind::dO, tile.q_block, tile.head_group);
+        t.lse_in = row_of(op.lse_in, DataKind::LSE, tile.q_block, tile.head_group);
+        t.delta = row_of(op.delta, DataKind::Delta, tile.q_block, tile.head_group);
+        t.dq = row_of(op.out, DataKind::dQ, tile.q_block, tile.head_group);
+        t.dkv = row_of(op.out_kv, DataKind::dKV, tile.kv_block, set);
       }
-      const View d_o = view(op.d_o, DataKind::dO, tile.q_block, tile.head_group);
-      const View lse = view(op.lse_in, DataKind::LSE, tile.q_block, tile.head_group);
-      const View delta = view(op.delta, DataKind::Delta, tile.q_block, tile.head_group);
-      const View dq = view(op.out, DataKind::dQ, tile.q_block, tile.head_group);
-      const View dkv = view(op.out_kv, DataKind::dKV, tile.kv_block, set);
-      if (!op.accumulate_q) zero(dq);
-      if (!op.accumulate_kv) zero(dkv);
-      cpu::BackwardTile b;
-      b.num_q = q.rows;
-      b.num_kv = kv.rows;
-      b.mask = tile_mask(op.tile);
-      b.q = q.p;
-      b.k = kv.p;
-      b.v = kv.p2;
-      b.d_o = d_o.p;
-      b.lse = lse.p;
-      b.delta = delta.p;
-      b.dq = dq.p;
-      b.dk = dkv.p;
-      b.dv = dkv.p2;
-      b.ld = cpu::RowStrides{.q = q.ld, .kv = kv.ld, .o = 0, .lse = lse.ld, .d_o = d_o.ld, .delta = delta.ld,
-                             .dq = dq.ld, .dkv = dkv.ld};
-      backend.attend_backward(heads, {&b, 1});
+      if (tile.kind == TileKind::Partial) {
+        const TokenBlock& qb = plan.table.token_blocks[static_cast<size_t>(tile.q_block)];
+        const TokenBlock& kb = plan.table.token_blocks[static_cast<size_t>(tile.kv_block)];
+        t.mask = static_cast<int64_t>(r.row_offsets.size());
+        t.ranges_begin = static_cast<int64_t>(r.ranges.size());
+        r.row_offsets.push_back(0);
+        for (int64_t i = 0; i < qb.length; ++i) {
+          plan.table.tile_row_ranges(tile, qb.begin + i, row);  // sequence coordinates
+          for (const Range& g : row) r.ranges.push_back({g.begin - kb.begin, g.end - kb.begin});
+          r.row_offsets.push_back(static_cast<int64_t>(r.ranges.size()) - t.ranges_begin);
+        }
+      }
+      r.tiles.push_back(t);
     }
+    return attends.emplace(key, std::move(r)).first->second;
+  }
+
+  void attend(const Attend& a, uint64_t key) {
+    const auto t0 = Clock::now();
+    const Resolved& r = resolve(a, key);
+    AttendCall call{pass, key, r.tiles, r.row_offsets, r.ranges};
+    backend.attend(heads, arrays, call);
     stats.attend_s += seconds_since(t0);
   }
 
-  void zero(const View& v) {
-    for (float* p : {v.p, v.p2}) {
-      if (!p) continue;
-      if (v.ld == v.row_floats) {
-        backend.fill(p, v.rows * v.row_floats, 0.0f);
-      } else {
-        for (int64_t r = 0; r < v.rows; ++r) backend.fill(p + r * v.ld, v.row_floats, 0.0f);
-      }
-    }
-  }
-
-  void merge(const Merge& m) {
+  void merge(const Merge& m, uint64_t key) {
     const auto t0 = Clock::now();
-    const auto slot_ref = [&](DataKind kind, int32_t slot) { return BufRef{Space::Slot, kind, slot}; };
-    const View dst = view(m.dst, m.kind, m.token_block, m.group);
-    const int64_t n = dst.rows * dst.row_floats;  // per part
-    if (m.kind == DataKind::O) {
-      const View dst_lse = view(m.dst_lse, DataKind::LSE, m.token_block, m.group);
-      if (m.src_lse_slots.size() != m.src_slots.size())
+    auto it = merges.find(key);
+    if (it == merges.end()) {
+      std::vector<int64_t> src, src_lse;
+      if (m.kind == DataKind::O && m.src_lse_slots.size() != m.src_slots.size())
         raise(ErrorKind::InvalidPlan, "executor: merge of O with " + std::to_string(m.src_slots.size()) +
                                           " partials but " + std::to_string(m.src_lse_slots.size()) + " LSE slots");
-      std::vector<float> o_acc(static_cast<size_t>(n)), lse_acc(static_cast<size_t>(dst_lse.rows * qpg));
-      std::vector<float> dst_o, dst_l;
-      std::vector<cpu::PartialView> parts;
-      if (m.accumulate) {
-        dst_o.resize(o_acc.size());
-        dst_l.resize(lse_acc.size());
-        backend.copy_rows(dst_o.data(), dst.row_floats, dst.p, dst.ld, dst.rows, dst.row_floats);
-        backend.copy_rows(dst_l.data(), qpg, dst_lse.p, dst_lse.ld, dst_lse.rows, qpg);
-        parts.push_back({dst_o.data(), dst_l.data()});
-      }
       for (size_t i = 0; i < m.src_slots.size(); ++i) {
-        const View o = view(slot_ref(DataKind::O, m.src_slots[i]), DataKind::O, m.token_block, m.group);
-        const View l = view(slot_ref(DataKind::LSE, m.src_lse_slots[i]), DataKind::LSE, m.token_block, m.group);
-        parts.push_back({o.p, l.p});  // slots are dense: rows x qpg rows of head_dim
+        src.push_back(row_of(BufRef{Space::Slot, m.kind, m.src_slots[i]}, m.kind, m.token_block, m.group));
+        if (m.kind == DataKind::O)
+          src_lse.push_back(row_of(BufRef{Space::Slot, DataKind::LSE, m.src_lse_slots[i]}, DataKind::LSE,
+                                   m.token_block, m.group));
       }
-      backend.merge_partials(parts, o_acc.data(), lse_acc.data(), dst.rows * qpg, dim);
-      backend.copy_rows(dst.p, dst.ld, o_acc.data(), dst.row_floats, dst.rows, dst.row_floats);
-      backend.copy_rows(dst_lse.p, dst_lse.ld, lse_acc.data(), qpg, dst_lse.rows, qpg);
-    } else {
-      std::vector<float> acc(static_cast<size_t>(dst.floats()), 0.0f);
-      if (m.accumulate) pack(dst, acc.data());
-      std::vector<float> tmp(acc.size());
-      for (int32_t s : m.src_slots) {
-        const View src = view(slot_ref(m.kind, s), m.kind, m.token_block, m.group);
-        pack(src, tmp.data());
-        backend.sum_into(acc.data(), tmp.data(), static_cast<int64_t>(acc.size()));
-      }
-      unpack(acc.data(), dst);
+      it = merges.emplace(key, std::make_pair(std::move(src), std::move(src_lse))).first;
     }
+    if (m.accumulate && m.dst.space != Space::Slot)
+      raise(ErrorKind::InvalidPlan, "executor: accumulating merge into a local tensor");
+    MergeCall call;
+    call.key = key;
+    call.kind = m.kind;
+    call.num_rows = block_tokens(m.token_block);
+    call.dst = row_of(m.dst, m.kind, m.token_block, m.group);
+    if (m.kind == DataKind::O) call.dst_lse = row_of(m.dst_lse, DataKind::LSE, m.token_block, m.group);
+    call.src = it->second.first;
+    call.src_lse = it->second.second;
+    call.accumulate = m.accumulate;
+    backend.merge(heads, arrays, call);
     stats.merge_s += seconds_since(t0);
   }
 
   void copy(const Copy& c) {
-    const View src = view(c.src, c.kind, c.token_block, c.group);
-    const View dst = view(c.dst, c.kind, c.token_block, c.group);
-    std::vector<float> tmp(static_cast<size_t>(src.floats()));
-    pack(src, tmp.data());
-    unpack(tmp.data(), dst);
+    const int64_t src = row_of(c.src, c.kind, c.token_block, c.group);
+    const int64_t dst = row_of(c.dst, c.kind, c.token_block, c.group);
+    const int64_t rows = block_tokens(c.token_block);
+    backend.copy_rows(arrays, array_of(c.kind), dst, src, rows);
+    if (kv_side(c.kind)) backend.copy_rows(arrays, second_array(c.kind), dst, src, rows);
   }
 
+  // A transfer of a KV-side kind is two messages (K then V, or dK then dV) on both ends.
   void comm_start(const CommStart& s) {
-    Pending& pending = rounds[s.id];
-    std::vector<CommOp> ops;
-    pending.buffers.reserve(s.ops.size());
+    std::vector<CommOp>& ops = round_ops[s.id];
+    ops.clear();
     for (const Transfer& t : s.ops) {
-      const View v = view(t.buf, t.kind, t.token_block, t.group);
-      pending.buffers.emplace_back(static_cast<size_t>(v.floats()));
-      std::vector<float>& buf = pending.buffers.back();
-      if (t.send) pack(v, buf.data());
-      else pending.unpack.emplace_back(v, pending.buffers.size() - 1);
-      ops.push_back(CommOp{t.peer, t.send, buf.data(), static_cast<int64_t>(buf.size() * sizeof(float))});
+      const int64_t row = row_of(t.buf, t.kind, t.token_block, t.group);
+      const int64_t rows = block_tokens(t.token_block);
+      const Array a = array_of(t.kind);
+      const auto ai = static_cast<size_t>(a);
+      const int64_t bytes = rows * arrays.row_elems[ai] * elem_bytes(arrays.type[ai]);
+      ops.push_back(CommOp{t.peer, t.send, arrays.at(a, row), bytes});
+      if (kv_side(t.kind)) ops.push_back(CommOp{t.peer, t.send, arrays.at(second_array(t.kind), row), bytes});
     }
     comm.start(s.id, ops);
   }
@@ -312,32 +291,43 @@ struct Executor::Impl {
     const auto t0 = Clock::now();
     comm.wait(w.id, options.comm_timeout_s);
     stats.comm_wait_s += seconds_since(t0);
-    auto it = rounds.find(w.id);
-    if (it == rounds.end()) raise(ErrorKind::InvalidPlan, "executor: CommWait(" + std::to_string(w.id) + ") without start");
-    for (const auto& [v, index] : it->second.unpack) unpack(it->second.buffers[index].data(), v);
-    rounds.erase(it);
   }
 
-  void run(const Program& program, LocalTensors& t) {
-    check_sizes(t);
-    local = &t;
-    slots = program.pass == Pass::Forward ? &slots_fwd : &slots_bwd;
-    stats = ExecStats{};
+  void run(const Program& program, int at_layer) {
+    if (at_layer < 0 || at_layer >= options.num_layers)
+      raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(at_layer) + " outside [0, " +
+                                         std::to_string(options.num_layers) + ")");
+    layer = at_layer;
+    pass = program.pass;
     const auto t0 = Clock::now();
-    for (const Instruction& ins : program.code) {
+    for (size_t i = 0; i < program.code.size(); ++i) {
+      const uint64_t key = call_key(layer, pass, i);
       std::visit(
           [&](const auto& x) {
             using T = std::decay_t<decltype(x)>;
-            if constexpr (std::is_same_v<T, Attend>) attend(x, program.pass);
-            else if constexpr (std::is_same_v<T, Merge>) merge(x);
+            if constexpr (std::is_same_v<T, Attend>) attend(x, key);
+            else if constexpr (std::is_same_v<T, Merge>) merge(x, key);
             else if constexpr (std::is_same_v<T, Copy>) copy(x);
             else if constexpr (std::is_same_v<T, CommStart>) comm_start(x);
             else comm_wait(x);
           },
-          ins);
+          program.code[i]);
     }
-    stats.total_s = seconds_since(t0);
-    local = nullptr;
+    stats.total_s += seconds_since(t0);
+  }
+
+  // Host tensor of all heads <-> group-major rows of one layer.
+  void transfer(int at_layer, Array a, std::vector<float>& host, bool up) {
+    const DataKind kind = kind_of(a);
+    const int64_t parts = kv_side(kind) ? num_sets : num_groups;
+    const int64_t width = arrays.row_elems[static_cast<size_t>(a)];
+    const int64_t ld = width * parts;
+    layer = at_layer;
+    for (int32_t g = 0; g < parts; ++g) {
+      const int64_t row = local_row(kind, g);
+      if (up) backend.upload(arrays, a, row, host.data() + g * width, ld, local_rows);
+      else backend.download(arrays, a, row, host.data() + g * width, ld, local_rows);
+    }
   }
 
   void check_sizes(const LocalTensors& t) const {
@@ -352,6 +342,8 @@ struct Executor::Impl {
       raise(ErrorKind::InvalidInput, "executor: local tensors sized for " + std::to_string(t.rows) +
                                          " rows; device " + std::to_string(dev.device) + " owns " +
                                          std::to_string(rows) + " tokens (use LocalTensors::allocate)");
+    if (s.q_heads != num_groups * qpg || s.kv_heads != num_sets * kvpg)
+      raise(ErrorKind::InvalidPlan, "executor: head groups do not tile the heads");
   }
 };
 
@@ -379,26 +371,75 @@ Executor::Executor(const Plan& plan, Backend& backend, Comm& comm, ExecOptions o
 
 Executor::~Executor() = default;
 
-ExecStats Executor::forward(LocalTensors& t) {
-  impl_->run(impl_->dev.fwd, t);
+void Executor::upload(int layer, const LocalTensors& t, Pass what) {
+  impl_->check_sizes(t);
+  auto& mt = const_cast<LocalTensors&>(t);  // transfer() only reads when uploading
+  for (Array a : {Array::Q, Array::K, Array::V}) {
+    std::vector<float>& v = a == Array::Q ? mt.q : a == Array::K ? mt.k : mt.v;
+    impl_->transfer(layer, a, v, true);
+  }
+  if (what == Pass::Backward) {
+    impl_->transfer(layer, Array::O, mt.o, true);
+    impl_->transfer(layer, Array::LSE, mt.lse, true);
+    impl_->transfer(layer, Array::dO, mt.d_o, true);
+  }
+}
+
+void Executor::download(int layer, LocalTensors& t, Pass what) {
+  impl_->check_sizes(t);
+  impl_->backend.synchronize();
+  if (what == Pass::Forward) {
+    impl_->transfer(layer, Array::O, t.o, false);
+    impl_->transfer(layer, Array::LSE, t.lse, false);
+    return;
+  }
+  impl_->transfer(layer, Array::Delta, t.delta, false);
+  impl_->transfer(layer, Array::dQ, t.dq, false);
+  impl_->transfer(layer, Array::dK, t.dk, false);
+  impl_->transfer(layer, Array::dV, t.dv, false);
+}
+
+ExecStats Executor::forward_layer(int layer) {
+  impl_->stats = ExecStats{};
+  impl_->run(impl_->dev.fwd, layer);
   return impl_->stats;
+}
+
+ExecStats Executor::backward_layer(int layer) {
+  impl_->stats = ExecStats{};
+  Impl& m = *impl_;
+  if (layer < 0 || layer >= m.options.num_layers)
+    raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(layer) + " outside [0, " +
+                                       std::to_string(m.options.num_layers) + ")");
+  m.layer = layer;
+  m.backend.compute_delta(m.heads, m.arrays, m.local_row(DataKind::dO, 0), m.local_row(DataKind::O, 0),
+                          m.local_row(DataKind::Delta, 0), int64_t{m.num_groups} * m.local_rows);
+  m.run(m.dev.bwd, layer);
+  return m.stats;
+}
+
+const ArraySet& Executor::arrays() const { return impl_->arrays; }
+
+ExecStats Executor::forward(LocalTensors& t) {
+  upload(0, t, Pass::Forward);
+  ExecStats s = forward_layer(0);
+  download(0, t, Pass::Forward);
+  return s;
+}
+
+ExecStats Executor::backward(LocalTensors& t) {
+  upload(0, t, Pass::Backward);
+  ExecStats s = backward_layer(0);
+  download(0, t, Pass::Backward);
+  return s;
 }
 
 int64_t Executor::slot_bytes_allocated(Pass pass) const {
   const Program& program = pass == Pass::Forward ? impl_->dev.fwd : impl_->dev.bwd;
   int64_t bytes = 0;
   for (int k = 0; k < kNumDataKinds; ++k)
-    bytes += program.num_slots[static_cast<size_t>(k)] * impl_->slot_floats[static_cast<size_t>(k)] *
-             static_cast<int64_t>(sizeof(float));
+    bytes += program.num_slots[static_cast<size_t>(k)] * impl_->slot_block_bytes(static_cast<DataKind>(k));
   return bytes;
-}
-
-ExecStats Executor::backward(LocalTensors& t) {
-  impl_->check_sizes(t);
-  const AttentionShape& s = impl_->plan.header.shape;
-  impl_->backend.compute_delta(t.d_o.data(), t.o.data(), t.rows, s.q_heads, s.head_dim, t.delta.data());
-  impl_->run(impl_->dev.bwd, t);
-  return impl_->stats;
 }
 
 }  // namespace dcp

@@ -1,4 +1,5 @@
-// The CPU backend: host allocations and the kernels of attention_cpu.h behind dcp::Backend.
+// The CPU backend: host allocations (fp32 everywhere) and the kernels of attention_cpu.h behind
+// dcp::Backend.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -13,37 +14,116 @@ namespace {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
-  float* allocate(int64_t num_floats) override {
-    buffers_.push_back(std::make_unique<float[]>(static_cast<size_t>(num_floats)));  // value-initialised: 0
+  ElemType storage_type() const override { return ElemType::F32; }
+  bool host_memory() const override { return true; }
+  void* allocate(int64_t bytes) override {
+    const auto n = static_cast<size_t>((bytes + 3) / 4);
+    buffers_.push_back(std::make_unique<float[]>(n));  // value-initialised: 0
     return buffers_.back().get();
   }
-  void attend_forward(const cpu::HeadLayout& heads, std::span<const cpu::ForwardTile> tiles) override {
-    cpu::attend_forward(heads, tiles);
+  int64_t num_allocations() const override { return static_cast<int64_t>(buffers_.size()); }
+
+  void attend(const cpu::HeadLayout& heads, const ArraySet& a, const AttendCall& call) override {
+    const auto mask_of = [&](const AttendTile& t) {
+      cpu::TileMaskView m;
+      m.kind = t.kind;
+      if (t.kind == TileKind::Partial) {
+        m.row_offsets = call.row_offsets.subspan(static_cast<size_t>(t.mask), static_cast<size_t>(t.num_q + 1));
+        m.ranges = call.ranges.subspan(static_cast<size_t>(t.ranges_begin),
+                                       static_cast<size_t>(m.row_offsets.back()));
+      }
+      return m;
+    };
+    // One tile at a time, in order: later tiles may accumulate into earlier ones' outputs.
+    for (const AttendTile& t : call.tiles) {
+      if (call.pass == Pass::Forward) {
+        cpu::ForwardTile f;
+        f.num_q = t.num_q;
+        f.num_kv = t.num_kv;
+        f.mask = mask_of(t);
+        f.q = f32(a, Array::Q, t.q);
+        f.k = f32(a, Array::K, t.kv);
+        f.v = f32(a, Array::V, t.kv);
+        f.o = f32(a, Array::O, t.o);
+        f.lse = f32(a, Array::LSE, t.lse);
+        f.accumulate = t.accumulate_q;
+        cpu::attend_forward(heads, {&f, 1});
+        continue;
+      }
+      if (!t.accumulate_q) zero_rows(a, Array::dQ, t.dq, t.num_q);
+      if (!t.accumulate_kv) {
+        zero_rows(a, Array::dK, t.dkv, t.num_kv);
+        zero_rows(a, Array::dV, t.dkv, t.num_kv);
+      }
+      cpu::BackwardTile b;
+      b.num_q = t.num_q;
+      b.num_kv = t.num_kv;
+      b.mask = mask_of(t);
+      b.q = f32(a, Array::Q, t.q);
+      b.k = f32(a, Array::K, t.kv);
+      b.v = f32(a, Array::V, t.kv);
+      b.d_o = f32(a, Array::dO, t.d_o);
+      b.lse = f32(a, Array::LSE, t.lse_in);
+      b.delta = f32(a, Array::Delta, t.delta);
+      b.dq = f32(a, Array::dQ, t.dq);
+      b.dk = f32(a, Array::dK, t.dkv);
+      b.dv = f32(a, Array::dV, t.dkv);
+      cpu::attend_backward(heads, {&b, 1});
+    }
   }
-  void attend_backward(const cpu::HeadLayout& heads, std::span<const cpu::BackwardTile> tiles) override {
-    cpu::attend_backward(heads, tiles);
-  }
-  void merge_partials(std::span<const cpu::PartialView> parts, float* o, float* lse, int64_t num_rows,
-                      int head_dim) override {
-    cpu::merge_partials(parts, o, lse, num_rows, head_dim);
-  }
-  void sum_into(float* dst, const float* src, int64_t n) override { cpu::sum_into(dst, src, n); }
-  void copy_rows(float* dst, int64_t dst_ld, const float* src, int64_t src_ld, int64_t rows,
-                 int64_t row_floats) override {
-    if (dst_ld == row_floats && src_ld == row_floats) {
-      std::memmove(dst, src, static_cast<size_t>(rows * row_floats) * sizeof(float));
+
+  void merge(const cpu::HeadLayout& heads, const ArraySet& a, const MergeCall& m) override {
+    if (m.kind == DataKind::O) {
+      const int64_t rows = m.num_rows * heads.q_heads;
+      std::vector<float> o_acc(static_cast<size_t>(rows * heads.head_dim)), lse_acc(static_cast<size_t>(rows));
+      std::vector<cpu::PartialView> parts;
+      if (m.accumulate) parts.push_back({f32(a, Array::O, m.dst), f32(a, Array::LSE, m.dst_lse)});
+      for (size_t i = 0; i < m.src.size(); ++i)
+        parts.push_back({f32(a, Array::O, m.src[i]), f32(a, Array::LSE, m.src_lse[i])});
+      cpu::merge_partials(parts, o_acc.data(), lse_acc.data(), rows, heads.head_dim);
+      std::copy(o_acc.begin(), o_acc.end(), f32(a, Array::O, m.dst));
+      std::copy(lse_acc.begin(), lse_acc.end(), f32(a, Array::LSE, m.dst_lse));
       return;
     }
-    for (int64_t r = 0; r < rows; ++r)
-      std::memmove(dst + r * dst_ld, src + r * src_ld, static_cast<size_t>(row_floats) * sizeof(float));
+    const std::vector<Array> parts =
+        m.kind == DataKind::dQ ? std::vector<Array>{Array::dQ} : std::vector<Array>{Array::dK, Array::dV};
+    for (Array arr : parts) {
+      const int64_t n = m.num_rows * a.row_elems[static_cast<size_t>(arr)];
+      float* dst = f32(a, arr, m.dst);
+      std::vector<float> acc(static_cast<size_t>(n), 0.0f);
+      if (m.accumulate) std::copy(dst, dst + n, acc.begin());
+      for (int64_t s : m.src) cpu::sum_into(acc.data(), f32(a, arr, s), n);
+      std::copy(acc.begin(), acc.end(), dst);
+    }
   }
-  void fill(float* dst, int64_t n, float value) override { std::fill_n(dst, n, value); }
-  void compute_delta(const float* d_o, const float* o, int64_t num_rows, int q_heads, int head_dim,
-                     float* delta) override {
-    cpu::compute_delta(d_o, o, num_rows, q_heads, head_dim, delta);
+
+  void copy_rows(const ArraySet& a, Array arr, int64_t dst, int64_t src, int64_t num_rows) override {
+    const auto n = static_cast<size_t>(num_rows * a.row_elems[static_cast<size_t>(arr)]);
+    std::memmove(f32(a, arr, dst), f32(a, arr, src), n * sizeof(float));
+  }
+  void zero_rows(const ArraySet& a, Array arr, int64_t row, int64_t num_rows) override {
+    std::fill_n(f32(a, arr, row), num_rows * a.row_elems[static_cast<size_t>(arr)], 0.0f);
+  }
+  void compute_delta(const cpu::HeadLayout& heads, const ArraySet& a, int64_t d_o, int64_t o, int64_t delta,
+                     int64_t num_rows) override {
+    cpu::compute_delta(f32(a, Array::dO, d_o), f32(a, Array::O, o), num_rows, heads.q_heads, heads.head_dim,
+                       f32(a, Array::Delta, delta));
+  }
+  void upload(const ArraySet& a, Array arr, int64_t row, const float* host, int64_t host_ld,
+              int64_t num_rows) override {
+    const int64_t w = a.row_elems[static_cast<size_t>(arr)];
+    float* dst = f32(a, arr, row);
+    for (int64_t r = 0; r < num_rows; ++r) std::copy_n(host + r * host_ld, w, dst + r * w);
+  }
+  void download(const ArraySet& a, Array arr, int64_t row, float* host, int64_t host_ld,
+                int64_t num_rows) override {
+    const int64_t w = a.row_elems[static_cast<size_t>(arr)];
+    const float* src = f32(a, arr, row);
+    for (int64_t r = 0; r < num_rows; ++r) std::copy_n(src + r * w, w, host + r * host_ld);
   }
 
  private:
+  static float* f32(const ArraySet& a, Array arr, int64_t row) { return static_cast<float*>(a.at(arr, row)); }
   std::vector<std::unique_ptr<float[]>> buffers_;
 };
 
