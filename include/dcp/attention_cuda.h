@@ -69,6 +69,14 @@ struct AttnTile {
   int32_t kv_head_end = 0;      //   and the q heads that read them
   int32_t range_row_begin = 0;  // Partial: index of row 0 in row_offsets (q_len + 1 entries used)
   int32_t pad_ = 0;
+  // Rows of the other operands when they live elsewhere than q_begin / out_begin / kv_begin
+  // (-1: the default). The executor's operands are rows of separate arrays (slots, local).
+  int32_t lse_begin = -1;       // forward: LSE partial row (default out_begin); backward: LSE (q_begin)
+  int32_t dout_begin = -1;      // backward: dO (default q_begin)
+  int32_t delta_begin = -1;     // backward: Delta (default q_begin)
+  int32_t dq_begin = -1;        // backward: dQ (default q_begin)
+  int32_t dkv_begin = -1;       // backward: dK and dV (default kv_begin)
+  int32_t pad2_[3] = {0, 0, 0};
 };
 
 struct AttnShape {
@@ -84,6 +92,12 @@ struct AttnWorkItem {
   int32_t chunk = 0;            // forward: 128-row q sub-tile; backward: 128-key kv sub-tile
   int32_t head = 0;             // forward: q head; backward: kv head
   int32_t pad_ = 0;
+  // Forward: the item covers tiles [tile, tile + num_tiles), which share q rows and outputs
+  // (online softmax across them: one partial for all); accumulate: start from the partial
+  // (O, LSE) already in the output rows instead of O = 0, LSE = -inf.
+  int32_t num_tiles = 1;
+  int32_t accumulate = 0;
+  int32_t pad2_[2] = {0, 0};
 };
 
 inline constexpr int kAttnForwardChunkRows = 128;
@@ -149,6 +163,9 @@ struct AttnMergeParams {
   float* out_f32 = nullptr;
   void* out_bf16 = nullptr;
   float* lse_out = nullptr;
+  // Row of each partial's LSE when it differs from its O row (null: part_rows). An output may
+  // be one of its own partials (in place).
+  const int32_t* part_lse_rows = nullptr;
 };
 void attention_merge(const AttnMergeParams& params, cudaStream_t stream);
 

@@ -81,6 +81,11 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
   const auto* qp = static_cast<const __nv_bfloat16*>(p.q);
   const auto* dop = static_cast<const __nv_bfloat16*>(p.dout);
   const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
+  const int dout_row0 = t.dout_begin >= 0 ? t.dout_begin : t.q_begin;
+  const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
+  const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
+  const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
+  const int dkv_row0 = t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin;
 #pragma unroll
   for (int h = 0; h < kBwdKeys / kRows; ++h) {
     const int tile_keys = keys - h * kRows;  // <= 0: all zero-filled, read nothing
@@ -130,17 +135,17 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
     const int rq0 = (q_sub_begin + step % per_head) * kRows;
     const int rows = min(kRows, t.q_len - rq0);
     const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
+    const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
     const uint32_t boff = static_cast<uint32_t>(buf * Smem::kTileBytes);
     load_tile_async<kD, kBwdThreads>(s_q + boff, qp + off, q_stride, rows);
-    load_tile_async<kD, kBwdThreads>(s_do + boff, dop + off, q_stride, rows);
+    load_tile_async<kD, kBwdThreads>(s_do + boff, dop + do_off, q_stride, rows);
     if (tid < kRows) {
       float lse2 = INFINITY;
       float delta = 0.0F;
       if (tid < rows) {
-        const int64_t idx = static_cast<int64_t>(t.q_begin + rq0 + tid) * hq + qh;
-        const float lse = p.lse[idx];
+        const float lse = p.lse[static_cast<int64_t>(lse_row0 + rq0 + tid) * hq + qh];
         lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-        delta = p.delta[idx];
+        delta = p.delta[static_cast<int64_t>(delta_row0 + rq0 + tid) * hq + qh];
       }
       s_lse[buf * kRows + tid] = lse2;
       s_delta[buf * kRows + tid] = delta;
@@ -284,7 +289,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
         const int row = q_row0 + g + r * 8;
         if (row >= q_rows) continue;
         float* dq_row =
-            p.dq + (static_cast<int64_t>(t.q_begin + rq0 + row) * hq + qh) * kD + col0 + dc * 32 + 2 * tq;
+            p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + col0 + dc * 32 + 2 * tq;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           atomicAdd(reinterpret_cast<float2*>(dq_row + j * 8),
@@ -303,7 +308,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
   for (int r = 0; r < 2; ++r) {
     const int key = warp * 16 + g + r * 8;
     if (key >= keys) continue;
-    const int64_t off = (static_cast<int64_t>(t.kv_begin + c0 + key) * hkv + kvh) * kD + 2 * tq;
+    const int64_t off = (static_cast<int64_t>(dkv_row0 + c0 + key) * hkv + kvh) * kD + 2 * tq;
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       atomicAdd(reinterpret_cast<float2*>(p.dk + off + j * 8), make_float2(dk[j][2 * r] * scale, dk[j][2 * r + 1] * scale));

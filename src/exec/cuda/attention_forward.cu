@@ -46,7 +46,11 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
   using Smem = FwdSmem<kD>;
   extern __shared__ __align__(128) unsigned char smem[];
   const AttnWorkItem w = p.list.work[blockIdx.x];
-  const AttnTile t = p.list.tiles[w.tile];
+  // Tiles [w.tile, t_end) share the q rows and the outputs; t is the one being iterated.
+  AttnTile ct = p.list.tiles[w.tile];
+  const int t_end = w.tile + max(1, w.num_tiles);
+  const int out_begin = ct.out_begin;
+  const int lse_begin = ct.lse_begin >= 0 ? ct.lse_begin : ct.out_begin;
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5;
   const int lane = tid & 31;
@@ -57,7 +61,7 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
   const int qh = w.head;
   const int kvh = qh / (hq / hkv);
   const int r0 = w.chunk * kFwdRows;
-  const int rows = min(kFwdRows, t.q_len - r0);
+  const int rows = min(kFwdRows, ct.q_len - r0);
   const float scale_log2 = p.shape.softmax_scale * kLog2e;
 
   const uint32_t s_q = smem_addr(smem + Smem::kQ);
@@ -70,9 +74,9 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
   const auto* v = static_cast<const __nv_bfloat16*>(p.v);
   const int64_t q_stride = static_cast<int64_t>(hq) * kD;
   const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
-  const __nv_bfloat16* q_base = q + (static_cast<int64_t>(t.q_begin + r0) * hq + qh) * kD;
-  const __nv_bfloat16* k_base = k + (static_cast<int64_t>(t.kv_begin) * hkv + kvh) * kD;
-  const __nv_bfloat16* v_base = v + (static_cast<int64_t>(t.kv_begin) * hkv + kvh) * kD;
+  const __nv_bfloat16* q_base = q + (static_cast<int64_t>(ct.q_begin + r0) * hq + qh) * kD;
+  auto k_base_of = [&](const AttnTile& x) { return k + (static_cast<int64_t>(x.kv_begin) * hkv + kvh) * kD; };
+  auto v_base_of = [&](const AttnTile& x) { return v + (static_cast<int64_t>(x.kv_begin) * hkv + kvh) * kD; };
 
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
@@ -82,12 +86,13 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
   }
   cp_async_commit();
 
-  const int num_sub = (t.kv_len + kRows - 1) / kRows;
-  int sub_end = num_sub;
-  if (t.kind == TileKind::CausalDiagonal) sub_end = min(num_sub, (r0 + rows - 1) / kRows + 1);
+  auto sub_end_of = [&](const AttnTile& x) {
+    const int num_sub = (x.kv_len + kRows - 1) / kRows;
+    return x.kind == TileKind::CausalDiagonal ? min(num_sub, (r0 + rows - 1) / kRows + 1) : num_sub;
+  };
 
   // Uniform across the CTA (Partial uses block-wide votes).
-  auto classify = [&](int n, int buf) -> int {
+  auto classify = [&](const AttnTile& t, int n, int buf) -> int {
     const int kv0 = n * kRows;
     const int valid = min(kRows, t.kv_len - kv0);
     if (t.kind == TileKind::Full) return valid == kRows ? kFull : kMasked;
@@ -106,14 +111,28 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
     return full && valid == kRows ? kFull : kMasked;
   };
 
+  // Advances (x, ti, n) to the first non-empty sub-tile at or after sub-tile n of tile ti;
+  // ti == t_end when none is left.
+  auto seek = [&](AttnTile& x, int& ti, int& n, int buf) -> int {
+    while (ti < t_end) {
+      const int end = sub_end_of(x);
+      for (; n < end; ++n) {
+        const int c = classify(x, n, buf);
+        if (c != kEmpty) return c;
+      }
+      if (++ti < t_end) x = p.list.tiles[ti];
+      n = 0;
+    }
+    return kEmpty;
+  };
+  int ti = w.tile;
   int n = 0;
-  int cls = kEmpty;
-  while (n < sub_end && (cls = classify(n, 0)) == kEmpty) ++n;
+  int cls = seek(ct, ti, n, 0);
   int buf = 0;
-  if (n < sub_end) {
-    const int kv_rows = min(kRows, t.kv_len - n * kRows);
-    load_tile_async<kD>(s_k, k_base + n * kRows * kv_stride, kv_stride, kv_rows);
-    load_tile_async<kD>(s_v, v_base + n * kRows * kv_stride, kv_stride, kv_rows);
+  if (ti < t_end) {
+    const int kv_rows = min(kRows, ct.kv_len - n * kRows);
+    load_tile_async<kD>(s_k, k_base_of(ct) + n * kRows * kv_stride, kv_stride, kv_rows);
+    load_tile_async<kD>(s_v, v_base_of(ct) + n * kRows * kv_stride, kv_stride, kv_rows);
   }
   cp_async_commit();
   cp_async_wait<1>();
@@ -135,18 +154,43 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
   }
   // Row index inside the CTA of m tile mt, accumulator half r.
   auto cta_row = [&](int mt, int r) { return warp * 16 * kMt + mt * 16 + g + r * 8; };
+  const int64_t o_stride = static_cast<int64_t>(hq) * kD;
+  if (w.accumulate != 0) {
+    // The partial already there: O_old = sum exp(s - LSE_old) v, i.e. the online-softmax state
+    // m = LSE_old (log2 units), l = 1, o = O_old.
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = cta_row(mt, r);
+        if (row >= rows) continue;
+        const float lse_old = p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh];
+        if (lse_old == -INFINITY) continue;
+        m_row[mt][r] = lse_old * kLog2e;
+        l_row[mt][r] = tq == 0 ? 1.0F : 0.0F;  // l is summed over the 4 lanes of a row at the end
+        const float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          const float2 v2 = *reinterpret_cast<const float2*>(o_row + j * 8 + 2 * tq);
+          o[mt][j][2 * r] = v2.x;
+          o[mt][j][2 * r + 1] = v2.y;
+        }
+      }
+    }
+  }
   auto q_tile_addr = [&](int mt) { return s_q + static_cast<uint32_t>(((warp * kMt + mt) / 4) * Smem::kTileBytes); };
   auto q_tile_row = [&](int mt) { return ((warp * kMt + mt) % 4) * 16; };
 
-  while (n < sub_end) {
+  while (ti < t_end) {
+    AttnTile nt = ct;
+    int nti = ti;
     int nn = n + 1;
-    int ncls = kEmpty;
-    while (nn < sub_end && (ncls = classify(nn, buf ^ 1)) == kEmpty) ++nn;
-    if (nn < sub_end) {
-      const int kv_rows = min(kRows, t.kv_len - nn * kRows);
+    const int ncls = seek(nt, nti, nn, buf ^ 1);
+    if (nti < t_end) {
+      const int kv_rows = min(kRows, nt.kv_len - nn * kRows);
       const uint32_t off = static_cast<uint32_t>((buf ^ 1) * Smem::kTileBytes);
-      load_tile_async<kD>(s_k + off, k_base + nn * kRows * kv_stride, kv_stride, kv_rows);
-      load_tile_async<kD>(s_v + off, v_base + nn * kRows * kv_stride, kv_stride, kv_rows);
+      load_tile_async<kD>(s_k + off, k_base_of(nt) + nn * kRows * kv_stride, kv_stride, kv_rows);
+      load_tile_async<kD>(s_v + off, v_base_of(nt) + nn * kRows * kv_stride, kv_stride, kv_rows);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -190,10 +234,10 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
             const int row = cta_row(mt, e >> 1);
             const int col = j * 8 + 2 * tq + (e & 1);
             bool ok;
-            if (t.kind == TileKind::Partial) {
+            if (ct.kind == TileKind::Partial) {
               ok = ((s_mask[buf * kFwdRows + row] >> col) & 1U) != 0;
             } else {
-              ok = kv0 + col < t.kv_len && (t.kind == TileKind::Full || kv0 + col <= r0 + row);
+              ok = kv0 + col < ct.kv_len && (ct.kind == TileKind::Full || kv0 + col <= r0 + row);
             }
             if (!ok) s[mt][j][e] = -INFINITY;
           }
@@ -247,13 +291,14 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
       }
     }
     __syncthreads();
+    ct = nt;
+    ti = nti;
     n = nn;
     cls = ncls;
     buf ^= 1;
   }
   cp_async_wait<0>();
 
-  const int64_t o_stride = static_cast<int64_t>(hq) * kD;
 #pragma unroll
   for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
@@ -264,14 +309,14 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
       const int row = cta_row(mt, r);
       if (row >= rows) continue;
       const float inv = l > 0.0F ? 1.0F / l : 0.0F;
-      const int64_t out_row = t.out_begin + r0 + row;
+      const int64_t out_row = out_begin + r0 + row;
       float* o_row = p.o + out_row * o_stride + static_cast<int64_t>(qh) * kD;
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j) {
         *reinterpret_cast<float2*>(o_row + j * 8 + 2 * tq) =
             make_float2(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
       }
-      if (tq == 0) p.lse[out_row * hq + qh] = l > 0.0F ? (m_row[mt][r] + log2f(l)) * kLn2 : -INFINITY;
+      if (tq == 0) p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh] = l > 0.0F ? (m_row[mt][r] + log2f(l)) * kLn2 : -INFINITY;
     }
   }
 }

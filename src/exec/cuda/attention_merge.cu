@@ -39,14 +39,15 @@ __global__ void __launch_bounds__(kBlock) merge_kernel(const AttnMergeParams p) 
   const int head = static_cast<int>(row_head % p.num_heads);
   const int begin = p.part_offsets[row];
   const int end = p.part_offsets[row + 1];
+  const int32_t* lrows = p.part_lse_rows != nullptr ? p.part_lse_rows : p.part_rows;
   float m = -INFINITY;
-  for (int i = begin; i < end; ++i) m = fmaxf(m, p.lse_part[static_cast<int64_t>(p.part_rows[i]) * p.num_heads + head]);
+  for (int i = begin; i < end; ++i) m = fmaxf(m, p.lse_part[static_cast<int64_t>(lrows[i]) * p.num_heads + head]);
   float4 acc = make_float4(0.0F, 0.0F, 0.0F, 0.0F);
   float denom = 0.0F;
   if (m != -INFINITY) {
     for (int i = begin; i < end; ++i) {
       const int64_t prow = p.part_rows[i];
-      const float wgt = __expf(p.lse_part[prow * p.num_heads + head] - m);
+      const float wgt = __expf(p.lse_part[static_cast<int64_t>(lrows[i]) * p.num_heads + head] - m);
       const float4 o = *reinterpret_cast<const float4*>(p.o_part + (prow * p.num_heads + head) * p.head_dim + vec * 4);
       acc.x += wgt * o.x;
       acc.y += wgt * o.y;
@@ -61,6 +62,12 @@ __global__ void __launch_bounds__(kBlock) merge_kernel(const AttnMergeParams p) 
   acc.z *= inv;
   acc.w *= inv;
   const int64_t elem = row_head * p.head_dim + vec * 4;
+  // In place: every lane of this (row, head) has read the partial LSEs before lane 0 writes.
+  // The lanes of one (row, head) are consecutive, aligned and all active (head_dim / 4 of them).
+  const unsigned lane = threadIdx.x & 31U;
+  const unsigned span = static_cast<unsigned>(vec_per_head < 32 ? vec_per_head : 32);
+  const unsigned group = span == 32 ? 0xffffffffU : (((1U << span) - 1U) << (lane & ~(span - 1U)));
+  __syncwarp(group);
   if (p.out_f32 != nullptr) *reinterpret_cast<float4*>(p.out_f32 + elem) = acc;
   if (p.out_bf16 != nullptr) store_bf16x4(p.out_bf16, elem, acc);
   if (p.lse_out != nullptr && vec == 0) p.lse_out[row_head] = denom > 0.0F ? m + logf(denom) : -INFINITY;

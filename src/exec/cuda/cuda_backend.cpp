@@ -1,0 +1,365 @@
+// cuda_backend.cpp — the executor's CUDA backend (see dcp/cuda_backend.h).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cuda_backend_kernels.h"
+#include "dcp/attention_cuda.h"
+#include "dcp/cuda_backend.h"
+#include "dcp/error.h"
+
+namespace dcp {
+namespace {
+
+void ck(cudaError_t e, const char* where) {
+  if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("cuda backend: ") + where + ": " + cudaGetErrorString(e));
+}
+
+int32_t i32(int64_t v, const char* what) {
+  if (v < 0 || v > INT32_MAX) raise(ErrorKind::Unsupported, std::string("cuda backend: ") + what + " exceeds int32");
+  return static_cast<int32_t>(v);
+}
+
+uint16_t to_bf16_bits(float x) {
+  uint32_t u = 0;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffU) > 0x7f800000U) return static_cast<uint16_t>((u >> 16) | 0x40U);  // NaN stays NaN
+  u += 0x7fffU + ((u >> 16) & 1U);  // round to nearest even
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16_bits(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x = 0;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device) : device_(device) {
+    ck(cudaSetDevice(device), "cudaSetDevice");
+    ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    for (void* p : buffers_) cudaFree(p);
+    cudaStreamDestroy(stream_);
+  }
+  std::string name() const override { return "cuda"; }
+  ElemType storage_type() const override { return ElemType::BF16; }
+  bool host_memory() const override { return false; }
+  void* allocate(int64_t bytes) override {
+    void* p = nullptr;
+    ck(cudaMalloc(&p, static_cast<size_t>(bytes)), "cudaMalloc");
+    buffers_.push_back(p);
+    ck(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_), "cudaMemset");
+    return p;
+  }
+  int64_t num_allocations() const override { return static_cast<int64_t>(buffers_.size()); }
+  void* compute_stream() override { return stream_; }
+  void synchronize() override { ck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  void attend(const cpu::HeadLayout& heads, const ArraySet& a, const AttendCall& call) override {
+    auto it = attends_.find(call.key);
+    if (it == attends_.end()) it = attends_.emplace(call.key, build_attend(heads, a, call)).first;
+    const DeviceAttend& d = it->second;
+    cuda::AttnShape shape{heads.q_heads, heads.kv_heads, heads.head_dim, 0.0F};
+    shape.softmax_scale = 1.0F / std::sqrt(static_cast<float>(heads.head_dim));
+    cuda::AttnTileList list{d.tiles, d.work, d.num_work, d.row_offsets, d.ranges};
+    if (call.pass == Pass::Forward) {
+      cuda::AttnForwardParams p;
+      p.shape = shape;
+      p.list = list;
+      p.q = a.base[idx(Array::Q)];
+      p.k = a.base[idx(Array::K)];
+      p.v = a.base[idx(Array::V)];
+      p.o = static_cast<float*>(a.base[idx(Array::O)]);
+      p.lse = static_cast<float*>(a.base[idx(Array::LSE)]);
+      cuda::attention_forward(p, stream_);
+      return;
+    }
+    cuda::zero_ranges(d.zero, d.num_zero, stream_);
+    cuda::AttnBackwardParams p;
+    p.shape = shape;
+    p.list = list;
+    p.q = a.base[idx(Array::Q)];
+    p.k = a.base[idx(Array::K)];
+    p.v = a.base[idx(Array::V)];
+    p.dout = a.base[idx(Array::dO)];
+    p.lse = static_cast<const float*>(a.base[idx(Array::LSE)]);
+    p.delta = static_cast<const float*>(a.base[idx(Array::Delta)]);
+    p.dq = static_cast<float*>(a.base[idx(Array::dQ)]);
+    p.dk = static_cast<float*>(a.base[idx(Array::dK)]);
+    p.dv = static_cast<float*>(a.base[idx(Array::dV)]);
+    cuda::attention_backward(p, stream_);
+  }
+
+  void merge(const cpu::HeadLayout& heads, const ArraySet& a, const MergeCall& m) override {
+    auto it = merges_.find(m.key);
+    if (it == merges_.end()) it = merges_.emplace(m.key, build_merge(m)).first;
+    const DeviceMerge& d = it->second;
+    if (m.kind == DataKind::O) {
+      cuda::AttnMergeParams p;
+      p.num_rows = i32(m.num_rows, "merge rows");
+      p.num_heads = heads.q_heads;
+      p.head_dim = heads.head_dim;
+      p.part_offsets = d.offsets;
+      p.part_rows = d.rows;
+      p.part_lse_rows = d.lse_rows;
+      p.o_part = static_cast<const float*>(a.base[idx(Array::O)]);
+      p.lse_part = static_cast<const float*>(a.base[idx(Array::LSE)]);
+      p.out_f32 = static_cast<float*>(a.at(Array::O, m.dst));
+      p.lse_out = static_cast<float*>(a.at(Array::LSE, m.dst_lse));
+      cuda::attention_merge(p, stream_);
+      return;
+    }
+    const std::vector<Array> parts =
+        m.kind == DataKind::dQ ? std::vector<Array>{Array::dQ} : std::vector<Array>{Array::dK, Array::dV};
+    for (Array arr : parts) {
+      cuda::SumPartialsParams p;
+      p.num_rows = i32(m.num_rows, "merge rows");
+      p.row_elems = i32(a.row_elems[idx(arr)], "row");
+      p.part_offsets = d.offsets;
+      p.part_rows = d.rows;
+      p.part = static_cast<const float*>(a.base[idx(arr)]);
+      p.out_f32 = static_cast<float*>(a.at(arr, m.dst));
+      cuda::sum_partials(p, stream_);
+    }
+  }
+
+  void copy_rows(const ArraySet& a, Array arr, int64_t dst, int64_t src, int64_t num_rows) override {
+    const auto bytes = static_cast<size_t>(num_rows * a.row_elems[idx(arr)] * elem_bytes(a.type[idx(arr)]));
+    ck(cudaMemcpyAsync(a.at(arr, dst), a.at(arr, src), bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
+  }
+  void zero_rows(const ArraySet& a, Array arr, int64_t row, int64_t num_rows) override {
+    const auto bytes = static_cast<size_t>(num_rows * a.row_elems[idx(arr)] * elem_bytes(a.type[idx(arr)]));
+    ck(cudaMemsetAsync(a.at(arr, row), 0, bytes, stream_), "zero");
+  }
+  void compute_delta(const cpu::HeadLayout& heads, const ArraySet& a, int64_t d_o, int64_t o, int64_t delta,
+                     int64_t num_rows) override {
+    cuda::delta_bf16_f32(a.at(Array::dO, d_o), static_cast<const float*>(a.at(Array::O, o)),
+                         static_cast<float*>(a.at(Array::Delta, delta)), num_rows * heads.q_heads, heads.head_dim,
+                         stream_);
+  }
+  void upload(const ArraySet& a, Array arr, int64_t row, const float* host, int64_t host_ld,
+              int64_t num_rows) override {
+    const int64_t w = a.row_elems[idx(arr)];
+    synchronize();
+    if (a.type[idx(arr)] == ElemType::BF16) {
+      std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
+      for (int64_t r = 0; r < num_rows; ++r)
+        for (int64_t x = 0; x < w; ++x) tmp[static_cast<size_t>(r * w + x)] = to_bf16_bits(host[r * host_ld + x]);
+      ck(cudaMemcpy(a.at(arr, row), tmp.data(), tmp.size() * 2, cudaMemcpyHostToDevice), "upload");
+      return;
+    }
+    ck(cudaMemcpy2D(a.at(arr, row), static_cast<size_t>(w) * 4, host, static_cast<size_t>(host_ld) * 4,
+                    static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyHostToDevice),
+       "upload");
+  }
+  void download(const ArraySet& a, Array arr, int64_t row, float* host, int64_t host_ld,
+                int64_t num_rows) override {
+    const int64_t w = a.row_elems[idx(arr)];
+    synchronize();
+    if (a.type[idx(arr)] == ElemType::BF16) {
+      std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
+      ck(cudaMemcpy(tmp.data(), a.at(arr, row), tmp.size() * 2, cudaMemcpyDeviceToHost), "download");
+      for (int64_t r = 0; r < num_rows; ++r)
+        for (int64_t x = 0; x < w; ++x) host[r * host_ld + x] = from_bf16_bits(tmp[static_cast<size_t>(r * w + x)]);
+      return;
+    }
+    ck(cudaMemcpy2D(host, static_cast<size_t>(host_ld) * 4, a.at(arr, row), static_cast<size_t>(w) * 4,
+                    static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyDeviceToHost),
+       "download");
+  }
+
+ private:
+  struct DeviceAttend {
+    const cuda::AttnTile* tiles = nullptr;
+    const cuda::AttnWorkItem* work = nullptr;
+    int32_t num_work = 0;
+    const int32_t* row_offsets = nullptr;
+    const int32_t* ranges = nullptr;
+    const cuda::ZeroRange* zero = nullptr;
+    int num_zero = 0;
+  };
+  struct DeviceMerge {
+    const int32_t* offsets = nullptr;
+    const int32_t* rows = nullptr;
+    const int32_t* lse_rows = nullptr;
+  };
+
+  static size_t idx(Array a) { return static_cast<size_t>(a); }
+
+  // Device copy of a host vector, from chunks allocated on demand (first use of a key only).
+  template <class T>
+  const T* upload_meta(const std::vector<T>& v) {
+    if (v.empty()) return nullptr;
+    const size_t bytes = (v.size() * sizeof(T) + 255) & ~size_t{255};
+    if (meta_used_ + bytes > meta_size_) {
+      meta_size_ = std::max<size_t>(size_t{64} << 20, bytes);
+      meta_ = static_cast<char*>(allocate(static_cast<int64_t>(meta_size_)));
+      meta_used_ = 0;
+    }
+    char* p = meta_ + meta_used_;
+    meta_used_ += bytes;
+    ck(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream_), "metadata");
+    ck(cudaStreamSynchronize(stream_), "metadata");  // the host vector dies with the caller
+    return reinterpret_cast<const T*>(p);
+  }
+
+  DeviceAttend build_attend(const cpu::HeadLayout& heads, const ArraySet& a, const AttendCall& call) {
+    const bool fwd = call.pass == Pass::Forward;
+    // Forward: tiles sharing an output (same O rows) form one run, in call order; the run's first
+    // tile decides whether the output's old content is an input.
+    std::vector<std::vector<size_t>> runs;
+    std::map<int64_t, size_t> run_of;
+    std::vector<cuda::ZeroRange> zero;
+    std::map<int64_t, bool> dq_seen, dkv_seen;
+    for (size_t i = 0; i < call.tiles.size(); ++i) {
+      const AttendTile& t = call.tiles[i];
+      if (fwd) {
+        auto [it, fresh] = run_of.emplace(t.o, runs.size());
+        if (fresh) runs.emplace_back();
+        else if (!t.accumulate_q)
+          raise(ErrorKind::Unsupported, "cuda backend: a forward tile overwrites an output written earlier in its Attend");
+        runs[it->second].push_back(i);
+        continue;
+      }
+      runs.push_back({i});
+      auto note = [&](std::map<int64_t, bool>& seen, int64_t row, bool accumulate, int64_t n, std::vector<Array> arrs) {
+        const bool fresh = seen.emplace(row, true).second;
+        if (!fresh && !accumulate)
+          raise(ErrorKind::Unsupported, "cuda backend: a backward tile overwrites a gradient written earlier in its Attend");
+        if (fresh && !accumulate)
+          for (Array arr : arrs) zero.push_back({static_cast<float*>(a.at(arr, row)), n * a.row_elems[idx(arr)]});
+      };
+      note(dq_seen, t.dq, t.accumulate_q, t.num_q, {Array::dQ});
+      note(dkv_seen, t.dkv, t.accumulate_kv, t.num_kv, {Array::dK, Array::dV});
+    }
+    std::vector<cuda::AttnTile> tiles;
+    std::vector<int32_t> offsets;
+    std::vector<int32_t> ranges;
+    for (const Range& r : call.ranges) {
+      ranges.push_back(i32(r.begin, "range"));
+      ranges.push_back(i32(r.end, "range"));
+    }
+    std::vector<cuda::AttnWorkItem> work;
+    std::vector<std::pair<double, size_t>> order;  // (cost, run): heaviest runs first
+    std::vector<int32_t> run_first;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      run_first.push_back(static_cast<int32_t>(tiles.size()));
+      double cost = 0;
+      for (size_t i : runs[r]) {
+        const AttendTile& t = call.tiles[i];
+        if (t.num_q != call.tiles[runs[r][0]].num_q || t.q != call.tiles[runs[r][0]].q)
+          raise(ErrorKind::Unsupported, "cuda backend: tiles sharing an output read different q rows");
+        cuda::AttnTile c;
+        c.q_begin = i32(t.q, "row");
+        c.q_len = i32(t.num_q, "rows");
+        c.kv_begin = i32(t.kv, "row");
+        c.kv_len = i32(t.num_kv, "rows");
+        c.kind = t.kind == TileKind::Full ? cuda::TileKind::Full
+                 : t.kind == TileKind::CausalDiagonal ? cuda::TileKind::CausalDiagonal : cuda::TileKind::Partial;
+        c.kv_head_begin = 0;
+        c.kv_head_end = heads.kv_heads;
+        if (fwd) {
+          c.out_begin = i32(t.o, "row");
+          c.lse_begin = i32(t.lse, "row");
+        } else {
+          c.dout_begin = i32(t.d_o, "row");
+          c.lse_begin = i32(t.lse_in, "row");
+          c.delta_begin = i32(t.delta, "row");
+          c.dq_begin = i32(t.dq, "row");
+          c.dkv_begin = i32(t.dkv, "row");
+        }
+        if (t.kind == TileKind::Partial) {
+          c.range_row_begin = i32(static_cast<int64_t>(offsets.size()), "mask");
+          for (int64_t k = 0; k <= t.num_q; ++k)
+            offsets.push_back(i32(t.ranges_begin + call.row_offsets[static_cast<size_t>(t.mask + k)], "mask"));
+        }
+        cost += static_cast<double>(t.num_kv) * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
+        tiles.push_back(c);
+      }
+      order.emplace_back(-cost, r);
+    }
+    if (fwd) {
+      std::stable_sort(order.begin(), order.end());
+      for (const auto& [cost, r] : order) {
+        const AttendTile& t = call.tiles[runs[r][0]];
+        const int chunks = static_cast<int>((t.num_q + cuda::kAttnForwardChunkRows - 1) / cuda::kAttnForwardChunkRows);
+        for (int c = 0; c < chunks; ++c)
+          for (int h = 0; h < heads.q_heads; ++h) {
+            cuda::AttnWorkItem w;
+            w.tile = run_first[r];
+            w.chunk = c;
+            w.head = h;
+            w.num_tiles = static_cast<int32_t>(runs[r].size());
+            w.accumulate = t.accumulate_q ? 1 : 0;
+            work.push_back(w);
+          }
+      }
+    } else {
+      cuda::AttnShape shape{heads.q_heads, heads.kv_heads, heads.head_dim, 0.0F};
+      work = cuda::make_backward_work(tiles, shape);
+    }
+    DeviceAttend d;
+    d.tiles = upload_meta(tiles);
+    d.work = upload_meta(work);
+    d.num_work = i32(static_cast<int64_t>(work.size()), "work items");
+    d.row_offsets = upload_meta(offsets);
+    d.ranges = upload_meta(ranges);
+    d.zero = upload_meta(zero);
+    d.num_zero = static_cast<int>(zero.size());
+    return d;
+  }
+
+  DeviceMerge build_merge(const MergeCall& m) {
+    std::vector<int32_t> offsets{0}, rows, lse_rows;
+    for (int64_t r = 0; r < m.num_rows; ++r) {
+      if (m.accumulate) {
+        rows.push_back(i32(m.dst + r, "row"));
+        lse_rows.push_back(i32(m.dst_lse + r, "row"));
+      }
+      for (size_t i = 0; i < m.src.size(); ++i) {
+        rows.push_back(i32(m.src[i] + r, "row"));
+        if (m.kind == DataKind::O) lse_rows.push_back(i32(m.src_lse[i] + r, "row"));
+      }
+      offsets.push_back(static_cast<int32_t>(rows.size()));
+    }
+    DeviceMerge d;
+    d.offsets = upload_meta(offsets);
+    d.rows = upload_meta(rows);
+    d.lse_rows = m.kind == DataKind::O ? upload_meta(lse_rows) : nullptr;
+    if (d.rows == nullptr) d.rows = d.offsets;  // no partial: never read, but not null
+    if (m.kind == DataKind::O && d.lse_rows == nullptr) d.lse_rows = d.offsets;
+    return d;
+  }
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::vector<void*> buffers_;
+  char* meta_ = nullptr;
+  size_t meta_size_ = 0, meta_used_ = 0;
+  std::map<uint64_t, DeviceAttend> attends_;
+  std::map<uint64_t, DeviceMerge> merges_;
+};
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+bool cuda_backend_available() { return cuda_device_count() > 0; }
+std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+
+}  // namespace dcp

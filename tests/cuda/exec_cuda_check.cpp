@@ -1,0 +1,213 @@
+// GPU executor checks (plain program, so it runs under mpirun without GoogleTest):
+//   exec_cuda_check            every config on this rank's GPU: CUDA backend (+ NCCL comm under
+//                              mpirun with several ranks) vs the CPU backend on the same plan and
+//                              bf16-rounded inputs (CPU ranks run as threads on every MPI rank);
+//                              relative error of O, LSE, dQ, dK, dV < 2e-2, no NaN; every device
+//                              array poisoned (NaN) first; a second and third step allocate nothing.
+//   exec_cuda_check die        rank 1 exits after setting up; the others must abort the NCCL
+//                              communicator and exit non-zero within the timeout.
+// Exit 0: all passed; 1: a check failed; 77: skipped (no GPU).
+#include <cuda_runtime_api.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "dcp/baselines.h"
+#include "dcp/batch.h"
+#include "dcp/comm.h"
+#include "dcp/cuda_backend.h"
+#include "dcp/dispatch.h"
+#include "dcp/error.h"
+#include "dcp/executor.h"
+#include "dcp/partition.h"
+#include "dcp/plan.h"
+#include "exec/reference_attention.h"
+
+namespace {
+
+using namespace dcp;
+
+struct Config {
+  int q_heads, kv_heads, head_dim;
+  std::string method;  // "dcp" or a baseline name
+};
+
+Batch make_batch(int q_heads, int kv_heads, int head_dim) {
+  Batch batch;
+  batch.shape = AttentionShape{q_heads, kv_heads, head_dim, DType::BF16};
+  const int64_t lengths[] = {700, 300, 520, 190, 260};
+  const Mask masks[] = {Mask::causal(), Mask::lambda(16, 128), Mask::causal_blockwise(64, 2, 1),
+                        Mask::shared_question_for(190, 0.2, 3), Mask::full()};
+  for (int i = 0; i < 5; ++i) {
+    Sequence seq;
+    seq.length = lengths[i];
+    seq.mask = masks[i];
+    batch.sequences.push_back(seq);
+  }
+  return batch;
+}
+
+double rel(const std::vector<float>& got, const std::vector<float>& want, double floor) {
+  double err = 0, ref = floor;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return 1e30;
+    if (std::isinf(want[i])) {
+      if (!(std::isinf(got[i]) && got[i] < 0)) return 1e30;
+      continue;
+    }
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::abs(static_cast<double>(want[i])));
+  }
+  return err / ref;
+}
+
+void poison(const ArraySet& a) {
+  for (int i = 0; i < kNumArrays; ++i) {
+    const auto k = static_cast<size_t>(i);
+    cudaMemset(a.base[k], 0xff, static_cast<size_t>(a.rows[k] * a.row_elems[k] * elem_bytes(a.type[k])));
+  }
+  cudaDeviceSynchronize();
+}
+
+Plan plan_for(const Batch& batch, const std::string& method, int world) {
+  Cluster cluster;
+  cluster.nodes = 1;
+  cluster.devices_per_node = world;
+  BlockOptions opts;
+  opts.block_size = 128;
+  PlanOptions popts;
+  popts.schedule.num_comm_stages = 2;
+  if (method == "dcp") {
+    const BlockTable table = build_block_table(batch, opts);
+    return build_plan(table, place_dcp(table, cluster).placement, cluster, popts);
+  }
+  for (BaselineKind k : all_baselines())
+    if (method == to_string(k)) {
+      const PlacedBatch pb = make_baseline(k, batch, opts, cluster);
+      return build_plan(pb.table, pb.placement, cluster, popts);
+    }
+  raise(ErrorKind::InvalidInput, "unknown method " + method);
+}
+
+int check(const Config& c, Comm& comm, int device) {
+  const Batch batch = make_batch(c.q_heads, c.kv_heads, c.head_dim);
+  const int world = comm.world_size();
+  const Plan plan = plan_for(batch, c.method, world);
+  const AttentionShape& s = batch.shape;
+  const int64_t total = batch.total_tokens();
+  const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
+  test::SplitMix64 rng(11);
+  auto bf16 = [](std::vector<float> v) { cpu::round_to_bf16(v); return v; };
+  const auto q = bf16(test::random_tensor(rng, static_cast<size_t>(total * qw), 2.0f));
+  const auto k = bf16(test::random_tensor(rng, static_cast<size_t>(total * kw), 2.0f));
+  const auto v = bf16(test::random_tensor(rng, static_cast<size_t>(total * kw)));
+  const auto d_o = bf16(test::random_tensor(rng, static_cast<size_t>(total * qw)));
+  auto local = [&](int rank) {
+    const LocalTokens tok = local_tokens(plan.table, plan.devices[static_cast<size_t>(rank)].owned_blocks);
+    LocalTensors t = LocalTensors::allocate(s, tok.num_rows());
+    gather_rows<float>(q, t.q, qw, tok);
+    gather_rows<float>(k, t.k, kw, tok);
+    gather_rows<float>(v, t.v, kw, tok);
+    gather_rows<float>(d_o, t.d_o, qw, tok);
+    return t;
+  };
+  // CPU reference of this rank: all ranks as threads, keep ours.
+  LocalTensors want;
+  run_local_ranks(world, [&](Comm& lc) {
+    LocalTensors t = local(lc.rank());
+    auto cpu = make_cpu_backend();
+    Executor exec(plan, *cpu, lc);
+    exec.forward(t);
+    exec.backward(t);
+    if (lc.rank() == comm.rank()) want = std::move(t);
+  });
+  auto gpu = make_cuda_backend(device);
+  Executor exec(plan, *gpu, comm, ExecOptions{.comm_timeout_s = 60.0});
+  LocalTensors got = local(comm.rank());
+  int64_t allocs = 0;
+  double worst = 0;
+  bool steady = true;
+  for (int step = 0; step < 3; ++step) {
+    poison(exec.arrays());
+    exec.upload(0, got, Pass::Forward);
+    exec.forward_layer(0);
+    exec.download(0, got, Pass::Forward);
+    // Backward from the GPU's own O/LSE (already on the device); dO uploaded.
+    exec.upload(0, got, Pass::Backward);
+    exec.backward_layer(0);
+    exec.download(0, got, Pass::Backward);
+    if (step == 0) allocs = gpu->num_allocations();
+    else steady = steady && gpu->num_allocations() == allocs;
+    const double e[] = {rel(got.o, want.o, 1e-30), rel(got.lse, want.lse, 1.0), rel(got.dq, want.dq, 1.0),
+                        rel(got.dk, want.dk, 1.0), rel(got.dv, want.dv, 1.0)};
+    for (double x : e) worst = std::max(worst, x);
+  }
+  const bool ok = worst < 2e-2 && steady;
+  std::printf("rank %d/%d %-8s hq=%d hkv=%d d=%d rows=%lld: max rel err %.2e, allocations %lld (steady: %s) %s\n",
+              comm.rank(), world, c.method.c_str(), c.q_heads, c.kv_heads, c.head_dim,
+              static_cast<long long>(got.rows), worst, static_cast<long long>(allocs), steady ? "yes" : "NO",
+              ok ? "ok" : "FAIL");
+  std::fflush(stdout);
+  return ok ? 0 : 1;
+}
+
+// A comm for one rank with nobody else (world 1 needs no NCCL).
+class SoloComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string name() const override { return "solo"; }
+  bool host_memory() const override { return false; }
+  void start(int32_t, std::span<const CommOp> ops) override {
+    if (!ops.empty()) raise(ErrorKind::InvalidPlan, "solo comm: transfers in a 1-device plan");
+  }
+  void wait(int32_t, double) override {}
+  void barrier(double) override {}
+  void abort(const std::string&) noexcept override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool die = argc > 1 && std::string(argv[1]) == "die";
+  int devices = dcp::cuda_device_count();
+  if (devices == 0) {
+    std::printf("no GPU: skipped\n");
+    return 77;
+  }
+  try {
+    dcp::MpiSession session(&argc, &argv);
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const int device = rank % devices;
+    std::unique_ptr<dcp::Comm> comm;
+    SoloComm solo;
+    if (size > 1) comm = dcp::make_nccl_comm_world(device);
+    dcp::Comm& c = size > 1 ? *comm : solo;
+    if (die) {
+      Config cfg{8, 2, 128, "dcp"};
+      const dcp::Batch batch = make_batch(cfg.q_heads, cfg.kv_heads, cfg.head_dim);
+      const dcp::Plan plan = plan_for(batch, "zigzag", size);
+      auto gpu = dcp::make_cuda_backend(device);
+      dcp::Executor exec(plan, *gpu, c, dcp::ExecOptions{.comm_timeout_s = 5.0});
+      if (rank == 1) std::_Exit(3);
+      exec.forward_layer(0);
+      gpu->synchronize();
+      std::printf("rank %d: forward finished although its peer died\n", rank);
+      return 0;
+    }
+    int failures = 0;
+    for (auto [hq, hkv] : {std::pair{8, 8}, {8, 2}, {8, 1}})
+      for (int d : {64, 128}) failures += check(Config{hq, hkv, d, "dcp"}, c, device);
+    for (dcp::BaselineKind k : dcp::all_baselines()) failures += check(Config{8, 2, 128, dcp::to_string(k)}, c, device);
+    return failures == 0 ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
