@@ -10,5 +10,6 @@ namespace dcp::cli {
 using Runner = std::function<int()>;
 
 void register_plan(CLI::App& app, Runner& runner);
+void register_bench(CLI::App& app, Runner& runner);
 
 }  // namespace dcp::cli

@@ -1,0 +1,295 @@
+// dcp bench — run a batch's plans (DCP and every static baseline) through the executor on GPUs
+// (CUDA backend; NCCL between ranks under mpirun, one rank per GPU), L layers forward then
+// backward, and report measured time (max over ranks), mask-area TFLOP/s per GPU, bytes moved
+// and the simulator's prediction for the same plan. --check compares against the CPU backend.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "common.h"
+#include "dcp/baselines.h"
+#include "dcp/comm.h"
+#include "dcp/cuda_backend.h"
+#include "dcp/dispatch.h"
+#include "dcp/error.h"
+#include "dcp/executor.h"
+#include "dcp/partition.h"
+#include "dcp/plan.h"
+#include "dcp/sim.h"
+
+namespace dcp::cli {
+namespace {
+
+struct BenchArgs {
+  BatchSource batch;
+  ClusterSource cluster{.preset = "h200-nvl", .nodes = 1, .devices_per_node = 0};
+  BlockOptions blocks;
+  std::vector<std::string> methods;
+  int layers = 2;
+  int warmup = 1;
+  int iters = 3;
+  int stages = 2;
+  bool check = false;
+  std::string json;
+  std::string backend = "cuda";
+};
+
+// A one-rank comm (a one-device plan moves nothing).
+class SoloComm final : public Comm {
+ public:
+  explicit SoloComm(bool host) : host_(host) {}
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string name() const override { return "solo"; }
+  bool host_memory() const override { return host_; }
+  void start(int32_t, std::span<const CommOp> ops) override {
+    if (!ops.empty()) raise(ErrorKind::InvalidPlan, "solo comm: transfers in a 1-device plan");
+  }
+  void wait(int32_t, double) override {}
+  void barrier(double) override {}
+  void abort(const std::string&) noexcept override {}
+
+ private:
+  bool host_;
+};
+
+std::vector<float> random_bf16(uint64_t seed, size_t n, float amplitude) {
+  std::vector<float> v(n);
+  uint64_t x = seed;
+  for (float& f : v) {
+    x += 0x9e3779b97f4a7c15ULL;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    f = amplitude * (static_cast<float>(z >> 40) / static_cast<float>(1ULL << 24) * 2.0f - 1.0f);
+  }
+  cpu::round_to_bf16(v);
+  return v;
+}
+
+LocalTensors inputs_for(const Plan& plan, int rank, uint64_t seed) {
+  const AttentionShape& s = plan.header.shape;
+  const DeviceProgram& dev = plan.devices[static_cast<size_t>(rank)];
+  LocalTensors t = LocalTensors::allocate(s, dev.owned_tokens);
+  // Rows are generated per global token so every rank (and the CPU check) sees the same data.
+  const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
+  const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
+  for (int64_t r = 0; r < tok.num_rows(); ++r) {
+    const auto g = static_cast<uint64_t>(tok.global_row[static_cast<size_t>(r)]);
+    const auto q = random_bf16(seed * 4 + g * 1000003ULL, static_cast<size_t>(qw), 2.0f);
+    const auto k = random_bf16(seed * 4 + 1 + g * 1000003ULL, static_cast<size_t>(kw), 2.0f);
+    const auto v = random_bf16(seed * 4 + 2 + g * 1000003ULL, static_cast<size_t>(kw), 1.0f);
+    const auto d = random_bf16(seed * 4 + 3 + g * 1000003ULL, static_cast<size_t>(qw), 1.0f);
+    std::copy(q.begin(), q.end(), t.q.begin() + r * qw);
+    std::copy(d.begin(), d.end(), t.d_o.begin() + r * qw);
+    std::copy(k.begin(), k.end(), t.k.begin() + r * kw);
+    std::copy(v.begin(), v.end(), t.v.begin() + r * kw);
+  }
+  return t;
+}
+
+double rel(const std::vector<float>& got, const std::vector<float>& want, double floor) {
+  double err = 0, ref = floor;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    if (std::isinf(want[i])) {
+      if (!(std::isinf(got[i]) && got[i] < 0)) return INFINITY;
+      continue;
+    }
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::abs(static_cast<double>(want[i])));
+  }
+  return err / ref;
+}
+
+struct Row {
+  std::string method;
+  double fwd_ms = 0, bwd_ms = 0, sim_fwd_ms = 0, sim_bwd_ms = 0;
+  double fwd_tflops = 0, bwd_tflops = 0;  // per GPU
+  double bytes = 0;                        // sent, all devices, fwd + bwd, one layer
+  double check_err = -1;
+  double imbalance = 0;
+};
+
+Plan make_plan(const std::string& method, const Batch& batch, const BlockOptions& blocks, const Cluster& cluster,
+               int stages) {
+  PlanOptions popts;
+  popts.schedule.num_comm_stages = stages;
+  if (method == "dcp") {
+    const BlockTable table = build_block_table(batch, blocks);
+    return build_plan(table, place_dcp(table, cluster).placement, cluster, popts);
+  }
+  for (BaselineKind k : all_baselines())
+    if (method == to_string(k)) {
+      const PlacedBatch pb = make_baseline(k, batch, blocks, cluster);
+      return build_plan(pb.table, pb.placement, cluster, popts);
+    }
+  raise(ErrorKind::InvalidInput, "--method: unknown placement '" + method + "'");
+}
+
+Row bench_one(const BenchArgs& args, const std::string& method, const Batch& batch, const Cluster& cluster,
+              Comm& comm, Backend& backend) {
+  using Clock = std::chrono::steady_clock;
+  const Plan plan = make_plan(method, batch, args.blocks, cluster, args.stages);
+  Row row;
+  row.method = method;
+  double fwd_flops = 0;
+  for (const Tile& t : plan.table.tiles) fwd_flops += plan.table.tile_flops_fwd(t);
+  for (const DeviceProgram& d : plan.devices)
+    for (const Program* p : {&d.fwd, &d.bwd})
+      for (const Instruction& ins : p->code)
+        if (const auto* cs = std::get_if<CommStart>(&ins))
+          for (const Transfer& t : cs->ops) row.bytes += t.send ? static_cast<double>(t.bytes) : 0.0;
+  SimOptions sopts;
+  sopts.calibration = calibration_from_cluster(cluster);
+  const SimResult sim = simulate(plan, cluster, sopts);
+  row.sim_fwd_ms = sim.fwd_s * 1e3;
+  row.sim_bwd_ms = sim.bwd_s * 1e3;
+
+  Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = 120.0, .num_layers = args.layers});
+  LocalTensors t = inputs_for(plan, comm.rank(), 7);
+  for (int l = 0; l < args.layers; ++l) exec.upload(l, t, Pass::Backward);  // O, LSE overwritten by forward
+  std::vector<double> fwd, bwd;
+  for (int it = 0; it < args.warmup + args.iters; ++it) {
+    comm.barrier(120.0);
+    const auto t0 = Clock::now();
+    for (int l = 0; l < args.layers; ++l) exec.forward_layer(l);
+    backend.synchronize();
+    comm.barrier(120.0);
+    const auto t1 = Clock::now();
+    for (int l = args.layers - 1; l >= 0; --l) exec.backward_layer(l);
+    backend.synchronize();
+    comm.barrier(120.0);
+    const auto t2 = Clock::now();
+    if (it < args.warmup) continue;
+    fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / args.layers);
+    bwd.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / args.layers);
+  }
+  std::sort(fwd.begin(), fwd.end());
+  std::sort(bwd.begin(), bwd.end());
+  row.fwd_ms = fwd[fwd.size() / 2];
+  row.bwd_ms = bwd[bwd.size() / 2];
+  const int world = comm.world_size();
+  row.fwd_tflops = fwd_flops / (row.fwd_ms * 1e-3) / world / 1e12;
+  row.bwd_tflops = 2.5 * fwd_flops / (row.bwd_ms * 1e-3) / world / 1e12;
+
+  if (args.check) {
+    LocalTensors got = t;
+    exec.download(0, got, Pass::Forward);
+    exec.download(0, got, Pass::Backward);
+    LocalTensors want;
+    run_local_ranks(world, [&](Comm& lc) {
+      LocalTensors w = inputs_for(plan, lc.rank(), 7);
+      auto cpu = make_cpu_backend();
+      Executor e(plan, *cpu, lc);
+      e.forward(w);
+      e.backward(w);
+      if (lc.rank() == comm.rank()) want = std::move(w);
+    });
+    row.check_err = std::max({rel(got.o, want.o, 1e-30), rel(got.lse, want.lse, 1.0), rel(got.dq, want.dq, 1.0),
+                              rel(got.dk, want.dk, 1.0), rel(got.dv, want.dv, 1.0)});
+  }
+  return row;
+}
+
+int run_bench(const BenchArgs& args) {
+  std::unique_ptr<MpiSession> session;
+  if (mpi_available()) session = std::make_unique<MpiSession>(nullptr, nullptr);
+  std::unique_ptr<Comm> world_comm = mpi_available() ? make_mpi_comm_world() : nullptr;
+  const int rank = world_comm ? world_comm->rank() : 0;
+  const int world = world_comm ? world_comm->world_size() : 1;
+  world_comm.reset();
+  const bool cuda = args.backend == "cuda";
+  if (!cuda && args.backend != "cpu") raise(ErrorKind::InvalidInput, "--backend: cuda or cpu");
+  const int gpus = cuda_device_count();
+  if (cuda && gpus == 0) raise(ErrorKind::Unsupported, "dcp bench: no GPU visible (use --backend cpu)");
+  const int device = cuda ? rank % gpus : 0;
+  std::unique_ptr<Backend> backend = cuda ? make_cuda_backend(device) : make_cpu_backend();
+  std::unique_ptr<Comm> comm;
+  if (world > 1) comm = cuda ? make_nccl_comm_world(device) : make_mpi_comm_world();
+  else comm = std::make_unique<SoloComm>(!cuda);
+
+  const Batch batch = resolve_batch(args.batch);
+  batch.validate();
+  ClusterSource cs = args.cluster;
+  if (cs.devices_per_node == 0) cs.devices_per_node = world / std::max(1, cs.nodes);
+  const Cluster cluster = resolve_cluster(cs);
+  if (cluster.num_devices() != world)
+    raise(ErrorKind::InvalidInput, fmt::format("dcp bench: cluster has {} devices, {} ranks run", cluster.num_devices(), world));
+  check_block_options(args.blocks, batch.shape);
+  std::vector<std::string> methods = args.methods;
+  if (methods.empty()) {
+    methods.push_back("dcp");
+    for (BaselineKind k : all_baselines()) methods.push_back(to_string(k));
+  }
+  std::vector<Row> rows;
+  for (const std::string& m : methods) {
+    try {
+      rows.push_back(bench_one(args, m, batch, cluster, *comm, *backend));
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::Timeout || e.kind() == ErrorKind::Nccl || e.kind() == ErrorKind::Cuda) throw;
+      if (rank == 0) std::cerr << fmt::format("dcp bench: {}: skipped: {}\n", m, e.what());
+    }
+  }
+  if (rank != 0) return 0;
+  double best_static = 0;
+  for (const Row& r : rows)
+    if (r.method != "dcp" && (best_static == 0 || r.fwd_ms + r.bwd_ms < best_static)) best_static = r.fwd_ms + r.bwd_ms;
+  std::cout << fmt::format("dcp bench: {} tokens, {} sequences, mask {}, {} GPU(s), backend {}, {} layers, block {}\n",
+                           batch.total_tokens(), batch.sequences.size(), args.batch.mask, world, backend->name(),
+                           args.layers, args.blocks.block_size);
+  std::cout << fmt::format("{:<10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9}\n", "method", "fwd ms",
+                           "bwd ms", "fwd TF/s", "bwd TF/s", "sim fwd", "sim bwd", "MB moved", "speedup", "check");
+  nlohmann::json j = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const double total = r.fwd_ms + r.bwd_ms;
+    const double speed = best_static > 0 ? best_static / total : 1.0;
+    std::cout << fmt::format("{:<10} {:>9.2f} {:>9.2f} {:>9.1f} {:>9.1f} {:>10.2f} {:>10.2f} {:>9.1f} {:>8.2f}x {:>9}\n",
+                             r.method, r.fwd_ms, r.bwd_ms, r.fwd_tflops, r.bwd_tflops, r.sim_fwd_ms, r.sim_bwd_ms,
+                             r.bytes / 1e6, speed, r.check_err < 0 ? "-" : fmt::format("{:.1e}", r.check_err));
+    j.push_back({{"method", r.method}, {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops_per_gpu", r.fwd_tflops},
+                 {"bwd_tflops_per_gpu", r.bwd_tflops}, {"sim_fwd_ms", r.sim_fwd_ms}, {"sim_bwd_ms", r.sim_bwd_ms},
+                 {"bytes_sent", r.bytes}, {"speedup_vs_best_static", speed}, {"check_max_rel_err", r.check_err}});
+  }
+  if (!args.json.empty()) {
+    nlohmann::json out = {{"tokens", batch.total_tokens()}, {"sequences", batch.sequences.size()},
+                          {"profile", args.batch.profile}, {"mask", args.batch.mask}, {"world", world},
+                          {"backend", backend->name()}, {"layers", args.layers}, {"block", args.blocks.block_size},
+                          {"rows", j}};
+    std::ofstream(args.json) << out.dump(2) << "\n";
+  }
+  for (const Row& r : rows)
+    if (r.check_err > 2e-2) return 1;
+  return 0;
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, Runner& runner) {
+  auto args = std::make_shared<BenchArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "bench", "Run a batch's plans (dcp and every static baseline) on GPUs: time, TFLOP/s per GPU, vs the simulator");
+  add_batch_options(sub, args->batch);
+  add_cluster_options(sub, args->cluster);
+  add_block_options(sub, args->blocks);
+  sub->add_option("--method", args->methods, "Only these placements (repeatable)");
+  sub->add_option("--layers", args->layers, "Layers per step (forward all, then backward all)")->capture_default_str();
+  sub->add_option("--warmup", args->warmup, "Untimed steps")->capture_default_str();
+  sub->add_option("--iters", args->iters, "Timed steps (median reported)")->capture_default_str();
+  sub->add_option("--stages", args->stages, "Communication stages of the schedule")->capture_default_str();
+  sub->add_option("--backend", args->backend, "cuda or cpu")->capture_default_str();
+  sub->add_flag("--check", args->check, "Compare outputs with the CPU backend (small batches)");
+  sub->add_option("--json", args->json, "Also write the results as JSON to this file");
+  sub->callback([args, &runner] { runner = [args] { return run_bench(*args); }; });
+}
+
+}  // namespace dcp::cli
