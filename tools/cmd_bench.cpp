@@ -156,8 +156,14 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
   row.sim_bwd_ms = sim.bwd_s * 1e3;
 
   Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = 120.0, .num_layers = args.layers});
-  LocalTensors t = inputs_for(plan, comm.rank(), 7);
-  for (int l = 0; l < args.layers; ++l) exec.upload(l, t, Pass::Backward);  // O, LSE overwritten by forward
+  // --check: the same host data for both backends; otherwise random inputs made on the device.
+  LocalTensors t;
+  if (args.check) {
+    t = inputs_for(plan, comm.rank(), 7);
+    for (int l = 0; l < args.layers; ++l) exec.upload(l, t, Pass::Backward);  // O, LSE rewritten by forward
+  } else {
+    for (int l = 0; l < args.layers; ++l) exec.fill_random_inputs(l, 7);
+  }
   std::vector<double> fwd, bwd;
   for (int it = 0; it < args.warmup + args.iters; ++it) {
     comm.barrier(120.0);

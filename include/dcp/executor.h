@@ -124,6 +124,10 @@ class Backend {
                       int64_t num_rows) = 0;
   virtual void download(const ArraySet& arrays, Array a, int64_t row, float* host, int64_t host_ld,
                         int64_t num_rows) = 0;
+  // Rows := uniform values in [-amplitude, amplitude] from a hash of (seed, element index), made
+  // where the rows live (benchmarks: no host data to generate or copy).
+  virtual void fill_random(const ArraySet& arrays, Array a, int64_t row, int64_t num_rows, uint64_t seed,
+                           float amplitude) = 0;
 };
 
 // The CPU backend: host memory and the kernels of attention_cpu.h.
@@ -172,6 +176,8 @@ class Executor {
   // dV). forward_layer/backward_layer do not synchronise the backend.
   void upload(int layer, const LocalTensors& t, Pass what);
   void download(int layer, LocalTensors& t, Pass what);
+  // Random Q, K, V, dO of `layer` (values in [-2, 2], [-2, 2], [-1, 1], [-1, 1]), on the backend.
+  void fill_random_inputs(int layer, uint64_t seed);
   ExecStats forward_layer(int layer);
   ExecStats backward_layer(int layer);  // computes Delta first
   const ArraySet& arrays() const;

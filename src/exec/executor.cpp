@@ -399,6 +399,18 @@ void Executor::download(int layer, LocalTensors& t, Pass what) {
   impl_->transfer(layer, Array::dV, t.dv, false);
 }
 
+void Executor::fill_random_inputs(int layer, uint64_t seed) {
+  Impl& m = *impl_;
+  m.layer = layer;
+  const std::pair<Array, float> inputs[] = {{Array::Q, 2.0f}, {Array::K, 2.0f}, {Array::V, 1.0f}, {Array::dO, 1.0f}};
+  for (const auto& [a, amplitude] : inputs) {
+    const DataKind kind = kind_of(a);
+    const int64_t parts = kv_side(kind) ? m.num_sets : m.num_groups;
+    m.backend.fill_random(m.arrays, a, m.local_row(kind, 0), parts * m.local_rows,
+                          seed * 16 + static_cast<uint64_t>(a) + static_cast<uint64_t>(layer) * 1024, amplitude);
+  }
+}
+
 ExecStats Executor::forward_layer(int layer) {
   impl_->stats = ExecStats{};
   impl_->run(impl_->dev.fwd, layer);

@@ -121,6 +121,18 @@ class CpuBackend final : public Backend {
     const float* src = f32(a, arr, row);
     for (int64_t r = 0; r < num_rows; ++r) std::copy_n(src + r * w, w, host + r * host_ld);
   }
+  void fill_random(const ArraySet& a, Array arr, int64_t row, int64_t num_rows, uint64_t seed,
+                   float amplitude) override {
+    const int64_t n = num_rows * a.row_elems[static_cast<size_t>(arr)];
+    float* p = f32(a, arr, row);
+    for (int64_t i = 0; i < n; ++i) {
+      uint64_t z = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ULL;
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+      z ^= z >> 31;
+      p[i] = amplitude * (static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f);
+    }
+  }
 
  private:
   static float* f32(const ArraySet& a, Array arr, int64_t row) { return static_cast<float*>(a.at(arr, row)); }

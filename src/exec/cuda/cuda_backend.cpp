@@ -176,6 +176,11 @@ class CudaBackend final : public Backend {
                     static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyDeviceToHost),
        "download");
   }
+  void fill_random(const ArraySet& a, Array arr, int64_t row, int64_t num_rows, uint64_t seed,
+                   float amplitude) override {
+    cuda::fill_random(a.at(arr, row), a.type[idx(arr)] == ElemType::BF16, num_rows * a.row_elems[idx(arr)], seed,
+                      amplitude, stream_);
+  }
 
  private:
   struct DeviceAttend {

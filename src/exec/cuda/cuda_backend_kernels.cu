@@ -38,6 +38,19 @@ __global__ void zero_ranges_kernel(const ZeroRange* ranges, int num_ranges) {
   }
 }
 
+__global__ void fill_random_kernel(void* p, bool bf16, int64_t n, uint64_t seed, float amplitude) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = seed * 0x9e3779b97f4a7c15ULL + static_cast<uint64_t>(i) * 0xd1b54a32d192ed03ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    const float v = amplitude * (static_cast<float>(z >> 40) * (2.0F / 16777216.0F) - 1.0F);
+    if (bf16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(v);
+    else static_cast<float*>(p)[i] = v;
+  }
+}
+
 void check(const char* where) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string(where) + ": launch: " + cudaGetErrorString(err));
@@ -52,6 +65,12 @@ void delta_bf16_f32(const void* dout, const float* out, float* delta, int64_t nu
   delta_f32_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
       static_cast<const __nv_bfloat16*>(dout), out, delta, num_row_heads, head_dim);
   check("delta_bf16_f32");
+}
+
+void fill_random(void* p, bool bf16, int64_t n, uint64_t seed, float amplitude, cudaStream_t stream) {
+  if (n == 0) return;
+  fill_random_kernel<<<1024, 256, 0, stream>>>(p, bf16, n, seed, amplitude);
+  check("fill_random");
 }
 
 void zero_ranges(const ZeroRange* ranges, int num_ranges, cudaStream_t stream) {

@@ -1,0 +1,71 @@
+#!/bin/bash
+# One device call (GPU machine, 2 x H200): build dcp + the GPU executor checks with CMake (the
+# header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
+# test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
+# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build checks single pair scaling
+set -u
+cd "$(dirname "$0")/.."
+deps=$(realpath "$1"); shift
+phases=${*:-"build checks single pair"}
+out=${OUT:-/tmp/dcp_out}
+mkdir -p "$out" /tmp/dcp_json
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
+export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH"
+log=$out/device.log
+say() { echo "== $(date +%T) $*" | tee -a "$log"; }
+has() { [[ " $phases " == *" $1 "* ]]; }
+b=/tmp/dcp_build
+if has build; then
+  say build
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >>"$log" 2>&1
+  cmake -S . -B $b -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCP_DEVICE_DEPS_DIR="$deps" -DDCP_ENABLE_BENCH=OFF \
+    -DNCCL_ROOT="$NCCL_ROOT" >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
+  ninja -C $b -j 32 dcp_cli dcp_exec_cuda_check >>"$log" 2>&1 || { grep -B2 -A10 "error" "$log" | head -60; exit 1; }
+  grep -i "nccl:" "$log"
+fi
+if has checks; then
+  say "check 1 GPU"
+  CUDA_VISIBLE_DEVICES=0 timeout 150 $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
+  say "check 2 GPUs"
+  timeout 150 $MPIRUN -np 2 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
+  say "peer dies (expect non-zero within the 5 s comm timeout)"
+  start=$(date +%s)
+  timeout 90 $MPIRUN -np 2 $b/tests/cuda/dcp_exec_cuda_check die >>"$log" 2>&1
+  echo "die test: rc=$? after $(( $(date +%s) - start )) s" | tee -a "$log"
+fi
+bench() {  # name np args...
+  local name=$1 np=$2; shift 2
+  say "bench $name"
+  local vis=""; [ "$np" = 1 ] && vis="CUDA_VISIBLE_DEVICES=0"
+  env $vis timeout ${BENCH_TIMEOUT:-120} $MPIRUN -np "$np" $b/dcp bench --cluster h200-nvl --nodes 1 \
+    --json "/tmp/dcp_json/bench_$name.json" "$@" 2>&1 | tee -a "$log"
+}
+if has single; then
+  for m in causal lambda causal_blockwise shared_question; do
+    bench "1gpu_ldc65536_$m" 1 --profile ldc --tokens 65536 --mask $m --method dcp --layers 2 --iters 3
+    if [ $m = causal ] || [ $m = lambda ]; then
+      $b/dcp plan --profile ldc --tokens 65536 --mask $m --cluster h200-nvl --nodes 1 --devices-per-node 1 \
+        --method dcp --write-batch /tmp/batch_$m.json >/dev/null 2>&1
+      timeout 90 python3 bench/varlen_reference.py /tmp/batch_$m.json /tmp/dcp_json/varlen_ldc65536_$m.json 2>&1 | tail -2 | tee -a "$log"
+    fi
+  done
+fi
+if has pair; then
+  for p in ldc longalign; do
+    for t in ${PAIR_TOKENS:-65536}; do
+      for m in ${PAIR_MASKS:-causal lambda}; do
+        bench "2gpu_${p}${t}_$m" 2 --profile $p --tokens $t --mask $m --layers 1 --iters 2
+      done
+    done
+  done
+fi
+if has scaling; then
+  for m in causal lambda; do
+    bench "1gpu_ldc131072_$m" 1 --profile ldc --tokens 131072 --mask $m --method dcp --layers 1 --iters 2
+    bench "2gpu_ldc131072_${m}_dcp" 2 --profile ldc --tokens 131072 --mask $m --method dcp --layers 1 --iters 2
+  done
+fi
+say done
+tar -cf "$out/json.tar" -C /tmp/dcp_json .
