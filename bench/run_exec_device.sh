@@ -40,7 +40,7 @@ bench() {  # name np args...
   say "bench $name"
   local vis=""; [ "$np" = 1 ] && vis="CUDA_VISIBLE_DEVICES=0"
   env $vis timeout ${BENCH_TIMEOUT:-120} $MPIRUN -np "$np" $b/dcp bench --cluster h200-nvl --nodes 1 \
-    --json "/tmp/dcp_json/bench_$name.json" "$@" 2>&1 | tee -a "$log"
+    --json "/tmp/dcp_json/bench_$name.json" ${BENCH_EXTRA:-} "$@" 2>&1 | tee -a "$log"
   tar -cf "$out/json.tar" -C /tmp/dcp_json .
 }
 if has single; then

@@ -38,6 +38,8 @@ struct BenchArgs {
   int iters = 3;
   int stages = 2;
   bool check = false;
+  bool verbose = false;
+  double timeout_s = 120.0;
   std::string json;
   std::string backend = "cuda";
 };
@@ -142,6 +144,10 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
   const Plan plan = make_plan(method, batch, args.blocks, cluster, args.stages);
   Row row;
   row.method = method;
+  const auto progress = [&](const std::string& what) {
+    if (args.verbose) std::fprintf(stderr, "[rank %d] %s: %s\n", comm.rank(), method.c_str(), what.c_str());
+  };
+  progress("planned");
   double fwd_flops = 0;
   for (const Tile& t : plan.table.tiles) fwd_flops += plan.table.tile_flops_fwd(t);
   for (const DeviceProgram& d : plan.devices)
@@ -155,7 +161,9 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
   row.sim_fwd_ms = sim.fwd_s * 1e3;
   row.sim_bwd_ms = sim.bwd_s * 1e3;
 
-  Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = 120.0, .num_layers = args.layers});
+  progress("simulated");
+  Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = args.timeout_s, .num_layers = args.layers});
+  progress("executor ready");
   // --check: the same host data for both backends; otherwise random inputs made on the device.
   LocalTensors t;
   if (args.check) {
@@ -176,6 +184,7 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
     backend.synchronize();
     comm.barrier(120.0);
     const auto t2 = Clock::now();
+    progress(fmt::format("step {} done", it));
     if (it < args.warmup) continue;
     fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / args.layers);
     bwd.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / args.layers);
@@ -241,6 +250,10 @@ int run_bench(const BenchArgs& args) {
   for (const std::string& m : methods) {
     try {
       rows.push_back(bench_one(args, m, batch, cluster, *comm, *backend));
+      const Row& r = rows.back();
+      if (rank == 0)
+        std::fprintf(stderr, "%s: fwd %.2f ms, bwd %.2f ms, %.1f / %.1f TFLOP/s per GPU\n", m.c_str(), r.fwd_ms,
+                     r.bwd_ms, r.fwd_tflops, r.bwd_tflops);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::Timeout || e.kind() == ErrorKind::Nccl || e.kind() == ErrorKind::Cuda) throw;
       if (rank == 0) std::cerr << fmt::format("dcp bench: {}: skipped: {}\n", m, e.what());
@@ -293,6 +306,8 @@ void register_bench(CLI::App& app, Runner& runner) {
   sub->add_option("--iters", args->iters, "Timed steps (median reported)")->capture_default_str();
   sub->add_option("--stages", args->stages, "Communication stages of the schedule")->capture_default_str();
   sub->add_option("--backend", args->backend, "cuda or cpu")->capture_default_str();
+  sub->add_flag("--verbose", args->verbose, "Progress of every rank on stderr");
+  sub->add_option("--timeout", args->timeout_s, "Seconds every communication wait may take")->capture_default_str();
   sub->add_flag("--check", args->check, "Compare outputs with the CPU backend (small batches)");
   sub->add_option("--json", args->json, "Also write the results as JSON to this file");
   sub->callback([args, &runner] { runner = [args] { return run_bench(*args); }; });
