@@ -72,8 +72,8 @@ struct AttendTile {
   int64_t ranges_begin = 0;
 };
 
-// One Attend instruction. `key` identifies (layer, pass, instruction) for the life of the
-// executor, so a backend may cache what it derives from the call (work lists on the device).
+// One Attend instruction. `key` identifies (executor, layer, pass, instruction) for the life of
+// the backend, so a backend may cache what it derives from the call (work lists on the device).
 struct AttendCall {
   Pass pass = Pass::Forward;
   uint64_t key = 0;
@@ -107,6 +107,10 @@ class Backend {
   // `bytes` zeroed bytes, valid until the backend is destroyed. Counted (num_allocations).
   virtual void* allocate(int64_t bytes) = 0;
   virtual int64_t num_allocations() const = 0;
+  // Returns what allocate() gave (the executor, when destroyed). Default: kept until the end.
+  virtual void deallocate(void* p) { (void)p; }
+  // Drops what was cached for call keys k with (k & mask) == base (an executor's keys).
+  virtual void forget(uint64_t base, uint64_t mask) { (void)base; (void)mask; }
   // The stream that orders compute (CUDA: a cudaStream_t), null for synchronous backends.
   virtual void* compute_stream() { return nullptr; }
   virtual void synchronize() {}

@@ -3,6 +3,7 @@
 // see row numbers, never plan structures.
 #include "dcp/executor.h"
 
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -53,8 +54,14 @@ DataKind kind_of(Array a) {
   return DataKind::Q;
 }
 
-uint64_t call_key(int layer, Pass pass, size_t instruction) {
-  return (static_cast<uint64_t>(layer) << 33) | (static_cast<uint64_t>(pass == Pass::Backward) << 32) |
+// Keys: executor serial (bits 44..63), layer (33..43), pass (32), instruction (0..31).
+constexpr uint64_t kExecutorKeyMask = ~((uint64_t{1} << 44) - 1);
+uint64_t next_executor_serial() {
+  static std::atomic<uint64_t> serial{1};
+  return serial.fetch_add(1) << 44;
+}
+uint64_t call_key(uint64_t executor, int layer, Pass pass, size_t instruction) {
+  return executor | (static_cast<uint64_t>(layer) << 33) | (static_cast<uint64_t>(pass == Pass::Backward) << 32) |
          static_cast<uint64_t>(instruction);
 }
 
@@ -90,11 +97,21 @@ struct Executor::Impl {
   ExecStats stats;
   int layer = 0;
   Pass pass = Pass::Forward;
+  uint64_t serial = next_executor_serial();
+
+  ~Impl() {
+    try {
+      backend.synchronize();  // nothing in flight may touch the arrays once they are returned
+      backend.forget(serial, kExecutorKeyMask);
+      for (void* p : arrays.base) backend.deallocate(p);
+    } catch (...) {  // a failed device keeps its memory; destructors never throw
+    }
+  }
 
   Impl(const Plan& p, Backend& b, Comm& c, ExecOptions o)
       : plan(p), backend(b), comm(c), options(o), dev(checked_device(p, c)) {
-    if (options.num_layers < 1)
-      raise(ErrorKind::InvalidInput, "executor: num_layers must be >= 1 (got " + std::to_string(options.num_layers) + ")");
+    if (options.num_layers < 1 || options.num_layers > 2000)
+      raise(ErrorKind::InvalidInput, "executor: num_layers must be in [1, 2000] (got " + std::to_string(options.num_layers) + ")");
     if (b.host_memory() != c.host_memory())
       raise(ErrorKind::InvalidInput, "executor: backend " + b.name() + " keeps " +
                                          (b.host_memory() ? "host" : "device") + " memory but comm " + c.name() +
@@ -175,6 +192,14 @@ struct Executor::Impl {
                                         ", which is not token block " + std::to_string(token_block));
     return local_row(kind, group) + dev.owned_token_offset[pos];
   }
+  // Every operand the executor hands out lies inside its array (backends trust the rows).
+  void check_rows(DataKind kind, int64_t row, int64_t rows, const char* what) const {
+    const auto a = static_cast<size_t>(array_of(kind));
+    if (row < 0 || rows < 0 || row + rows > arrays.rows[a])
+      raise(ErrorKind::InvalidPlan, std::string("executor: ") + what + " rows [" + std::to_string(row) + ", " +
+                                        std::to_string(row + rows) + ") outside array " + to_string(array_of(kind)) +
+                                        " of " + std::to_string(arrays.rows[a]) + " rows");
+  }
   int64_t local_row(DataKind kind, int32_t group) const {
     const int64_t parts = kv_side(kind) ? num_sets : num_groups;
     return (int64_t{layer} * parts + group) * local_rows;
@@ -206,6 +231,18 @@ struct Executor::Impl {
         t.delta = row_of(op.delta, DataKind::Delta, tile.q_block, tile.head_group);
         t.dq = row_of(op.out, DataKind::dQ, tile.q_block, tile.head_group);
         t.dkv = row_of(op.out_kv, DataKind::dKV, tile.kv_block, set);
+      }
+      check_rows(DataKind::Q, t.q, t.num_q, "Attend q");
+      check_rows(DataKind::KV, t.kv, t.num_kv, "Attend kv");
+      if (pass == Pass::Forward) {
+        check_rows(DataKind::O, t.o, t.num_q, "Attend out");
+        check_rows(DataKind::LSE, t.lse, t.num_q, "Attend out_lse");
+      } else {
+        check_rows(DataKind::dO, t.d_o, t.num_q, "Attend dO");
+        check_rows(DataKind::LSE, t.lse_in, t.num_q, "Attend lse");
+        check_rows(DataKind::Delta, t.delta, t.num_q, "Attend delta");
+        check_rows(DataKind::dQ, t.dq, t.num_q, "Attend dq");
+        check_rows(DataKind::dKV, t.dkv, t.num_kv, "Attend dkv");
       }
       if (tile.kind == TileKind::Partial) {
         const TokenBlock& qb = plan.table.token_blocks[static_cast<size_t>(tile.q_block)];
@@ -256,6 +293,8 @@ struct Executor::Impl {
     call.num_rows = block_tokens(m.token_block);
     call.dst = row_of(m.dst, m.kind, m.token_block, m.group);
     if (m.kind == DataKind::O) call.dst_lse = row_of(m.dst_lse, DataKind::LSE, m.token_block, m.group);
+    check_rows(m.kind, call.dst, call.num_rows, "merge destination");
+    for (int64_t r : it->second.first) check_rows(m.kind, r, call.num_rows, "merge source");
     call.src = it->second.first;
     call.src_lse = it->second.second;
     call.accumulate = m.accumulate;
@@ -267,6 +306,8 @@ struct Executor::Impl {
     const int64_t src = row_of(c.src, c.kind, c.token_block, c.group);
     const int64_t dst = row_of(c.dst, c.kind, c.token_block, c.group);
     const int64_t rows = block_tokens(c.token_block);
+    check_rows(c.kind, src, rows, "copy source");
+    check_rows(c.kind, dst, rows, "copy destination");
     backend.copy_rows(arrays, array_of(c.kind), dst, src, rows);
     if (kv_side(c.kind)) backend.copy_rows(arrays, second_array(c.kind), dst, src, rows);
   }
@@ -281,6 +322,7 @@ struct Executor::Impl {
       const Array a = array_of(t.kind);
       const auto ai = static_cast<size_t>(a);
       const int64_t bytes = rows * arrays.row_elems[ai] * elem_bytes(arrays.type[ai]);
+      check_rows(t.kind, row, rows, "transfer");
       ops.push_back(CommOp{t.peer, t.send, arrays.at(a, row), bytes});
       if (kv_side(t.kind)) ops.push_back(CommOp{t.peer, t.send, arrays.at(second_array(t.kind), row), bytes});
     }
@@ -301,7 +343,7 @@ struct Executor::Impl {
     pass = program.pass;
     const auto t0 = Clock::now();
     for (size_t i = 0; i < program.code.size(); ++i) {
-      const uint64_t key = call_key(layer, pass, i);
+      const uint64_t key = call_key(serial, layer, pass, i);
       std::visit(
           [&](const auto& x) {
             using T = std::decay_t<decltype(x)>;

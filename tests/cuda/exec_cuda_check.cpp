@@ -145,6 +145,9 @@ int check(const Config& c, Comm& comm, int device) {
     const double e[] = {rel(got.o, want.o, 1e-30), rel(got.lse, want.lse, 1.0), rel(got.dq, want.dq, 1.0),
                         rel(got.dk, want.dk, 1.0), rel(got.dv, want.dv, 1.0)};
     for (double x : e) worst = std::max(worst, x);
+    if (step == 0 && worst >= 2e-2)
+      std::printf("rank %d %s: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e\n", comm.rank(), c.method.c_str(), e[0], e[1],
+                  e[2], e[3], e[4]);
   }
   const bool ok = worst < 2e-2 && steady;
   std::printf("rank %d/%d %-8s hq=%d hkv=%d d=%d rows=%lld: max rel err %.2e, allocations %lld (steady: %s) %s\n",

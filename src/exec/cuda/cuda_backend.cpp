@@ -57,10 +57,22 @@ class CudaBackend final : public Backend {
     void* p = nullptr;
     ck(cudaMalloc(&p, static_cast<size_t>(bytes)), "cudaMalloc");
     buffers_.push_back(p);
+    ++num_allocations_;
     ck(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_), "cudaMemset");
     return p;
   }
-  int64_t num_allocations() const override { return static_cast<int64_t>(buffers_.size()); }
+  int64_t num_allocations() const override { return num_allocations_; }
+  void deallocate(void* p) override {
+    auto it = std::find(buffers_.begin(), buffers_.end(), p);
+    if (it == buffers_.end()) return;
+    cudaStreamSynchronize(stream_);
+    cudaFree(p);
+    buffers_.erase(it);
+  }
+  void forget(uint64_t base, uint64_t mask) override {
+    std::erase_if(attends_, [&](const auto& kv) { return (kv.first & mask) == base; });
+    std::erase_if(merges_, [&](const auto& kv) { return (kv.first & mask) == base; });
+  }
   void* compute_stream() override { return stream_; }
   void synchronize() override { ck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
@@ -348,6 +360,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> buffers_;
+  int64_t num_allocations_ = 0;
   char* meta_ = nullptr;
   size_t meta_size_ = 0, meta_used_ = 0;
   std::map<uint64_t, DeviceAttend> attends_;
