@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "dcp 0.1.0");
   dcp::cli::Runner runner;
   dcp::cli::register_plan(app, runner);
+  dcp::cli::register_validate(app, runner);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
