@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   dcp::cli::Runner runner;
   dcp::cli::register_plan(app, runner);
   dcp::cli::register_validate(app, runner);
+  dcp::cli::register_run(app, runner);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
