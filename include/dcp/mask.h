@@ -58,8 +58,8 @@ struct Mask {
   // Ranges: rows[i] = the allowed ranges of row i (sorted, disjoint; may be empty).
   std::shared_ptr<const std::vector<std::vector<Range>>> rows{};
 
-  static Mask full() { return Mask{.kind = MaskKind::Full}; }
-  static Mask causal() { return Mask{.kind = MaskKind::Causal}; }
+  static Mask full() { Mask m; m.kind = MaskKind::Full; return m; }
+  static Mask causal() { Mask m; m.kind = MaskKind::Causal; return m; }
   static Mask lambda(int64_t sink = 64, int64_t window = 4096);
   static Mask causal_blockwise(int64_t block = 256, int64_t local_blocks = 2, int64_t sink_blocks = 1);
   // Question = `question_fraction` of the length, the rest split into `num_answers` answers.

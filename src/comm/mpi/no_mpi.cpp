@@ -1,0 +1,18 @@
+// Built instead of mpi_comm.cpp when no MPI library was found: the MPI entry points say so.
+#include "dcp/comm.h"
+#include "dcp/error.h"
+
+namespace dcp {
+
+bool mpi_available() { return false; }
+
+MpiSession::MpiSession(int*, char***) {
+  raise(ErrorKind::Unsupported, "MPI: this build of dcp has no MPI (configure with an MPI library installed)");
+}
+MpiSession::~MpiSession() = default;
+
+std::unique_ptr<Comm> make_mpi_comm_world() {
+  raise(ErrorKind::Unsupported, "MPI: this build of dcp has no MPI (configure with an MPI library installed)");
+}
+
+}  // namespace dcp

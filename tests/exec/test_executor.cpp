@@ -1,0 +1,218 @@
+// Executor over real plans: every rank (LocalComm threads) gathers its tokens, runs forward and
+// backward, scatters its outputs; the assembled outputs must equal the dense fp64 reference.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "dcp/baselines.h"
+#include "dcp/batch.h"
+#include "dcp/comm.h"
+#include "dcp/dispatch.h"
+#include "dcp/error.h"
+#include "dcp/executor.h"
+#include "dcp/partition.h"
+#include "dcp/plan.h"
+#include "exec/reference_attention.h"
+
+namespace dcp::test {
+namespace {
+
+Batch test_batch(int q_heads, int kv_heads, int head_dim, DType dtype = DType::FP32) {
+  Batch batch;
+  batch.shape = AttentionShape{q_heads, kv_heads, head_dim, dtype};
+  const int64_t lengths[] = {150, 70, 200, 33};
+  const Mask masks[] = {Mask::causal(), Mask::lambda(8, 40), Mask::causal_blockwise(32, 2, 1),
+                        Mask::shared_question_for(33, 0.2, 2)};
+  for (int i = 0; i < 4; ++i) {
+    Sequence s;
+    s.length = lengths[i];
+    s.mask = masks[i];
+    batch.sequences.push_back(s);
+  }
+  return batch;
+}
+
+struct Global {
+  std::vector<float> q, k, v, d_o;
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+DenseResult reference(const Batch& batch, const Global& g) {
+  const AttentionShape& s = batch.shape;
+  const int64_t total = batch.total_tokens();
+  DenseResult all;
+  all.o.resize(static_cast<size_t>(total * s.q_heads * s.head_dim));
+  all.lse.resize(static_cast<size_t>(total * s.q_heads));
+  all.dq.resize(all.o.size());
+  all.dk.resize(static_cast<size_t>(total * s.kv_heads * s.head_dim));
+  all.dv.resize(all.dk.size());
+  int64_t start = 0;
+  std::vector<Range> row;
+  for (const Sequence& seq : batch.sequences) {
+    DenseProblem p;
+    p.num_q = p.num_kv = seq.length;
+    p.q_heads = s.q_heads;
+    p.kv_heads = s.kv_heads;
+    p.head_dim = s.head_dim;
+    p.allowed.assign(static_cast<size_t>(seq.length * seq.length), 0);
+    for (int64_t i = 0; i < seq.length; ++i) {
+      seq.mask.row_ranges(i, seq.length, row);
+      for (const Range& r : row)
+        for (int64_t j = r.begin; j < r.end; ++j) p.allowed[static_cast<size_t>(i * seq.length + j)] = 1;
+    }
+    const auto slice = [&](const std::vector<float>& v, int64_t width) {
+      return std::vector<float>(v.begin() + start * width, v.begin() + (start + seq.length) * width);
+    };
+    const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
+    p.q = slice(g.q, qw);
+    p.k = slice(g.k, kw);
+    p.v = slice(g.v, kw);
+    p.d_o = slice(g.d_o, qw);
+    const DenseResult r = dense_reference(p);
+    std::copy(r.o.begin(), r.o.end(), all.o.begin() + start * qw);
+    std::copy(r.dq.begin(), r.dq.end(), all.dq.begin() + start * qw);
+    std::copy(r.lse.begin(), r.lse.end(), all.lse.begin() + start * s.q_heads);
+    std::copy(r.dk.begin(), r.dk.end(), all.dk.begin() + start * kw);
+    std::copy(r.dv.begin(), r.dv.end(), all.dv.begin() + start * kw);
+    start += seq.length;
+  }
+  return all;
+}
+
+// method: a baseline name, or "dcp:<partitioner>". nodes x devices_per_node devices.
+// bf16: the batch is declared bf16 and the ranks get bf16-rounded inputs; the reference keeps
+// the fp32 inputs (the bf16 bar: relative error below 2e-2).
+void run_case(const Batch& batch, const std::string& method, int nodes, int devices_per_node, int comm_stages,
+              bool bf16 = false) {
+  const std::string what = method + " " + std::to_string(nodes) + "x" + std::to_string(devices_per_node) +
+                           " stages " + std::to_string(comm_stages + 1);
+  SCOPED_TRACE(what);
+  const int world = nodes * devices_per_node;
+  Cluster cluster;
+  cluster.nodes = nodes;
+  cluster.devices_per_node = devices_per_node;
+  BlockOptions opts;
+  opts.block_size = 32;
+  PlacedBatch placed;
+  if (method.rfind("dcp:", 0) == 0) {
+    placed.table = build_block_table(batch, opts);
+    PlacementOptions popt;
+    popt.partitioner = parse_partitioner(method.substr(4));
+    placed.placement = place_dcp(placed.table, cluster, popt).placement;
+  } else {
+    BaselineKind kind = BaselineKind::Ring;
+    for (BaselineKind k : all_baselines())
+      if (method == to_string(k)) kind = k;
+    placed = make_baseline(kind, batch, opts, cluster);
+  }
+  PlanOptions popts;
+  popts.schedule.num_comm_stages = comm_stages;
+  const Plan plan = build_plan(placed.table, placed.placement, cluster, popts);
+
+  const AttentionShape& s = batch.shape;
+  const int64_t total = batch.total_tokens();
+  const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
+  SplitMix64 rng(77);
+  Global g;
+  g.q = random_tensor(rng, static_cast<size_t>(total * qw), 2.0f);
+  g.k = random_tensor(rng, static_cast<size_t>(total * kw), 2.0f);
+  g.v = random_tensor(rng, static_cast<size_t>(total * kw));
+  g.d_o = random_tensor(rng, static_cast<size_t>(total * qw));
+  g.o.assign(g.q.size(), std::nanf(""));
+  g.dq.assign(g.q.size(), std::nanf(""));
+  g.lse.assign(static_cast<size_t>(total * s.q_heads), std::nanf(""));
+  g.dk.assign(g.k.size(), std::nanf(""));
+  g.dv.assign(g.k.size(), std::nanf(""));
+
+  Global in = g;
+  if (bf16) {
+    cpu::round_to_bf16(in.q);
+    cpu::round_to_bf16(in.k);
+    cpu::round_to_bf16(in.v);
+    cpu::round_to_bf16(in.d_o);
+  }
+  run_local_ranks(world, [&](Comm& comm) {
+    const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
+    const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
+    ASSERT_EQ(tok.num_rows(), dev.owned_tokens);
+    for (size_t i = 0; i < dev.owned_blocks.size(); ++i) ASSERT_EQ(tok.block_offset[i], dev.owned_token_offset[i]);
+    LocalTensors t = LocalTensors::allocate(s, tok.num_rows());
+    gather_rows<float>(in.q, t.q, qw, tok);
+    gather_rows<float>(in.k, t.k, kw, tok);
+    gather_rows<float>(in.v, t.v, kw, tok);
+    gather_rows<float>(in.d_o, t.d_o, qw, tok);
+    auto backend = make_cpu_backend();
+    Executor exec(plan, *backend, comm, ExecOptions{.comm_timeout_s = 30.0});
+    // One sizing formula: what the planner predicts is what the executor allocates.
+    const DeviceMemory mem = plan_memory(plan, comm.rank());
+    if (!bf16) {
+      EXPECT_EQ(exec.slot_bytes_allocated(Pass::Forward), mem.fwd.slots_total_bytes);
+      EXPECT_EQ(exec.slot_bytes_allocated(Pass::Backward), mem.bwd.slots_total_bytes);
+    }
+    exec.forward(t);
+    exec.backward(t);
+    // Ranks write disjoint rows of the global outputs.
+    scatter_rows<float>(t.o, g.o, qw, tok);
+    scatter_rows<float>(t.lse, g.lse, s.q_heads, tok);
+    scatter_rows<float>(t.dq, g.dq, qw, tok);
+    scatter_rows<float>(t.dk, g.dk, kw, tok);
+    scatter_rows<float>(t.dv, g.dv, kw, tok);
+  });
+  const DenseResult want = reference(batch, g);
+  const double tol = bf16 ? 2e-2 : 1e-5;
+  EXPECT_LT(rel_error(g.o, want.o), tol) << "O";
+  EXPECT_LT(rel_error(g.lse, want.lse, 1.0), tol) << "LSE";
+  EXPECT_LT(rel_error(g.dq, want.dq, 1.0), tol) << "dQ";
+  EXPECT_LT(rel_error(g.dk, want.dk, 1.0), tol) << "dK";
+  EXPECT_LT(rel_error(g.dv, want.dv, 1.0), tol) << "dV";
+}
+
+TEST(Executor, BaselinePlansMatchDenseReference) {
+  const Batch batch = test_batch(4, 2, 64);
+  for (BaselineKind kind : all_baselines())
+    for (int world : {1, 2, 3, 4}) run_case(batch, to_string(kind), 1, world, 1 + world % 3);
+  run_case(batch, "a2a_p2p", 2, 2, 2);
+}
+
+TEST(Executor, DcpPlansMatchDenseReference) {
+  const Batch batch = test_batch(4, 2, 64);
+  int stages = 1;
+  for (PartitionerKind p : available_partitioners()) {
+    const std::string method = std::string("dcp:") + to_string(p);
+    for (auto [nodes, per_node] : {std::pair{1, 1}, {1, 2}, {1, 3}, {2, 2}, {2, 3}}) {
+      run_case(batch, method, nodes, per_node, stages);
+      stages = stages % 4 + 1;  // 2..5 stages in total, round robin
+    }
+  }
+}
+
+TEST(Executor, GqaRatiosAndHeadDims) {
+  run_case(test_batch(8, 1, 128), "zigzag", 1, 2, 2);
+  run_case(test_batch(4, 4, 64), "ulysses", 1, 4, 3);
+  run_case(test_batch(8, 1, 64), "dcp:builtin", 1, 3, 4);
+}
+
+TEST(Executor, Bf16RoundedInputsWithinBf16Tolerance) {
+  run_case(test_batch(4, 2, 64, DType::BF16), "dcp:builtin", 1, 3, 3, true);
+  run_case(test_batch(8, 1, 128, DType::BF16), "ring", 1, 2, 1, true);
+}
+
+TEST(Executor, PlanForAnotherWorldSizeIsRefusedBeforeCommunicating) {
+  const Batch batch = test_batch(4, 2, 64);
+  Cluster cluster;
+  cluster.nodes = 1;
+  cluster.devices_per_node = 2;
+  BlockOptions opts;
+  opts.block_size = 32;
+  const PlacedBatch placed = make_baseline(BaselineKind::Ring, batch, opts, cluster);
+  const Plan plan = build_plan(placed.table, placed.placement, cluster, PlanOptions{});
+  EXPECT_THROW(run_local_ranks(3, [&](Comm& comm) {
+                 auto backend = make_cpu_backend();
+                 Executor exec(plan, *backend, comm);
+               }),
+               Error);
+}
+
+}  // namespace
+}  // namespace dcp::test
