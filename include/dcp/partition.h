@@ -14,6 +14,8 @@
 //             one extra device, forward + backward (the model of metrics.h):
 //               Q-side : Q + O partial + LSE (fwd), Q + dO + LSE + Delta + dQ partial (bwd)
 //               KV-side: KV (fwd), KV + dKV partial (bwd)
+//             Partials (O, dQ, dKV) count in fp32 (BlockTable::partial_bytes), copies in the
+//             element type (data_bytes).
 // Objective: sum over nets of bytes x (devices touching the net - 1), where a remote device on
 // another node than the home costs Cluster::inter_weight() per byte. This equals the
 // intra + inter bytes of compute_metrics() for the same placement.

@@ -10,14 +10,15 @@ namespace dcp {
 namespace {
 
 int64_t q_side_bytes(const BlockTable& t, int64_t tokens) {
-  // forward: Q out, partial O + LSE back; backward: Q, dO, LSE, Delta out, dQ partial back.
-  return 2 * t.data_bytes(DataKind::Q, tokens) + t.data_bytes(DataKind::O, tokens) +
+  // forward: Q out, partial O (fp32) + LSE back; backward: Q, dO, LSE, Delta out, dQ partial
+  // (fp32) back. Partials travel in fp32, as compute_metrics counts them.
+  return 2 * t.data_bytes(DataKind::Q, tokens) + t.partial_bytes(DataKind::O, tokens) +
          2 * t.data_bytes(DataKind::LSE, tokens) + t.data_bytes(DataKind::dO, tokens) +
-         t.data_bytes(DataKind::Delta, tokens) + t.data_bytes(DataKind::dQ, tokens);
+         t.data_bytes(DataKind::Delta, tokens) + t.partial_bytes(DataKind::dQ, tokens);
 }
 
 int64_t kv_side_bytes(const BlockTable& t, int64_t tokens) {
-  return 2 * t.data_bytes(DataKind::KV, tokens) + t.data_bytes(DataKind::dKV, tokens);
+  return 2 * t.data_bytes(DataKind::KV, tokens) + t.partial_bytes(DataKind::dKV, tokens);
 }
 
 int64_t owned_bytes(const BlockTable& t, int64_t tokens) {
