@@ -1,6 +1,8 @@
 // dcp plan — cut a batch into blocks, place it with every available method, and compare.
 #include <chrono>
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 
@@ -13,6 +15,7 @@
 #include "dcp/error.h"
 #include "dcp/io.h"
 #include "dcp/metrics.h"
+#include "dcp/partition.h"
 #include "table.h"
 
 namespace dcp::cli {
@@ -25,6 +28,9 @@ struct PlanArgs {
   bool json = false;
   std::string write_batch;
   std::vector<std::string> methods;
+  std::vector<std::string> partitioners{"builtin"};
+  PlacementOptions placement;
+  std::string export_hgr;
 };
 
 struct MethodResult {
@@ -32,6 +38,7 @@ struct MethodResult {
   std::string note;
   PlacementMetrics metrics;
   double plan_ms = 0;
+  std::vector<std::string> violations;
 };
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -64,6 +71,7 @@ nlohmann::json to_json(const MethodResult& r) {
           {"intra_bytes_bwd", m.intra_bytes_bwd},
           {"inter_bytes_bwd", m.inter_bytes_bwd},
           {"bytes_per_token", m.bytes_per_token()},
+          {"violations", r.violations},
           {"devices", devices}};
 }
 
@@ -72,6 +80,7 @@ int run_plan(const PlanArgs& args) {
   batch.validate();
   const Cluster cluster = resolve_cluster(args.cluster);
   check_block_options(args.blocks, batch.shape);
+  args.placement.validate();
   if (!args.write_batch.empty()) save_batch(batch, args.write_batch);
 
   auto t0 = std::chrono::steady_clock::now();
@@ -79,14 +88,33 @@ int run_plan(const PlanArgs& args) {
   const double table_ms = ms_since(t0);
 
   std::vector<MethodResult> results;
+  auto wanted = [&](const std::string& name) {
+    return args.methods.empty() || std::find(args.methods.begin(), args.methods.end(), name) != args.methods.end();
+  };
+  for (const std::string& backend : args.partitioners) {
+    PlacementOptions popts = args.placement;
+    popts.partitioner = parse_partitioner(backend);
+    const std::string name = args.partitioners.size() == 1 ? "dcp" : "dcp-" + backend;
+    if (!wanted(name) && !wanted("dcp")) continue;
+    auto t1 = std::chrono::steady_clock::now();
+    DcpPlacement dcp = place_dcp(table, cluster, popts);
+    const double ms = ms_since(t1) + table_ms;  // planning = block table + partition
+    MethodResult r{name, dcp.placement.note, compute_metrics(table, dcp.placement, cluster), ms,
+                   dcp.report.violations};
+    results.push_back(std::move(r));
+  }
+  if (!args.export_hgr.empty()) {
+    std::ofstream out(args.export_hgr);
+    if (!out) raise(ErrorKind::InvalidInput, "--export-hgr: cannot write " + args.export_hgr);
+    write_hgr(build_placement_hypergraph(table), HgrOptions{}, out);
+  }
   for (BaselineKind kind : all_baselines()) {
     const std::string name = to_string(kind);
-    if (!args.methods.empty() && std::find(args.methods.begin(), args.methods.end(), name) == args.methods.end())
-      continue;
+    if (!wanted(name)) continue;
     auto t1 = std::chrono::steady_clock::now();
     PlacedBatch placed = make_baseline(kind, batch, args.blocks, cluster);
     const double ms = ms_since(t1);
-    results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms});
+    results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms, {}});
   }
 
   if (args.json) {
@@ -127,8 +155,10 @@ int run_plan(const PlanArgs& args) {
   std::cout << t.render();
   std::cout << "\nimbalance = max/mean per device (compute: fwd+bwd FLOPs; memory: owned + received + partials).\n"
                "bytes = forward + backward traffic (inputs to remote tiles, fp32 partials back to owners).\n";
-  for (const auto& r : results)
+  for (const auto& r : results) {
     if (!r.note.empty()) std::cout << fmt::format("  {}: {}\n", r.method, r.note);
+    for (const auto& v : r.violations) std::cout << fmt::format("  {}: BALANCE VIOLATED: {}\n", r.method, v);
+  }
   return 0;
 }
 
@@ -142,7 +172,17 @@ void register_plan(CLI::App& app, Runner& runner) {
   add_block_options(sub, args->blocks);
   sub->add_flag("--json", args->json, "Print one JSON object instead of tables");
   sub->add_option("--write-batch", args->write_batch, "Also write the batch used as JSON to this file");
-  sub->add_option("--method", args->methods, "Only these placements (repeatable): ring, zigzag, ulysses, a2a_p2p, packing");
+  sub->add_option("--method", args->methods,
+                  "Only these placements (repeatable): dcp, ring, zigzag, ulysses, a2a_p2p, packing");
+  sub->add_option("--partitioner", args->partitioners,
+                  "DCP partitioner backend(s): builtin, metis, zoltan (repeatable: one row each)")
+      ->capture_default_str();
+  sub->add_option("--eps-compute", args->placement.eps_compute, "Per-device compute tolerance (max <= (1+eps) x mean)")
+      ->capture_default_str();
+  sub->add_option("--eps-memory", args->placement.eps_memory, "Per-device memory tolerance")->capture_default_str();
+  sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")->capture_default_str();
+  sub->add_option("--export-hgr", args->export_hgr,
+                  "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file");
   sub->callback([args, &runner] { runner = [args] { return run_plan(*args); }; });
 }
 

@@ -1,0 +1,263 @@
+// bench_cuda_attention — TFLOP/s of the tile-list attention kernels on one GPU.
+//
+// Tile lists equivalent to one causal sequence of S tokens cut into blocks of B tokens:
+//   full      the off-diagonal tiles (i, j < i), kind Full
+//   causal    the diagonal tiles (i, i), kind CausalDiagonal
+//   sequence  both (the whole causal sequence in one launch)
+//   partial   the diagonal tiles as Partial tiles (one range [0, i + 1) per row): the cost of the
+//             general mask path against `causal`
+//   window    causal sliding window of 4096 keys, every tile that meets the band as a Partial
+//             tile: time should follow the unmasked area (sub-tiles outside the band are skipped)
+// 32 q heads / 8 kv heads, head dim 128, bf16. FLOPs: mask area x 4 x D x Hq forward, 2.5x
+// backward. Time: CUDA events, median of the timed runs after warm-up.
+// Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "dcp/attention_cuda.h"
+
+using namespace dcp::cuda;
+
+namespace {
+
+void ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "CUDA error at %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(2);
+  }
+}
+
+__global__ void init_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ULL + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    z ^= z >> 31;
+    p[i] = __float2bfloat16(static_cast<float>(z >> 40) * (2.0F / 16777216.0F) - 1.0F);
+  }
+}
+
+__global__ void init_f32(float* p, size_t n, float v) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) p[i] = v;
+}
+
+struct ListCase {
+  std::string name;
+  std::vector<AttnTile> tiles;
+  std::vector<int32_t> row_offsets{0};
+  std::vector<int32_t> ranges{0, 0};
+  int out_rows = 0;
+};
+
+ListCase make_case(const std::string& name, int seq, int block, int num_kv_heads) {
+  ListCase c;
+  c.name = name;
+  c.row_offsets.clear();
+  c.ranges.clear();
+  const int n = seq / block;
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j <= i; ++j) {
+      const bool diag = i == j;
+      if (name == "full" && diag) continue;
+      if ((name == "causal" || name == "partial") && !diag) continue;
+      constexpr int kWindow = 4096;
+      if (name == "window" && (j + 1) * block <= i * block - kWindow + 1) continue;  // below the band
+      AttnTile t;
+      t.q_begin = i * block;
+      t.q_len = block;
+      t.kv_begin = j * block;
+      t.kv_len = block;
+      t.out_begin = c.out_rows;
+      c.out_rows += block;
+      t.kind = diag ? TileKind::CausalDiagonal : TileKind::Full;
+      t.kv_head_begin = 0;
+      t.kv_head_end = num_kv_heads;
+      if (name == "partial" || name == "window") {
+        t.kind = TileKind::Partial;
+        t.range_row_begin = static_cast<int32_t>(c.row_offsets.size());
+        for (int r = 0; r < block; ++r) {
+          c.row_offsets.push_back(static_cast<int32_t>(c.ranges.size() / 2));
+          const int q_pos = t.q_begin + r;
+          const int lo = name == "window" ? std::max(q_pos - kWindow + 1, t.kv_begin) : t.kv_begin;
+          const int hi = std::min(q_pos + 1, t.kv_begin + block);
+          if (hi > lo) {
+            c.ranges.push_back(lo - t.kv_begin);
+            c.ranges.push_back(hi - t.kv_begin);
+          }
+        }
+        c.row_offsets.push_back(static_cast<int32_t>(c.ranges.size() / 2));
+      }
+      c.tiles.push_back(t);
+    }
+  }
+  if (c.row_offsets.empty()) c.row_offsets.push_back(0);
+  if (c.ranges.empty()) c.ranges = {0, 0};
+  return c;
+}
+
+template <typename F>
+float median_ms(F&& launch, int warmup, int reps) {
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  for (int i = 0; i < warmup; ++i) launch();
+  ck(cudaDeviceSynchronize(), "warmup");
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    ck(cudaEventRecord(a), "record");
+    launch();
+    ck(cudaEventRecord(b), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float t = 0;
+    ck(cudaEventElapsedTime(&t, a, b), "elapsed");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+template <typename T>
+T* upload(const std::vector<T>& h) {
+  T* d = nullptr;
+  ck(cudaMalloc(&d, h.size() * sizeof(T)), "malloc");
+  ck(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "memcpy");
+  return d;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int num_gpus = 0;
+  if (cudaGetDeviceCount(&num_gpus) != cudaSuccess || num_gpus == 0) {
+    std::printf("SKIP: no CUDA GPU on this machine\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  ck(cudaGetDeviceProperties(&prop, 0), "props");
+  const int hq = 32, hkv = 8, dim = 128, max_seq = 32768;
+  const AttnShape shape{hq, hkv, dim, 1.0F / 11.313708498984761F};
+  const size_t q_elems = static_cast<size_t>(max_seq) * hq * dim, kv_elems = static_cast<size_t>(max_seq) * hkv * dim;
+  __nv_bfloat16 *q, *k, *v, *dout;
+  ck(cudaMalloc(&q, q_elems * 2), "malloc");
+  ck(cudaMalloc(&dout, q_elems * 2), "malloc");
+  ck(cudaMalloc(&k, kv_elems * 2), "malloc");
+  ck(cudaMalloc(&v, kv_elems * 2), "malloc");
+  init_bf16<<<1024, 256>>>(q, q_elems, 1);
+  init_bf16<<<1024, 256>>>(dout, q_elems, 2);
+  init_bf16<<<1024, 256>>>(k, kv_elems, 3);
+  init_bf16<<<1024, 256>>>(v, kv_elems, 4);
+  float *lse, *delta, *dq, *dk, *dv;
+  ck(cudaMalloc(&lse, static_cast<size_t>(max_seq) * hq * 4), "malloc");
+  ck(cudaMalloc(&delta, static_cast<size_t>(max_seq) * hq * 4), "malloc");
+  ck(cudaMalloc(&dq, q_elems * 4), "malloc");
+  ck(cudaMalloc(&dk, kv_elems * 4), "malloc");
+  ck(cudaMalloc(&dv, kv_elems * 4), "malloc");
+  // A plausible final LSE (log of ~S/2 keys of weight ~1) keeps P in range for the backward.
+  init_f32<<<1024, 256>>>(lse, static_cast<size_t>(max_seq) * hq, 9.0F);
+  init_f32<<<1024, 256>>>(delta, static_cast<size_t>(max_seq) * hq, 0.01F);
+  ck(cudaMemset(dq, 0, q_elems * 4), "memset");
+  ck(cudaMemset(dk, 0, kv_elems * 4), "memset");
+  ck(cudaMemset(dv, 0, kv_elems * 4), "memset");
+  ck(cudaDeviceSynchronize(), "init");
+
+  struct Row {
+    int seq, block;
+    std::string list;
+    int tiles;
+    double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
+  };
+  std::vector<Row> rows;
+  std::printf("GPU: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
+  std::printf("%-6s %-5s %-9s %6s %10s %10s %10s %10s\n", "S", "B", "list", "tiles", "fwd ms", "fwd TF/s", "bwd ms",
+              "bwd TF/s");
+  for (int seq : {16384, 32768}) {
+    for (int block : {1024, 2048, 4096}) {
+      for (const char* name : {"full", "causal", "sequence", "partial", "window"}) {
+        ListCase c = make_case(name, seq, block, hkv);
+        const double flops = attention_forward_flops(c.tiles, shape, c.row_offsets, c.ranges);
+        AttnTile* d_tiles = upload(c.tiles);
+        int32_t* d_off = upload(c.row_offsets);
+        int32_t* d_rng = upload(c.ranges);
+        const auto fw = make_forward_work(c.tiles, shape);
+        const auto bw = make_backward_work(c.tiles, shape);
+        AttnWorkItem* d_fw = upload(fw);
+        AttnWorkItem* d_bw = upload(bw);
+        float *o = nullptr, *lse_part = nullptr;
+        ck(cudaMalloc(&o, static_cast<size_t>(c.out_rows) * hq * dim * 4), "malloc o");
+        ck(cudaMalloc(&lse_part, static_cast<size_t>(c.out_rows) * hq * 4), "malloc lse");
+        AttnForwardParams fp;
+        fp.shape = shape;
+        fp.list = AttnTileList{d_tiles, d_fw, static_cast<int32_t>(fw.size()), d_off, d_rng};
+        fp.q = q;
+        fp.k = k;
+        fp.v = v;
+        fp.o = o;
+        fp.lse = lse_part;
+        AttnBackwardParams bp;
+        bp.shape = shape;
+        bp.list = AttnTileList{d_tiles, d_bw, static_cast<int32_t>(bw.size()), d_off, d_rng};
+        bp.q = q;
+        bp.k = k;
+        bp.v = v;
+        bp.dout = dout;
+        bp.lse = lse;
+        bp.delta = delta;
+        bp.dq = dq;
+        bp.dk = dk;
+        bp.dv = dv;
+        const float f_ms = median_ms([&] { attention_forward(fp, nullptr); }, 2, 7);
+        const float b_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
+        ck(cudaGetLastError(), "kernels");
+        Row r{seq, block, name, static_cast<int>(c.tiles.size()), f_ms, b_ms, flops / (f_ms * 1e9),
+              2.5 * flops / (b_ms * 1e9)};
+        rows.push_back(r);
+        std::printf("%-6d %-5d %-9s %6d %10.3f %10.1f %10.3f %10.1f\n", seq, block, name, r.tiles, f_ms, r.fwd_tflops,
+                    b_ms, r.bwd_tflops);
+        std::fflush(stdout);
+        cudaFree(o);
+        cudaFree(lse_part);
+        cudaFree(d_tiles);
+        cudaFree(d_off);
+        cudaFree(d_rng);
+        cudaFree(d_fw);
+        cudaFree(d_bw);
+      }
+    }
+  }
+  if (argc > 1) {
+    const std::string prefix = argv[1];
+    FILE* j = std::fopen((prefix + ".json").c_str(), "w");
+    FILE* m = std::fopen((prefix + ".md").c_str(), "w");
+    if (j == nullptr || m == nullptr) {
+      std::fprintf(stderr, "cannot write %s.{json,md}\n", prefix.c_str());
+      return 1;
+    }
+    std::fprintf(j, "{\"gpu\": \"%s\", \"q_heads\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"rows\": [\n", prop.name, hq,
+                 hkv, dim);
+    std::fprintf(m, "GPU: %s; 32 q / 8 kv heads, head dim 128, bf16; mask-area TFLOP/s (bwd = 2.5x fwd FLOPs)\n\n",
+                 prop.name);
+    std::fprintf(m, "| S | B | list | tiles | fwd ms | fwd TFLOP/s | bwd ms | bwd TFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      std::fprintf(j,
+                   "  {\"seq\": %d, \"block\": %d, \"list\": \"%s\", \"tiles\": %d, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
+                   "\"fwd_tflops\": %.1f, \"bwd_tflops\": %.1f}%s\n",
+                   r.seq, r.block, r.list.c_str(), r.tiles, r.fwd_ms, r.bwd_ms, r.fwd_tflops, r.bwd_tflops,
+                   i + 1 < rows.size() ? "," : "");
+      std::fprintf(m, "| %d | %d | %s | %d | %.3f | %.1f | %.3f | %.1f |\n", r.seq, r.block, r.list.c_str(), r.tiles,
+                   r.fwd_ms, r.fwd_tflops, r.bwd_ms, r.bwd_tflops);
+    }
+    std::fprintf(j, "]}\n");
+    std::fclose(j);
+    std::fclose(m);
+  }
+  return 0;
+}

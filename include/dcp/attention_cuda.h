@@ -1,0 +1,173 @@
+// dcp/attention_cuda.h — CUDA attention kernels over DCP tile lists (forward, backward, merge).
+//
+// A tile is one (q token range) x (kv token range) x (kv head group) piece of a stage's attention
+// work. One launch runs a whole tile list, so a stage with thousands of small tiles still costs
+// one kernel launch. Kernels are standalone from the executor: raw device pointers, a stream.
+// Built (CMake target dcp_cuda / dcp::cuda, sm_90) only when a CUDA compiler is found; measured
+// figures and the route to a wgmma/TMA version: bench/results/cuda_attention_*.md.
+//
+// Data layout (every buffer, every data block): [tokens][heads][head_dim], row-major, i.e.
+// element (t, h, d) of a buffer with H heads lives at ((t * H) + h) * head_dim + d.
+//   Q, dO, dQ:           [q rows][num_q_heads][head_dim]
+//   K, V, dK, dV:        [kv rows][num_kv_heads][head_dim]
+//   O partial (fp32):    [out rows][num_q_heads][head_dim]
+//   LSE, Delta (fp32):   [rows][num_q_heads]
+// GQA: q head h reads kv head h / (num_q_heads / num_kv_heads).
+//
+// Masks (tile-local coordinates: i = q row - q_begin, j = kv row - kv_begin):
+//   Full            every (i, j) with i < q_len, j < kv_len.
+//   CausalDiagonal  j <= i (top-left aligned; a diagonal block has q_len == kv_len).
+//   Partial         j lies in one of row i's ranges: ranges[row_offsets[range_row_begin + i] ..
+//                   row_offsets[range_row_begin + i + 1]), each an int2 {begin, end} half-open,
+//                   kv-tile-local, sorted by begin, disjoint, any number per row (zero too).
+//
+// Forward math, per row i and q head h (scale = softmax_scale):
+//   s_ij = scale * <q_i, k_j>,  LSE_i = log(sum_j exp(s_ij)) (natural log),
+//   O_i = sum_j exp(s_ij - LSE_i) v_j; rows with no allowed key: O_i = 0, LSE_i = -inf.
+// Tiles whose outputs are the same token (split over kv) are combined by attention_merge().
+// Backward math (LSE = final merged LSE, Delta_i = <dO_i, O_i> with the final O):
+//   p_ij = exp(s_ij - LSE_i), dv_j += p_ij dO_i, dp_ij = <dO_i, v_j>, ds_ij = p_ij (dp_ij - Delta_i),
+//   dq_i += scale * ds_ij k_j, dk_j += scale * ds_ij q_i.
+//
+// Tiling (mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async double buffering; FA2 style):
+//   forward: one CTA = 128 q rows x one q head, 4 warps x 32 rows; loops over 64-key sub-tiles.
+//   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
+//   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
+//   Sub-tiles with no allowed (row, key) pair are skipped without loading or computing them.
+// FLOPs (mask-area convention): forward 4 * area * head_dim * num_q_heads, backward 2.5x that,
+//   area = number of allowed (i, j) pairs. Bytes (minimum): forward reads Q, K, V once
+//   (2 bytes each element) and writes O (4 bytes) + LSE; the kernels re-read K/V once per
+//   64-row q sub-tile and q head (served mostly by L2).
+//
+// Backward outputs are ACCUMULATED with fp32 atomicAdd: the caller zeroes dq/dk/dv (or passes
+// buffers holding earlier partials). Summation order is therefore not deterministic (results
+// vary in the last bits between runs); forward and merge are deterministic.
+//
+// Preconditions (checked on the host where cheap, else undefined behaviour): head_dim is 64 or
+// 128; num_q_heads % num_kv_heads == 0; tile ranges lie inside the buffers; for each tile and
+// head group kv_head_end <= num_kv_heads; every pointer is 16-byte aligned device memory.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dcp::cuda {
+
+enum class TileKind : int32_t { Full = 0, CausalDiagonal = 1, Partial = 2 };
+
+struct AttnTile {
+  int32_t q_begin = 0;          // first row in Q / dO / LSE / Delta / dQ
+  int32_t q_len = 0;
+  int32_t kv_begin = 0;         // first row in K / V / dK / dV
+  int32_t kv_len = 0;
+  int32_t out_begin = 0;        // forward: first row in the partial O / LSE output
+  TileKind kind = TileKind::Full;
+  int32_t kv_head_begin = 0;    // head group: kv heads [kv_head_begin, kv_head_end)
+  int32_t kv_head_end = 0;      //   and the q heads that read them
+  int32_t range_row_begin = 0;  // Partial: index of row 0 in row_offsets (q_len + 1 entries used)
+  int32_t pad_ = 0;
+};
+
+struct AttnShape {
+  int32_t num_q_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;         // 64 or 128
+  float softmax_scale = 0.0F;   // usually 1 / sqrt(head_dim)
+};
+
+// One CTA's work; built on the host once per tile list (plans are reused across layers/steps).
+struct AttnWorkItem {
+  int32_t tile = 0;
+  int32_t chunk = 0;            // forward: 128-row q sub-tile; backward: 128-key kv sub-tile
+  int32_t head = 0;             // forward: q head; backward: kv head
+  int32_t pad_ = 0;
+};
+
+inline constexpr int kAttnForwardChunkRows = 128;
+inline constexpr int kAttnBackwardChunkRows = 128;
+
+// Work lists. Throws InvalidInput on a tile that breaks the preconditions above.
+std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, const AttnShape& shape);
+std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape);
+
+// Mask-area FLOPs of a tile list (host; Partial tiles count their ranges clipped to the tile).
+double attention_forward_flops(std::span<const AttnTile> tiles, const AttnShape& shape,
+                               std::span<const int32_t> row_offsets, std::span<const int32_t> ranges);
+
+// Device-side description of a tile list. All pointers are device pointers.
+struct AttnTileList {
+  const AttnTile* tiles = nullptr;
+  const AttnWorkItem* work = nullptr;
+  int32_t num_work = 0;
+  const int32_t* row_offsets = nullptr;  // Partial tiles only (may be null otherwise)
+  const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
+};
+
+struct AttnForwardParams {
+  AttnShape shape;
+  AttnTileList list;                     // work from make_forward_work
+  const void* q = nullptr;               // bf16
+  const void* k = nullptr;               // bf16
+  const void* v = nullptr;               // bf16
+  float* o = nullptr;                    // fp32 partial O, rows out_begin.. of each tile
+  float* lse = nullptr;                  // fp32 partial LSE
+};
+
+struct AttnBackwardParams {
+  AttnShape shape;
+  AttnTileList list;                     // work from make_backward_work
+  const void* q = nullptr;               // bf16
+  const void* k = nullptr;               // bf16
+  const void* v = nullptr;               // bf16
+  const void* dout = nullptr;            // bf16 dO, indexed like Q
+  const float* lse = nullptr;            // final LSE, indexed like Q rows
+  const float* delta = nullptr;          // rowsum(dO * O), indexed like Q rows
+  float* dq = nullptr;                   // accumulated (atomicAdd)
+  float* dk = nullptr;                   // accumulated (atomicAdd)
+  float* dv = nullptr;                   // accumulated (atomicAdd)
+};
+
+void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
+void attention_backward(const AttnBackwardParams& params, cudaStream_t stream);
+
+// LSE merge: for each output row r and q head h, combine partial rows
+// part_rows[part_offsets[r] .. part_offsets[r+1]) of (o_part, lse_part):
+//   LSE = log(sum_i exp(lse_i)), O = sum_i exp(lse_i - LSE) o_i; no partial or all -inf:
+//   O = 0, LSE = -inf. Writes out_f32 and/or out_bf16 (either may be null) and lse_out
+//   (may be null). Rows are [rows][num_heads][head_dim]; head_dim % 4 == 0.
+struct AttnMergeParams {
+  int32_t num_rows = 0;
+  int32_t num_heads = 0;
+  int32_t head_dim = 0;
+  const int32_t* part_offsets = nullptr;  // num_rows + 1
+  const int32_t* part_rows = nullptr;
+  const float* o_part = nullptr;
+  const float* lse_part = nullptr;
+  float* out_f32 = nullptr;
+  void* out_bf16 = nullptr;
+  float* lse_out = nullptr;
+};
+void attention_merge(const AttnMergeParams& params, cudaStream_t stream);
+
+// Sum of fp32 partials: out[r] = sum over part_rows[part_offsets[r] .. part_offsets[r+1]) of
+// part[row], each row `row_elems` floats (row_elems % 4 == 0); optional bf16 copy.
+struct SumPartialsParams {
+  int32_t num_rows = 0;
+  int32_t row_elems = 0;
+  const int32_t* part_offsets = nullptr;
+  const int32_t* part_rows = nullptr;
+  const float* part = nullptr;
+  float* out_f32 = nullptr;
+  void* out_bf16 = nullptr;
+};
+void sum_partials(const SumPartialsParams& params, cudaStream_t stream);
+
+// Delta[r][h] = sum_d dO[r][h][d] * O[r][h][d] (dO bf16, O bf16), num_rows x num_heads.
+void attention_backward_delta(const void* dout_bf16, const void* out_bf16, float* delta,
+                              int32_t num_rows, int32_t num_heads, int32_t head_dim,
+                              cudaStream_t stream);
+
+}  // namespace dcp::cuda

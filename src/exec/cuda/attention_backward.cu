@@ -1,0 +1,344 @@
+// attention_backward.cu — backward attention over a tile list, one launch (math and layouts in
+// dcp/attention_cuda.h).
+//
+// Roles inside one CTA (kBwdKeys = 128 keys x one kv head, 8 warps x 16 keys; 128 keys per CTA
+// halve the dQ atomics and the Q/dO traffic per FLOP against 64):
+//   load:    K and V of the CTA's keys once; then, for each q head of the group and each non-empty
+//            64-row q sub-tile, Q, dO, LSE and Delta double-buffered with cp.async (classified
+//            before the load is issued, as in the forward).
+//   compute: S^T = K Q^T, P^T = exp2(S^T scale log2e - LSE log2e), dP^T = V dO^T,
+//            dS^T = P^T (dP^T - Delta), dV += P^T dO, dK += dS^T Q (all from registers), then
+//            dS^T goes through shared memory for dQ = dS K, which each warp adds (16 rows x
+//            D/2 columns) to global memory with fp32 atomics.
+//   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
+// Per 128-key x 64-row step: 10 * 128 * 64 * D FLOPs of MMA (2.5x the forward's 4); 64 * D dQ
+// atomics.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "attention_common.cuh"
+#include "dcp/attention_cuda.h"
+#include "dcp/error.h"
+
+namespace dcp::cuda {
+namespace detail {
+
+inline constexpr int kBwdThreads = 256;                // 8 warps
+inline constexpr int kBwdKeys = 128;                    // keys per CTA (== kAttnBackwardChunkRows)
+static_assert(kBwdKeys == kAttnBackwardChunkRows, "work items and kernel disagree on chunk keys");
+
+template <int kD>
+struct BwdSmem {
+  static constexpr int kTileBytes = kRows * kD * 2;     // one 64-row tile
+  static constexpr int kK = 0;                          // 2 tiles (128 keys)
+  static constexpr int kV = kK + 2 * kTileBytes;        // 2 tiles
+  static constexpr int kQ = kV + 2 * kTileBytes;        // 2 buffers
+  static constexpr int kDo = kQ + 2 * kTileBytes;       // 2 buffers
+  static constexpr int kDs = kDo + 2 * kTileBytes;      // [128 keys][64 q] bf16
+  static constexpr int kLse = kDs + kBwdKeys * kRows * 2;  // 2 x 64 floats
+  static constexpr int kDelta = kLse + 2 * kRows * 4;      // 2 x 64 floats
+  static constexpr int kMask = kDelta + 2 * kRows * 4;     // 2 buffers x 64 rows x 2 uint64
+  static constexpr int kBytes = kMask + 2 * kRows * 16;
+};
+
+template <int kD>
+__global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(const AttnBackwardParams p) {
+  using Smem = BwdSmem<kD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const AttnWorkItem w = p.list.work[blockIdx.x];
+  const AttnTile t = p.list.tiles[w.tile];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const int hq = p.shape.num_q_heads;
+  const int hkv = p.shape.num_kv_heads;
+  const int group = hq / hkv;
+  const int kvh = w.head;
+  const int c0 = w.chunk * kBwdKeys;
+  const int keys = min(kBwdKeys, t.kv_len - c0);
+  const float scale = p.shape.softmax_scale;
+  const float scale_log2 = scale * kLog2e;
+
+  const uint32_t s_k = smem_addr(smem + Smem::kK);
+  const uint32_t s_v = smem_addr(smem + Smem::kV);
+  const uint32_t s_q = smem_addr(smem + Smem::kQ);
+  const uint32_t s_do = smem_addr(smem + Smem::kDo);
+  const uint32_t s_ds = smem_addr(smem + Smem::kDs);
+  auto* s_ds_ptr = smem + Smem::kDs;
+  auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
+  auto* s_delta = reinterpret_cast<float*>(smem + Smem::kDelta);
+  auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+
+  const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+  const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
+  const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* vp = static_cast<const __nv_bfloat16*>(p.v);
+  const auto* qp = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* dop = static_cast<const __nv_bfloat16*>(p.dout);
+  const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
+#pragma unroll
+  for (int h = 0; h < kBwdKeys / kRows; ++h) {
+    const int tile_keys = keys - h * kRows;  // <= 0: all zero-filled, read nothing
+    const int64_t off = tile_keys > 0 ? kv_off + h * kRows * kv_stride : kv_off;
+    const uint32_t boff = static_cast<uint32_t>(h * Smem::kTileBytes);
+    load_tile_async<kD, kBwdThreads>(s_k + boff, kp + off, kv_stride, tile_keys);
+    load_tile_async<kD, kBwdThreads>(s_v + boff, vp + off, kv_stride, tile_keys);
+  }
+  cp_async_commit();
+
+  const int num_q_sub = (t.q_len + kRows - 1) / kRows;
+  const int q_sub_begin = t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0;
+  const int per_head = num_q_sub - q_sub_begin;
+  const int num_steps = per_head * group;
+
+  // Step s: q head kvh * group + s / per_head, q sub-tile q_sub_begin + s % per_head.
+  auto classify = [&](int step, int buf) -> int {
+    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const int rows = min(kRows, t.q_len - rq0);
+    // Keys past kv_len are masked too: their zero rows would add nothing stored, but with an
+    // extreme LSE exp(0 - LSE) could overflow and inf * 0 would reach dQ as NaN.
+    const bool all_keys = keys == kBwdKeys;
+    if (t.kind == TileKind::Full) return all_keys ? kFull : kMasked;
+    if (t.kind == TileKind::CausalDiagonal) {
+      if (rq0 + rows - 1 < c0) return kEmpty;
+      return rq0 >= c0 + kBwdKeys - 1 && all_keys ? kFull : kMasked;
+    }
+    // Thread (row, half): bits of keys c0 + 64 * half .. + 63 for q row rq0 + row.
+    // Threads 128..255 only vote.
+    const bool active = tid < 2 * kRows;
+    const int row = tid & (kRows - 1);
+    const int half = (tid >> 6) & 1;
+    uint64_t mask = 0;
+    const bool row_valid = active && row < rows;
+    if (row_valid) {
+      mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
+    }
+    if (active) s_mask[(buf * 2 + half) * kRows + row] = mask;
+    if (__syncthreads_or(mask != 0) == 0) return kEmpty;
+    const bool full = __syncthreads_and(!row_valid || mask == ~uint64_t{0}) != 0;
+    return full && all_keys ? kFull : kMasked;
+  };
+  // Rows past q_len load as zeros with LSE = +inf, so P = 0 there; keys past kv_len load as
+  // zeros and are masked (short chunks always take the masked path).
+  auto load_step = [&](int step, int buf) {
+    const int qh = kvh * group + step / per_head;
+    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const int rows = min(kRows, t.q_len - rq0);
+    const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
+    const uint32_t boff = static_cast<uint32_t>(buf * Smem::kTileBytes);
+    load_tile_async<kD, kBwdThreads>(s_q + boff, qp + off, q_stride, rows);
+    load_tile_async<kD, kBwdThreads>(s_do + boff, dop + off, q_stride, rows);
+    if (tid < kRows) {
+      float lse2 = INFINITY;
+      float delta = 0.0F;
+      if (tid < rows) {
+        const int64_t idx = static_cast<int64_t>(t.q_begin + rq0 + tid) * hq + qh;
+        const float lse = p.lse[idx];
+        lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        delta = p.delta[idx];
+      }
+      s_lse[buf * kRows + tid] = lse2;
+      s_delta[buf * kRows + tid] = delta;
+    }
+  };
+
+  float dk[kD / 8][4];
+  float dv[kD / 8][4];
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.0F;
+  }
+
+  int step = 0;
+  int cls = kEmpty;
+  while (step < num_steps && (cls = classify(step, 0)) == kEmpty) ++step;
+  int buf = 0;
+  if (step < num_steps) load_step(step, 0);
+  cp_async_commit();
+
+  while (step < num_steps) {
+    int ns = step + 1;
+    int ncls = kEmpty;
+    while (ns < num_steps && (ncls = classify(ns, buf ^ 1)) == kEmpty) ++ns;
+    if (ns < num_steps) {
+      load_step(ns, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const int qh = kvh * group + step / per_head;
+    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kTileBytes);
+    const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kTileBytes);
+    const float* lse_b = s_lse + buf * kRows;
+    const float* delta_b = s_delta + buf * kRows;
+
+    float st[8][4];
+    float dpt[8][4];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[j][e] = dpt[j][e] = 0.0F;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t ka[4];
+      uint32_t va[4];
+      load_a<kD>(ka, s_k, warp * 16, kk * 16);
+      load_a<kD>(va, s_v, warp * 16, kk * 16);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        load_b_nk<kD>(b, qb, np * 16, kk * 16);
+        mma(st[2 * np], ka, b[0], b[1]);
+        mma(st[2 * np + 1], ka, b[2], b[3]);
+        load_b_nk<kD>(b, dob, np * 16, kk * 16);
+        mma(dpt[2 * np], va, b[0], b[1]);
+        mma(dpt[2 * np + 1], va, b[2], b[3]);
+      }
+    }
+
+    // st becomes P^T, dpt becomes dS^T.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = warp * 16 + g + (e >> 1) * 8;
+        const int col = j * 8 + 2 * tq + (e & 1);
+        float pv = exp2f(st[j][e] * scale_log2 - lse_b[col]);
+        if (cls == kMasked) {
+          bool ok = key < keys;
+          if (t.kind == TileKind::Partial) {
+            ok = ok && ((s_mask[(buf * 2 + (key >> 6)) * kRows + col] >> (key & 63)) & 1U) != 0;
+          } else if (t.kind == TileKind::CausalDiagonal) {
+            ok = ok && c0 + key <= rq0 + col;
+          }
+          if (!ok) pv = 0.0F;
+        }
+        st[j][e] = pv;
+        dpt[j][e] = pv * (dpt[j][e] - delta_b[col]);
+      }
+    }
+
+#pragma unroll
+    for (int kq = 0; kq < 4; ++kq) {
+      uint32_t pa[4];
+      uint32_t da[4];
+      acc_to_a(pa, st[2 * kq], st[2 * kq + 1]);
+      acc_to_a(da, dpt[2 * kq], dpt[2 * kq + 1]);
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        uint32_t b[4];
+        load_b_kn<kD>(b, dob, kq * 16, dp * 16);
+        mma(dv[2 * dp], pa, b[0], b[1]);
+        mma(dv[2 * dp + 1], pa, b[2], b[3]);
+        load_b_kn<kD>(b, qb, kq * 16, dp * 16);
+        mma(dk[2 * dp], da, b[0], b[1]);
+        mma(dk[2 * dp + 1], da, b[2], b[3]);
+      }
+      // dS^T rows (keys) x cols (q) into shared memory for dQ.
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = (2 * kq + h) * 8 + 2 * tq;
+        const int key = warp * 16 + g;
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + swz<kRows>(key, col)) = da[2 * h];
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + swz<kRows>(key + 8, col)) = da[2 * h + 1];
+      }
+    }
+    __syncthreads();
+
+    // dQ (64 q x D) = dS (q x 128 keys) K (keys x D); warp w: q rows (w % 4) * 16, columns
+    // (w / 4) * D / 2 .. + D / 2.
+    const int q_row0 = (warp & 3) * 16;
+    const int col0 = (warp >> 2) * (kD / 2);
+    uint32_t dsa[kBwdKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBwdKeys / 16; ++kk) load_a_trans<kRows>(dsa[kk], s_ds, q_row0, kk * 16);
+    const int q_rows = min(kRows, t.q_len - rq0);
+#pragma unroll
+    for (int dc = 0; dc < kD / 64; ++dc) {
+      float acc[4][4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0F;
+#pragma unroll
+      for (int kk = 0; kk < kBwdKeys / 16; ++kk) {
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {
+          uint32_t b[4];
+          load_b_kn<kD>(b, s_k, kk * 16, col0 + dc * 32 + np * 16);
+          mma(acc[2 * np], dsa[kk], b[0], b[1]);
+          mma(acc[2 * np + 1], dsa[kk], b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = q_row0 + g + r * 8;
+        if (row >= q_rows) continue;
+        float* dq_row =
+            p.dq + (static_cast<int64_t>(t.q_begin + rq0 + row) * hq + qh) * kD + col0 + dc * 32 + 2 * tq;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          atomicAdd(reinterpret_cast<float2*>(dq_row + j * 8),
+                    make_float2(acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale));
+        }
+      }
+    }
+    __syncthreads();
+    step = ns;
+    cls = ncls;
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = warp * 16 + g + r * 8;
+    if (key >= keys) continue;
+    const int64_t off = (static_cast<int64_t>(t.kv_begin + c0 + key) * hkv + kvh) * kD + 2 * tq;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      atomicAdd(reinterpret_cast<float2*>(p.dk + off + j * 8), make_float2(dk[j][2 * r] * scale, dk[j][2 * r + 1] * scale));
+      atomicAdd(reinterpret_cast<float2*>(p.dv + off + j * 8), make_float2(dv[j][2 * r], dv[j][2 * r + 1]));
+    }
+  }
+}
+
+template <int kD>
+void launch_backward(const AttnBackwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = BwdSmem<kD>::kBytes;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(attention_backward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) {
+    raise(ErrorKind::Cuda, std::string("attention_backward: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+  }
+  attention_backward_kernel<kD><<<p.list.num_work, kBwdThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace detail
+
+void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
+  if (params.list.num_work == 0) return;
+  if (params.shape.num_kv_heads <= 0 || params.shape.num_q_heads % params.shape.num_kv_heads != 0) {
+    raise(ErrorKind::InvalidInput, "attention_backward: num_q_heads must be a positive multiple of num_kv_heads");
+  }
+  switch (params.shape.head_dim) {
+    case 64: detail::launch_backward<64>(params, stream); break;
+    case 128: detail::launch_backward<128>(params, stream); break;
+    default:
+      raise(ErrorKind::Unsupported,
+            "attention_backward: head_dim must be 64 or 128 (got " + std::to_string(params.shape.head_dim) + ")");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string("attention_backward: launch: ") + cudaGetErrorString(err));
+}
+
+}  // namespace dcp::cuda

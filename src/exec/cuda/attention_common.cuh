@@ -1,0 +1,157 @@
+// attention_common.cuh — device building blocks shared by the attention kernels: mma.sync,
+// ldmatrix, cp.async, the swizzled shared-memory tile layout and the per-row range masks.
+//
+// Shared-memory tiles are [rows][cols] bf16 with rows of 64/128 elements (128/256 bytes); each
+// 16-byte chunk c of row r is stored at chunk c ^ (r & 7), so that ldmatrix reading 8 rows at one
+// logical chunk touches 8 distinct bank groups (no conflicts).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dcp/attention_cuda.h"
+
+namespace dcp::cuda::detail {
+
+inline constexpr int kThreads = 128;  // 4 warps
+inline constexpr int kRows = 64;      // rows of a q sub-tile and keys of a kv sub-tile
+inline constexpr float kLog2e = 1.4426950408889634F;
+inline constexpr float kLn2 = 0.6931471805599453F;
+
+enum SubTileClass : int { kEmpty = 0, kFull = 1, kMasked = 2 };
+
+// Byte offset of element (row, col) in a swizzled tile with `cols` bf16 per row.
+template <int kCols>
+__device__ __forceinline__ uint32_t swz(int row, int col) {
+  constexpr int kChunks = kCols / 8;
+  const int chunk = (col >> 3) ^ (row & 7);
+  return static_cast<uint32_t>((row * kChunks + chunk) * 16 + (col & 7) * 2);
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, bool valid) {
+  const int src_bytes = valid ? 16 : 0;  // 0: zero-fill the destination
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+// Loads `kRows` rows of a [tokens][heads][kCols] bf16 buffer (row stride `stride` elements,
+// `valid_rows` of them real; the rest zero-filled) into a swizzled tile.
+template <int kCols, int kNumThreads = kThreads>
+__device__ __forceinline__ void load_tile_async(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                int valid_rows) {
+  constexpr int kChunks = kCols / 8;
+  constexpr int kPerThread = kRows * kChunks / kNumThreads;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kNumThreads;
+    const int row = idx / kChunks;
+    const int chunk = idx % kChunks;
+    const bool valid = row < valid_rows;
+    const __nv_bfloat16* g = src + (valid ? row * stride + chunk * 8 : 0);
+    cp_async16(tile + swz<kCols>(row, chunk * 8), g, valid);
+  }
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// A fragment (16 x 16, m x k) of a row-major [m][k] tile at (m0, k0).
+template <int kCols>
+__device__ __forceinline__ void load_a(uint32_t (&r)[4], uint32_t tile, int m0, int k0) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  ldmatrix_x4(r, tile + swz<kCols>(m0 + (lane & 15), k0 + (lane >> 4) * 8));
+}
+// A fragment (16 x 16, m x k) read from a [k][m] tile (transposed storage) at (m0, k0).
+template <int kCols>
+__device__ __forceinline__ void load_a_trans(uint32_t (&r)[4], uint32_t tile, int m0, int k0) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  ldmatrix_x4_trans(r, tile + swz<kCols>(k0 + (lane & 7) + (lane >> 4) * 8, m0 + ((lane >> 3) & 1) * 8));
+}
+// B fragments of two n8 tiles (k16 x n16) from a [n][k] tile at (n0, k0): r[0..1] tile n0,
+// r[2..3] tile n0 + 8.
+template <int kCols>
+__device__ __forceinline__ void load_b_nk(uint32_t (&r)[4], uint32_t tile, int n0, int k0) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  ldmatrix_x4(r, tile + swz<kCols>(n0 + (lane & 7) + (lane >> 4) * 8, k0 + ((lane >> 3) & 1) * 8));
+}
+// B fragments of two n8 tiles (k16 x n16) from a [k][n] tile at (k0, n0).
+template <int kCols>
+__device__ __forceinline__ void load_b_kn(uint32_t (&r)[4], uint32_t tile, int k0, int n0) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  ldmatrix_x4_trans(r, tile + swz<kCols>(k0 + (lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8));
+}
+
+// d += a * b, m16n8k16, bf16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Accumulators of two adjacent n8 tiles (16 columns) as the A fragment of the next product.
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = pack_bf16(c0[0], c0[1]);
+  a[1] = pack_bf16(c0[2], c0[3]);
+  a[2] = pack_bf16(c1[0], c1[1]);
+  a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// Bit j set <=> key kv0 + j (tile-local) is allowed for the row whose ranges start at
+// row_offsets[row_index]; keys at or past kv_len are never set.
+__device__ __forceinline__ uint64_t row_key_mask(const int32_t* row_offsets, const int32_t* ranges,
+                                                 int row_index, int kv0, int kv_len) {
+  int lo = row_offsets[row_index];
+  const int end = row_offsets[row_index + 1];
+  int hi = end;
+  while (lo < hi) {  // first range whose end lies past kv0
+    const int mid = (lo + hi) >> 1;
+    if (ranges[2 * mid + 1] <= kv0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  const int window_end = min(kv0 + kRows, kv_len);
+  uint64_t mask = 0;
+  for (int r = lo; r < end; ++r) {
+    const int b = max(ranges[2 * r], kv0);
+    const int e = min(ranges[2 * r + 1], window_end);
+    if (b >= window_end) break;
+    if (e <= b) continue;
+    const int width = e - b;
+    const uint64_t bits = width == 64 ? ~uint64_t{0} : ((uint64_t{1} << width) - 1);
+    mask |= bits << (b - kv0);
+  }
+  return mask;
+}
+
+__device__ __forceinline__ uint64_t valid_bits(int valid) {
+  return valid >= 64 ? ~uint64_t{0} : ((uint64_t{1} << valid) - 1);
+}
+
+}  // namespace dcp::cuda::detail

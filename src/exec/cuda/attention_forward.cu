@@ -1,0 +1,308 @@
+// attention_forward.cu — forward attention over a tile list, one launch (see dcp/attention_cuda.h
+// for the math and layouts).
+//
+// Roles inside one CTA (kFwdRows = 128 q rows x one q head, 4 warps x 32 rows: each K/V
+// fragment read from shared memory feeds two m16 tiles, halving shared-memory and L2 traffic
+// per FLOP against 16 rows per warp):
+//   load:    cp.async of the Q tile once, then K/V sub-tiles (64 keys) double-buffered; the next
+//            non-empty sub-tile is classified (empty / full / masked) before its load is issued,
+//            so empty sub-tiles cost neither bytes nor FLOPs.
+//   compute: S = Q K^T (mma.sync m16n8k16), mask (masked sub-tiles only), online softmax in the
+//            log2 domain, O += P V with P re-packed from accumulators to A fragments.
+//   finish:  O / l and LSE = (m + log2 l) ln 2 straight from registers; rows with no key get
+//            O = 0, LSE = -inf.
+// Per 128x64 sub-tile: 4 * 128 * 64 * D FLOPs of MMA; bytes from L2/HBM: 2 * 64 * D * 2 (K and V),
+// i.e. 64 FLOP per byte of L2 traffic at D = 128; shared memory: each warp reads K and V once.
+// A Hopper (wgmma/TMA) version keeps this file's interface: same args, work list and finish.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "attention_common.cuh"
+#include "dcp/attention_cuda.h"
+#include "dcp/error.h"
+
+namespace dcp::cuda {
+namespace detail {
+
+inline constexpr int kMt = 2;                 // m16 tiles per warp
+inline constexpr int kFwdRows = 64 * kMt;     // q rows per CTA (== kAttnForwardChunkRows)
+static_assert(kFwdRows == kAttnForwardChunkRows, "work items and kernel disagree on chunk rows");
+
+template <int kD>
+struct FwdSmem {
+  static constexpr int kTileBytes = kRows * kD * 2;   // one 64-row tile
+  static constexpr int kQ = 0;                        // kMt tiles
+  static constexpr int kK = kQ + kMt * kTileBytes;    // 2 buffers
+  static constexpr int kV = kK + 2 * kTileBytes;      // 2 buffers
+  static constexpr int kMask = kV + 2 * kTileBytes;   // 2 x kFwdRows uint64
+  static constexpr int kBytes = kMask + 2 * kFwdRows * 8;
+};
+
+template <int kD>
+__global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnForwardParams p) {
+  using Smem = FwdSmem<kD>;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const AttnWorkItem w = p.list.work[blockIdx.x];
+  const AttnTile t = p.list.tiles[w.tile];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const int hq = p.shape.num_q_heads;
+  const int hkv = p.shape.num_kv_heads;
+  const int qh = w.head;
+  const int kvh = qh / (hq / hkv);
+  const int r0 = w.chunk * kFwdRows;
+  const int rows = min(kFwdRows, t.q_len - r0);
+  const float scale_log2 = p.shape.softmax_scale * kLog2e;
+
+  const uint32_t s_q = smem_addr(smem + Smem::kQ);
+  const uint32_t s_k = smem_addr(smem + Smem::kK);
+  const uint32_t s_v = smem_addr(smem + Smem::kV);
+  auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
+  const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+  const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
+  const __nv_bfloat16* q_base = q + (static_cast<int64_t>(t.q_begin + r0) * hq + qh) * kD;
+  const __nv_bfloat16* k_base = k + (static_cast<int64_t>(t.kv_begin) * hkv + kvh) * kD;
+  const __nv_bfloat16* v_base = v + (static_cast<int64_t>(t.kv_begin) * hkv + kvh) * kD;
+
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    const int tile_rows = rows - mt * kRows;  // <= 0: all zero-filled, read nothing
+    load_tile_async<kD>(s_q + static_cast<uint32_t>(mt * Smem::kTileBytes),
+                        tile_rows > 0 ? q_base + mt * kRows * q_stride : q_base, q_stride, tile_rows);
+  }
+  cp_async_commit();
+
+  const int num_sub = (t.kv_len + kRows - 1) / kRows;
+  int sub_end = num_sub;
+  if (t.kind == TileKind::CausalDiagonal) sub_end = min(num_sub, (r0 + rows - 1) / kRows + 1);
+
+  // Uniform across the CTA (Partial uses block-wide votes).
+  auto classify = [&](int n, int buf) -> int {
+    const int kv0 = n * kRows;
+    const int valid = min(kRows, t.kv_len - kv0);
+    if (t.kind == TileKind::Full) return valid == kRows ? kFull : kMasked;
+    if (t.kind == TileKind::CausalDiagonal) {
+      if (kv0 > r0 + rows - 1) return kEmpty;
+      return (kv0 + kRows - 1 <= r0 && valid == kRows) ? kFull : kMasked;
+    }
+    uint64_t mask = 0;
+    static_assert(kFwdRows == kThreads, "one thread per q row");
+    const bool row_valid = tid < rows;
+    if (row_valid) mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + r0 + tid, kv0, t.kv_len);
+    s_mask[buf * kFwdRows + tid] = mask;
+    if (__syncthreads_or(mask != 0) == 0) return kEmpty;
+    // Keys past kv_len load as zeros (score 0, not -inf): a short sub-tile is always masked.
+    const bool full = __syncthreads_and(!row_valid || mask == valid_bits(valid)) != 0;
+    return full && valid == kRows ? kFull : kMasked;
+  };
+
+  int n = 0;
+  int cls = kEmpty;
+  while (n < sub_end && (cls = classify(n, 0)) == kEmpty) ++n;
+  int buf = 0;
+  if (n < sub_end) {
+    const int kv_rows = min(kRows, t.kv_len - n * kRows);
+    load_tile_async<kD>(s_k, k_base + n * kRows * kv_stride, kv_stride, kv_rows);
+    load_tile_async<kD>(s_v, v_base + n * kRows * kv_stride, kv_stride, kv_rows);
+  }
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+
+  // Warp rows: warp * 32 + mt * 16 + (g, g + 8); the Q tile of m tile mt is s_q + mt * tile.
+  float o[kMt][kD / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.0F;
+  }
+  float m_row[kMt][2];
+  float l_row[kMt][2];
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+    m_row[mt][0] = m_row[mt][1] = -INFINITY;
+    l_row[mt][0] = l_row[mt][1] = 0.0F;
+  }
+  // Row index inside the CTA of m tile mt, accumulator half r.
+  auto cta_row = [&](int mt, int r) { return warp * 16 * kMt + mt * 16 + g + r * 8; };
+  auto q_tile_addr = [&](int mt) { return s_q + static_cast<uint32_t>(((warp * kMt + mt) / 4) * Smem::kTileBytes); };
+  auto q_tile_row = [&](int mt) { return ((warp * kMt + mt) % 4) * 16; };
+
+  while (n < sub_end) {
+    int nn = n + 1;
+    int ncls = kEmpty;
+    while (nn < sub_end && (ncls = classify(nn, buf ^ 1)) == kEmpty) ++nn;
+    if (nn < sub_end) {
+      const int kv_rows = min(kRows, t.kv_len - nn * kRows);
+      const uint32_t off = static_cast<uint32_t>((buf ^ 1) * Smem::kTileBytes);
+      load_tile_async<kD>(s_k + off, k_base + nn * kRows * kv_stride, kv_stride, kv_rows);
+      load_tile_async<kD>(s_v + off, v_base + nn * kRows * kv_stride, kv_stride, kv_rows);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+
+    const uint32_t kb = s_k + static_cast<uint32_t>(buf * Smem::kTileBytes);
+    const uint32_t vb = s_v + static_cast<uint32_t>(buf * Smem::kTileBytes);
+    float s[kMt][8][4];
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.0F;
+    }
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t qa[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) load_a<kD>(qa[mt], q_tile_addr(mt), q_tile_row(mt), kk * 16);
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b[4];
+        load_b_nk<kD>(b, kb, np * 16, kk * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma(s[mt][2 * np], qa[mt], b[0], b[1]);
+          mma(s[mt][2 * np + 1], qa[mt], b[2], b[3]);
+        }
+      }
+    }
+
+    if (cls == kMasked) {
+      const int kv0 = n * kRows;
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = cta_row(mt, e >> 1);
+            const int col = j * 8 + 2 * tq + (e & 1);
+            bool ok;
+            if (t.kind == TileKind::Partial) {
+              ok = ((s_mask[buf * kFwdRows + row] >> col) & 1U) != 0;
+            } else {
+              ok = kv0 + col < t.kv_len && (t.kind == TileKind::Full || kv0 + col <= r0 + row);
+            }
+            if (!ok) s[mt][j][e] = -INFINITY;
+          }
+        }
+      }
+    }
+
+#pragma unroll
+    for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fmaxf(s[mt][j][2 * r], s[mt][j][2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 2));
+        const float m_new = fmaxf(m_row[mt][r], mx * scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.0F : m_new;
+        const float alpha = exp2f(m_row[mt][r] - m_use);
+        m_row[mt][r] = m_new;
+        float sum = 0.0F;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          s[mt][j][2 * r] = exp2f(fmaf(s[mt][j][2 * r], scale_log2, -m_use));
+          s[mt][j][2 * r + 1] = exp2f(fmaf(s[mt][j][2 * r + 1], scale_log2, -m_use));
+          sum += s[mt][j][2 * r] + s[mt][j][2 * r + 1];
+        }
+        l_row[mt][r] = l_row[mt][r] * alpha + sum;
+#pragma unroll
+        for (int j = 0; j < kD / 8; ++j) {
+          o[mt][j][2 * r] *= alpha;
+          o[mt][j][2 * r + 1] *= alpha;
+        }
+      }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      uint32_t a[kMt][4];
+#pragma unroll
+      for (int mt = 0; mt < kMt; ++mt) acc_to_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+#pragma unroll
+      for (int dp = 0; dp < kD / 16; ++dp) {
+        uint32_t b[4];
+        load_b_kn<kD>(b, vb, kk * 16, dp * 16);
+#pragma unroll
+        for (int mt = 0; mt < kMt; ++mt) {
+          mma(o[mt][2 * dp], a[mt], b[0], b[1]);
+          mma(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+    __syncthreads();
+    n = nn;
+    cls = ncls;
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+
+  const int64_t o_stride = static_cast<int64_t>(hq) * kD;
+#pragma unroll
+  for (int mt = 0; mt < kMt; ++mt) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_row[mt][r];
+      l += __shfl_xor_sync(0xffffffffU, l, 1);
+      l += __shfl_xor_sync(0xffffffffU, l, 2);
+      const int row = cta_row(mt, r);
+      if (row >= rows) continue;
+      const float inv = l > 0.0F ? 1.0F / l : 0.0F;
+      const int64_t out_row = t.out_begin + r0 + row;
+      float* o_row = p.o + out_row * o_stride + static_cast<int64_t>(qh) * kD;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        *reinterpret_cast<float2*>(o_row + j * 8 + 2 * tq) =
+            make_float2(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
+      }
+      if (tq == 0) p.lse[out_row * hq + qh] = l > 0.0F ? (m_row[mt][r] + log2f(l)) * kLn2 : -INFINITY;
+    }
+  }
+}
+
+template <int kD>
+void launch_forward(const AttnForwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = FwdSmem<kD>::kBytes;
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(attention_forward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+  if (attr != cudaSuccess) {
+    raise(ErrorKind::Cuda, std::string("attention_forward: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
+  }
+  attention_forward_kernel<kD><<<p.list.num_work, kThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace detail
+
+void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
+  if (params.list.num_work == 0) return;
+  if (params.shape.num_kv_heads <= 0 || params.shape.num_q_heads % params.shape.num_kv_heads != 0) {
+    raise(ErrorKind::InvalidInput, "attention_forward: num_q_heads must be a positive multiple of num_kv_heads");
+  }
+  switch (params.shape.head_dim) {
+    case 64: detail::launch_forward<64>(params, stream); break;
+    case 128: detail::launch_forward<128>(params, stream); break;
+    default:
+      raise(ErrorKind::Unsupported,
+            "attention_forward: head_dim must be 64 or 128 (got " + std::to_string(params.shape.head_dim) + ")");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string("attention_forward: launch: ") + cudaGetErrorString(err));
+}
+
+}  // namespace dcp::cuda

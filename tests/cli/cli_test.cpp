@@ -1,0 +1,132 @@
+// End-to-end checks of the dcp command: exit codes, error messages on bad input, and the JSON
+// report agreeing with the library and with itself.
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(DCP_CLI_PATH) + " " + args + " 2>&1";
+  Result r;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string input(const std::string& name) { return std::string(DCP_INPUTS_DIR) + "/" + name; }
+
+TEST(Cli, HelpExplainsSubcommands) {
+  Result r = run("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("plan"), std::string::npos);
+  Result p = run("plan --help");
+  EXPECT_EQ(p.exit_code, 0);
+  EXPECT_NE(p.out.find("--block"), std::string::npos);
+  EXPECT_NE(p.out.find("--json"), std::string::npos);
+}
+
+TEST(Cli, BadInputExitsTwoAndNamesTheField) {
+  struct Case {
+    std::string args;
+    std::string expect;
+  };
+  const Case cases[] = {
+      {"plan --batch " + input("bad_batch_unknown_mask_kind.json"), "kind"},
+      {"plan --batch " + input("bad_batch_malformed.json"), "bad_batch_malformed.json"},
+      {"plan --batch " + input("bad_batch_negative_length.json"), "length"},
+      {"plan --batch " + input("bad_batch_kv_not_dividing.json"), "kv"},
+      {"plan --batch " + input("bad_batch_ranges_unsorted.json"), "rows"},
+      {"plan --batch " + input("bad_batch_shared_question_exceeds.json"), "question"},
+      {"plan --block 100", "100"},
+      {"plan --cluster a100-p4d --nodes 0", "nodes"},
+      {"plan --cluster " + input("bad_cluster_zero_devices.json"), "devices_per_node"},
+      {"plan --cluster no-such-cluster", "no-such-cluster"},
+      {"plan --profile nope", "nope"},
+      {"plan --eps-compute -1", "eps"},
+      {"plan --batch /nonexistent/batch.json", "/nonexistent/batch.json"},
+  };
+  for (const auto& c : cases) {
+    Result r = run(c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.expect), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << c.args;
+  }
+}
+
+TEST(Cli, JsonReportIsConsistent) {
+  Result r = run("plan --profile ldc --seed 2 --tokens 32768 --cluster a100-p4d --nodes 2 --block 512 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const int64_t tokens = j["batch"]["tokens"];
+  EXPECT_GT(tokens, 32768 * 3 / 4);
+  EXPECT_LE(tokens, 32768);
+  EXPECT_GT(j["batch"]["mask_area"].get<int64_t>(), 0);
+  const double fwd = j["batch"]["forward_flops"];
+  const auto& placements = j["placements"];
+  ASSERT_GE(placements.size(), 6u);  // dcp + five baselines
+  for (const auto& p : placements) {
+    const auto& devs = p["devices"];
+    ASSERT_EQ(devs.size(), 16u) << p["method"];
+    double sum_fwd = 0;
+    int64_t sum_tokens = 0, sent = 0, received = 0;
+    for (const auto& d : devs) {
+      sum_fwd += d["fwd_flops"].get<double>();
+      sum_tokens += d["tokens"].get<int64_t>();
+      sent += d["send_bytes"].get<int64_t>();
+      received += d["recv_bytes"].get<int64_t>();
+    }
+    // Every placement computes the whole mask once and owns every token once.
+    EXPECT_NEAR(sum_fwd / fwd, 1.0, 1e-9) << p["method"];
+    EXPECT_EQ(sum_tokens, tokens) << p["method"];
+    EXPECT_EQ(sent, received) << p["method"];
+    EXPECT_EQ(sent, p["intra_bytes"].get<int64_t>() + p["inter_bytes"].get<int64_t>()) << p["method"];
+    EXPECT_GE(p["compute_imbalance"].get<double>(), 1.0 - 1e-12) << p["method"];
+  }
+}
+
+TEST(Cli, WritesTheBatchItUsedAndReadsItBack) {
+  const std::string path = ::testing::TempDir() + "dcp_cli_batch.json";
+  Result a = run("plan --profile longalign --seed 5 --tokens 65536 --nodes 1 --method ring --json --write-batch " + path);
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  Result b = run("plan --batch " + path + " --nodes 1 --method ring --json");
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  EXPECT_EQ(ja["batch"], jb["batch"]);
+  EXPECT_EQ(ja["placements"][0]["inter_bytes"], jb["placements"][0]["inter_bytes"]);
+  EXPECT_EQ(ja["placements"][0]["devices"], jb["placements"][0]["devices"]);
+}
+
+TEST(Cli, ExampleBatchPlans) {
+  Result r = run(std::string("plan --batch ") + DCP_EXAMPLES_DIR + "/batch_example.json --nodes 1 --block 256");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("zigzag"), std::string::npos);
+}
+
+TEST(Cli, SameSeedSameReport) {
+  const std::string args = "plan --profile ldc --seed 9 --tokens 65536 --nodes 2 --block 1024 --json";
+  Result a = run(args), b = run(args);
+  ASSERT_EQ(a.exit_code, 0);
+  auto ja = nlohmann::json::parse(a.out), jb = nlohmann::json::parse(b.out);
+  for (auto* j : {&ja, &jb}) {
+    j->erase("block_table_ms");
+    for (auto& p : (*j)["placements"]) p.erase("plan_ms");
+  }
+  EXPECT_EQ(ja, jb);
+}
+
+}  // namespace

@@ -1,0 +1,443 @@
+// attention_cuda_check.cpp — random tile lists of every kind over one sequence, run through the
+// CUDA kernels and compared with an fp64 reference built from per-token masks.
+#include "attention_cuda_check.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+#include "dcp/attention_cuda.h"
+
+namespace dcp::cuda::check {
+namespace {
+
+struct Rng {  // splitmix64
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  int uniform_int(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+};
+
+uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFFU + ((u >> 16) & 1U);  // round to nearest even (inputs are finite)
+  return static_cast<uint16_t>(u >> 16);
+}
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+struct DevBuf {
+  T* ptr = nullptr;
+  std::size_t n = 0;
+  explicit DevBuf(std::size_t count) : n(count) {
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(count, 1) * sizeof(T)), "cudaMalloc");
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() { cudaFree(ptr); }
+  void upload(const std::vector<T>& h) { cuda_ok(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    cuda_ok(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+  void fill(int byte) { cuda_ok(cudaMemset(ptr, byte, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMemset"); }
+};
+
+struct RelErr {
+  double num = 0, den = 0;
+  void add(double got, double ref) {
+    num += (got - ref) * (got - ref);
+    den += ref * ref;
+  }
+  double value() const { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
+};
+
+// Per-token allowed keys of a tile: local (i, j).
+bool allowed(const AttnTile& t, const std::vector<int32_t>& row_offsets, const std::vector<int32_t>& ranges, int i, int j) {
+  switch (t.kind) {
+    case TileKind::Full: return true;
+    case TileKind::CausalDiagonal: return j <= i;
+    case TileKind::Partial:
+      for (int r = row_offsets[static_cast<std::size_t>(t.range_row_begin + i)];
+           r < row_offsets[static_cast<std::size_t>(t.range_row_begin + i + 1)]; ++r) {
+        if (j >= ranges[2 * static_cast<std::size_t>(r)] && j < ranges[2 * static_cast<std::size_t>(r) + 1]) return true;
+      }
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool gpu_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+CaseResult run_case(const CaseConfig& cfg) {
+  CaseResult res;
+  if (!gpu_available()) return res;
+  res.ran = true;
+  try {
+    Rng rng{cfg.seed};
+    const int hq = cfg.num_q_heads, hkv = cfg.num_kv_heads, dim = cfg.head_dim;
+    const int group = hq / hkv;
+    std::vector<int> block_begin{0};
+    for (int b = 0; b < cfg.num_blocks; ++b) block_begin.push_back(block_begin.back() + rng.uniform_int(1, cfg.max_block_len));
+    const int n_tok = block_begin.back();
+
+    // Tiles (i, j <= i), some dropped, some split into two head groups; per-token global mask.
+    std::vector<AttnTile> tiles;
+    std::vector<int32_t> row_offsets, ranges;
+    std::vector<uint8_t> mask(static_cast<std::size_t>(n_tok) * n_tok * hkv, 0);  // [q][k][kv head]
+    int out_rows = 0;
+    for (int i = 0; i < cfg.num_blocks; ++i) {
+      for (int j = 0; j <= i; ++j) {
+        if (rng.uniform() < 0.15) continue;
+        AttnTile t;
+        t.q_begin = block_begin[static_cast<std::size_t>(i)];
+        t.q_len = block_begin[static_cast<std::size_t>(i) + 1] - t.q_begin;
+        t.kv_begin = block_begin[static_cast<std::size_t>(j)];
+        t.kv_len = block_begin[static_cast<std::size_t>(j) + 1] - t.kv_begin;
+        t.out_begin = out_rows;
+        out_rows += t.q_len;
+        const double u = rng.uniform();
+        t.kind = u < 0.4 ? TileKind::Partial : (i == j && u < 0.8) ? TileKind::CausalDiagonal : TileKind::Full;
+        if (t.kind == TileKind::Partial) {
+          t.range_row_begin = static_cast<int32_t>(row_offsets.size());
+          // Suffix tiles: every row's keys run to the end of the kv block, so whole sub-tiles
+          // (the short last one too) are fully covered and take the unmasked path.
+          const bool suffix = rng.uniform() < 0.3;
+          for (int r = 0; r < t.q_len; ++r) {
+            row_offsets.push_back(static_cast<int32_t>(ranges.size() / 2));
+            if (suffix) {
+              ranges.push_back(rng.uniform_int(0, std::min(t.kv_len - 1, 40)));
+              ranges.push_back(t.kv_len);
+              continue;
+            }
+            const int n_ranges = rng.uniform_int(0, 3);  // 0: a fully masked row
+            int pos = 0;
+            for (int q = 0; q < n_ranges && pos < t.kv_len; ++q) {
+              const int b = rng.uniform_int(pos, t.kv_len - 1);
+              const int e = rng.uniform_int(b + 1, std::min(t.kv_len, b + 1 + rng.uniform_int(1, 150)));
+              ranges.push_back(b);
+              ranges.push_back(e);
+              pos = e + 1;
+            }
+          }
+          row_offsets.push_back(static_cast<int32_t>(ranges.size() / 2));
+        }
+        const bool split = hkv >= 2 && rng.uniform() < 0.3;
+        const int cut = split ? rng.uniform_int(1, hkv - 1) : hkv;
+        t.kv_head_begin = 0;
+        t.kv_head_end = cut;
+        tiles.push_back(t);
+        if (split) {
+          AttnTile t2 = t;
+          t2.kv_head_begin = cut;
+          t2.kv_head_end = hkv;
+          tiles.push_back(t2);
+        }
+      }
+    }
+    // Partial tiles keep their own row_offsets block even when split (both halves share it).
+    for (const AttnTile& t : tiles) {
+      for (int a = 0; a < t.q_len; ++a) {
+        for (int b = 0; b < t.kv_len; ++b) {
+          if (!allowed(t, row_offsets, ranges, a, b)) continue;
+          for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) {
+            mask[(static_cast<std::size_t>(t.q_begin + a) * n_tok + (t.kv_begin + b)) * hkv + h] = 1;
+          }
+        }
+      }
+    }
+    if (row_offsets.empty()) row_offsets.push_back(0);
+    if (ranges.empty()) ranges = {0, 0};
+    res.num_tiles = static_cast<int>(tiles.size());
+
+    auto rand_bf16 = [&](std::size_t n) {
+      std::vector<uint16_t> v(n);
+      for (auto& x : v) x = to_bf16(static_cast<float>(rng.uniform() * 2.0 - 1.0));
+      return v;
+    };
+    const std::size_t q_elems = static_cast<std::size_t>(n_tok) * hq * dim;
+    const std::size_t kv_elems = static_cast<std::size_t>(n_tok) * hkv * dim;
+    const std::vector<uint16_t> hq_b = rand_bf16(q_elems), hk_b = rand_bf16(kv_elems), hv_b = rand_bf16(kv_elems),
+                                hdo_b = rand_bf16(q_elems);
+    auto at = [](const std::vector<uint16_t>& v, std::size_t i) { return static_cast<double>(from_bf16(v[i])); };
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    AttnShape shape{hq, hkv, dim, static_cast<float>(scale)};
+
+    DevBuf<uint16_t> d_q(q_elems), d_k(kv_elems), d_v(kv_elems), d_do(q_elems), d_obf(q_elems);
+    d_q.upload(hq_b);
+    d_k.upload(hk_b);
+    d_v.upload(hv_b);
+    d_do.upload(hdo_b);
+    DevBuf<AttnTile> d_tiles(tiles.size());
+    d_tiles.upload(tiles);
+    DevBuf<int32_t> d_offsets(row_offsets.size()), d_ranges(ranges.size());
+    d_offsets.upload(row_offsets);
+    d_ranges.upload(ranges);
+
+    // ---- forward partials -------------------------------------------------------------------
+    const std::vector<AttnWorkItem> fwork = make_forward_work(tiles, shape);
+    DevBuf<AttnWorkItem> d_fwork(fwork.size());
+    d_fwork.upload(fwork);
+    DevBuf<float> d_opart(static_cast<std::size_t>(out_rows) * hq * dim), d_lpart(static_cast<std::size_t>(out_rows) * hq);
+    d_opart.fill(0xFF);
+    d_lpart.fill(0xFF);
+    AttnForwardParams fp;
+    fp.shape = shape;
+    fp.list = AttnTileList{d_tiles.ptr, d_fwork.ptr, static_cast<int32_t>(fwork.size()), d_offsets.ptr, d_ranges.ptr};
+    fp.q = d_q.ptr;
+    fp.k = d_k.ptr;
+    fp.v = d_v.ptr;
+    fp.o = d_opart.ptr;
+    fp.lse = d_lpart.ptr;
+    attention_forward(fp, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "forward");
+    const std::vector<float> o_part = d_opart.download(), l_part = d_lpart.download();
+
+    RelErr e_o, e_l;
+    std::vector<double> srow(static_cast<std::size_t>(n_tok));
+    for (const AttnTile& t : tiles) {
+      for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
+        const int kh = h / group;
+        for (int a = 0; a < t.q_len; ++a) {
+          const std::size_t orow = static_cast<std::size_t>(t.out_begin + a) * hq + static_cast<std::size_t>(h);
+          double mx = -std::numeric_limits<double>::infinity();
+          for (int b = 0; b < t.kv_len; ++b) {
+            if (!allowed(t, row_offsets, ranges, a, b)) continue;
+            double s = 0;
+            for (int d = 0; d < dim; ++d) {
+              s += at(hq_b, (static_cast<std::size_t>(t.q_begin + a) * hq + h) * dim + d) *
+                   at(hk_b, (static_cast<std::size_t>(t.kv_begin + b) * hkv + kh) * dim + d);
+            }
+            srow[static_cast<std::size_t>(b)] = s * scale;
+            mx = std::max(mx, s * scale);
+          }
+          if (mx == -std::numeric_limits<double>::infinity()) {
+            ++res.num_empty_rows;
+            if (!(std::isinf(l_part[orow]) && l_part[orow] < 0)) res.fwd_empty_rows_ok = false;
+            for (int d = 0; d < dim; ++d) {
+              if (o_part[orow * dim + d] != 0.0F) res.fwd_empty_rows_ok = false;
+            }
+            continue;
+          }
+          double sum = 0;
+          std::vector<double> o(static_cast<std::size_t>(dim), 0.0);
+          for (int b = 0; b < t.kv_len; ++b) {
+            if (!allowed(t, row_offsets, ranges, a, b)) continue;
+            const double pw = std::exp(srow[static_cast<std::size_t>(b)] - mx);
+            sum += pw;
+            for (int d = 0; d < dim; ++d) o[static_cast<std::size_t>(d)] += pw * at(hv_b, (static_cast<std::size_t>(t.kv_begin + b) * hkv + kh) * dim + d);
+          }
+          for (int d = 0; d < dim; ++d) {
+            const float got = o_part[orow * dim + d];
+            if (std::isnan(got)) res.any_nan = true;
+            e_o.add(got, o[static_cast<std::size_t>(d)] / sum);
+          }
+          if (std::isnan(l_part[orow])) res.any_nan = true;
+          e_l.add(l_part[orow], mx + std::log(sum));
+        }
+      }
+    }
+    res.fwd_o_rel = e_o.value();
+    res.fwd_lse_rel = e_l.value();
+
+    // ---- merge: each token's partial list = the tiles covering its q block and its head -----
+    std::vector<int32_t> part_offsets{0}, part_rows;
+    // Merge per (row) over all heads: only tiles that cover every head can be listed per row, so
+    // merge per kv-head-group slice is not expressible; tiles split by heads share out rows.
+    for (int r = 0; r < n_tok; ++r) {
+      for (const AttnTile& t : tiles) {
+        if (t.kv_head_begin != 0) continue;  // the second half of a split tile shares out rows
+        if (r >= t.q_begin && r < t.q_begin + t.q_len) part_rows.push_back(t.out_begin + (r - t.q_begin));
+      }
+      part_offsets.push_back(static_cast<int32_t>(part_rows.size()));
+    }
+    // Reference over the union mask (fp64), also the backward's O, LSE and Delta.
+    std::vector<double> ref_o(q_elems, 0.0), ref_lse(static_cast<std::size_t>(n_tok) * hq);
+    std::vector<double> p_row(static_cast<std::size_t>(n_tok));
+    for (int r = 0; r < n_tok; ++r) {
+      for (int h = 0; h < hq; ++h) {
+        const int kh = h / group;
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int c = 0; c < n_tok; ++c) {
+          if (!mask[(static_cast<std::size_t>(r) * n_tok + c) * hkv + kh]) continue;
+          double s = 0;
+          for (int d = 0; d < dim; ++d) s += at(hq_b, (static_cast<std::size_t>(r) * hq + h) * dim + d) * at(hk_b, (static_cast<std::size_t>(c) * hkv + kh) * dim + d);
+          p_row[static_cast<std::size_t>(c)] = s * scale;
+          mx = std::max(mx, s * scale);
+        }
+        const std::size_t rh = static_cast<std::size_t>(r) * hq + h;
+        ref_lse[rh] = mx;
+        if (mx == -std::numeric_limits<double>::infinity()) continue;
+        double sum = 0;
+        for (int c = 0; c < n_tok; ++c) {
+          if (!mask[(static_cast<std::size_t>(r) * n_tok + c) * hkv + kh]) continue;
+          const double pw = std::exp(p_row[static_cast<std::size_t>(c)] - mx);
+          sum += pw;
+          for (int d = 0; d < dim; ++d) ref_o[rh * dim + d] += pw * at(hv_b, (static_cast<std::size_t>(c) * hkv + kh) * dim + d);
+        }
+        for (int d = 0; d < dim; ++d) ref_o[rh * dim + d] /= sum;
+        ref_lse[rh] = mx + std::log(sum);
+      }
+    }
+    DevBuf<int32_t> d_poff(part_offsets.size()), d_prows(std::max<std::size_t>(part_rows.size(), 1));
+    d_poff.upload(part_offsets);
+    if (!part_rows.empty()) d_prows.upload(part_rows);
+    DevBuf<float> d_of32(q_elems), d_lse(static_cast<std::size_t>(n_tok) * hq);
+    d_of32.fill(0xFF);
+    d_obf.fill(0xFF);
+    d_lse.fill(0xFF);
+    AttnMergeParams mp{n_tok, hq, dim, d_poff.ptr, d_prows.ptr, d_opart.ptr, d_lpart.ptr, d_of32.ptr, d_obf.ptr, d_lse.ptr};
+    attention_merge(mp, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "merge");
+    const std::vector<float> m_o = d_of32.download(), m_l = d_lse.download();
+    const std::vector<uint16_t> m_obf = d_obf.download();
+    RelErr e_mo, e_mob, e_ml;
+    for (std::size_t rh = 0; rh < ref_lse.size(); ++rh) {
+      const bool empty = std::isinf(ref_lse[rh]);
+      if (std::isnan(m_l[rh])) res.any_nan = true;
+      if (empty) {
+        if (!(std::isinf(m_l[rh]) && m_l[rh] < 0)) res.fwd_empty_rows_ok = false;
+      } else {
+        e_ml.add(m_l[rh], ref_lse[rh]);
+      }
+      for (int d = 0; d < dim; ++d) {
+        const std::size_t i = rh * dim + d;
+        if (std::isnan(m_o[i]) || std::isnan(from_bf16(m_obf[i]))) res.any_nan = true;
+        e_mo.add(m_o[i], ref_o[i]);
+        e_mob.add(from_bf16(m_obf[i]), ref_o[i]);
+      }
+    }
+    res.merge_o_rel = e_mo.value();
+    res.merge_o_bf16_rel = e_mob.value();
+    res.merge_lse_rel = e_ml.value();
+
+    // ---- Delta kernel and backward -------------------------------------------------------------
+    DevBuf<float> d_delta(static_cast<std::size_t>(n_tok) * hq);
+    d_delta.fill(0xFF);
+    attention_backward_delta(d_do.ptr, d_obf.ptr, d_delta.ptr, n_tok, hq, dim, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "delta");
+    const std::vector<float> g_delta = d_delta.download();
+    std::vector<double> ref_delta(ref_lse.size(), 0.0);
+    RelErr e_delta;
+    for (std::size_t rh = 0; rh < ref_lse.size(); ++rh) {
+      double ref_bf = 0;
+      for (int d = 0; d < dim; ++d) {
+        ref_delta[rh] += at(hdo_b, rh * dim + d) * ref_o[rh * dim + d];
+        ref_bf += at(hdo_b, rh * dim + d) * from_bf16(m_obf[rh * dim + d]);
+      }
+      if (std::isnan(g_delta[rh])) res.any_nan = true;
+      e_delta.add(g_delta[rh], ref_bf);
+    }
+    res.delta_rel = e_delta.value();
+    // The backward gets the fp64-derived LSE and Delta (the kernels under test are separate).
+    std::vector<float> h_lse(ref_lse.size()), h_delta(ref_lse.size());
+    for (std::size_t i = 0; i < ref_lse.size(); ++i) {
+      h_lse[i] = static_cast<float>(ref_lse[i]);
+      h_delta[i] = static_cast<float>(ref_delta[i]);
+    }
+    d_lse.upload(h_lse);
+    d_delta.upload(h_delta);
+    const std::vector<AttnWorkItem> bwork = make_backward_work(tiles, shape);
+    DevBuf<AttnWorkItem> d_bwork(bwork.size());
+    d_bwork.upload(bwork);
+    DevBuf<float> d_dq(q_elems), d_dk(kv_elems), d_dv(kv_elems);
+    d_dq.fill(0);
+    d_dk.fill(0);
+    d_dv.fill(0);
+    AttnBackwardParams bp;
+    bp.shape = shape;
+    bp.list = AttnTileList{d_tiles.ptr, d_bwork.ptr, static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
+    bp.q = d_q.ptr;
+    bp.k = d_k.ptr;
+    bp.v = d_v.ptr;
+    bp.dout = d_do.ptr;
+    bp.lse = d_lse.ptr;
+    bp.delta = d_delta.ptr;
+    bp.dq = d_dq.ptr;
+    bp.dk = d_dk.ptr;
+    bp.dv = d_dv.ptr;
+    attention_backward(bp, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "backward");
+    const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
+
+    std::vector<double> r_dq(q_elems, 0.0), r_dk(kv_elems, 0.0), r_dv(kv_elems, 0.0);
+    for (int r = 0; r < n_tok; ++r) {
+      for (int h = 0; h < hq; ++h) {
+        const int kh = h / group;
+        const std::size_t rh = static_cast<std::size_t>(r) * hq + h;
+        if (std::isinf(ref_lse[rh])) continue;
+        for (int c = 0; c < n_tok; ++c) {
+          if (!mask[(static_cast<std::size_t>(r) * n_tok + c) * hkv + kh]) continue;
+          const std::size_t ck = static_cast<std::size_t>(c) * hkv + kh;
+          double s = 0, dp = 0;
+          for (int d = 0; d < dim; ++d) {
+            s += at(hq_b, rh * dim + d) * at(hk_b, ck * dim + d);
+            dp += at(hdo_b, rh * dim + d) * at(hv_b, ck * dim + d);
+          }
+          const double pw = std::exp(s * scale - ref_lse[rh]);
+          const double ds = pw * (dp - ref_delta[rh]);
+          for (int d = 0; d < dim; ++d) {
+            r_dv[ck * dim + d] += pw * at(hdo_b, rh * dim + d);
+            r_dq[rh * dim + d] += scale * ds * at(hk_b, ck * dim + d);
+            r_dk[ck * dim + d] += scale * ds * at(hq_b, rh * dim + d);
+          }
+        }
+      }
+    }
+    auto rel = [&](const std::vector<float>& got, const std::vector<double>& ref) {
+      RelErr e;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        if (std::isnan(got[i])) res.any_nan = true;
+        e.add(got[i], ref[i]);
+      }
+      return e.value();
+    };
+    res.dq_rel = rel(g_dq, r_dq);
+    res.dk_rel = rel(g_dk, r_dk);
+    res.dv_rel = rel(g_dv, r_dv);
+  } catch (const std::exception& e) {
+    res.error = e.what();
+  }
+  return res;
+}
+
+std::string describe(const CaseConfig& c, const CaseResult& r) {
+  char buf[640];
+  std::snprintf(buf, sizeof buf,
+                "seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
+                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d %s",
+                static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
+                r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
+                r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
+                r.error.c_str());
+  return buf;
+}
+
+}  // namespace dcp::cuda::check

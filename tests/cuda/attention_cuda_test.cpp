@@ -1,0 +1,112 @@
+// GPU tests of the CUDA attention kernels against the fp64 reference (skipped without a GPU).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dcp/attention_cuda.h"
+#include "dcp/error.h"
+
+#include "attention_cuda_check.h"
+
+namespace {
+
+using dcp::cuda::check::CaseConfig;
+
+struct Shape {
+  int hq, hkv, dim;
+};
+
+class CudaAttention : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  const Shape s = GetParam();
+  for (uint64_t seed = 1; seed <= 2; ++seed) {
+    CaseConfig cfg;
+    cfg.seed = seed * 1000 + static_cast<uint64_t>(s.hkv * 10 + s.dim);
+    cfg.num_q_heads = s.hq;
+    cfg.num_kv_heads = s.hkv;
+    cfg.head_dim = s.dim;
+    const auto r = dcp::cuda::check::run_case(cfg);
+    ASSERT_TRUE(r.ran);
+    EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
+    EXPECT_GT(r.num_empty_rows, 0) << "the random lists are meant to contain fully masked rows";
+  }
+}
+
+// GQA 1, 4 and 8 at head dims 64 and 128.
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
+                         ::testing::Values(Shape{8, 8, 64}, Shape{8, 2, 64}, Shape{8, 1, 64}, Shape{8, 8, 128},
+                                           Shape{8, 2, 128}, Shape{8, 1, 128}),
+                         [](const ::testing::TestParamInfo<Shape>& param_info) {
+                           const Shape& s = param_info.param;
+                           return "gqa" + std::to_string(s.hq / s.hkv) + "_d" + std::to_string(s.dim);
+                         });
+
+}  // namespace
+
+// Host-side parts (run without a GPU): work lists, validation, mask-area FLOPs.
+namespace {
+
+using dcp::cuda::AttnShape;
+using dcp::cuda::AttnTile;
+using dcp::cuda::TileKind;
+
+TEST(CudaAttentionHost, WorkListsCoverEveryChunkAndHead) {
+  const AttnShape shape{8, 2, 128, 0.088F};
+  std::vector<AttnTile> tiles(2);
+  tiles[0].q_len = 300;  // 3 forward chunks of 128 rows
+  tiles[0].kv_len = 200;  // 2 backward chunks of 128 keys
+  tiles[0].kind = TileKind::CausalDiagonal;
+  tiles[0].kv_head_end = 2;
+  tiles[1].q_len = 128;
+  tiles[1].kv_len = 129;
+  tiles[1].kv_head_begin = 1;  // head group: kv head 1, q heads 4..7
+  tiles[1].kv_head_end = 2;
+  const auto fwd = dcp::cuda::make_forward_work(tiles, shape);
+  ASSERT_EQ(fwd.size(), 3U * 8U + 1U * 4U);
+  EXPECT_EQ(fwd.front().chunk, 2) << "causal chunks are issued longest first";
+  for (std::size_t i = 24; i < fwd.size(); ++i) EXPECT_GE(fwd[i].head, 4);
+  const auto bwd = dcp::cuda::make_backward_work(tiles, shape);
+  ASSERT_EQ(bwd.size(), 2U * 2U + 2U * 1U);
+  EXPECT_EQ(bwd.back().head, 1);
+}
+
+TEST(CudaAttentionHost, RejectsBadShapesAndTiles) {
+  std::vector<AttnTile> tiles(1);
+  tiles[0].q_len = 10;
+  tiles[0].kv_len = 10;
+  tiles[0].kv_head_end = 1;
+  EXPECT_THROW(dcp::cuda::make_forward_work(tiles, AttnShape{8, 2, 96, 0.1F}), dcp::Error);
+  EXPECT_THROW(dcp::cuda::make_forward_work(tiles, AttnShape{6, 4, 64, 0.1F}), dcp::Error);
+  tiles[0].kv_head_end = 3;
+  EXPECT_THROW(dcp::cuda::make_backward_work(tiles, AttnShape{8, 2, 64, 0.1F}), dcp::Error);
+}
+
+TEST(CudaAttentionHost, MaskAreaFlops) {
+  const AttnShape shape{4, 1, 64, 0.125F};
+  std::vector<AttnTile> tiles(3);
+  for (auto& t : tiles) {
+    t.q_len = 10;
+    t.kv_len = 10;
+    t.kv_head_end = 1;
+  }
+  tiles[1].kind = TileKind::CausalDiagonal;
+  tiles[2].kind = TileKind::Partial;
+  std::vector<int32_t> offsets(11);
+  std::vector<int32_t> ranges;
+  for (int i = 0; i < 10; ++i) {  // row i: keys [0, 2) and [5, 5 + i), clipped to 10
+    offsets[static_cast<std::size_t>(i)] = static_cast<int32_t>(ranges.size() / 2);
+    ranges.insert(ranges.end(), {0, 2, 5, 5 + i});
+  }
+  offsets[10] = static_cast<int32_t>(ranges.size() / 2);
+  double partial_area = 0;
+  for (int i = 0; i < 10; ++i) partial_area += 2 + std::min(i, 5);
+  const double per_area = 4.0 * 64 * 4;
+  EXPECT_DOUBLE_EQ(dcp::cuda::attention_forward_flops(tiles, shape, offsets, ranges),
+                   per_area * (100 + 55 + partial_area));
+}
+
+}  // namespace
