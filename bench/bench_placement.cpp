@@ -75,6 +75,7 @@ struct Row {
   double ratio_max = 0;          // worst per-batch dcp / best baseline
   double compute_imb = 0, memory_imb = 0;  // worst over batches
   int violated = 0;              // batches with a violated bound
+  int infeasible = 0;            // of those, batches where no placement can meet eps_memory
   double builtin_obj = 0, metis_obj = 0;   // connectivity objective sums
   double metis_inter = 0;
   int metis_violated = 0;
@@ -98,6 +99,26 @@ int64_t baseline_inter(dcp::BaselineKind kind, const dcp::Batch& b, const dcp::B
   return dcp::compute_metrics(pb.table, pb.placement, c).inter_bytes();
 }
 
+double g_node_eps_factor = dcp::PlacementOptions{}.node_eps_factor;
+
+// True when no placement can meet the memory bound: token blocks are indivisible and a device
+// holds at most floor(cap / s) blocks of the largest size s, so more such blocks than
+// devices x that count cannot be placed.
+bool memory_bound_infeasible(const dcp::BlockTable& t, const dcp::Cluster& c,
+                             const dcp::PlacementOptions& po) {
+  const dcp::PlacementHypergraph h = dcp::build_placement_hypergraph(t);
+  int64_t total = 0, largest = 0;
+  for (int b = 0; b < h.num_token_blocks; ++b) {
+    total += h.memory_bytes[h.block_vertex(b)];
+    largest = std::max(largest, h.memory_bytes[h.block_vertex(b)]);
+  }
+  const double cap = (1 + po.eps_memory) * static_cast<double>(total) / c.num_devices();
+  int64_t num_largest = 0;
+  for (int b = 0; b < h.num_token_blocks; ++b) num_largest += h.memory_bytes[h.block_vertex(b)] == largest;
+  const auto per_device = static_cast<int64_t>(cap / static_cast<double>(largest));
+  return num_largest > per_device * c.num_devices();
+}
+
 Row run_instance(const Setting& st, const Instance& inst, int count, bool with_metis,
                  int64_t block_size, double eps_c) {
   Row row;
@@ -106,6 +127,7 @@ Row run_instance(const Setting& st, const Instance& inst, int count, bool with_m
   const dcp::BlockOptions bo{.block_size = block_size, .q_heads_per_group = 0};
   dcp::PlacementOptions po;
   po.eps_compute = eps_c;
+  po.node_eps_factor = g_node_eps_factor;
   std::vector<double> ms;
   for (const dcp::Batch& b : batches) {
     const auto t0 = Clock::now();
@@ -125,6 +147,7 @@ Row run_instance(const Setting& st, const Instance& inst, int count, bool with_m
     row.compute_imb = std::max(row.compute_imb, r.compute_imbalance);
     row.memory_imb = std::max(row.memory_imb, r.memory_imbalance);
     row.violated += r.balanced() ? 0 : 1;
+    if (!r.balanced() && memory_bound_infeasible(table, st.cluster, po)) ++row.infeasible;
     row.builtin_obj += r.objective;
     if (with_metis) {
       dcp::PlacementOptions pm = po;
@@ -149,6 +172,7 @@ nlohmann::json to_json(const Row& r) {
           {"ratio", r.base_inter > 0 ? r.dcp_inter / r.base_inter : 0.0},
           {"ratio_worst_batch", r.ratio_max}, {"compute_imbalance_max", r.compute_imb},
           {"memory_imbalance_max", r.memory_imb}, {"batches_violated", r.violated},
+          {"batches_memory_infeasible", r.infeasible},
           {"builtin_objective", r.builtin_obj}, {"metis_objective", r.metis_obj},
           {"metis_inter_bytes", r.metis_inter}, {"metis_batches_violated", r.metis_violated}};
 }
@@ -178,6 +202,7 @@ int main(int argc, char** argv) {
     else if (a == "--profile") only_profile = next();
     else if (a == "--mask") only_mask = next();
     else if (a == "--scale") only_scale = std::stod(next());
+    else if (a == "--node-eps-factor") g_node_eps_factor = std::stod(next());
     else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--batches N] [--json PATH] [--no-sweeps] [--no-metis] "
@@ -193,9 +218,10 @@ int main(int argc, char** argv) {
   const std::vector<double> scales{0.5, 1, 2, 4};
   const std::vector<std::string> masks{"causal", "lambda", "causal_blockwise", "shared_question"};
   nlohmann::json rows = nlohmann::json::array();
-  fmt::print("{:<7} {:<10} {:>5} {:<17} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>4} {:>8}\n",
+  fmt::print("{:<7} {:<10} {:>5} {:<17} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>5} {:>8}\n",
              "setting", "profile", "scale", "mask", "plan_ms", "dcp_GB", "static_GB", "ratio",
              "worst", "c_imb", "m_imb", "viol", "bi/metis");
+  fmt::print("(viol = batches violating a bound / of which provably infeasible for eps_memory)\n");
   std::map<std::string, std::vector<double>> plan_ms_by_setting;
   for (const Setting& st : settings()) {
     if (!only.empty() && only != st.name) continue;
@@ -208,10 +234,10 @@ int main(int argc, char** argv) {
           const Row r = run_instance(st, {st.name, prof, mask, sc}, count, with_metis, 1024, 0.1);
           plan_ms_by_setting[st.name].push_back(r.plan_ms);
           fmt::print("{:<7} {:<10} {:>5} {:<17} {:>7.2f} {:>10.3f} {:>10.3f} {:>6.3f} {:>6.3f} {:>6.3f} "
-                     "{:>6.3f} {:>4} {:>8.3f}\n",
+                     "{:>6.3f} {:>2}/{:<2} {:>8.3f}\n",
                      st.name, prof, sc, mask, r.plan_ms, r.dcp_inter / 1e9, r.base_inter / 1e9,
                      r.base_inter > 0 ? r.dcp_inter / r.base_inter : 0.0, r.ratio_max,
-                     r.compute_imb, r.memory_imb, r.violated,
+                     r.compute_imb, r.memory_imb, r.violated, r.infeasible,
                      r.metis_obj > 0 ? r.builtin_obj / r.metis_obj : 0.0);
           std::fflush(stdout);
           rows.push_back(to_json(r));

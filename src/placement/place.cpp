@@ -206,6 +206,26 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
       for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
     }
   }
+  // Last resort across nodes: token blocks are coarse (a few per device), so a node can hold
+  // a memory share no split of its devices meets even when the node bound holds. Moving such a
+  // block to a device of another node costs inter-node bytes, but the bounds come first.
+  if (num_nodes > 1) {
+    placement::PartCaps dev_caps;
+    dev_caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
+    dev_caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
+    std::vector<double> c(static_cast<size_t>(num_dev), 0.0), m(static_cast<size_t>(num_dev), 0.0);
+    for (int32_t v = 0; v < nv; ++v) {
+      c[parts[v]] += h.compute_flops[v];
+      m[parts[v]] += static_cast<double>(h.memory_bytes[v]);
+    }
+    bool over = false;
+    for (int d = 0; d < num_dev; ++d)
+      over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
+    if (over) {
+      const placement::SubHypergraph all = make_sub(table, h, parts, -1, w_inter);
+      placement::repair_balance(all, dev_caps, parts);
+    }
+  }
   rep.device_level_s = seconds_since(t0);
 
   const ConnectivityBytes bytes = connectivity_bytes(h, parts, cluster);
