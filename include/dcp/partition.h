@@ -14,15 +14,24 @@
 //             one extra device, forward + backward (the model of metrics.h):
 //               Q-side : Q + O partial + LSE (fwd), Q + dO + LSE + Delta + dQ partial (bwd)
 //               KV-side: KV (fwd), KV + dKV partial (bwd)
+//             Partials (O, dQ, dKV) count in fp32 (BlockTable::partial_bytes), copies in the
+//             element type (data_bytes).
 // Objective: sum over nets of bytes x (devices touching the net - 1), where a remote device on
 // another node than the home costs Cluster::inter_weight() per byte. This equals the
 // intra + inter bytes of compute_metrics() for the same placement.
 //
 // Constraints (both enforced, then checked on the final placement):
 //   per device: compute <= (1 + eps_compute) x mean, owned memory <= (1 + eps_memory) x mean.
-//   per node (first level): the same with eps x node_eps_factor. The default factor 1/4 splits
-//   the tolerance between the levels: a node level looser than eps would leave devices of a heavy
-//   node unable to meet the per-device bound against the global mean.
+//   per node (first level): the same with eps x node_eps_factor (the node level aims there;
+//   it accepts up to eps). Why 1/2 by default: the per-device bound is against the global
+//   mean, so a node at (1 + eps) x its share would need a perfect split of its devices; a node
+//   held to eps/2 leaves every device eps/2 of slack for tile and token-block granularity,
+//   while still letting the node level (where bytes are expensive) trade balance for bytes.
+//   Measured on the issue-3 instances (bench/results/placement.md): 1/2 moves 5-15% fewer
+//   inter-node bytes than 1/4; 1 is no better on average and worse on longalign. (The paper's
+//   "x4 between nodes" loosens the node level instead; with a global per-device bound that
+//   cannot hold.) When a node's share still cannot be split (token blocks are coarse: a few
+//   per device), a last repair moves blocks across nodes; what remains is reported.
 // A placement that still violates a bound after repair is returned with the violations listed
 // in the report (PlacementReport::violations); callers must look at them.
 #pragma once
@@ -87,7 +96,7 @@ struct PlacementOptions {
   PartitionerKind partitioner = PartitionerKind::Builtin;
   double eps_compute = 0.1;       // per-device compute tolerance
   double eps_memory = 0.2;        // per-device owned-memory tolerance
-  double node_eps_factor = 0.25;  // node-level tolerance = eps x factor
+  double node_eps_factor = 0.5;   // node-level target tolerance = eps x factor
   uint64_t seed = 1;
   int refine_passes = 12;         // built-in: label-propagation passes per level
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, passes < 0).

@@ -10,7 +10,8 @@ namespace dcp {
 namespace {
 
 int64_t q_side_bytes(const BlockTable& t, int64_t tokens) {
-  // forward: Q out, partial O + LSE back; backward: Q, dO, LSE, Delta out, dQ partial back.
+  // forward: Q out, partial O (fp32) + LSE back; backward: Q, dO, LSE, Delta out, dQ partial
+  // (fp32) back. Partials travel in fp32, as compute_metrics counts them.
   return 2 * t.data_bytes(DataKind::Q, tokens) + t.partial_bytes(DataKind::O, tokens) +
          2 * t.data_bytes(DataKind::LSE, tokens) + t.data_bytes(DataKind::dO, tokens) +
          t.data_bytes(DataKind::Delta, tokens) + t.partial_bytes(DataKind::dQ, tokens);

@@ -194,78 +194,14 @@ void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint
 
 namespace {
 
-// Contracts each token block with the tiles anchored to it (its query rows) into one vertex:
-// the natural unit of "queries stay, KV travels". Nets keep their pins, deduplicated.
-SubHypergraph contract_rows(const SubHypergraph& s, std::vector<int32_t>& cluster_of) {
-  const int32_t n = s.num_vertices();
-  cluster_of.assign(static_cast<size_t>(n), -1);
-  SubHypergraph c;
-  for (int32_t v = 0; v < n; ++v) {
-    if (s.anchor[v] >= 0) continue;
-    cluster_of[v] = static_cast<int32_t>(c.global.size());
-    c.global.push_back(v);
-    c.compute.push_back(0);
-    c.memory.push_back(0);
-  }
-  for (int32_t v = 0; v < n; ++v)
-    if (s.anchor[v] >= 0) cluster_of[v] = cluster_of[s.anchor[v]];
-  for (int32_t v = 0; v < n; ++v) {
-    c.compute[cluster_of[v]] += s.compute[v];
-    c.memory[cluster_of[v]] += s.memory[v];
-  }
-  c.anchor.assign(c.global.size(), -1);
-  c.net_begin.push_back(0);
-  std::vector<int32_t> seen(c.global.size(), -1);
-  for (int32_t e = 0; e < s.num_nets(); ++e) {
-    for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
-      const int32_t cv = cluster_of[s.pins[i]];
-      if (seen[cv] == e) continue;
-      seen[cv] = e;
-      c.pins.push_back(cv);
-    }
-    c.net_begin.push_back(static_cast<int64_t>(c.pins.size()));
-    c.net_weight.push_back(s.net_weight[e]);
-    c.net_external.push_back(s.net_external[e]);
-  }
-  c.finish_incidence();
-  return c;
-}
-
 class BuiltinPartitioner final : public Partitioner {
  public:
   std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
                                  int refine_passes) const override {
-    const int k = caps.k();
-    const int32_t n = s.num_vertices();
-    std::vector<int32_t> part(static_cast<size_t>(n), 0);
-    if (k <= 1) return part;
-    // Coarse level: query rows with their token block. Initial placement cuts them in batch
-    // order into k contiguous runs of equal (memory + compute) share, so short sequences stay
-    // whole and long ones are split into contiguous pieces; then repair and refine.
-    std::vector<int32_t> cluster_of;
-    const SubHypergraph c = contract_rows(s, cluster_of);
-    const int32_t nc = c.num_vertices();
-    double total_c = 0, total_m = 0;
-    for (int32_t v = 0; v < nc; ++v) {
-      total_c += c.compute[v];
-      total_m += c.memory[v];
-    }
-    auto share = [&](int32_t v) {
-      return 0.5 * ((total_m > 0 ? c.memory[v] / total_m : 0.0) +
-                    (total_c > 0 ? c.compute[v] / total_c : 0.0));
-    };
-    std::vector<int32_t> coarse(static_cast<size_t>(nc), 0);
-    double cum = 0;
-    for (int32_t v = 0; v < nc; ++v) {
-      coarse[v] = std::min(k - 1, static_cast<int>((cum + 0.5 * share(v)) * k));
-      cum += share(v);
-    }
-    repair_balance(c, caps, coarse);
-    refine_label_propagation(c, caps, seed, refine_passes, coarse);
-    for (int32_t v = 0; v < n; ++v) part[v] = coarse[cluster_of[v]];
-    // Fine level: single tiles and blocks.
+    std::vector<int32_t> part = structured_initial(s, caps);
+    if (caps.k() <= 1) return part;
     repair_balance(s, caps, part);
-    refine_label_propagation(s, caps, seed + 1, refine_passes, part);
+    refine_fm(s, caps, seed, refine_passes, part);
     return part;
   }
 };

@@ -19,6 +19,14 @@ struct SubHypergraph {
   // Preferred companion for the initial placement: the Q-side (else KV-side) token block
   // of a tile, as a sub vertex; -1 for token blocks and tiles whose blocks live elsewhere.
   std::vector<int32_t> anchor;
+  // Geometry (what the built-in backend exploits; other backends ignore it). Per sub vertex:
+  // the sequence, the head group (-1 for a token block), the query block and the key block
+  // (both = the block itself for a token block), as global token block ids.
+  std::vector<int32_t> seq, group, row, col;
+  // Devices each part of this level is split into later (the node level of a cluster with
+  // several devices per node). Cutting by head group across such parts is then avoided: the
+  // next level wants whole rows to cut by group without fetching remote data twice.
+  int sub_parts = 1;
   std::vector<int64_t> net_begin;  // CSR over sub nets
   std::vector<int32_t> pins;       // sub vertex ids
   std::vector<double> net_weight;  // objective weight per extra part
@@ -49,6 +57,18 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
 // an over-full part) are taken. Never increases the objective.
 void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
                               int passes, std::vector<int32_t>& part);
+
+// Structured initial placement ("pack, then split only what must be split"): sequences by
+// decreasing size, each placed whole on the part with the most room where it fits both caps;
+// a sequence that fits nowhere is cut over the parts with the most room, trying row bands and
+// head-group-major cuts and keeping the cheapest by the exact objective. Needs the geometry
+// fields. Parts may end over a cap when the total does not fit; callers repair.
+std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps);
+
+// k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
+// the best prefix) that keep both capacities; never increases the objective.
+void refine_fm(const SubHypergraph& s, const PartCaps& caps, uint64_t seed, int passes,
+               std::vector<int32_t>& part);
 
 class Partitioner {
  public:

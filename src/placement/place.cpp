@@ -25,8 +25,9 @@ std::string fmt_ratio(double x) {
 }
 
 // The sub-hypergraph of the vertices with level_part[v] == which (all when which < 0).
-placement::SubHypergraph make_sub(const PlacementHypergraph& h, const std::vector<int32_t>& node,
-                                  int32_t which, double inter_weight) {
+placement::SubHypergraph make_sub(const BlockTable& table, const PlacementHypergraph& h,
+                                  const std::vector<int32_t>& node, int32_t which,
+                                  double inter_weight) {
   placement::SubHypergraph s;
   const int32_t nv = h.num_vertices();
   std::vector<int32_t> local(static_cast<size_t>(nv), -1);
@@ -36,6 +37,19 @@ placement::SubHypergraph make_sub(const PlacementHypergraph& h, const std::vecto
     s.global.push_back(v);
     s.compute.push_back(h.compute_flops[v]);
     s.memory.push_back(static_cast<double>(h.memory_bytes[v]));
+    if (v < h.num_tiles) {
+      const Tile& t = table.tiles[v];
+      s.seq.push_back(t.seq);
+      s.group.push_back(t.head_group);
+      s.row.push_back(t.q_block);
+      s.col.push_back(t.kv_block);
+    } else {
+      const int32_t b = v - h.num_tiles;
+      s.seq.push_back(table.token_blocks[b].seq);
+      s.group.push_back(-1);
+      s.row.push_back(b);
+      s.col.push_back(b);
+    }
   }
   s.anchor.assign(s.global.size(), -1);
   s.net_begin.push_back(0);
@@ -165,7 +179,8 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   auto t0 = Clock::now();
   std::vector<int32_t> node(static_cast<size_t>(nv), 0);
   if (num_nodes > 1) {
-    const placement::SubHypergraph s = make_sub(h, node, -1, w_inter);
+    placement::SubHypergraph s = make_sub(table, h, node, -1, w_inter);
+    s.sub_parts = dpn;
     placement::PartCaps caps;
     caps.compute.assign(num_nodes, (1 + opts.eps_compute * opts.node_eps_factor) * total_c / num_nodes);
     caps.memory.assign(num_nodes, (1 + opts.eps_memory * opts.node_eps_factor) * total_m / num_nodes);
@@ -185,10 +200,30 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     caps.compute.assign(dpn, (1 + opts.eps_compute) * total_c / num_dev);
     caps.memory.assign(dpn, (1 + opts.eps_memory) * total_m / num_dev);
     for (int n = 0; n < num_nodes; ++n) {
-      const placement::SubHypergraph s = make_sub(h, node, n, w_inter);
+      const placement::SubHypergraph s = make_sub(table, h, node, n, w_inter);
       if (s.num_vertices() == 0) continue;
       const std::vector<int32_t> dev = run_level(*backend, s, caps, caps, opts, rep.partitioner.c_str());
       for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
+    }
+  }
+  // Last resort across nodes: token blocks are coarse (a few per device), so a node can hold
+  // a memory share no split of its devices meets even when the node bound holds. Moving such a
+  // block to a device of another node costs inter-node bytes, but the bounds come first.
+  if (num_nodes > 1) {
+    placement::PartCaps dev_caps;
+    dev_caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
+    dev_caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
+    std::vector<double> c(static_cast<size_t>(num_dev), 0.0), m(static_cast<size_t>(num_dev), 0.0);
+    for (int32_t v = 0; v < nv; ++v) {
+      c[parts[v]] += h.compute_flops[v];
+      m[parts[v]] += static_cast<double>(h.memory_bytes[v]);
+    }
+    bool over = false;
+    for (int d = 0; d < num_dev; ++d)
+      over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
+    if (over) {
+      const placement::SubHypergraph all = make_sub(table, h, parts, -1, w_inter);
+      placement::repair_balance(all, dev_caps, parts);
     }
   }
   rep.device_level_s = seconds_since(t0);

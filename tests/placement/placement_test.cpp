@@ -11,6 +11,7 @@
 #include "dcp/error.h"
 #include "dcp/metrics.h"
 #include "dcp/partition.h"
+#include "placement/kway.h"
 
 namespace dcp {
 namespace {
@@ -90,7 +91,8 @@ const Case kCases[] = {{1, 1, 2000, 64}, {1, 3, 3000, 64}, {2, 1, 3000, 64},
 TEST(Placement, EveryVertexPlacedOnceAndBytesMatchRecount) {
   uint64_t seed = 3;
   for (const Case& cs : kCases) {
-    for (Mask mask : {Mask::causal(), Mask::full()}) {
+    for (Mask mask : {Mask::causal(), Mask::full(), Mask::lambda(16, 256),
+                      Mask::causal_blockwise(32, 2, 1)}) {
       const Batch batch = random_batch(++seed, cs.tokens, 4, 2, mask);
       const BlockTable table = build_block_table(batch, BlockOptions{.block_size = cs.block});
       const Cluster cluster = make_cluster(cs.nodes, cs.dpn);
@@ -108,6 +110,95 @@ TEST(Placement, EveryVertexPlacedOnceAndBytesMatchRecount) {
       EXPECT_EQ(m.inter_bytes(), r.report.inter_bytes);
       if (cs.nodes * cs.dpn == 1) {
         EXPECT_EQ(b.intra_bytes + b.inter_bytes, 0);
+      }
+    }
+  }
+}
+
+TEST(Placement, SharedQuestionBytesMatchMetrics) {
+  // Per-sequence masks (shared question needs the length), with both backends.
+  uint64_t seed = 40;
+  for (const Case& cs : kCases) {
+    Batch batch = random_batch(++seed, cs.tokens, 4, 2, Mask::causal());
+    for (Sequence& q : batch.sequences)
+      if (q.length >= 5) q.mask = Mask::shared_question_for(q.length);
+    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = cs.block});
+    const Cluster cluster = make_cluster(cs.nodes, cs.dpn);
+    for (PartitionerKind kind : available_partitioners()) {
+      PlacementOptions opts;
+      opts.partitioner = kind;
+      const DcpPlacement r = place_dcp(table, cluster, opts);
+      r.placement.validate(table);
+      const PlacementMetrics m = compute_metrics(table, r.placement, cluster);
+      EXPECT_EQ(m.intra_bytes(), r.report.intra_bytes) << to_string(kind);
+      EXPECT_EQ(m.inter_bytes(), r.report.inter_bytes) << to_string(kind);
+    }
+  }
+}
+
+// The whole hypergraph of a table as one level (no external nets), with its geometry.
+placement::SubHypergraph whole_level(const BlockTable& t, const PlacementHypergraph& h) {
+  placement::SubHypergraph s;
+  for (int32_t v = 0; v < h.num_vertices(); ++v) {
+    s.global.push_back(v);
+    s.compute.push_back(h.compute_flops[v]);
+    s.memory.push_back(static_cast<double>(h.memory_bytes[v]));
+    const bool tile = v < h.num_tiles;
+    const int32_t b = v - h.num_tiles;
+    s.seq.push_back(tile ? t.tiles[v].seq : t.token_blocks[b].seq);
+    s.group.push_back(tile ? t.tiles[v].head_group : -1);
+    s.row.push_back(tile ? t.tiles[v].q_block : b);
+    s.col.push_back(tile ? t.tiles[v].kv_block : b);
+  }
+  s.anchor.assign(s.global.size(), -1);
+  s.net_begin = h.net_begin;
+  s.pins = h.pins;
+  for (int64_t w : h.net_bytes) s.net_weight.push_back(static_cast<double>(w));
+  s.net_external.assign(h.net_bytes.size(), 0);
+  s.finish_incidence();
+  return s;
+}
+
+TEST(Placement, FmNeverWorsensAndKeepsCaps) {
+  uint64_t seed = 70;
+  for (int k : {2, 3, 5}) {
+    for (Mask mask : {Mask::causal(), Mask::lambda(16, 256)}) {
+      const Batch batch = random_batch(++seed, 5000, 4, 2, mask);
+      const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+      const PlacementHypergraph h = build_placement_hypergraph(table);
+      const placement::SubHypergraph s = whole_level(table, h);
+      double tc = 0, tm = 0;
+      for (int32_t v = 0; v < s.num_vertices(); ++v) {
+        tc += s.compute[v];
+        tm += s.memory[v];
+      }
+      placement::PartCaps caps;
+      caps.compute.assign(k, 1.1 * tc / k);
+      caps.memory.assign(k, 1.3 * tm / k);
+      // From the structured start and from a random one.
+      for (int start = 0; start < 2; ++start) {
+        std::vector<int32_t> part = placement::structured_initial(s, caps);
+        if (start == 1) {
+          uint64_t r = seed;
+          for (int32_t& p : part) p = static_cast<int32_t>(next(r) % static_cast<uint64_t>(k));
+        }
+        for (int32_t p : part) ASSERT_TRUE(p >= 0 && p < k);
+        const bool fits = placement::repair_balance(s, caps, part);
+        const double before = placement::sub_objective(s, part, k);
+        placement::refine_fm(s, caps, seed, 8, part);
+        const double after = placement::sub_objective(s, part, k);
+        EXPECT_LE(after, before * (1 + 1e-12)) << "k=" << k << " start=" << start;
+        if (fits) {
+          std::vector<double> c(k, 0), m(k, 0);
+          for (int32_t v = 0; v < s.num_vertices(); ++v) {
+            c[part[v]] += s.compute[v];
+            m[part[v]] += s.memory[v];
+          }
+          for (int p = 0; p < k; ++p) {
+            EXPECT_LE(c[p], caps.compute[p] * (1 + 1e-12));
+            EXPECT_LE(m[p], caps.memory[p] * (1 + 1e-12));
+          }
+        }
       }
     }
   }
@@ -220,7 +311,8 @@ TEST(Placement, TinyInstancesNearEnumeratedOptimum) {
     const DcpPlacement r = place_dcp(table, cluster, opts);
     if (opt < 0) continue;  // nothing balanced exists
     EXPECT_TRUE(r.report.balanced()) << r.placement.note;
-    EXPECT_LE(r.report.objective, 1.5 * opt + 1e-6) << "optimum " << opt;
+    EXPECT_LE(r.report.objective, 1.5 * opt + 1e-6)
+        << "optimum " << opt << ", " << t.lengths.size() << " sequences on " << t.devices;
   }
 }
 
