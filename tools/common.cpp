@@ -43,16 +43,8 @@ void add_block_options(CLI::App* app, BlockOptions& opts) {
                   "Query heads per head group (default: the query heads of one KV head)");
 }
 
-Batch resolve_batch(const BatchSource& src) {
-  if (!src.batch_file.empty()) return load_batch(src.batch_file);
-  if (!src.dataset_file.empty()) {
-    auto batches = load_dataset(src.dataset_file);
-    if (src.index >= static_cast<int>(batches.size()))
-      raise(ErrorKind::InvalidInput, "--index: " + std::to_string(src.index) + " is out of range (" +
-                                         src.dataset_file + " holds " + std::to_string(batches.size()) +
-                                         " batches)");
-    return batches[static_cast<size_t>(src.index)];
-  }
+namespace {
+ProfileOptions profile_options(const BatchSource& src) {
   ProfileOptions p;
   p.profile = parse_profile(src.profile);
   p.seed = src.seed;
@@ -64,8 +56,38 @@ Batch resolve_batch(const BatchSource& src) {
   p.shape.head_dim = src.head_dim;
   p.shape.dtype = parse_dtype(src.dtype, "--dtype");
   p.validate();
-  auto batches = generate_batches(p, src.index + 1);
+  return p;
+}
+}  // namespace
+
+Batch resolve_batch(const BatchSource& src) {
+  if (!src.batch_file.empty()) return load_batch(src.batch_file);
+  if (!src.dataset_file.empty()) {
+    auto batches = load_dataset(src.dataset_file);
+    if (src.index >= static_cast<int>(batches.size()))
+      raise(ErrorKind::InvalidInput, "--index: " + std::to_string(src.index) + " is out of range (" +
+                                         src.dataset_file + " holds " + std::to_string(batches.size()) +
+                                         " batches)");
+    return batches[static_cast<size_t>(src.index)];
+  }
+  auto batches = generate_batches(profile_options(src), src.index + 1);
   return batches.back();
+}
+
+std::vector<Batch> resolve_batches(const BatchSource& src, int count) {
+  if (count < 1) raise(ErrorKind::InvalidInput, "--batches: must be at least 1 (got " + std::to_string(count) + ")");
+  if (!src.batch_file.empty()) return {load_batch(src.batch_file)};
+  std::vector<Batch> all;
+  if (!src.dataset_file.empty()) {
+    all = load_dataset(src.dataset_file);
+    if (src.index + count > static_cast<int>(all.size()))
+      raise(ErrorKind::InvalidInput, "--index/--batches: batches " + std::to_string(src.index) + ".." +
+                                         std::to_string(src.index + count - 1) + " are out of range (" +
+                                         src.dataset_file + " holds " + std::to_string(all.size()) + " batches)");
+  } else {
+    all = generate_batches(profile_options(src), src.index + count);
+  }
+  return {all.begin() + src.index, all.begin() + src.index + count};
 }
 
 Cluster resolve_cluster(const ClusterSource& src) {

@@ -42,6 +42,8 @@ void add_cluster_options(CLI::App* app, ClusterSource& src);
 void add_block_options(CLI::App* app, BlockOptions& opts);
 
 Batch resolve_batch(const BatchSource& src);
+// `count` consecutive batches from --index on (a --batch file gives exactly one).
+std::vector<Batch> resolve_batches(const BatchSource& src, int count);
 Cluster resolve_cluster(const ClusterSource& src);
 
 // Fills `opts` for the CLI's own error messages; throws InvalidInput naming the flag.

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   dcp::cli::register_plan(app, runner);
   dcp::cli::register_validate(app, runner);
   dcp::cli::register_run(app, runner);
+  dcp::cli::register_simulate(app, runner);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
