@@ -1,7 +1,8 @@
 // Simulated attention time (forward + backward) on the paper's micro-benchmark setting:
 // 4 nodes x 8 A100 (a100-p4d), 131072 tokens per batch, LongDataCollections-like lengths scaled
-// by 0.5..4, GQA 8 query / 2 KV heads, head dim 128, 4 stages; DCP (best of B in 1024, 2048,
-// 4096) against every static baseline, same simulator and calibration.
+// by 0.5..4, GQA 8 query / 2 KV heads, head dim 128, 4 stages; DCP (the planner's choice among
+// B in {1024, 2048, 4096} x eps_compute in {0.02, 0.05, 0.1}, by simulated time: planner.h)
+// against every static baseline, same simulator and calibration.
 // Usage: bench_sim_paper [batches per scale] [calibration.json] [out.json]
 #include <fmt/core.h>
 
@@ -14,6 +15,7 @@
 #include "dcp/baselines.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "dcp/planner.h"
 #include "dcp/profiles.h"
 #include "dcp/sim.h"
 
@@ -26,8 +28,8 @@ int main(int argc, char** argv) {
   nlohmann::json out = nlohmann::json::array();
   fmt::print("cluster {} x {} ({}), calibration {}, {} batches per scale; times are fwd+bwd ms (mean)\n",
              cluster.nodes, cluster.devices_per_node, cluster.name, so.calibration.name, batches);
-  fmt::print("{:>17} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}\n", "mask", "scale", "dcp", "ring",
-             "zigzag", "ulysses", "a2a_p2p", "packing", "speedup", "hidden");
+  fmt::print("{:>17} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n", "mask", "scale", "dcp", "ring",
+             "zigzag", "ulysses", "a2a_p2p", "packing", "speedup", "hidden", "search ms");
   for (const char* mask : {"causal", "lambda", "causal_blockwise", "shared_question"}) {
     for (double scale : {0.5, 1.0, 2.0, 4.0}) {
       ProfileOptions po;
@@ -41,19 +43,16 @@ int main(int argc, char** argv) {
       po.shape.head_dim = 128;
       std::map<std::string, double> sum;
       double hidden = 0;
+      double search_s = 0;
       for (const Batch& batch : generate_batches(po, batches)) {
-        double best = 1e30, best_hidden = 0;
-        for (int64_t block : {1024, 2048, 4096}) {
-          BlockOptions bo;
-          bo.block_size = block;
-          BlockTable table = build_block_table(batch, bo);
-          Placement pl = place_dcp(table, cluster).placement;
-          SimResult r = simulate(build_plan(table, pl, cluster, PlanOptions{}), cluster, so);
-          if (r.total_s() < best) {
-            best = r.total_s();
-            best_hidden = r.hidden_fraction;
-          }
-        }
+        PlannerOptions popt;
+        popt.block_sizes = {1024, 2048, 4096};
+        popt.eps_compute = {0.02, 0.05, 0.1};
+        popt.calibration = so.calibration;
+        const PlannedBatch planned = plan_batch(batch, cluster, popt);
+        const double best = planned.predicted.total_s();
+        const double best_hidden = planned.predicted.hidden_fraction;
+        search_s += planned.search_s;
         sum["dcp"] += best;
         hidden += best_hidden;
         for (BaselineKind kind : all_baselines()) {
@@ -69,11 +68,11 @@ int main(int argc, char** argv) {
         if (name != "dcp" && name != "packing") best_static = std::min(best_static, s);
       }
       const double speedup = best_static / sum["dcp"];
-      fmt::print("{:>17} {:>5.1f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.2f}x {:>7.2f}\n", mask,
+      fmt::print("{:>17} {:>5.1f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.2f}x {:>7.2f} {:>9.1f}\n", mask,
                  scale, sum["dcp"], sum["ring"], sum["zigzag"], sum["ulysses"], sum["a2a_p2p"], sum["packing"],
-                 speedup, hidden / batches);
+                 speedup, hidden / batches, search_s / batches * 1e3);
       out.push_back({{"mask", mask}, {"scale", scale}, {"ms", sum}, {"speedup_vs_best_cp", speedup},
-                     {"dcp_hidden_fraction", hidden / batches}});
+                     {"dcp_hidden_fraction", hidden / batches}, {"search_ms", search_s / batches * 1e3}});
     }
   }
   if (argc > 3) std::ofstream(argv[3]) << out.dump(2) << "\n";
