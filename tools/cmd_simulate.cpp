@@ -16,6 +16,7 @@
 #include "dcp/error.h"
 #include "dcp/metrics.h"
 #include "dcp/plan.h"
+#include "dcp/planner.h"
 #include "dcp/sim.h"
 #include "dcp/validate.h"
 #include "sweep.h"
@@ -31,6 +32,9 @@ struct SimulateArgs {
   std::string calibration;
   std::string trace;
   bool validate = false;
+  bool search = false;
+  std::vector<int64_t> search_blocks{1024, 2048, 4096};
+  std::vector<double> search_eps{0.02, 0.05, 0.1};
 };
 
 struct MethodTotals {
@@ -39,6 +43,7 @@ struct MethodTotals {
   int64_t intra_bytes = 0, inter_bytes = 0;
   std::vector<double> fwd_per_batch, bwd_per_batch;
   std::vector<std::string> notes;  // balance violations, per batch
+  std::vector<std::string> choices;  // --search: what the planner chose, per batch
   double total_s() const { return fwd_s + bwd_s; }
   double hidden() const { return comm_s > 0 ? 1.0 - exposed_s / comm_s : 1.0; }
 };
@@ -69,10 +74,30 @@ int run_simulate(const SimulateArgs& args) {
     for (size_t m = 0; m < methods.size(); ++m) {
       Progress::show(in.progress, fmt::format("batch {}/{}: {}", b + 1, batches.size(), methods[m]));
       MethodTotals& t = totals[m];
-      const PlacedMethod placed = place_method(methods[m], batches[b], in.blocks, cluster, in.placement);
-      const auto t0 = std::chrono::steady_clock::now();
-      const Plan plan = build_plan(placed.placed.table, placed.placed.placement, cluster, popts);
-      t.plan_ms += placed.placement_ms + ms_since(t0);
+      PlacedMethod placed;
+      Plan plan;
+      if (args.search && methods[m] == "dcp") {
+        // The planner's choice among block sizes and compute tolerances, by simulated time.
+        PlannerOptions search;
+        search.block_sizes = args.search_blocks;
+        search.eps_compute = args.search_eps;
+        search.placement = in.placement;
+        search.plan = popts;
+        search.calibration = so.calibration;
+        PlannedBatch pb = plan_batch(batches[b], cluster, search);
+        placed.method = "dcp";
+        placed.placed = PlacedBatch{std::move(pb.table), std::move(pb.placement.placement)};
+        placed.violations = std::move(pb.placement.report.violations);
+        plan = std::move(pb.plan);
+        t.plan_ms += pb.search_s * 1e3;
+        t.choices.push_back(fmt::format("batch {}: planner chose B={} eps_compute={}", b, pb.chosen.block_size,
+                                      pb.chosen.eps_compute));
+      } else {
+        placed = place_method(methods[m], batches[b], in.blocks, cluster, in.placement);
+        const auto t0 = std::chrono::steady_clock::now();
+        plan = build_plan(placed.placed.table, placed.placed.placement, cluster, popts);
+        t.plan_ms += placed.placement_ms + ms_since(t0);
+      }
       if (args.validate) check_plan(plan);
       for (const auto& v : placed.violations) t.notes.push_back(fmt::format("batch {}: {}", b, v));
       const PlacementMetrics metrics = compute_metrics(placed.placed.table, placed.placed.placement, cluster);
@@ -144,6 +169,7 @@ int run_simulate(const SimulateArgs& args) {
                                 {"inter_bytes", static_cast<double>(t.inter_bytes) / n},
                                 {"plan_ms", t.plan_ms / n},
                                 {"notes", t.notes},
+                                {"planner_choices", t.choices},
                                 {"per_batch", per}});
     }
     std::cout << out.dump(2) << "\n";
@@ -171,6 +197,7 @@ int run_simulate(const SimulateArgs& args) {
                "comm hidden = share of transfer time overlapped with compute.\n";
   for (const auto& m : totals)
     for (const auto& v : m.notes) std::cout << fmt::format("  {}: BALANCE VIOLATED: {}\n", m.method, v);
+    for (const auto& c : m.choices) std::cout << fmt::format("  {}: {}\n", m.method, c);
   if (!args.trace.empty()) std::cout << "trace of DCP's plan of batch 0: " << args.trace << " (chrome://tracing, ui.perfetto.dev)\n";
   return 0;
 }
@@ -205,6 +232,11 @@ void register_simulate(CLI::App& app, Runner& runner) {
   sub->add_option("--calibration", args->calibration,
                   "Kernel calibration JSON (data/calibration/*.json; default: the cluster's rates)");
   sub->add_option("--trace", args->trace, "Write the Chrome/Perfetto trace of DCP's plan of the first batch");
+  sub->add_flag("--search", args->search,
+                "DCP: let the planner pick the block size and compute tolerance by simulated time "
+                "(candidates: --search-blocks x --search-eps; plan ms then includes the search)");
+  sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
+  sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
   sub->add_flag("--validate", args->validate, "Also validate every plan (symbolic execution) before simulating");
   sub->add_option("--eps-compute", args->in.placement.eps_compute, "DCP per-device compute tolerance")
       ->capture_default_str();
