@@ -195,9 +195,10 @@ int run_simulate(const SimulateArgs& args) {
   std::cout << "\ntimes: predicted attention time of the slowest device, mean per batch.\n"
                "DCP speed-up = method's fwd+bwd time / DCP's (summed over batches; range over batches).\n"
                "comm hidden = share of transfer time overlapped with compute.\n";
-  for (const auto& m : totals)
+  for (const auto& m : totals) {
     for (const auto& v : m.notes) std::cout << fmt::format("  {}: BALANCE VIOLATED: {}\n", m.method, v);
     for (const auto& c : m.choices) std::cout << fmt::format("  {}: {}\n", m.method, c);
+  }
   if (!args.trace.empty()) std::cout << "trace of DCP's plan of batch 0: " << args.trace << " (chrome://tracing, ui.perfetto.dev)\n";
   return 0;
 }
