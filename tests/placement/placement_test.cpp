@@ -1,6 +1,7 @@
 // Properties of the DCP placement against brute-force references.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -399,6 +400,35 @@ TEST(Placement, MetisBackendValidAndMeasured) {
     EXPECT_EQ(r.report.intra_bytes, b.intra_bytes);
     EXPECT_EQ(r.report.inter_bytes, b.inter_bytes);
     EXPECT_EQ(r.report.partitioner, "metis");
+  }
+}
+
+TEST(Placement, ZoltanBackendValidAndMeasured) {
+  const auto avail = available_partitioners();
+  const bool built = std::find(avail.begin(), avail.end(), PartitionerKind::Zoltan) != avail.end();
+  const Batch batch = random_batch(5, 6000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+  PlacementOptions opts;
+  opts.partitioner = PartitionerKind::Zoltan;
+  if (!built) {
+    EXPECT_THROW(place_dcp(table, make_cluster(2, 2), opts), Error);
+    GTEST_SKIP() << "this build has no Zoltan";
+  }
+  for (auto [nodes, dpn] : {std::pair{1, 1}, {1, 3}, {2, 2}, {3, 1}, {2, 3}}) {
+    const Cluster cluster = make_cluster(nodes, dpn);
+    const DcpPlacement r = place_dcp(table, cluster, opts);
+    r.placement.validate(table);
+    const ConnectivityBytes b = brute_bytes(table, r.placement, cluster);
+    EXPECT_EQ(r.report.intra_bytes, b.intra_bytes);
+    EXPECT_EQ(r.report.inter_bytes, b.inter_bytes);
+    const PlacementMetrics m = compute_metrics(table, r.placement, cluster);
+    EXPECT_EQ(m.intra_bytes(), r.report.intra_bytes);
+    EXPECT_EQ(m.inter_bytes(), r.report.inter_bytes);
+    EXPECT_EQ(r.report.partitioner, "zoltan");
+    // Deterministic: a second run gives the same placement.
+    const DcpPlacement again = place_dcp(table, cluster, opts);
+    EXPECT_EQ(again.placement.tile_device, r.placement.tile_device);
+    EXPECT_EQ(again.placement.block_home, r.placement.block_home);
   }
 }
 
