@@ -33,6 +33,12 @@ struct SubHypergraph {
   // 1 when the net also touches a fixed part outside this level (its home lies elsewhere):
   // the cost is then weight x parts touched, not weight x (parts - 1).
   std::vector<uint8_t> net_external;
+  // Full-memory accounting (empty = not tracked): per net, the bytes a part other than the
+  // home's holds while it touches the net (received copies and fp32 partials), and the sub
+  // vertex of the net's home (-1 when the home lies outside this level: every part touching
+  // the net then holds a copy).
+  std::vector<double> net_held;
+  std::vector<int32_t> net_home;
   std::vector<int64_t> vertex_begin;  // CSR vertex -> sub nets
   std::vector<int32_t> vertex_nets;
 
@@ -44,8 +50,41 @@ struct SubHypergraph {
 struct PartCaps {
   std::vector<double> compute;  // per part: upper bound
   std::vector<double> memory;
+  // Per part: bound on everything it holds (owned memory + held copies); empty = unbounded.
+  // Only meaningful when the sub-hypergraph tracks net_held.
+  std::vector<double> full_memory;
   int k() const { return static_cast<int>(compute.size()); }
+  bool has_full() const { return !full_memory.empty(); }
 };
+
+// Full memory per part (owned + held copies) for pin counts `count` (net * k + part).
+std::vector<double> full_loads(const SubHypergraph& s, const std::vector<int32_t>& count, int k,
+                               const std::vector<int32_t>& part);
+
+// Change of the full memory of `from` and `to` when v moves between them (counts before the
+// move): a tile entering a part that does not hold its Q/KV group adds the held bytes; a home
+// leaving a part where its tiles stay leaves a copy behind there.
+inline void held_delta(const SubHypergraph& s, const int32_t* count, int k,
+                       const std::vector<int32_t>& part, int32_t v, int32_t from, int32_t to,
+                       double& d_from, double& d_to) {
+  d_from = -s.memory[v];
+  d_to = s.memory[v];
+  if (s.net_held.empty()) return;
+  for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+    const int32_t e = s.vertex_nets[i];
+    const double held = s.net_held[e];
+    const int32_t* c = count + static_cast<size_t>(e) * k;
+    const int32_t home = s.net_home[e];
+    if (home == v) {
+      if (c[to] > 0) d_to -= held;
+      if (c[from] > 1) d_from += held;
+    } else {
+      const int32_t hp = home >= 0 ? part[home] : -1;
+      if (c[from] == 1 && from != hp) d_from -= held;
+      if (c[to] == 0 && to != hp) d_to += held;
+    }
+  }
+}
 
 double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k);
 
