@@ -192,10 +192,16 @@ class Fm {
       const int32_t e = s_.vertex_nets[i];
       const int32_t cf = count_[static_cast<size_t>(e) * k_ + from];
       const int32_t ct = count_[static_cast<size_t>(e) * k_ + to];
-      if (cf > 1 && ct > 2) continue;  // no gain of another pin changed
+      // Whose gain changed: `from` emptied or `to` newly touched changes every pin's gain
+      // towards that part; one pin left in `from` (or a second one in `to`) changes only the
+      // leave bonus of the pins in that part.
+      const bool all = cf == 0 || ct == 1;
+      const bool in_from = cf == 1, in_to = ct == 2;
+      if (!all && !in_from && !in_to) continue;
       for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) {
         const int32_t u = s_.pins[j];
         if (locked_[u] || u == v) continue;
+        if (!all && !((in_from && part_[u] == from) || (in_to && part_[u] == to))) continue;
         ++version_[u];
         push(heap, u, seed);
       }

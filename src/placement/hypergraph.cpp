@@ -205,6 +205,8 @@ void PlacementOptions::validate() const {
     bad("node_eps_factor must be > 0 (got " + std::to_string(node_eps_factor) + ")");
   if (refine_passes < 0)
     bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
+  if (initial_starts < 1 || initial_starts > 3)
+    bad("initial_starts must be in [1, 3] (got " + std::to_string(initial_starts) + ")");
 }
 
 }  // namespace dcp

@@ -192,7 +192,8 @@ void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
 
 }  // namespace
 
-std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps) {
+std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
+                                        InitialStrategy strategy) {
   const int k = caps.k();
   const int32_t n = s.num_vertices();
   std::vector<int32_t> part(static_cast<size_t>(n), -1);
@@ -393,14 +394,21 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       }
       for (int32_t v : tiles_row) part[v] = -1;
     };
-    consider(0, ascending);
-    consider(0, chosen);
-    if (several_groups && s.sub_parts <= 1) {
+    // A strategy other than Best tries only its own cut where it applies (row bands otherwise).
+    const bool group_ok = several_groups && (s.sub_parts <= 1 || strategy == InitialStrategy::GroupFirst);
+    const bool use_rows = strategy == InitialStrategy::Best ||
+                          (strategy == InitialStrategy::GroupFirst && !group_ok) ||
+                          (strategy == InitialStrategy::Zigzag && num_rows <= 2);
+    if (use_rows) {
+      consider(0, ascending);
+      consider(0, chosen);
+    }
+    if (group_ok && strategy != InitialStrategy::Zigzag) {
       consider(1, ascending);
       consider(1, chosen);
     }
-    if (num_rows > 2) consider(2, chosen);
-    if (num_rows > 2 && chosen.size() > 1) {
+    if (num_rows > 2 && strategy != InitialStrategy::GroupFirst) consider(2, chosen);
+    if (num_rows > 2 && chosen.size() > 1 && strategy == InitialStrategy::Best) {
       // Cost of a cut after each row: nets whose rows span it (a KV block read further down).
       for (size_t r = 0; r < num_rows; ++r)
         row_index[static_cast<size_t>(s.row[tiles_row[row_starts[r]]])] = static_cast<int32_t>(r);

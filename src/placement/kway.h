@@ -102,7 +102,14 @@ void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint
 // a sequence that fits nowhere is cut over the parts with the most room, trying row bands and
 // head-group-major cuts and keeping the cheapest by the exact objective. Needs the geometry
 // fields. Parts may end over a cap when the total does not fit; callers repair.
-std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps);
+// Best: per cut sequence, the cheapest of every candidate cut. GroupFirst: head-group-major cuts
+// wherever a sequence has several groups (also at a level whose parts are split again).
+// Zigzag: zigzag row runs wherever a sequence has more than two rows. The built-in backend runs
+// all three through repair and FM and keeps the best (a portfolio: FM ends in different local
+// optima from different starts).
+enum class InitialStrategy { Best, GroupFirst, Zigzag };
+std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
+                                        InitialStrategy strategy = InitialStrategy::Best);
 
 // k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
 // the best prefix) that keep both capacities; never increases the objective.
@@ -118,10 +125,11 @@ class Partitioner {
                                          uint64_t seed, int refine_passes) const = 0;
 };
 
-std::unique_ptr<Partitioner> make_builtin_partitioner();
+// `starts`: initial placements tried at the device level (1: Best; 2: + Zigzag; 3: + GroupFirst).
+std::unique_ptr<Partitioner> make_builtin_partitioner(int starts = 2);
 std::unique_ptr<Partitioner> make_metis_partitioner();
 std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built
-std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind);
+std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind, int builtin_starts = 2);
 
 // splitmix64: the project's portable PRNG step.
 inline uint64_t splitmix64(uint64_t& state) {

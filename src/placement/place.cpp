@@ -245,7 +245,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   DcpPlacement out;
   PlacementReport& rep = out.report;
   rep.partitioner = to_string(opts.partitioner);
-  const auto backend = placement::make_partitioner(opts.partitioner);
+  const auto backend = placement::make_partitioner(opts.partitioner, opts.initial_starts);
 
   const PlacementHypergraph h = build_placement_hypergraph(table);
   rep.build_s = seconds_since(t_start);

@@ -377,6 +377,10 @@ TEST(Placement, BadInput) {
   bad.eps_memory = -1;
   EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("eps_memory"),
             std::string::npos);
+  bad = {};
+  bad.initial_starts = 0;
+  EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("initial_starts"),
+            std::string::npos);
   EXPECT_FALSE(error_of([&] { place_dcp(table, make_cluster(4, 0)); }).empty());
   EXPECT_NE(error_of([] { parse_partitioner("kahypar"); }).find("kahypar"), std::string::npos);
 
@@ -519,6 +523,50 @@ TEST(Placement, HeldDeltaMatchesRecount) {
     const std::vector<double> after = placement::full_loads(s, counts(), k, part);
     EXPECT_NEAR(after[from] - before[from], d_from, 1e-6);
     EXPECT_NEAR(after[to] - before[to], d_to, 1e-6);
+  }
+}
+
+TEST(Placement, PortfolioNeverWorseThanOneStart) {
+  // More starts keep the best refined one, so a level's objective never grows (when both meet
+  // the capacities), and every capacity still holds.
+  uint64_t seed = 120;
+  for (int k : {2, 3, 4}) {
+    for (Mask mask : {Mask::causal(), Mask::lambda(16, 256), Mask::causal_blockwise(32, 2, 1)}) {
+      const Batch batch = random_batch(++seed, 5000, 4, 2, mask);
+      const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+      const PlacementHypergraph h = build_placement_hypergraph(table);
+      const placement::SubHypergraph s = whole_level(table, h);
+      double tc = 0, tm = 0;
+      for (int32_t v = 0; v < s.num_vertices(); ++v) {
+        tc += s.compute[v];
+        tm += s.memory[v];
+      }
+      placement::PartCaps caps;
+      caps.compute.assign(k, 1.1 * tc / k);
+      caps.memory.assign(k, 1.2 * tm / k);
+      const auto one = placement::make_builtin_partitioner(1)->partition(s, caps, 1, 12);
+      const auto three = placement::make_builtin_partitioner(3)->partition(s, caps, 1, 12);
+      std::vector<double> c(k, 0), m(k, 0);
+      bool one_ok = true;
+      {
+        std::vector<double> c1(k, 0), m1(k, 0);
+        for (int32_t v = 0; v < s.num_vertices(); ++v) {
+          c1[one[v]] += s.compute[v];
+          m1[one[v]] += s.memory[v];
+        }
+        for (int p = 0; p < k; ++p) one_ok = one_ok && c1[p] <= caps.compute[p] && m1[p] <= caps.memory[p];
+      }
+      for (int32_t v = 0; v < s.num_vertices(); ++v) {
+        c[three[v]] += s.compute[v];
+        m[three[v]] += s.memory[v];
+      }
+      bool three_ok = true;
+      for (int p = 0; p < k; ++p) three_ok = three_ok && c[p] <= caps.compute[p] && m[p] <= caps.memory[p];
+      EXPECT_TRUE(three_ok || !one_ok);
+      if (three_ok == one_ok) {
+        EXPECT_LE(placement::sub_objective(s, three, k), placement::sub_objective(s, one, k) * (1 + 1e-9));
+      }
+    }
   }
 }
 
