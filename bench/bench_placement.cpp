@@ -9,7 +9,7 @@
 // and the connectivity objective of the built-in backend against METIS. Sweeps: inter-node
 // bytes vs B and vs eps_compute on the dry-run setting (ldc, scale 1 and 4, causal + lambda).
 //
-// Usage: bench_placement [--quick] [--batches N] [--json PATH] [--no-sweeps] [--no-metis]
+// Usage: bench_placement [--quick] [--batches N] [--json PATH] [--no-sweeps] [--no-metis] [--no-zoltan]
 //                        [--only SETTING] [--profile P] [--mask M] [--scale S]
 #include <algorithm>
 #include <chrono>
@@ -74,11 +74,14 @@ struct Row {
   double a2a_inter = 0, zigzag_inter = 0;
   double ratio_max = 0;          // worst per-batch dcp / best baseline
   double compute_imb = 0, memory_imb = 0;  // worst over batches
+  double full_memory_imb = 0;              // worst over batches: owned + copies + partials
   int violated = 0;              // batches with a violated bound
   int infeasible = 0;            // of those, batches where no placement can meet eps_memory
   double builtin_obj = 0, metis_obj = 0;   // connectivity objective sums
   double metis_inter = 0;
   int metis_violated = 0;
+  double zoltan_obj = 0, zoltan_inter = 0;  // only on the instances Zoltan runs on
+  int zoltan_violated = 0;
 };
 
 std::vector<dcp::Batch> make_batches(const Setting& st, const std::string& profile, double scale,
@@ -120,7 +123,7 @@ bool memory_bound_infeasible(const dcp::BlockTable& t, const dcp::Cluster& c,
 }
 
 Row run_instance(const Setting& st, const Instance& inst, int count, bool with_metis,
-                 int64_t block_size, double eps_c) {
+                 int64_t block_size, double eps_c, bool with_zoltan = false) {
   Row row;
   row.inst = inst;
   const auto batches = make_batches(st, inst.profile, inst.scale, inst.mask, count);
@@ -146,6 +149,7 @@ Row run_instance(const Setting& st, const Instance& inst, int count, bool with_m
     row.ratio_max = std::max(row.ratio_max, best > 0 ? static_cast<double>(r.inter_bytes) / best : 0.0);
     row.compute_imb = std::max(row.compute_imb, r.compute_imbalance);
     row.memory_imb = std::max(row.memory_imb, r.memory_imbalance);
+    row.full_memory_imb = std::max(row.full_memory_imb, r.full_memory_imbalance);
     row.violated += r.balanced() ? 0 : 1;
     if (!r.balanced() && memory_bound_infeasible(table, st.cluster, po)) ++row.infeasible;
     row.builtin_obj += r.objective;
@@ -156,6 +160,14 @@ Row run_instance(const Setting& st, const Instance& inst, int count, bool with_m
       row.metis_obj += m.report.objective;
       row.metis_inter += static_cast<double>(m.report.inter_bytes);
       row.metis_violated += m.report.balanced() ? 0 : 1;
+    }
+    if (with_zoltan) {
+      dcp::PlacementOptions pz = po;
+      pz.partitioner = dcp::PartitionerKind::Zoltan;
+      const dcp::DcpPlacement z = dcp::place_dcp(table, st.cluster, pz);
+      row.zoltan_obj += z.report.objective;
+      row.zoltan_inter += static_cast<double>(z.report.inter_bytes);
+      row.zoltan_violated += z.report.balanced() ? 0 : 1;
     }
     ++row.batches;
   }
@@ -171,10 +183,13 @@ nlohmann::json to_json(const Row& r) {
           {"zigzag_inter_bytes", r.zigzag_inter},
           {"ratio", r.base_inter > 0 ? r.dcp_inter / r.base_inter : 0.0},
           {"ratio_worst_batch", r.ratio_max}, {"compute_imbalance_max", r.compute_imb},
-          {"memory_imbalance_max", r.memory_imb}, {"batches_violated", r.violated},
+          {"memory_imbalance_max", r.memory_imb},
+          {"full_memory_imbalance_max", r.full_memory_imb}, {"batches_violated", r.violated},
           {"batches_memory_infeasible", r.infeasible},
           {"builtin_objective", r.builtin_obj}, {"metis_objective", r.metis_obj},
-          {"metis_inter_bytes", r.metis_inter}, {"metis_batches_violated", r.metis_violated}};
+          {"metis_inter_bytes", r.metis_inter}, {"metis_batches_violated", r.metis_violated},
+          {"zoltan_objective", r.zoltan_obj}, {"zoltan_inter_bytes", r.zoltan_inter},
+          {"zoltan_batches_violated", r.zoltan_violated}};
 }
 
 }  // namespace
@@ -184,6 +199,9 @@ int main(int argc, char** argv) {
   double only_scale = 0;
   int count = 20;
   bool sweeps = true, with_metis = true;
+  // Zoltan (when built) runs on the scale-1 instances only: it is a reference point, and slower.
+  bool with_zoltan = false;
+  for (auto k : dcp::available_partitioners()) with_zoltan = with_zoltan || k == dcp::PartitionerKind::Zoltan;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -198,6 +216,7 @@ int main(int argc, char** argv) {
     else if (a == "--json") json_path = next();
     else if (a == "--no-sweeps") sweeps = false;
     else if (a == "--no-metis") with_metis = false;
+    else if (a == "--no-zoltan") with_zoltan = false;
     else if (a == "--only") only = next();
     else if (a == "--profile") only_profile = next();
     else if (a == "--mask") only_mask = next();
@@ -205,7 +224,7 @@ int main(int argc, char** argv) {
     else if (a == "--node-eps-factor") g_node_eps_factor = std::stod(next());
     else {
       std::fprintf(stderr,
-                   "usage: %s [--quick] [--batches N] [--json PATH] [--no-sweeps] [--no-metis] "
+                   "usage: %s [--quick] [--batches N] [--json PATH] [--no-sweeps] [--no-metis] [--no-zoltan] "
                    "[--only dryrun|micro] [--profile P] [--mask M] [--scale S]\n",
                    argv[0]);
       return 2;
@@ -218,9 +237,9 @@ int main(int argc, char** argv) {
   const std::vector<double> scales{0.5, 1, 2, 4};
   const std::vector<std::string> masks{"causal", "lambda", "causal_blockwise", "shared_question"};
   nlohmann::json rows = nlohmann::json::array();
-  fmt::print("{:<7} {:<10} {:>5} {:<17} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>5} {:>8}\n",
+  fmt::print("{:<7} {:<10} {:>5} {:<17} {:>7} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6} {:>6} {:>5} {:>8} {:>9}\n",
              "setting", "profile", "scale", "mask", "plan_ms", "dcp_GB", "static_GB", "ratio",
-             "worst", "c_imb", "m_imb", "viol", "bi/metis");
+             "worst", "c_imb", "m_imb", "f_imb", "viol", "bi/metis", "bi/zoltan");
   fmt::print("(viol = batches violating a bound / of which provably infeasible for eps_memory)\n");
   std::map<std::string, std::vector<double>> plan_ms_by_setting;
   for (const Setting& st : settings()) {
@@ -231,14 +250,16 @@ int main(int argc, char** argv) {
         if (only_scale > 0 && only_scale != sc) continue;
         for (const auto& mask : masks) {
           if (!only_mask.empty() && only_mask != mask) continue;
-          const Row r = run_instance(st, {st.name, prof, mask, sc}, count, with_metis, 1024, 0.1);
+          const Row r = run_instance(st, {st.name, prof, mask, sc}, count, with_metis, 1024, 0.1,
+                                     with_zoltan && sc == 1.0);
           plan_ms_by_setting[st.name].push_back(r.plan_ms);
           fmt::print("{:<7} {:<10} {:>5} {:<17} {:>7.2f} {:>10.3f} {:>10.3f} {:>6.3f} {:>6.3f} {:>6.3f} "
-                     "{:>6.3f} {:>2}/{:<2} {:>8.3f}\n",
+                     "{:>6.3f} {:>6.3f} {:>2}/{:<2} {:>8.3f} {:>9.3f}\n",
                      st.name, prof, sc, mask, r.plan_ms, r.dcp_inter / 1e9, r.base_inter / 1e9,
                      r.base_inter > 0 ? r.dcp_inter / r.base_inter : 0.0, r.ratio_max,
-                     r.compute_imb, r.memory_imb, r.violated, r.infeasible,
-                     r.metis_obj > 0 ? r.builtin_obj / r.metis_obj : 0.0);
+                     r.compute_imb, r.memory_imb, r.full_memory_imb, r.violated, r.infeasible,
+                     r.metis_obj > 0 ? r.builtin_obj / r.metis_obj : 0.0,
+                     r.zoltan_obj > 0 ? r.builtin_obj / r.zoltan_obj : 0.0);
           std::fflush(stdout);
           rows.push_back(to_json(r));
         }

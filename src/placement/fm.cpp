@@ -42,6 +42,7 @@ class Fm {
       load_c_[part[v]] += s.compute[v];
       load_m_[part[v]] += s.memory[v];
     }
+    load_f_ = full_loads(s, count_, k_, part);
     gain_.assign(k_, 0.0);
     touched_.assign(k_, 0);
     version_.assign(static_cast<size_t>(s.num_vertices()), 0);
@@ -102,12 +103,21 @@ class Fm {
     }
     // Parts over a capacity need their vertices movable too.
     const int32_t p = part_[v];
-    return load_c_[p] > caps_.compute[p] || load_m_[p] > caps_.memory[p];
+    return load_c_[p] > caps_.compute[p] || load_m_[p] > caps_.memory[p] || full_over(p);
   }
 
+  bool full_over(int p) const { return caps_.has_full() && load_f_[p] > caps_.full_memory[p]; }
+
   bool fits(int32_t v, int b) const {
-    return (s_.compute[v] <= 0 || load_c_[b] + s_.compute[v] <= caps_.compute[b]) &&
-           (s_.memory[v] <= 0 || load_m_[b] + s_.memory[v] <= caps_.memory[b]);
+    if (!((s_.compute[v] <= 0 || load_c_[b] + s_.compute[v] <= caps_.compute[b]) &&
+          (s_.memory[v] <= 0 || load_m_[b] + s_.memory[v] <= caps_.memory[b])))
+      return false;
+    if (!caps_.has_full()) return true;
+    const int32_t from = part_[v];
+    double d_from, d_to;
+    held_delta(s_, count_.data(), k_, part_, v, from, b, d_from, d_to);
+    return (d_to <= 0 || load_f_[b] + d_to <= caps_.full_memory[b]) &&
+           (d_from <= 0 || load_f_[from] + d_from <= caps_.full_memory[from]);
   }
 
   // Best target among the parts v's nets touch (exact gain), -1 if none fits. A vertex in a
@@ -125,7 +135,8 @@ class Fm {
       }
     }
     const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
-                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]);
+                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
+                      full_over(from);
     target = -1;
     double best = 0;
     for (int b = 0; b < k_; ++b) {
@@ -154,6 +165,15 @@ class Fm {
   }
 
   void move_counts(int32_t v, int32_t from, int32_t to) {
+    if (!s_.net_held.empty()) {
+      double d_from, d_to;
+      held_delta(s_, count_.data(), k_, part_, v, from, to, d_from, d_to);
+      load_f_[from] += d_from;
+      load_f_[to] += d_to;
+    } else {
+      load_f_[from] -= s_.memory[v];
+      load_f_[to] += s_.memory[v];
+    }
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const size_t e = static_cast<size_t>(s_.vertex_nets[i]) * k_;
       --count_[e + from];
@@ -172,10 +192,16 @@ class Fm {
       const int32_t e = s_.vertex_nets[i];
       const int32_t cf = count_[static_cast<size_t>(e) * k_ + from];
       const int32_t ct = count_[static_cast<size_t>(e) * k_ + to];
-      if (cf > 1 && ct > 2) continue;  // no gain of another pin changed
+      // Whose gain changed: `from` emptied or `to` newly touched changes every pin's gain
+      // towards that part; one pin left in `from` (or a second one in `to`) changes only the
+      // leave bonus of the pins in that part.
+      const bool all = cf == 0 || ct == 1;
+      const bool in_from = cf == 1, in_to = ct == 2;
+      if (!all && !in_from && !in_to) continue;
       for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) {
         const int32_t u = s_.pins[j];
         if (locked_[u] || u == v) continue;
+        if (!all && !((in_from && part_[u] == from) || (in_to && part_[u] == to))) continue;
         ++version_[u];
         push(heap, u, seed);
       }
@@ -187,7 +213,7 @@ class Fm {
   int k_;
   std::vector<int32_t>& part_;
   std::vector<int32_t> count_;
-  std::vector<double> load_c_, load_m_, gain_;
+  std::vector<double> load_c_, load_m_, load_f_, gain_;
   std::vector<uint8_t> touched_;
   std::vector<uint32_t> version_;
   std::vector<uint8_t> locked_;

@@ -89,6 +89,72 @@ void fill(const SubHypergraph& s, const std::vector<int32_t>& verts, const std::
   }
 }
 
+// Row bands with chosen cut points: part j (in order) ends its band at the row, among those it
+// can hold and that leave the later parts room for the rest, where the fewest net bytes cross
+// the cut (key blocks above it still read below it); ties go to the later row. On a
+// shared-question sequence those cuts are the answer boundaries, where only the question's KV
+// crosses; on a causal one the choice leans to earlier cuts. Rows are the runs of `verts`
+// given by `row_starts`; cut_cost[r] is the cost of cutting after row r.
+void fill_bands(const SubHypergraph& s, const std::vector<int32_t>& verts,
+                const std::vector<size_t>& row_starts, const std::vector<double>& cut_cost,
+                const std::vector<int>& parts, const PartCaps& caps, Loads& l,
+                std::vector<int32_t>& part) {
+  const size_t num_rows = row_starts.size() - 1;
+  std::vector<double> rc(num_rows, 0.0), rm(num_rows, 0.0);
+  for (size_t r = 0; r < num_rows; ++r)
+    for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) {
+      rc[r] += s.compute[verts[i]];
+      rm[r] += s.memory[verts[i]];
+    }
+  // Suffix sums: load of rows r.. end.
+  std::vector<double> suf_c(num_rows + 1, 0.0), suf_m(num_rows + 1, 0.0);
+  for (size_t r = num_rows; r-- > 0;) {
+    suf_c[r] = suf_c[r + 1] + rc[r];
+    suf_m[r] = suf_m[r + 1] + rm[r];
+  }
+  size_t start = 0;  // first row not yet placed
+  for (size_t j = 0; j < parts.size() && start < num_rows; ++j) {
+    const int p = parts[j];
+    size_t end = num_rows;  // one past the band's last row
+    if (j + 1 < parts.size()) {
+      double later_c = 0, later_m = 0;
+      for (size_t i = j + 1; i < parts.size(); ++i) {
+        later_c += std::max(0.0, caps.compute[parts[i]] - l.c[parts[i]]);
+        later_m += std::max(0.0, caps.memory[parts[i]] - l.m[parts[i]]);
+      }
+      // Largest end that fits p.
+      size_t e_max = start;
+      double c = l.c[p], m = l.m[p];
+      while (e_max < num_rows && c + rc[e_max] <= caps.compute[p] && m + rm[e_max] <= caps.memory[p]) {
+        c += rc[e_max];
+        m += rm[e_max];
+        ++e_max;
+      }
+      // Smallest end that leaves the rest within the later parts' room.
+      size_t e_min = start;
+      while (e_min < num_rows && (suf_c[e_min] > later_c || suf_m[e_min] > later_m)) ++e_min;
+      end = e_max;
+      if (e_min < e_max) {
+        double best = 1e300;
+        for (size_t e = e_max; e >= e_min && e > start; --e) {
+          const double cost = e >= num_rows ? 0.0 : cut_cost[e - 1];
+          if (cost < best - 1e-9) {
+            best = cost;
+            end = e;
+          }
+          if (e == e_min) break;
+        }
+      }
+    }
+    for (size_t r = start; r < end; ++r)
+      for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) put(s, verts[i], p, l, part);
+    start = end;
+  }
+  // Whatever no part could hold goes to the last part (callers repair).
+  for (size_t r = start; r < num_rows; ++r)
+    for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) put(s, verts[i], parts.back(), l, part);
+}
+
 // Homes after their tiles: each token block goes where most of its nets' bytes already are,
 // among the parts with memory room (the most room on ties), else to the part with most room.
 void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
@@ -126,7 +192,8 @@ void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
 
 }  // namespace
 
-std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps) {
+std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
+                                        InitialStrategy strategy) {
   const int k = caps.k();
   const int32_t n = s.num_vertices();
   std::vector<int32_t> part(static_cast<size_t>(n), -1);
@@ -179,6 +246,10 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
   std::vector<double> score(static_cast<size_t>(k), 0.0);
   std::vector<int32_t> nets, tiles_row, tiles_group, tiles_zigzag, homes;
   std::vector<size_t> row_starts;
+  std::vector<double> cut_cost;
+  // Token block id -> row index inside the sequence being cut (rows are token blocks).
+  std::vector<int32_t> row_index(
+      static_cast<size_t>(n == 0 ? 0 : *std::max_element(s.row.begin(), s.row.end()) + 1), -1);
   // Totals of the sequences placed after position i of the order.
   std::vector<double> rest_c(seqs.size() + 1, 0.0), rest_m(seqs.size() + 1, 0.0);
   for (size_t i = seqs.size(); i-- > 1;) {
@@ -299,8 +370,10 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       } else if (variant == 1) {
         fill(s, tiles_group, parts, lim, trial, part);
         place_homes(s, homes, parts, lim, trial, part, score);
-      } else {
+      } else if (variant == 2) {
         fill(s, tiles_zigzag, parts, lim, trial, part);
+      } else {
+        fill_bands(s, tiles_row, row_starts, cut_cost, parts, lim, trial, part);
       }
       const double cost = nets_cost(s, nets, part, sc);
       // Overflow beyond the limits must be repaired later at a cost not counted here, so a
@@ -321,13 +394,43 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       }
       for (int32_t v : tiles_row) part[v] = -1;
     };
-    consider(0, ascending);
-    consider(0, chosen);
-    if (several_groups && s.sub_parts <= 1) {
+    // A strategy other than Best tries only its own cut where it applies (row bands otherwise).
+    const bool group_ok = several_groups && (s.sub_parts <= 1 || strategy == InitialStrategy::GroupFirst);
+    const bool use_rows = strategy == InitialStrategy::Best ||
+                          (strategy == InitialStrategy::GroupFirst && !group_ok) ||
+                          (strategy == InitialStrategy::Zigzag && num_rows <= 2);
+    if (use_rows) {
+      consider(0, ascending);
+      consider(0, chosen);
+    }
+    if (group_ok && strategy != InitialStrategy::Zigzag) {
       consider(1, ascending);
       consider(1, chosen);
     }
-    if (num_rows > 2) consider(2, chosen);
+    if (num_rows > 2 && strategy != InitialStrategy::GroupFirst) consider(2, chosen);
+    if (num_rows > 2 && chosen.size() > 1 && strategy == InitialStrategy::Best) {
+      // Cost of a cut after each row: nets whose rows span it (a KV block read further down).
+      for (size_t r = 0; r < num_rows; ++r)
+        row_index[static_cast<size_t>(s.row[tiles_row[row_starts[r]]])] = static_cast<int32_t>(r);
+      cut_cost.assign(num_rows, 0.0);
+      std::vector<double> diff(num_rows + 1, 0.0);
+      for (int32_t e : nets) {
+        int32_t lo = -1, hi = -1;
+        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+          const int32_t r = row_index[static_cast<size_t>(s.row[s.pins[i]])];
+          lo = lo < 0 ? r : std::min(lo, r);
+          hi = std::max(hi, r);
+        }
+        if (hi > lo) {
+          diff[static_cast<size_t>(lo)] += s.net_weight[e];
+          diff[static_cast<size_t>(hi)] -= s.net_weight[e];
+        }
+      }
+      double run = 0;
+      for (size_t r = 0; r < num_rows; ++r) cut_cost[r] = (run += diff[r]);
+      consider(3, ascending);
+      consider(3, chosen);
+    }
     for (size_t i = 0; i < tiles_row.size(); ++i) part[tiles_row[i]] = best_part[i];
     l = best_l;
   }
