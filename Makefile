@@ -1,10 +1,14 @@
 # The two commands of the README, plus the steps they are made of.
-#   make demo   install missing packages, build Release, run dcp on the built-in default batch
+#   make demo   install missing packages, build Release, plan the built-in default batch, then run
+#               a small batch for real on 4 in-process ranks and (with mpirun) on 2 MPI ranks
 #   make test   install missing packages, build, run every test (ctest)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 DEMO_ARGS ?= --profile ldc --seed 1 --cluster a100-p4d --nodes 4 --block 1024
+RUN_ARGS ?= --backend cpu --profile ldc --seed 3 --tokens 2048 --block 128 --placement dcp
+# Open MPI refuses root unless told; only the demo's own mpirun command gets these variables.
+MPI_ENV := $(if $(filter 0,$(shell id -u)),OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,)
 
 .PHONY: all deps configure build demo test bench clean
 
@@ -22,6 +26,11 @@ build: configure
 demo: build
 	./$(BUILD)/dcp plan $(DEMO_ARGS) --write-batch $(BUILD)/demo_batch.json
 	@echo "(the batch used is in $(BUILD)/demo_batch.json)"
+	./$(BUILD)/dcp run $(RUN_ARGS) --ranks 4
+	@if command -v mpirun >/dev/null 2>&1; then \
+	  echo "$(MPI_ENV) mpirun -np 2 --oversubscribe ./$(BUILD)/dcp run $(RUN_ARGS)"; \
+	  $(MPI_ENV) mpirun -np 2 --oversubscribe ./$(BUILD)/dcp run $(RUN_ARGS); \
+	else echo "(mpirun not found: skipping the MPI run)"; fi
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

@@ -16,7 +16,14 @@
 #include "dcp/io.h"
 #include "dcp/metrics.h"
 #include "dcp/partition.h"
+#include "dcp/plan.h"
+#include "dcp/sim.h"
 #include "table.h"
+
+#if __has_include("dcp/plan_svg.h")
+#include "dcp/plan_svg.h"
+#define DCP_CLI_HAVE_PLAN_SVG 1
+#endif
 
 namespace dcp::cli {
 namespace {
@@ -31,6 +38,11 @@ struct PlanArgs {
   std::vector<std::string> partitioners{"builtin"};
   PlacementOptions placement;
   std::string export_hgr;
+  int stages = 4;
+  std::string plan_method = "dcp";  // whose plan --save-plan / --dump / --svg use
+  std::string save_plan;
+  bool dump = false;
+  std::string svg;
 };
 
 struct MethodResult {
@@ -41,8 +53,17 @@ struct MethodResult {
   std::vector<std::string> violations;
 };
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+// The picture includes the simulated time, so people see cost beside the geometry.
+void write_plan_svg(const Plan& plan, const Cluster& cluster, const std::string& path) {
+#ifdef DCP_CLI_HAVE_PLAN_SVG
+  SimOptions so;
+  so.calibration = calibration_from_cluster(cluster);
+  const SimResult sim = simulate(plan, cluster, so);
+  write_svg(plan, path, SvgOptions{}, &sim);
+#else
+  (void)plan, (void)cluster;
+  raise(ErrorKind::Unsupported, "--svg " + path + ": this build has no plan SVG writer (dcp/plan_svg.h)");
+#endif
 }
 
 nlohmann::json to_json(const MethodResult& r) {
@@ -81,7 +102,11 @@ int run_plan(const PlanArgs& args) {
   const Cluster cluster = resolve_cluster(args.cluster);
   check_block_options(args.blocks, batch.shape);
   args.placement.validate();
+  const PlanOptions plan_opts = plan_options_for(args.stages);
+  check_method(args.plan_method, "--plan-method");
+  const bool want_plan = !args.save_plan.empty() || args.dump || !args.svg.empty();
   if (!args.write_batch.empty()) save_batch(batch, args.write_batch);
+  PlacedBatch chosen;  // the placement of --plan-method, when a plan is wanted
 
   auto t0 = std::chrono::steady_clock::now();
   const BlockTable table = build_block_table(batch, args.blocks);
@@ -101,6 +126,7 @@ int run_plan(const PlanArgs& args) {
     const double ms = ms_since(t1) + table_ms;  // planning = block table + partition
     MethodResult r{name, dcp.placement.note, compute_metrics(table, dcp.placement, cluster), ms,
                    dcp.report.violations};
+    if (want_plan && args.plan_method == "dcp" && chosen.placement.num_devices == 0) chosen = {table, dcp.placement};
     results.push_back(std::move(r));
   }
   if (!args.export_hgr.empty()) {
@@ -114,7 +140,21 @@ int run_plan(const PlanArgs& args) {
     auto t1 = std::chrono::steady_clock::now();
     PlacedBatch placed = make_baseline(kind, batch, args.blocks, cluster);
     const double ms = ms_since(t1);
+    if (want_plan && args.plan_method == name) chosen = placed;
     results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms, {}});
+  }
+
+  if (want_plan) {
+    if (chosen.placement.num_devices == 0) {  // filtered out by --method: place it now
+      chosen = place_method(args.plan_method, batch, args.blocks, cluster, args.placement).placed;
+    }
+    const Plan plan = build_plan(chosen.table, chosen.placement, cluster, plan_opts);
+    if (!args.save_plan.empty()) save_plan(plan, args.save_plan);
+    if (!args.svg.empty()) write_plan_svg(plan, cluster, args.svg);
+    if (args.dump) {
+      std::cout << plan_to_json(plan, true) << "\n";
+      return 0;
+    }
   }
 
   if (args.json) {
@@ -183,6 +223,12 @@ void register_plan(CLI::App& app, Runner& runner) {
   sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")->capture_default_str();
   sub->add_option("--export-hgr", args->export_hgr,
                   "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file");
+  add_stages_option(sub, args->stages);
+  sub->add_option("--plan-method", args->plan_method, "Placement whose plan --save-plan, --dump and --svg use")
+      ->capture_default_str();
+  sub->add_option("--save-plan", args->save_plan, "Write the binary plan (docs/formats.md) to this file");
+  sub->add_flag("--dump", args->dump, "Print the plan as JSON (header, memory, programs) instead of the tables");
+  sub->add_option("--svg", args->svg, "Draw the plan (tile grids by device, memory and compute per device) as SVG");
   sub->callback([args, &runner] { runner = [args] { return run_plan(*args); }; });
 }
 

@@ -10,6 +10,9 @@ namespace dcp::cli {
 using Runner = std::function<int()>;
 
 void register_plan(CLI::App& app, Runner& runner);
+void register_validate(CLI::App& app, Runner& runner);
+void register_simulate(CLI::App& app, Runner& runner);
+void register_run(CLI::App& app, Runner& runner);
 void register_bench(CLI::App& app, Runner& runner);
 
 }  // namespace dcp::cli

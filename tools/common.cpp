@@ -1,7 +1,9 @@
 #include "common.h"
 
+#include <algorithm>
 #include <filesystem>
 
+#include "dcp/baselines.h"
 #include "dcp/error.h"
 #include "dcp/io.h"
 #include "dcp/profiles.h"
@@ -41,16 +43,8 @@ void add_block_options(CLI::App* app, BlockOptions& opts) {
                   "Query heads per head group (default: the query heads of one KV head)");
 }
 
-Batch resolve_batch(const BatchSource& src) {
-  if (!src.batch_file.empty()) return load_batch(src.batch_file);
-  if (!src.dataset_file.empty()) {
-    auto batches = load_dataset(src.dataset_file);
-    if (src.index >= static_cast<int>(batches.size()))
-      raise(ErrorKind::InvalidInput, "--index: " + std::to_string(src.index) + " is out of range (" +
-                                         src.dataset_file + " holds " + std::to_string(batches.size()) +
-                                         " batches)");
-    return batches[static_cast<size_t>(src.index)];
-  }
+namespace {
+ProfileOptions profile_options(const BatchSource& src) {
   ProfileOptions p;
   p.profile = parse_profile(src.profile);
   p.seed = src.seed;
@@ -62,8 +56,38 @@ Batch resolve_batch(const BatchSource& src) {
   p.shape.head_dim = src.head_dim;
   p.shape.dtype = parse_dtype(src.dtype, "--dtype");
   p.validate();
-  auto batches = generate_batches(p, src.index + 1);
+  return p;
+}
+}  // namespace
+
+Batch resolve_batch(const BatchSource& src) {
+  if (!src.batch_file.empty()) return load_batch(src.batch_file);
+  if (!src.dataset_file.empty()) {
+    auto batches = load_dataset(src.dataset_file);
+    if (src.index >= static_cast<int>(batches.size()))
+      raise(ErrorKind::InvalidInput, "--index: " + std::to_string(src.index) + " is out of range (" +
+                                         src.dataset_file + " holds " + std::to_string(batches.size()) +
+                                         " batches)");
+    return batches[static_cast<size_t>(src.index)];
+  }
+  auto batches = generate_batches(profile_options(src), src.index + 1);
   return batches.back();
+}
+
+std::vector<Batch> resolve_batches(const BatchSource& src, int count) {
+  if (count < 1) raise(ErrorKind::InvalidInput, "--batches: must be at least 1 (got " + std::to_string(count) + ")");
+  if (!src.batch_file.empty()) return {load_batch(src.batch_file)};
+  std::vector<Batch> all;
+  if (!src.dataset_file.empty()) {
+    all = load_dataset(src.dataset_file);
+    if (src.index + count > static_cast<int>(all.size()))
+      raise(ErrorKind::InvalidInput, "--index/--batches: batches " + std::to_string(src.index) + ".." +
+                                         std::to_string(src.index + count - 1) + " are out of range (" +
+                                         src.dataset_file + " holds " + std::to_string(all.size()) + " batches)");
+  } else {
+    all = generate_batches(profile_options(src), src.index + count);
+  }
+  return {all.begin() + src.index, all.begin() + src.index + count};
 }
 
 Cluster resolve_cluster(const ClusterSource& src) {
@@ -79,5 +103,55 @@ Cluster resolve_cluster(const ClusterSource& src) {
 }
 
 void check_block_options(const BlockOptions& opts, const AttentionShape& shape) { opts.validate(shape); }
+
+void add_stages_option(CLI::App* app, int& stages) {
+  app->add_option("--stages", stages, "Communication stages after the local stage 0 (the paper's divisions)")
+      ->capture_default_str();
+}
+
+PlanOptions plan_options_for(int stages) {
+  if (stages < 1) raise(ErrorKind::InvalidInput, "--stages: must be at least 1 (got " + std::to_string(stages) + ")");
+  PlanOptions opts;
+  opts.schedule.num_comm_stages = stages;
+  opts.validate();
+  return opts;
+}
+
+std::vector<std::string> all_methods() {
+  std::vector<std::string> out{"dcp"};
+  for (BaselineKind kind : all_baselines()) out.emplace_back(to_string(kind));
+  return out;
+}
+
+void check_method(const std::string& name, const std::string& flag) {
+  const auto methods = all_methods();
+  if (std::find(methods.begin(), methods.end(), name) != methods.end()) return;
+  std::string list;
+  for (const auto& m : methods) list += (list.empty() ? "" : ", ") + m;
+  raise(ErrorKind::InvalidInput, flag + ": unknown placement '" + name + "' (expected one of " + list + ")");
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+PlacedMethod place_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                          const Cluster& cluster, const PlacementOptions& popts) {
+  check_method(method, "--placement");
+  PlacedMethod out;
+  out.method = method;
+  const auto t0 = std::chrono::steady_clock::now();
+  if (method == "dcp") {
+    out.placed.table = build_block_table(batch, blocks);
+    DcpPlacement dcp = place_dcp(out.placed.table, cluster, popts);
+    out.placed.placement = std::move(dcp.placement);
+    out.violations = std::move(dcp.report.violations);
+  } else {
+    for (BaselineKind kind : all_baselines())
+      if (method == to_string(kind)) out.placed = make_baseline(kind, batch, blocks, cluster);
+  }
+  out.placement_ms = ms_since(t0);
+  return out;
+}
 
 }  // namespace dcp::cli

@@ -2,14 +2,19 @@
 // cluster it runs on, and how blocks are cut.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "dcp/batch.h"
 #include "dcp/blocks.h"
 #include "dcp/cluster.h"
+#include "dcp/partition.h"
+#include "dcp/placement.h"
+#include "dcp/plan.h"
 
 namespace dcp::cli {
 
@@ -37,9 +42,32 @@ void add_cluster_options(CLI::App* app, ClusterSource& src);
 void add_block_options(CLI::App* app, BlockOptions& opts);
 
 Batch resolve_batch(const BatchSource& src);
+// `count` consecutive batches from --index on (a --batch file gives exactly one).
+std::vector<Batch> resolve_batches(const BatchSource& src, int count);
 Cluster resolve_cluster(const ClusterSource& src);
 
 // Fills `opts` for the CLI's own error messages; throws InvalidInput naming the flag.
 void check_block_options(const BlockOptions& opts, const AttentionShape& shape);
+
+// --stages: communication stages after the local stage 0 (plan.h's num_comm_stages).
+void add_stages_option(CLI::App* app, int& stages);
+PlanOptions plan_options_for(int stages);  // throws InvalidInput naming --stages
+
+// Placement methods by name: "dcp" first, then every static baseline (baselines.h order).
+std::vector<std::string> all_methods();
+// Throws InvalidInput naming `flag` and listing the methods if `name` is not one of them.
+void check_method(const std::string& name, const std::string& flag);
+
+struct PlacedMethod {
+  std::string method;
+  PlacedBatch placed;
+  std::vector<std::string> violations;  // DCP balance bounds not met (empty for baselines)
+  double placement_ms = 0;              // block table (DCP) + placement
+};
+// Places `batch` with `method` ("dcp" uses `popts`; baselines cut their own tables).
+PlacedMethod place_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                          const Cluster& cluster, const PlacementOptions& popts);
+
+double ms_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace dcp::cli

@@ -16,6 +16,9 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "dcp 0.1.0");
   dcp::cli::Runner runner;
   dcp::cli::register_plan(app, runner);
+  dcp::cli::register_validate(app, runner);
+  dcp::cli::register_run(app, runner);
+  dcp::cli::register_simulate(app, runner);
   dcp::cli::register_bench(app, runner);
   try {
     app.parse(argc, argv);

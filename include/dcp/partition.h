@@ -14,15 +14,25 @@
 //             one extra device, forward + backward (the model of metrics.h):
 //               Q-side : Q + O partial + LSE (fwd), Q + dO + LSE + Delta + dQ partial (bwd)
 //               KV-side: KV (fwd), KV + dKV partial (bwd)
+//             Partials (O, dQ, dKV) count in fp32 (BlockTable::partial_bytes), copies in the
+//             element type (data_bytes).
 // Objective: sum over nets of bytes x (devices touching the net - 1), where a remote device on
 // another node than the home costs Cluster::inter_weight() per byte. This equals the
 // intra + inter bytes of compute_metrics() for the same placement.
 //
 // Constraints (both enforced, then checked on the final placement):
-//   per device: compute <= (1 + eps_compute) x mean, owned memory <= (1 + eps_memory) x mean.
-//   per node (first level): the same with eps x node_eps_factor. The default factor 1/4 splits
-//   the tolerance between the levels: a node level looser than eps would leave devices of a heavy
-//   node unable to meet the per-device bound against the global mean.
+//   per device: compute <= (1 + eps_compute) x mean, owned memory <= (1 + eps_memory) x mean,
+//   and full memory (owned + received copies + partials) <= (1 + eps_memory) x its mean.
+//   per node (first level): the same with eps x node_eps_factor (the node level aims there;
+//   it accepts up to eps). Why 1/2 by default: the per-device bound is against the global
+//   mean, so a node at (1 + eps) x its share would need a perfect split of its devices; a node
+//   held to eps/2 leaves every device eps/2 of slack for tile and token-block granularity,
+//   while still letting the node level (where bytes are expensive) trade balance for bytes.
+//   Measured on the issue-3 instances (bench/results/placement.md): 1/2 moves 5-15% fewer
+//   inter-node bytes than 1/4; 1 is no better on average and worse on longalign. (The paper's
+//   "x4 between nodes" loosens the node level instead; with a global per-device bound that
+//   cannot hold.) When a node's share still cannot be split (token blocks are coarse: a few
+//   per device), a last repair moves blocks across nodes; what remains is reported.
 // A placement that still violates a bound after repair is returned with the violations listed
 // in the report (PlacementReport::violations); callers must look at them.
 #pragma once
@@ -50,6 +60,12 @@ struct PlacementHypergraph {
   std::vector<int64_t> net_begin;      // CSR over nets; size num_nets + 1
   std::vector<int32_t> pins;           // first pin of each net = its token-block vertex
   std::vector<int64_t> net_bytes;      // per net
+  // Bytes a device other than the home holds while it touches the net (received copies and
+  // fp32 partial buffers, as compute_metrics counts memory), in the forward and the backward
+  // working set. The backward set is the larger for every net (it adds dO, Delta and the fp32
+  // dQ / dKV partials), so refinement charges held_bwd_bytes per (net, remote device).
+  std::vector<int64_t> held_fwd_bytes;  // per net
+  std::vector<int64_t> held_bwd_bytes;  // per net
 
   int32_t num_vertices() const { return num_tiles + num_token_blocks; }
   int32_t num_nets() const { return static_cast<int32_t>(net_bytes.size()); }
@@ -75,6 +91,11 @@ struct ConnectivityBytes {
 ConnectivityBytes connectivity_bytes(const PlacementHypergraph& h,
                                      const std::vector<int32_t>& parts, const Cluster& cluster);
 
+// Everything each device holds (compute_metrics' DeviceLoad::memory_bytes): owned bytes plus
+// the larger of the forward and backward sums of held bytes over the nets it touches remotely.
+std::vector<int64_t> full_memory_bytes(const PlacementHypergraph& h,
+                                       const std::vector<int32_t>& parts, int num_devices);
+
 // ---- options, report, entry point -----------------------------------------------------------
 
 enum class PartitionerKind { Builtin, Metis, Zoltan };
@@ -86,11 +107,17 @@ std::vector<PartitionerKind> available_partitioners();
 struct PlacementOptions {
   PartitionerKind partitioner = PartitionerKind::Builtin;
   double eps_compute = 0.1;       // per-device compute tolerance
-  double eps_memory = 0.2;        // per-device owned-memory tolerance
-  double node_eps_factor = 0.25;  // node-level tolerance = eps x factor
+  double eps_memory = 0.2;        // per-device memory tolerance (owned and full, see below)
+  double node_eps_factor = 0.5;   // node-level target tolerance = eps x factor
   uint64_t seed = 1;
-  int refine_passes = 12;         // built-in: label-propagation passes per level
-  // Throws InvalidInput naming the option (eps < 0, factor <= 0, passes < 0).
+  int refine_passes = 12;         // built-in: FM passes per level
+  // Built-in: initial placements tried at the device level, each refined, the best kept
+  // (1: the structured placement; 2: + zigzag rows; 3: + head-group-major). Each start costs
+  // about one more device level; 3 was measured ~10 % fewer bytes than 2 on long causal
+  // sequences but over the 200 ms planning target on the micro setting.
+  int initial_starts = 2;
+  // Throws InvalidInput naming the option (eps < 0, factor <= 0, passes < 0, starts outside
+  // [1, 3]).
   void validate() const;
 };
 
@@ -101,6 +128,9 @@ struct PlacementReport {
   double objective = 0;      // intra + inter_weight x inter
   double compute_imbalance = 0;  // max / mean over devices (fwd + bwd FLOPs)
   double memory_imbalance = 0;   // max / mean over devices (owned bytes)
+  // max / mean over devices of everything a device holds: owned data, received copies and
+  // fp32 partials (full_memory_bytes; equals compute_metrics' memory_imbalance).
+  double full_memory_imbalance = 0;
   double node_compute_imbalance = 0;
   double node_memory_imbalance = 0;
   std::vector<std::string> violations;  // empty when every bound holds

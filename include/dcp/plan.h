@@ -178,7 +178,8 @@ struct Plan {
 
 // Bytes of one data block of `kind` for `tokens` tokens and one head group (KV-side kinds:
 // one KV set). Q, KV (K and V), dO in the dtype; O, dQ, dKV as fp32 partials; LSE and Delta
-// fp32 per row and query head. Used for slot sizes and transfer sizes alike.
+// fp32 per row and query head (= BlockTable::partial_bytes). Used for slot sizes and transfer
+// sizes alike.
 int64_t plan_block_bytes(const BlockTable& table, DataKind kind, int64_t tokens);
 // Slot size of `kind`: plan_block_bytes(kind, max block tokens).
 int64_t slot_bytes(const BlockTable& table, DataKind kind);

@@ -32,8 +32,9 @@ struct ScheduleOptions {
   // Communication stages after the local stage 0 (the paper's divisions); total stages =
   // num_comm_stages + 1. At least 1.
   int num_comm_stages = 4;
-  // Balance each round's transfer time (bytes / link bandwidth, with per-node NIC sharing)
-  // against the compute it must hide (cost model). false = the paper's even byte budget.
+  // Split the transfers evenly over the rounds by predicted time (bytes / link bandwidth of
+  // the source, with per-node NIC sharing, plus latency), re-balancing what is left after each
+  // round. false = the paper's even split of bytes.
   bool balance_by_time = true;
   // Relay inter-node blocks needed by several devices of one node through one of them.
   bool two_phase = true;

@@ -5,14 +5,16 @@
 //     flops / rate + per-tile overhead + a launch overhead; Merge and Copy cost their bytes
 //     (read + write) / memory bandwidth + a launch overhead (rates from a Calibration).
 //   * CommStart posts its transfers at the device's current compute time; a transfer is ready
-//     once both ends have posted it, and then occupies its links: inside a node the sender's
-//     egress and the receiver's ingress at intra_bw; across nodes additionally one "lane" of
-//     each node's NIC (nic_bw_node / inter_bw_device lanes of inter_bw_device each), so the
-//     devices of a node share the NIC. Duration = latency + bytes / bandwidth; transfers that
-//     share a resource are served in order of readiness.
+//     once both ends have posted it. It then crosses its resources, each a FIFO server at its
+//     own rate, all serving it at once (cut-through): inside a node the sender's egress and
+//     the receiver's ingress at intra_bw; across nodes the sender's and receiver's inter-node
+//     ports at inter_bw_device and both nodes' NICs at nic_bw_node (shared by the node's
+//     devices). It arrives one latency after the slowest resource has served it; transfers
+//     sharing a resource are served in order of readiness.
 //   * CommWait stalls the compute stream until every transfer of its round has arrived.
 // Outputs: per device and pass the finish time, busy compute time and stall time; the pass
-// time (slowest device); how much of the communication was hidden behind compute; the
+// time (slowest device); how much of the communication was hidden behind compute (a stall
+// counts as exposed communication only after both ends had posted the transfer); the
 // critical path (the slowest device's compute and stalls, with the last transfer it waited
 // for); and optionally a Chrome-trace / Perfetto JSON timeline.
 #pragma once
@@ -54,6 +56,7 @@ struct DeviceSim {
   double finish_s[2] = {0, 0};    // [fwd, bwd]: when the device's program ends
   double compute_s[2] = {0, 0};   // busy time of the compute stream
   double stall_s[2] = {0, 0};     // time blocked in CommWait
+  double exposed_comm_s[2] = {0, 0};  // part of the stalls after the data was ready to move
   double comm_in_s[2] = {0, 0};   // summed durations of transfers it received
 };
 
@@ -63,7 +66,7 @@ struct SimResult {
   double bwd_s = 0;   // slowest device, backward
   double total_s() const { return fwd_s + bwd_s; }
   double comm_s = 0;           // summed transfer durations (both passes)
-  double exposed_comm_s = 0;   // summed stalls
+  double exposed_comm_s = 0;   // summed DeviceSim::exposed_comm_s
   double hidden_fraction = 1;  // 1 - exposed / comm (1 when nothing moves)
   std::vector<std::string> critical_path;  // human-readable steps of the slowest device
   std::string trace_json;                  // Chrome trace (when SimOptions::trace)

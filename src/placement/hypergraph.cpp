@@ -10,7 +10,8 @@ namespace dcp {
 namespace {
 
 int64_t q_side_bytes(const BlockTable& t, int64_t tokens) {
-  // forward: Q out, partial O + LSE back; backward: Q, dO, LSE, Delta out, dQ partial back.
+  // forward: Q out, partial O (fp32) + LSE back; backward: Q, dO, LSE, Delta out, dQ partial
+  // (fp32) back. Partials travel in fp32, as compute_metrics counts them.
   return 2 * t.data_bytes(DataKind::Q, tokens) + t.partial_bytes(DataKind::O, tokens) +
          2 * t.data_bytes(DataKind::LSE, tokens) + t.data_bytes(DataKind::dO, tokens) +
          t.data_bytes(DataKind::Delta, tokens) + t.partial_bytes(DataKind::dQ, tokens);
@@ -18,6 +19,21 @@ int64_t q_side_bytes(const BlockTable& t, int64_t tokens) {
 
 int64_t kv_side_bytes(const BlockTable& t, int64_t tokens) {
   return 2 * t.data_bytes(DataKind::KV, tokens) + t.partial_bytes(DataKind::dKV, tokens);
+}
+
+// What a non-home device touching the net holds (mirrors compute_metrics' memory model).
+int64_t q_held_fwd(const BlockTable& t, int64_t n) {
+  return t.data_bytes(DataKind::Q, n) + t.partial_bytes(DataKind::O, n) +
+         t.partial_bytes(DataKind::LSE, n);
+}
+int64_t q_held_bwd(const BlockTable& t, int64_t n) {
+  return t.data_bytes(DataKind::Q, n) + t.data_bytes(DataKind::dO, n) +
+         t.data_bytes(DataKind::LSE, n) + t.data_bytes(DataKind::Delta, n) +
+         t.partial_bytes(DataKind::dQ, n);
+}
+int64_t kv_held_fwd(const BlockTable& t, int64_t n) { return t.data_bytes(DataKind::KV, n); }
+int64_t kv_held_bwd(const BlockTable& t, int64_t n) {
+  return t.data_bytes(DataKind::KV, n) + t.partial_bytes(DataKind::dKV, n);
 }
 
 int64_t owned_bytes(const BlockTable& t, int64_t tokens) {
@@ -45,6 +61,8 @@ PlacementHypergraph build_placement_hypergraph(const BlockTable& table) {
   h.compute_flops.assign(static_cast<size_t>(nv), 0.0);
   h.memory_bytes.assign(static_cast<size_t>(nv), 0);
   h.net_bytes.resize(static_cast<size_t>(num_nets));
+  h.held_fwd_bytes.resize(static_cast<size_t>(num_nets));
+  h.held_bwd_bytes.resize(static_cast<size_t>(num_nets));
 
   auto q_net = [&](const Tile& t) { return t.q_block * h.nets_per_block + t.head_group; };
   auto kv_net = [&](const Tile& t) {
@@ -66,7 +84,10 @@ PlacementHypergraph build_placement_hypergraph(const BlockTable& table) {
     for (int32_t j = 0; j < h.nets_per_block; ++j) {
       const int32_t e = b * h.nets_per_block + j;
       h.pins[fill[e]++] = h.block_vertex(b);
-      h.net_bytes[e] = j < num_groups ? q_side_bytes(table, tokens) : kv_side_bytes(table, tokens);
+      const bool q = j < num_groups;
+      h.net_bytes[e] = q ? q_side_bytes(table, tokens) : kv_side_bytes(table, tokens);
+      h.held_fwd_bytes[e] = q ? q_held_fwd(table, tokens) : kv_held_fwd(table, tokens);
+      h.held_bwd_bytes[e] = q ? q_held_bwd(table, tokens) : kv_held_bwd(table, tokens);
     }
   }
   for (int32_t i = 0; i < h.num_tiles; ++i) {
@@ -125,6 +146,28 @@ ConnectivityBytes connectivity_bytes(const PlacementHypergraph& h,
   return out;
 }
 
+std::vector<int64_t> full_memory_bytes(const PlacementHypergraph& h,
+                                       const std::vector<int32_t>& parts, int num_devices) {
+  DCP_ASSERT(static_cast<int32_t>(parts.size()) == h.num_vertices());
+  const auto nd = static_cast<size_t>(num_devices);
+  std::vector<int64_t> owned(nd, 0), fwd(nd, 0), bwd(nd, 0);
+  for (int32_t v = 0; v < h.num_vertices(); ++v) owned[parts[v]] += h.memory_bytes[v];
+  std::vector<int32_t> seen(nd, -1);
+  for (int32_t e = 0; e < h.num_nets(); ++e) {
+    const int32_t home = parts[h.pins[h.net_begin[e]]];
+    seen[home] = e;
+    for (int64_t i = h.net_begin[e] + 1; i < h.net_begin[e + 1]; ++i) {
+      const int32_t d = parts[h.pins[i]];
+      if (seen[d] == e) continue;
+      seen[d] = e;
+      fwd[d] += h.held_fwd_bytes[e];
+      bwd[d] += h.held_bwd_bytes[e];
+    }
+  }
+  for (size_t d = 0; d < nd; ++d) owned[d] += std::max(fwd[d], bwd[d]);
+  return owned;
+}
+
 const char* to_string(PartitionerKind kind) {
   switch (kind) {
     case PartitionerKind::Builtin: return "builtin";
@@ -162,6 +205,8 @@ void PlacementOptions::validate() const {
     bad("node_eps_factor must be > 0 (got " + std::to_string(node_eps_factor) + ")");
   if (refine_passes < 0)
     bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
+  if (initial_starts < 1 || initial_starts > 3)
+    bad("initial_starts must be in [1, 3] (got " + std::to_string(initial_starts) + ")");
 }
 
 }  // namespace dcp

@@ -19,12 +19,26 @@ struct SubHypergraph {
   // Preferred companion for the initial placement: the Q-side (else KV-side) token block
   // of a tile, as a sub vertex; -1 for token blocks and tiles whose blocks live elsewhere.
   std::vector<int32_t> anchor;
+  // Geometry (what the built-in backend exploits; other backends ignore it). Per sub vertex:
+  // the sequence, the head group (-1 for a token block), the query block and the key block
+  // (both = the block itself for a token block), as global token block ids.
+  std::vector<int32_t> seq, group, row, col;
+  // Devices each part of this level is split into later (the node level of a cluster with
+  // several devices per node). Cutting by head group across such parts is then avoided: the
+  // next level wants whole rows to cut by group without fetching remote data twice.
+  int sub_parts = 1;
   std::vector<int64_t> net_begin;  // CSR over sub nets
   std::vector<int32_t> pins;       // sub vertex ids
   std::vector<double> net_weight;  // objective weight per extra part
   // 1 when the net also touches a fixed part outside this level (its home lies elsewhere):
   // the cost is then weight x parts touched, not weight x (parts - 1).
   std::vector<uint8_t> net_external;
+  // Full-memory accounting (empty = not tracked): per net, the bytes a part other than the
+  // home's holds while it touches the net (received copies and fp32 partials), and the sub
+  // vertex of the net's home (-1 when the home lies outside this level: every part touching
+  // the net then holds a copy).
+  std::vector<double> net_held;
+  std::vector<int32_t> net_home;
   std::vector<int64_t> vertex_begin;  // CSR vertex -> sub nets
   std::vector<int32_t> vertex_nets;
 
@@ -36,8 +50,41 @@ struct SubHypergraph {
 struct PartCaps {
   std::vector<double> compute;  // per part: upper bound
   std::vector<double> memory;
+  // Per part: bound on everything it holds (owned memory + held copies); empty = unbounded.
+  // Only meaningful when the sub-hypergraph tracks net_held.
+  std::vector<double> full_memory;
   int k() const { return static_cast<int>(compute.size()); }
+  bool has_full() const { return !full_memory.empty(); }
 };
+
+// Full memory per part (owned + held copies) for pin counts `count` (net * k + part).
+std::vector<double> full_loads(const SubHypergraph& s, const std::vector<int32_t>& count, int k,
+                               const std::vector<int32_t>& part);
+
+// Change of the full memory of `from` and `to` when v moves between them (counts before the
+// move): a tile entering a part that does not hold its Q/KV group adds the held bytes; a home
+// leaving a part where its tiles stay leaves a copy behind there.
+inline void held_delta(const SubHypergraph& s, const int32_t* count, int k,
+                       const std::vector<int32_t>& part, int32_t v, int32_t from, int32_t to,
+                       double& d_from, double& d_to) {
+  d_from = -s.memory[v];
+  d_to = s.memory[v];
+  if (s.net_held.empty()) return;
+  for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+    const int32_t e = s.vertex_nets[i];
+    const double held = s.net_held[e];
+    const int32_t* c = count + static_cast<size_t>(e) * k;
+    const int32_t home = s.net_home[e];
+    if (home == v) {
+      if (c[to] > 0) d_to -= held;
+      if (c[from] > 1) d_from += held;
+    } else {
+      const int32_t hp = home >= 0 ? part[home] : -1;
+      if (c[from] == 1 && from != hp) d_from -= held;
+      if (c[to] == 0 && to != hp) d_to += held;
+    }
+  }
+}
 
 double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k);
 
@@ -50,6 +97,25 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
 void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
                               int passes, std::vector<int32_t>& part);
 
+// Structured initial placement ("pack, then split only what must be split"): sequences by
+// decreasing size, each placed whole on the part with the most room where it fits both caps;
+// a sequence that fits nowhere is cut over the parts with the most room, trying row bands and
+// head-group-major cuts and keeping the cheapest by the exact objective. Needs the geometry
+// fields. Parts may end over a cap when the total does not fit; callers repair.
+// Best: per cut sequence, the cheapest of every candidate cut. GroupFirst: head-group-major cuts
+// wherever a sequence has several groups (also at a level whose parts are split again).
+// Zigzag: zigzag row runs wherever a sequence has more than two rows. The built-in backend runs
+// all three through repair and FM and keeps the best (a portfolio: FM ends in different local
+// optima from different starts).
+enum class InitialStrategy { Best, GroupFirst, Zigzag };
+std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
+                                        InitialStrategy strategy = InitialStrategy::Best);
+
+// k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
+// the best prefix) that keep both capacities; never increases the objective.
+void refine_fm(const SubHypergraph& s, const PartCaps& caps, uint64_t seed, int passes,
+               std::vector<int32_t>& part);
+
 class Partitioner {
  public:
   virtual ~Partitioner() = default;
@@ -59,10 +125,11 @@ class Partitioner {
                                          uint64_t seed, int refine_passes) const = 0;
 };
 
-std::unique_ptr<Partitioner> make_builtin_partitioner();
+// `starts`: initial placements tried at the device level (1: Best; 2: + Zigzag; 3: + GroupFirst).
+std::unique_ptr<Partitioner> make_builtin_partitioner(int starts = 2);
 std::unique_ptr<Partitioner> make_metis_partitioner();
 std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built
-std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind);
+std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind, int builtin_starts = 2);
 
 // splitmix64: the project's portable PRNG step.
 inline uint64_t splitmix64(uint64_t& state) {

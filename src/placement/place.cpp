@@ -25,8 +25,9 @@ std::string fmt_ratio(double x) {
 }
 
 // The sub-hypergraph of the vertices with level_part[v] == which (all when which < 0).
-placement::SubHypergraph make_sub(const PlacementHypergraph& h, const std::vector<int32_t>& node,
-                                  int32_t which, double inter_weight) {
+placement::SubHypergraph make_sub(const BlockTable& table, const PlacementHypergraph& h,
+                                  const std::vector<int32_t>& node, int32_t which,
+                                  double inter_weight) {
   placement::SubHypergraph s;
   const int32_t nv = h.num_vertices();
   std::vector<int32_t> local(static_cast<size_t>(nv), -1);
@@ -36,6 +37,19 @@ placement::SubHypergraph make_sub(const PlacementHypergraph& h, const std::vecto
     s.global.push_back(v);
     s.compute.push_back(h.compute_flops[v]);
     s.memory.push_back(static_cast<double>(h.memory_bytes[v]));
+    if (v < h.num_tiles) {
+      const Tile& t = table.tiles[v];
+      s.seq.push_back(t.seq);
+      s.group.push_back(t.head_group);
+      s.row.push_back(t.q_block);
+      s.col.push_back(t.kv_block);
+    } else {
+      const int32_t b = v - h.num_tiles;
+      s.seq.push_back(table.token_blocks[b].seq);
+      s.group.push_back(-1);
+      s.row.push_back(b);
+      s.col.push_back(b);
+    }
   }
   s.anchor.assign(s.global.size(), -1);
   s.net_begin.push_back(0);
@@ -60,6 +74,8 @@ placement::SubHypergraph make_sub(const PlacementHypergraph& h, const std::vecto
     const double w = which < 0 || external ? inter_weight : 1.0;
     s.net_weight.push_back(w * static_cast<double>(h.net_bytes[e]));
     s.net_external.push_back(external ? 1 : 0);
+    s.net_held.push_back(static_cast<double>(std::max(h.held_fwd_bytes[e], h.held_bwd_bytes[e])));
+    s.net_home.push_back(local[home]);
   }
   s.finish_incidence();
   return s;
@@ -88,6 +104,70 @@ std::vector<int32_t> run_level(const placement::Partitioner& backend,
   check_parts(part, s.num_vertices(), caps.k(), name);
   placement::repair_balance(s, hard, part);
   return part;
+}
+
+// Full memory (owned + received copies + fp32 partials) against (1 + eps_memory) x its mean.
+// The levels above bound owned memory only: a device computing a band of a long sequence can
+// hold far more than its share in copies. Nodes with a device over the bound are repaired with
+// the full bound (aiming a little under it, since fixing moves tiles back to their data and so
+// lowers the mean), then refined by FM under all bounds; a node that cannot fix itself inside
+// gets the cross-node repair.
+void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
+                         const Cluster& cluster, const PlacementOptions& opts,
+                         std::vector<int32_t>& parts) {
+  const int num_dev = cluster.num_devices(), dpn = cluster.devices_per_node;
+  const int32_t nv = h.num_vertices();
+  const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
+  const double total_m = static_cast<double>(
+      std::accumulate(h.memory_bytes.begin(), h.memory_bytes.end(), int64_t{0}));
+  const double w_inter = cluster.inter_weight();
+  for (int iter = 0; iter < 3; ++iter) {
+    const std::vector<int64_t> full = full_memory_bytes(h, parts, num_dev);
+    const double mean_f =
+        static_cast<double>(std::accumulate(full.begin(), full.end(), int64_t{0})) / num_dev;
+    const double bound = (1 + opts.eps_memory) * mean_f;
+    const double target = (1 + opts.eps_memory * (iter == 0 ? 0.9 : 0.8)) * mean_f;
+    std::vector<uint8_t> node_over(static_cast<size_t>(cluster.nodes), 0);
+    bool any = false;
+    for (int d = 0; d < num_dev; ++d)
+      if (static_cast<double>(full[d]) > bound) node_over[d / dpn] = 1, any = true;
+    if (!any) return;
+    if (dpn > 1) {
+      placement::PartCaps caps;
+      caps.compute.assign(dpn, (1 + opts.eps_compute) * total_c / num_dev);
+      caps.memory.assign(dpn, (1 + opts.eps_memory) * total_m / num_dev);
+      caps.full_memory.assign(dpn, target);
+      std::vector<int32_t> node(static_cast<size_t>(nv));
+      for (int32_t v = 0; v < nv; ++v) node[v] = parts[v] / dpn;
+      for (int n = 0; n < cluster.nodes; ++n) {
+        if (!node_over[n]) continue;
+        const placement::SubHypergraph s = make_sub(table, h, node, n, w_inter);
+        std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
+        for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
+        placement::repair_balance(s, caps, dev);
+        if (opts.partitioner == PartitionerKind::Builtin)
+          placement::refine_fm(s, caps, opts.seed, opts.refine_passes, dev);
+        for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
+      }
+    }
+    if (cluster.nodes > 1) {
+      const std::vector<int64_t> after = full_memory_bytes(h, parts, num_dev);
+      const double mean_a =
+          static_cast<double>(std::accumulate(after.begin(), after.end(), int64_t{0})) / num_dev;
+      bool still = false;
+      for (int d = 0; d < num_dev; ++d)
+        still = still || static_cast<double>(after[d]) > (1 + opts.eps_memory) * mean_a;
+      if (still) {
+        placement::PartCaps caps;
+        caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
+        caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
+        caps.full_memory.assign(num_dev, (1 + opts.eps_memory * 0.9) * mean_a);
+        const std::vector<int32_t> none(static_cast<size_t>(nv), 0);
+        const placement::SubHypergraph all = make_sub(table, h, none, -1, w_inter);
+        placement::repair_balance(all, caps, parts);
+      }
+    }
+  }
 }
 
 }  // namespace
@@ -122,6 +202,22 @@ std::vector<std::string> check_balance(const PlacementHypergraph& h,
                     " bytes exceeds the device memory " +
                     std::to_string(cluster.device_memory_bytes));
   }
+  // Everything a device holds, against its own mean (copies and partials grow with the cut).
+  const std::vector<int64_t> full = full_memory_bytes(h, parts, num_dev);
+  const double mean_f =
+      static_cast<double>(std::accumulate(full.begin(), full.end(), int64_t{0})) / num_dev;
+  report.full_memory_imbalance = 0;
+  for (int d = 0; d < num_dev; ++d) {
+    const double rf = ratio(static_cast<double>(full[d]), mean_f);
+    report.full_memory_imbalance = std::max(report.full_memory_imbalance, rf);
+    if (rf > 1 + opts.eps_memory + 1e-9)
+      out.push_back("device " + std::to_string(d) + ": memory with received copies " +
+                    fmt_ratio(rf) + " x mean > 1 + eps_memory = " + fmt_ratio(1 + opts.eps_memory));
+    if (static_cast<double>(full[d]) > cluster.device_memory_bytes)
+      out.push_back("device " + std::to_string(d) + ": memory with received copies " +
+                    std::to_string(full[d]) + " bytes exceeds the device memory " +
+                    std::to_string(cluster.device_memory_bytes));
+  }
   report.node_compute_imbalance = report.node_memory_imbalance = 0;
   const int dpn = cluster.devices_per_node;
   for (int n = 0; n < cluster.nodes; ++n) {
@@ -149,7 +245,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   DcpPlacement out;
   PlacementReport& rep = out.report;
   rep.partitioner = to_string(opts.partitioner);
-  const auto backend = placement::make_partitioner(opts.partitioner);
+  const auto backend = placement::make_partitioner(opts.partitioner, opts.initial_starts);
 
   const PlacementHypergraph h = build_placement_hypergraph(table);
   rep.build_s = seconds_since(t_start);
@@ -165,7 +261,8 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   auto t0 = Clock::now();
   std::vector<int32_t> node(static_cast<size_t>(nv), 0);
   if (num_nodes > 1) {
-    const placement::SubHypergraph s = make_sub(h, node, -1, w_inter);
+    placement::SubHypergraph s = make_sub(table, h, node, -1, w_inter);
+    s.sub_parts = dpn;
     placement::PartCaps caps;
     caps.compute.assign(num_nodes, (1 + opts.eps_compute * opts.node_eps_factor) * total_c / num_nodes);
     caps.memory.assign(num_nodes, (1 + opts.eps_memory * opts.node_eps_factor) * total_m / num_nodes);
@@ -185,12 +282,33 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     caps.compute.assign(dpn, (1 + opts.eps_compute) * total_c / num_dev);
     caps.memory.assign(dpn, (1 + opts.eps_memory) * total_m / num_dev);
     for (int n = 0; n < num_nodes; ++n) {
-      const placement::SubHypergraph s = make_sub(h, node, n, w_inter);
+      const placement::SubHypergraph s = make_sub(table, h, node, n, w_inter);
       if (s.num_vertices() == 0) continue;
       const std::vector<int32_t> dev = run_level(*backend, s, caps, caps, opts, rep.partitioner.c_str());
       for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
     }
   }
+  // Last resort across nodes: token blocks are coarse (a few per device), so a node can hold
+  // a memory share no split of its devices meets even when the node bound holds. Moving such a
+  // block to a device of another node costs inter-node bytes, but the bounds come first.
+  if (num_nodes > 1) {
+    placement::PartCaps dev_caps;
+    dev_caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
+    dev_caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
+    std::vector<double> c(static_cast<size_t>(num_dev), 0.0), m(static_cast<size_t>(num_dev), 0.0);
+    for (int32_t v = 0; v < nv; ++v) {
+      c[parts[v]] += h.compute_flops[v];
+      m[parts[v]] += static_cast<double>(h.memory_bytes[v]);
+    }
+    bool over = false;
+    for (int d = 0; d < num_dev; ++d)
+      over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
+    if (over) {
+      const placement::SubHypergraph all = make_sub(table, h, parts, -1, w_inter);
+      placement::repair_balance(all, dev_caps, parts);
+    }
+  }
+  if (num_dev > 1) enforce_full_memory(table, h, cluster, opts, parts);
   rep.device_level_s = seconds_since(t0);
 
   const ConnectivityBytes bytes = connectivity_bytes(h, parts, cluster);

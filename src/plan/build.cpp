@@ -14,21 +14,8 @@
 namespace dcp {
 
 int64_t plan_block_bytes(const BlockTable& table, DataKind kind, int64_t tokens) {
-  const int64_t qh = table.groups.q_heads_per_group;
-  const int64_t kvh = table.groups.kv_heads_per_group;
-  const int64_t d = table.shape.head_dim;
-  const int64_t e = element_bytes(table.shape.dtype);
-  switch (kind) {
-    case DataKind::Q:
-    case DataKind::dO: return tokens * qh * d * e;
-    case DataKind::KV: return 2 * tokens * kvh * d * e;
-    case DataKind::O:
-    case DataKind::dQ: return tokens * qh * d * 4;
-    case DataKind::dKV: return 2 * tokens * kvh * d * 4;
-    case DataKind::LSE:
-    case DataKind::Delta: return tokens * qh * 4;
-  }
-  return 0;
+  // The block table's formula (partials in fp32), so metrics, placement and plans agree.
+  return table.partial_bytes(kind, tokens);
 }
 
 int64_t slot_bytes(const BlockTable& table, DataKind kind) {

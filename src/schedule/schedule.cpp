@@ -57,7 +57,8 @@ struct Item {  // a remote input of one device: one side of one (block, group)
   Side side;
   int32_t block;
   int32_t group;
-  double time_s;   // predicted transfer time of all its kinds
+  double time_s;   // what rounds are balanced by: predicted seconds, or bytes (paper policy)
+  double seconds;  // predicted transfer time of all its kinds
   int32_t uses;    // tiles of this device reading it
   int32_t round;   // 0 = not yet delivered
 };
@@ -110,9 +111,10 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       if (item_of[k] < 0) {
         item_of[k] = static_cast<int32_t>(items.size());
         int src = placement.block_home[block];
-        double t_s = static_cast<double>(side_bytes(side, block)) / sched::link_bw(cluster, src, d) +
-                     sched::link_latency(cluster, src, d);
-        items.push_back(Item{side, block, group, t_s, 0, 0});
+        const auto bytes = static_cast<double>(side_bytes(side, block));
+        // The paper's policy measures rounds in bytes; ours in predicted transfer seconds.
+        const double secs = bytes / sched::link_bw(cluster, src, d) + sched::link_latency(cluster, src, d);
+        items.push_back(Item{side, block, group, opts.balance_by_time ? secs : bytes, secs, 0, 0});
       }
       ++items[item_of[k]].uses;
       return item_of[k];
@@ -148,11 +150,13 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
 
     int stage = 1;
     double round_s = 0, remaining_s = total_transfer_s;
+    // Round r gets an even share of what is left to move, measured in predicted seconds
+    // (link bandwidth by source, NIC sharing, latency) or, as in the paper, in bytes. Matching
+    // each round to the previous stage's compute was tried and simulated slower: rounds act
+    // as loose barriers between peers, so uneven rounds propagate stalls.
     auto budget_for = [&](int r) {
       const int rounds_left = num_stages - r;
-      double even = remaining_s / std::max(rounds_left, 1);
-      if (!opts.balance_by_time) return total_transfer_s / std::max(num_stages - 1, 1);
-      return std::max(out.stage_compute_s[d][r - 1], even);
+      return remaining_s / std::max(rounds_left, 1);
     };
     double budget = budget_for(1);
     for (int32_t oi : order) {
@@ -181,7 +185,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
           (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
     }
     for (const Item& it : items) {
-      out.round_transfer_s[d][it.round] += it.time_s;
+      out.round_transfer_s[d][it.round] += it.seconds;
       for (DataKind k : sched::input_kinds(pass, it.side))
         out.inputs.push_back(ScheduledTransfer{k, it.block, it.group, placement.block_home[it.block],
                                                d, it.round, false});

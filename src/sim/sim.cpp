@@ -19,6 +19,7 @@ namespace {
 
 struct Xfer {
   int src = 0, dst = 0;
+  size_t src_pc = 0, dst_pc = 0;  // CommStart instructions posting it
   const Transfer* op = nullptr;  // the sender's op
   int32_t round = 0;
   double post_src = -1, post_dst = -1;
@@ -29,6 +30,13 @@ struct DevState {
   size_t pc = 0;
   double now = 0;
   std::vector<std::vector<int32_t>> group_xfers;  // per instruction index (CommStart): transfer ids
+  struct GroupState {
+    size_t remaining = 0;  // transfers not yet scheduled
+    double done = 0;       // latest arrival so far
+    double ready = 0;      // latest readiness so far
+    int32_t last = -1;     // transfer arriving last
+  };
+  std::vector<GroupState> group;  // per instruction index
   std::map<int32_t, size_t> group_of_round;       // round -> CommStart instruction index
 };
 
@@ -63,7 +71,7 @@ class PassSim {
   std::vector<Xfer> x_;
   std::priority_queue<std::pair<double, int32_t>, std::vector<std::pair<double, int32_t>>, std::greater<>> ready_;
   std::vector<double> eg_intra_, in_intra_, eg_inter_, in_inter_;
-  std::vector<std::vector<double>> nic_out_, nic_in_;
+  std::vector<double> nic_out_, nic_in_;  // per node
   struct Stall {
     double s = 0;
     int32_t round = 0;
@@ -83,9 +91,8 @@ void PassSim::run() {
   in_intra_.assign(P, t0_);
   eg_inter_.assign(P, t0_);
   in_inter_.assign(P, t0_);
-  const int lanes = std::max(1, static_cast<int>(std::lround(c_.nic_bw_node / c_.inter_bw_device)));
-  nic_out_.assign(c_.nodes, std::vector<double>(lanes, t0_));
-  nic_in_.assign(c_.nodes, std::vector<double>(lanes, t0_));
+  nic_out_.assign(c_.nodes, t0_);
+  nic_in_.assign(c_.nodes, t0_);
   // Pair the k-th send from a to b with the k-th receive on b from a (plans are validated).
   std::map<std::pair<int, int>, std::vector<std::pair<int, size_t>>> sends, recvs;  // -> (device, pc)
   std::map<std::pair<int, int>, std::vector<const Transfer*>> send_ops;
@@ -117,11 +124,17 @@ void PassSim::run() {
       x.dst = pair.second;
       x.op = send_ops[pair][k];
       x.round = std::get<CommStart>(prog(x.src).code[list[k].second]).id;
+      x.src_pc = list[k].second;
+      x.dst_pc = rl[k].second;
       const auto id = static_cast<int32_t>(x_.size());
       x_.push_back(x);
       dev_[x.src].group_xfers[list[k].second].push_back(id);
       dev_[x.dst].group_xfers[rl[k].second].push_back(id);
     }
+  }
+  for (int d = 0; d < P; ++d) {
+    dev_[d].group.assign(dev_[d].group_xfers.size(), {});
+    for (size_t pc = 0; pc < dev_[d].group_xfers.size(); ++pc) dev_[d].group[pc].remaining = dev_[d].group_xfers[pc].size();
   }
   while (true) {
     bool progressed = false;
@@ -138,7 +151,7 @@ void PassSim::run() {
                                                 to_string(pass_), dev_[d].pc));
     DeviceSim& ds = res_.devices[d];
     ds.finish_s[pi] = dev_[d].now - t0_;
-    res_.exposed_comm_s += ds.stall_s[pi];
+    res_.exposed_comm_s += ds.exposed_comm_s[pi];
     res_.comm_s += ds.comm_in_s[pi];
   }
   double& pass_s = pass_ == Pass::Forward ? res_.fwd_s : res_.bwd_s;
@@ -176,18 +189,34 @@ void PassSim::post(int d, size_t pc) {
 void PassSim::schedule(int32_t id) {
   Xfer& x = x_[id];
   const double bytes = static_cast<double>(x.op->bytes);
+  // Every resource on the path is a FIFO server at its own rate, all working on the transfer
+  // at once (cut-through); the transfer is done when the slowest has served it.
+  double done = x.ready;
+  auto serve = [&](double& free_at, double bw) {
+    free_at = std::max(free_at, x.ready) + bytes / bw;
+    done = std::max(done, free_at);
+  };
+  double latency = c_.intra_latency_s;
   if (c_.node_of(x.src) == c_.node_of(x.dst)) {
-    x.start = std::max({x.ready, eg_intra_[x.src], in_intra_[x.dst]});
-    x.end = x.start + c_.intra_latency_s + bytes / c_.intra_bw;
-    eg_intra_[x.src] = in_intra_[x.dst] = x.end;
+    serve(eg_intra_[x.src], c_.intra_bw);
+    serve(in_intra_[x.dst], c_.intra_bw);
   } else {
-    auto& lo = nic_out_[c_.node_of(x.src)];
-    auto& li = nic_in_[c_.node_of(x.dst)];
-    auto o = std::min_element(lo.begin(), lo.end());
-    auto i = std::min_element(li.begin(), li.end());
-    x.start = std::max({x.ready, eg_inter_[x.src], in_inter_[x.dst], *o, *i});
-    x.end = x.start + c_.inter_latency_s + bytes / std::min(c_.inter_bw_device, c_.nic_bw_node);
-    eg_inter_[x.src] = in_inter_[x.dst] = *o = *i = x.end;
+    serve(eg_inter_[x.src], c_.inter_bw_device);
+    serve(in_inter_[x.dst], c_.inter_bw_device);
+    serve(nic_out_[c_.node_of(x.src)], c_.nic_bw_node);
+    serve(nic_in_[c_.node_of(x.dst)], c_.nic_bw_node);
+    latency = c_.inter_latency_s;
+  }
+  x.start = x.ready;
+  x.end = done + latency;
+  for (auto [d, pc] : {std::pair{x.src, x.src_pc}, std::pair{x.dst, x.dst_pc}}) {
+    auto& g = dev_[d].group[pc];
+    --g.remaining;
+    g.ready = std::max(g.ready, x.ready);
+    if (x.end > g.done) {
+      g.done = x.end;
+      g.last = id;
+    }
   }
   res_.devices[x.dst].comm_in_s[pass_ == Pass::Forward ? 0 : 1] += x.end - x.start;
   event(x.dst, 1, fmt::format("recv {} b{} from {}", to_string(x.op->kind), x.op->token_block, x.src), x.start, x.end);
@@ -203,17 +232,14 @@ bool PassSim::step(int d) {
     if (std::holds_alternative<CommStart>(ins)) {
       post(d, s.pc);
     } else if (const auto* w = std::get_if<CommWait>(&ins)) {
-      double done = s.now;
-      int32_t last = -1;
-      for (int32_t id : s.group_xfers[s.group_of_round.at(w->id)]) {
-        if (x_[id].end < 0) return advanced;  // blocked
-        if (x_[id].end > done) {
-          done = x_[id].end;
-          last = id;
-        }
-      }
+      const auto& g = s.group[s.group_of_round.at(w->id)];
+      if (g.remaining > 0) return advanced;  // blocked
+      const double done = std::max(s.now, g.done), ready = g.ready;
+      const int32_t last = g.last;
       const double stall = done - s.now;
       res_.devices[d].stall_s[pi] += stall;
+      // Waiting for a peer to post (it is still computing) is imbalance, not communication.
+      res_.devices[d].exposed_comm_s[pi] += std::max(0.0, done - std::max(s.now, ready));
       if (stall > longest_stall_[d].s) longest_stall_[d] = Stall{stall, w->id, last};
       event(d, 0, fmt::format("wait round {}", w->id), s.now, done);
       s.now = done;

@@ -198,6 +198,63 @@ TEST(Executor, Bf16RoundedInputsWithinBf16Tolerance) {
   run_case(test_batch(8, 1, 128, DType::BF16), "ring", 1, 2, 1, true);
 }
 
+// A random mask of every kind for a sequence of `length` tokens (explicit ranges included, with
+// empty rows and several ranges per row).
+Mask random_mask(SplitMix64& rng, int64_t length) {
+  switch (rng.below(6)) {
+    case 0: return Mask::full();
+    case 1: return Mask::causal();
+    case 2: return Mask::lambda(rng.below(8), 1 + rng.below(40));
+    case 3: return Mask::causal_blockwise(16 * (1 + rng.below(2)), rng.below(3), rng.below(2));
+    case 4:
+      if (length >= 5) return Mask::shared_question_for(length, 0.2, 1 + static_cast<int>(rng.below(4)));
+      return Mask::causal();
+    default: {
+      std::vector<std::vector<Range>> rows(static_cast<size_t>(length));
+      for (auto& row : rows) {
+        int64_t at = 0;
+        while (at < length && rng.below(3) != 0) {
+          const int64_t begin = at + rng.below(std::max<int64_t>(1, length / 4));
+          if (begin >= length) break;
+          const int64_t end = std::min(length, begin + 1 + rng.below(std::max<int64_t>(1, length / 3)));
+          row.push_back({begin, end});
+          at = end + 1;
+        }
+      }
+      return Mask::ranges(std::move(rows));
+    }
+  }
+}
+
+// The correctness matrix of the executor issue, sampled: random batches over every mask kind,
+// GQA ratios 1/4/8, head dims 64/128, world sizes 1..8, 1..5 communication stages, every placement.
+TEST(Executor, RandomMatrixMatchesDenseReference) {
+  SplitMix64 rng(2026);
+  std::vector<std::string> methods;
+  for (BaselineKind k : all_baselines()) methods.push_back(to_string(k));
+  for (PartitionerKind p : available_partitioners()) methods.push_back(std::string("dcp:") + to_string(p));
+  const int ratios[] = {1, 4, 8};
+  for (int c = 0; c < 24; ++c) {
+    const int ratio = ratios[c % 3];
+    const int kv_heads = 1 + static_cast<int>(rng.below(2));
+    const int head_dim = c % 2 == 0 ? 64 : 128;
+    Batch batch;
+    batch.shape = AttentionShape{ratio * kv_heads, kv_heads, head_dim, DType::FP32};
+    const int num_seqs = 1 + static_cast<int>(rng.below(4));
+    for (int i = 0; i < num_seqs; ++i) {
+      Sequence seq;
+      seq.length = 1 + rng.below(120);
+      seq.mask = random_mask(rng, seq.length);
+      batch.sequences.push_back(seq);
+    }
+    const int world = 1 + c % 8;
+    // Any world: one node of `world` devices, or two nodes when it splits evenly.
+    const int nodes = world % 2 == 0 && rng.below(2) == 0 ? 2 : 1;
+    const std::string& method = methods[static_cast<size_t>(c) % methods.size()];
+    run_case(batch, method, nodes, world / nodes, 1 + c % 5);
+  }
+}
+
 TEST(Executor, PlanForAnotherWorldSizeIsRefusedBeforeCommunicating) {
   const Batch batch = test_batch(4, 2, 64);
   Cluster cluster;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dcp/error.h"
+#include "dcp/plan_svg.h"
 #include "dcp/sim.h"
 #include "plan/plan_fixtures.h"
 
@@ -83,6 +84,24 @@ TEST(Sim, CalibrationFiles) {
   EXPECT_THROW(parse_calibration("{", "x.json"), Error);
   EXPECT_THROW(simulate(plan_for(placed(BaselineKind::Ring, skewed_batch("causal"), 4), 4), cluster_for(8), SimOptions{}),
                Error);
+}
+
+TEST(Svg, DrawsEveryTileOfTheShownGroupAndEveryDevice) {
+  auto pb = testing::dcp_placed(skewed_batch("shared_question"), 4);
+  Plan p = plan_for(pb, 4);
+  SimResult r = simulate(p, cluster_for(4), SimOptions{});
+  SvgOptions o;
+  o.max_sequences = 100;
+  const std::string svg = plan_to_svg(p, o, &r);
+  ASSERT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  size_t shapes = 0;
+  for (size_t at = 0; (at = svg.find("<rect", at)) != std::string::npos; ++at) ++shapes;
+  for (size_t at = 0; (at = svg.find("<polygon", at)) != std::string::npos; ++at) ++shapes;
+  size_t tiles_g0 = 0;
+  for (const Tile& t : pb.table.tiles) tiles_g0 += t.head_group == 0;
+  // Tiles + 2 home strips per token block + 1 frame per sequence + background + 5 bars per device.
+  EXPECT_EQ(shapes, tiles_g0 + 2 * pb.table.token_blocks.size() + pb.table.seq_length.size() + 1 + 5 * 4);
 }
 
 }  // namespace

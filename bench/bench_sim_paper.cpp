@@ -1,0 +1,80 @@
+// Simulated attention time (forward + backward) on the paper's micro-benchmark setting:
+// 4 nodes x 8 A100 (a100-p4d), 131072 tokens per batch, LongDataCollections-like lengths scaled
+// by 0.5..4, GQA 8 query / 2 KV heads, head dim 128, 4 stages; DCP (the planner's choice among
+// B in {1024, 2048, 4096} x eps_compute in {0.02, 0.05, 0.1}, by simulated time: planner.h)
+// against every static baseline, same simulator and calibration.
+// Usage: bench_sim_paper [batches per scale] [calibration.json] [out.json]
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "dcp/baselines.h"
+#include "dcp/partition.h"
+#include "dcp/plan.h"
+#include "dcp/planner.h"
+#include "dcp/profiles.h"
+#include "dcp/sim.h"
+
+int main(int argc, char** argv) {
+  using namespace dcp;
+  const int batches = argc > 1 ? std::max(1, std::atoi(argv[1])) : 2;
+  const Cluster cluster = cluster_preset("a100-p4d", 4);
+  SimOptions so;
+  so.calibration = argc > 2 && argv[2][0] != 0 ? load_calibration(argv[2]) : calibration_from_cluster(cluster);
+  nlohmann::json out = nlohmann::json::array();
+  fmt::print("cluster {} x {} ({}), calibration {}, {} batches per scale; times are fwd+bwd ms (mean)\n",
+             cluster.nodes, cluster.devices_per_node, cluster.name, so.calibration.name, batches);
+  fmt::print("{:>17} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7} {:>9}\n", "mask", "scale", "dcp", "ring",
+             "zigzag", "ulysses", "a2a_p2p", "packing", "speedup", "hidden", "search ms");
+  for (const char* mask : {"causal", "lambda", "causal_blockwise", "shared_question"}) {
+    for (double scale : {0.5, 1.0, 2.0, 4.0}) {
+      ProfileOptions po;
+      po.profile = Profile::Ldc;
+      po.token_budget = 131072;
+      po.scale = scale;
+      po.mask = mask;
+      po.seed = 7;
+      po.shape.q_heads = 8;
+      po.shape.kv_heads = 2;
+      po.shape.head_dim = 128;
+      std::map<std::string, double> sum;
+      double hidden = 0;
+      double search_s = 0;
+      for (const Batch& batch : generate_batches(po, batches)) {
+        PlannerOptions popt;
+        popt.block_sizes = {1024, 2048, 4096};
+        popt.eps_compute = {0.02, 0.05, 0.1};
+        popt.calibration = so.calibration;
+        const PlannedBatch planned = plan_batch(batch, cluster, popt);
+        const double best = planned.predicted.total_s();
+        const double best_hidden = planned.predicted.hidden_fraction;
+        search_s += planned.search_s;
+        sum["dcp"] += best;
+        hidden += best_hidden;
+        for (BaselineKind kind : all_baselines()) {
+          BlockOptions bo;
+          bo.block_size = 1024;
+          PlacedBatch pb = make_baseline(kind, batch, bo, cluster);
+          sum[to_string(kind)] += simulate(build_plan(pb.table, pb.placement, cluster, PlanOptions{}), cluster, so).total_s();
+        }
+      }
+      double best_static = 1e30;
+      for (auto& [name, s] : sum) {
+        s = s / batches * 1e3;
+        if (name != "dcp" && name != "packing") best_static = std::min(best_static, s);
+      }
+      const double speedup = best_static / sum["dcp"];
+      fmt::print("{:>17} {:>5.1f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>9.2f} {:>7.2f}x {:>7.2f} {:>9.1f}\n", mask,
+                 scale, sum["dcp"], sum["ring"], sum["zigzag"], sum["ulysses"], sum["a2a_p2p"], sum["packing"],
+                 speedup, hidden / batches, search_s / batches * 1e3);
+      out.push_back({{"mask", mask}, {"scale", scale}, {"ms", sum}, {"speedup_vs_best_cp", speedup},
+                     {"dcp_hidden_fraction", hidden / batches}, {"search_ms", search_s / batches * 1e3}});
+    }
+  }
+  if (argc > 3) std::ofstream(argv[3]) << out.dump(2) << "\n";
+  return 0;
+}

@@ -1,0 +1,235 @@
+// k-way FM refinement on the connectivity objective with both capacities.
+//
+// Each pass moves vertices one at a time, the best exact gain first (negative gains allowed, so
+// a pass can climb out of a local minimum), locks each moved vertex, and finally rolls back to
+// the best prefix of the pass: the objective never increases. Gains live in a lazy max-heap:
+// an entry is re-checked when popped, and after a move only the pins of nets whose pin count
+// crossed 0/1/2 in the source or target part get fresh entries.
+#include <algorithm>
+#include <cstdint>
+#include <queue>
+#include <vector>
+
+#include "placement/kway.h"
+
+namespace dcp::placement {
+
+namespace {
+
+struct Entry {
+  double gain;
+  uint64_t tie;
+  int32_t v;
+  int32_t target;
+  uint32_t version;
+  bool operator<(const Entry& o) const {
+    if (gain != o.gain) return gain < o.gain;
+    return tie < o.tie;
+  }
+};
+
+class Fm {
+ public:
+  Fm(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part)
+      : s_(s), caps_(caps), k_(caps.k()), part_(part) {
+    count_.assign(static_cast<size_t>(s.num_nets()) * k_, 0);
+    for (int32_t e = 0; e < s.num_nets(); ++e)
+      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
+        ++count_[static_cast<size_t>(e) * k_ + part[s.pins[i]]];
+    load_c_.assign(k_, 0.0);
+    load_m_.assign(k_, 0.0);
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      load_c_[part[v]] += s.compute[v];
+      load_m_[part[v]] += s.memory[v];
+    }
+    load_f_ = full_loads(s, count_, k_, part);
+    gain_.assign(k_, 0.0);
+    touched_.assign(k_, 0);
+    version_.assign(static_cast<size_t>(s.num_vertices()), 0);
+    locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
+  }
+
+  // One pass; returns the objective decrease it kept (>= 0).
+  double pass(uint64_t seed, int max_idle) {
+    std::priority_queue<Entry> heap;
+    const int32_t n = s_.num_vertices();
+    std::fill(locked_.begin(), locked_.end(), 0);
+    for (int32_t v = 0; v < n; ++v)
+      if (on_boundary(v)) push(heap, v, seed);
+    std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, from)
+    double cum = 0, best = 0;
+    size_t best_len = 0;
+    int idle = 0;
+    const double tiny = 1e-9;
+    while (!heap.empty() && idle < max_idle) {
+      const Entry top = heap.top();
+      heap.pop();
+      if (locked_[top.v] || top.version != version_[top.v]) continue;
+      int32_t target;
+      const double g = best_move(top.v, target);
+      if (target < 0) continue;
+      if (g < top.gain - tiny) {  // stale: re-queue with the true gain
+        heap.push({g, top.tie, top.v, target, top.version});
+        continue;
+      }
+      const int32_t from = part_[top.v];
+      move(top.v, from, target, heap, seed);
+      locked_[top.v] = 1;
+      moves.emplace_back(top.v, from);
+      cum += g;
+      if (cum > best + tiny) {
+        best = cum;
+        best_len = moves.size();
+        idle = 0;
+      } else {
+        ++idle;
+      }
+    }
+    for (size_t i = moves.size(); i > best_len; --i) {
+      const auto [v, from] = moves[i - 1];
+      move_counts(v, part_[v], from);
+    }
+    return best;
+  }
+
+ private:
+  bool on_boundary(int32_t v) const {
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      if (s_.net_external[e]) return true;
+      if (count_[static_cast<size_t>(e) * k_ + part_[v]] !=
+          s_.net_begin[e + 1] - s_.net_begin[e])
+        return true;
+    }
+    // Parts over a capacity need their vertices movable too.
+    const int32_t p = part_[v];
+    return load_c_[p] > caps_.compute[p] || load_m_[p] > caps_.memory[p] || full_over(p);
+  }
+
+  bool full_over(int p) const { return caps_.has_full() && load_f_[p] > caps_.full_memory[p]; }
+
+  bool fits(int32_t v, int b) const {
+    if (!((s_.compute[v] <= 0 || load_c_[b] + s_.compute[v] <= caps_.compute[b]) &&
+          (s_.memory[v] <= 0 || load_m_[b] + s_.memory[v] <= caps_.memory[b])))
+      return false;
+    if (!caps_.has_full()) return true;
+    const int32_t from = part_[v];
+    double d_from, d_to;
+    held_delta(s_, count_.data(), k_, part_, v, from, b, d_from, d_to);
+    return (d_to <= 0 || load_f_[b] + d_to <= caps_.full_memory[b]) &&
+           (d_from <= 0 || load_f_[from] + d_from <= caps_.full_memory[from]);
+  }
+
+  // Best target among the parts v's nets touch (exact gain), -1 if none fits. A vertex in a
+  // part over a capacity may also go to any part that fits (run repair_balance first: the
+  // gains here are bytes only).
+  double best_move(int32_t v, int32_t& target) {
+    const int32_t from = part_[v];
+    double leave = 0;
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      const int32_t* c = &count_[static_cast<size_t>(e) * k_];
+      if (c[from] == 1) leave += s_.net_weight[e];
+      for (int b = 0; b < k_; ++b) {
+        if (c[b] > 0) touched_[b] = 1;
+      }
+    }
+    const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
+                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
+                      full_over(from);
+    target = -1;
+    double best = 0;
+    for (int b = 0; b < k_; ++b) {
+      const bool candidate = b != from && (touched_[b] || over) && fits(v, b);
+      touched_[b] = 0;
+      if (!candidate) continue;
+      double g = leave;
+      for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+        const int32_t e = s_.vertex_nets[i];
+        if (count_[static_cast<size_t>(e) * k_ + b] == 0) g -= s_.net_weight[e];
+      }
+      if (target < 0 || g > best) {
+        target = b;
+        best = g;
+      }
+    }
+    return best;
+  }
+
+  void push(std::priority_queue<Entry>& heap, int32_t v, uint64_t seed) {
+    int32_t target;
+    const double g = best_move(v, target);
+    if (target < 0) return;
+    uint64_t st = seed ^ (static_cast<uint64_t>(v) * 0x9e3779b97f4a7c15ULL);
+    heap.push({g, splitmix64(st), v, target, version_[v]});
+  }
+
+  void move_counts(int32_t v, int32_t from, int32_t to) {
+    if (!s_.net_held.empty()) {
+      double d_from, d_to;
+      held_delta(s_, count_.data(), k_, part_, v, from, to, d_from, d_to);
+      load_f_[from] += d_from;
+      load_f_[to] += d_to;
+    } else {
+      load_f_[from] -= s_.memory[v];
+      load_f_[to] += s_.memory[v];
+    }
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const size_t e = static_cast<size_t>(s_.vertex_nets[i]) * k_;
+      --count_[e + from];
+      ++count_[e + to];
+    }
+    load_c_[from] -= s_.compute[v];
+    load_m_[from] -= s_.memory[v];
+    load_c_[to] += s_.compute[v];
+    load_m_[to] += s_.memory[v];
+    part_[v] = to;
+  }
+
+  void move(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap, uint64_t seed) {
+    move_counts(v, from, to);
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      const int32_t cf = count_[static_cast<size_t>(e) * k_ + from];
+      const int32_t ct = count_[static_cast<size_t>(e) * k_ + to];
+      // Whose gain changed: `from` emptied or `to` newly touched changes every pin's gain
+      // towards that part; one pin left in `from` (or a second one in `to`) changes only the
+      // leave bonus of the pins in that part.
+      const bool all = cf == 0 || ct == 1;
+      const bool in_from = cf == 1, in_to = ct == 2;
+      if (!all && !in_from && !in_to) continue;
+      for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) {
+        const int32_t u = s_.pins[j];
+        if (locked_[u] || u == v) continue;
+        if (!all && !((in_from && part_[u] == from) || (in_to && part_[u] == to))) continue;
+        ++version_[u];
+        push(heap, u, seed);
+      }
+    }
+  }
+
+  const SubHypergraph& s_;
+  const PartCaps& caps_;
+  int k_;
+  std::vector<int32_t>& part_;
+  std::vector<int32_t> count_;
+  std::vector<double> load_c_, load_m_, load_f_, gain_;
+  std::vector<uint8_t> touched_;
+  std::vector<uint32_t> version_;
+  std::vector<uint8_t> locked_;
+};
+
+}  // namespace
+
+void refine_fm(const SubHypergraph& s, const PartCaps& caps, uint64_t seed, int passes,
+               std::vector<int32_t>& part) {
+  if (caps.k() <= 1 || s.num_vertices() == 0) return;
+  Fm fm(s, caps, part);
+  const int max_idle = std::max(50, std::min(1000, s.num_vertices() / 8));
+  for (int p = 0; p < passes; ++p) {
+    uint64_t st = seed + static_cast<uint64_t>(p);
+    if (fm.pass(splitmix64(st), max_idle) <= 0) break;
+  }
+}
+
+}  // namespace dcp::placement

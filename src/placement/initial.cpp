@@ -1,0 +1,440 @@
+// Structured initial placement of one level: pack whole sequences, split only those that fit
+// nowhere, and split them the cheapest of a few geometric ways (measured exactly).
+//
+// Why these cuts: a tile reads one Q-side and one KV-side data group, and the Q side carries
+// about three times the bytes of the KV side (Q, O, dO, dQ, LSE, Delta against KV, dKV). So a
+// split along query rows (tiles stay with their queries' home; only KV travels) is the cheap
+// cut across nodes, and a causal band [a, b) pays for the a key blocks above it: the top band
+// (light rows) goes to the part with the least room, which keeps every band start low. Inside
+// a node, a piece that reads data homed on another node should not be cut into row bands (each
+// device would fetch the same remote KV again); cutting it by head group instead costs only
+// intra-node Q traffic, since head groups share no KV set. The candidates are costed on the
+// sequence's own nets (nets never cross sequences), so trying several is cheap and exact.
+#include <algorithm>
+#include <numeric>
+
+#include "placement/kway.h"
+
+namespace dcp::placement {
+
+namespace {
+
+struct Loads {
+  std::vector<double> c, m;
+};
+
+bool fits(const SubHypergraph& s, int32_t v, int p, const Loads& l, const PartCaps& caps) {
+  return (s.compute[v] <= 0 || l.c[p] + s.compute[v] <= caps.compute[p]) &&
+         (s.memory[v] <= 0 || l.m[p] + s.memory[v] <= caps.memory[p]);
+}
+
+void put(const SubHypergraph& s, int32_t v, int p, Loads& l, std::vector<int32_t>& part) {
+  l.c[p] += s.compute[v];
+  l.m[p] += s.memory[v];
+  part[v] = p;
+}
+
+// Room of part p as the fraction of (c, m) it can still take; resources the item does not use
+// do not limit it.
+double room_fraction(int p, double c, double m, const Loads& l, const PartCaps& caps) {
+  double f = 1e300;
+  if (c > 0) f = std::min(f, std::max(0.0, caps.compute[p] - l.c[p]) / c);
+  if (m > 0) f = std::min(f, std::max(0.0, caps.memory[p] - l.m[p]) / m);
+  return f;
+}
+
+// Share of the items still to come (totals c_r, m_r) that part p could still take if they were
+// fluid: the capacity the rest of the batch needs, which a placement should spend last.
+double rest_capacity(double room_c, double room_m, double c_r, double m_r) {
+  double y = 1e300;
+  if (c_r > 0) y = std::min(y, std::max(0.0, room_c) / c_r);
+  if (m_r > 0) y = std::min(y, std::max(0.0, room_m) / m_r);
+  return y;
+}
+
+struct Scratch {
+  std::vector<int32_t> net_stamp;   // per net: last sequence that listed it
+  std::vector<int32_t> part_stamp;  // per part: last net counted
+  int32_t net_counter = 0;
+};
+
+// Objective of `nets` under `part` (nets never span sequences, so this is the sequence's
+// whole contribution).
+double nets_cost(const SubHypergraph& s, const std::vector<int32_t>& nets,
+                 const std::vector<int32_t>& part, Scratch& sc) {
+  double total = 0;
+  for (int32_t e : nets) {
+    const int32_t stamp = ++sc.net_counter;
+    int32_t parts = s.net_external[e] ? 1 : 0;
+    for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+      int32_t& mark = sc.part_stamp[part[s.pins[i]]];
+      if (mark != stamp) {
+        mark = stamp;
+        ++parts;
+      }
+    }
+    if (parts > 1) total += s.net_weight[e] * (parts - 1);
+  }
+  return total;
+}
+
+// Fills `parts` in order with `verts` in order: a vertex goes to the current part while it
+// fits, else the cut moves on to the next part; the last part takes what remains.
+void fill(const SubHypergraph& s, const std::vector<int32_t>& verts, const std::vector<int>& parts,
+          const PartCaps& caps, Loads& l, std::vector<int32_t>& part) {
+  size_t j = 0;
+  for (int32_t v : verts) {
+    while (j + 1 < parts.size() && !fits(s, v, parts[j], l, caps)) ++j;
+    put(s, v, parts[j], l, part);
+  }
+}
+
+// Row bands with chosen cut points: part j (in order) ends its band at the row, among those it
+// can hold and that leave the later parts room for the rest, where the fewest net bytes cross
+// the cut (key blocks above it still read below it); ties go to the later row. On a
+// shared-question sequence those cuts are the answer boundaries, where only the question's KV
+// crosses; on a causal one the choice leans to earlier cuts. Rows are the runs of `verts`
+// given by `row_starts`; cut_cost[r] is the cost of cutting after row r.
+void fill_bands(const SubHypergraph& s, const std::vector<int32_t>& verts,
+                const std::vector<size_t>& row_starts, const std::vector<double>& cut_cost,
+                const std::vector<int>& parts, const PartCaps& caps, Loads& l,
+                std::vector<int32_t>& part) {
+  const size_t num_rows = row_starts.size() - 1;
+  std::vector<double> rc(num_rows, 0.0), rm(num_rows, 0.0);
+  for (size_t r = 0; r < num_rows; ++r)
+    for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) {
+      rc[r] += s.compute[verts[i]];
+      rm[r] += s.memory[verts[i]];
+    }
+  // Suffix sums: load of rows r.. end.
+  std::vector<double> suf_c(num_rows + 1, 0.0), suf_m(num_rows + 1, 0.0);
+  for (size_t r = num_rows; r-- > 0;) {
+    suf_c[r] = suf_c[r + 1] + rc[r];
+    suf_m[r] = suf_m[r + 1] + rm[r];
+  }
+  size_t start = 0;  // first row not yet placed
+  for (size_t j = 0; j < parts.size() && start < num_rows; ++j) {
+    const int p = parts[j];
+    size_t end = num_rows;  // one past the band's last row
+    if (j + 1 < parts.size()) {
+      double later_c = 0, later_m = 0;
+      for (size_t i = j + 1; i < parts.size(); ++i) {
+        later_c += std::max(0.0, caps.compute[parts[i]] - l.c[parts[i]]);
+        later_m += std::max(0.0, caps.memory[parts[i]] - l.m[parts[i]]);
+      }
+      // Largest end that fits p.
+      size_t e_max = start;
+      double c = l.c[p], m = l.m[p];
+      while (e_max < num_rows && c + rc[e_max] <= caps.compute[p] && m + rm[e_max] <= caps.memory[p]) {
+        c += rc[e_max];
+        m += rm[e_max];
+        ++e_max;
+      }
+      // Smallest end that leaves the rest within the later parts' room.
+      size_t e_min = start;
+      while (e_min < num_rows && (suf_c[e_min] > later_c || suf_m[e_min] > later_m)) ++e_min;
+      end = e_max;
+      if (e_min < e_max) {
+        double best = 1e300;
+        for (size_t e = e_max; e >= e_min && e > start; --e) {
+          const double cost = e >= num_rows ? 0.0 : cut_cost[e - 1];
+          if (cost < best - 1e-9) {
+            best = cost;
+            end = e;
+          }
+          if (e == e_min) break;
+        }
+      }
+    }
+    for (size_t r = start; r < end; ++r)
+      for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) put(s, verts[i], p, l, part);
+    start = end;
+  }
+  // Whatever no part could hold goes to the last part (callers repair).
+  for (size_t r = start; r < num_rows; ++r)
+    for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) put(s, verts[i], parts.back(), l, part);
+}
+
+// Homes after their tiles: each token block goes where most of its nets' bytes already are,
+// among the parts with memory room (the most room on ties), else to the part with most room.
+void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
+                 const std::vector<int>& parts, const PartCaps& caps, Loads& l,
+                 std::vector<int32_t>& part, std::vector<double>& score) {
+  for (int32_t h : homes) {
+    // Bytes saved by p: the weights of the nets that already touch p.
+    for (int p : parts) score[p] = 0;
+    for (int64_t i = s.vertex_begin[h]; i < s.vertex_begin[h + 1]; ++i) {
+      const int32_t e = s.vertex_nets[i];
+      for (int p : parts) {
+        for (int64_t k = s.net_begin[e]; k < s.net_begin[e + 1]; ++k) {
+          const int32_t u = s.pins[k];
+          if (u != h && part[u] == p) {
+            score[p] += s.net_weight[e];
+            break;
+          }
+        }
+      }
+    }
+    int best = -1;
+    for (int p : parts) {
+      if (!fits(s, h, p, l, caps)) continue;
+      if (best < 0 || score[p] > score[best] ||
+          (score[p] == score[best] && caps.memory[p] - l.m[p] > caps.memory[best] - l.m[best]))
+        best = p;
+    }
+    if (best < 0) {
+      for (int p = 0; p < caps.k(); ++p)
+        if (best < 0 || caps.memory[p] - l.m[p] > caps.memory[best] - l.m[best]) best = p;
+    }
+    put(s, h, best, l, part);
+  }
+}
+
+}  // namespace
+
+std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
+                                        InitialStrategy strategy) {
+  const int k = caps.k();
+  const int32_t n = s.num_vertices();
+  std::vector<int32_t> part(static_cast<size_t>(n), -1);
+  if (k <= 1) {
+    std::fill(part.begin(), part.end(), 0);
+    return part;
+  }
+  // Vertices by (sequence, query row, token block before tiles, head group, key block).
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (s.seq[a] != s.seq[b]) return s.seq[a] < s.seq[b];
+    if (s.row[a] != s.row[b]) return s.row[a] < s.row[b];
+    if (s.group[a] != s.group[b]) return s.group[a] < s.group[b];
+    if (s.col[a] != s.col[b]) return s.col[a] < s.col[b];
+    return a < b;
+  });
+  struct Seq {
+    size_t begin, end;
+    double c = 0, m = 0;
+  };
+  std::vector<Seq> seqs;
+  for (size_t i = 0; i < order.size();) {
+    Seq q{i, i};
+    while (q.end < order.size() && s.seq[order[q.end]] == s.seq[order[i]]) {
+      q.c += s.compute[order[q.end]];
+      q.m += s.memory[order[q.end]];
+      ++q.end;
+    }
+    seqs.push_back(q);
+    i = q.end;
+  }
+  double total_c = 0, total_m = 0;
+  for (const Seq& q : seqs) {
+    total_c += q.c;
+    total_m += q.m;
+  }
+  auto size_of = [&](const Seq& q) {
+    return std::max(total_c > 0 ? q.c / total_c : 0.0, total_m > 0 ? q.m / total_m : 0.0);
+  };
+  std::vector<size_t> seq_order(seqs.size());
+  std::iota(seq_order.begin(), seq_order.end(), size_t{0});
+  std::stable_sort(seq_order.begin(), seq_order.end(),
+                   [&](size_t a, size_t b) { return size_of(seqs[a]) > size_of(seqs[b]); });
+
+  Loads l{std::vector<double>(static_cast<size_t>(k), 0.0), std::vector<double>(static_cast<size_t>(k), 0.0)};
+  Scratch sc;
+  sc.net_stamp.assign(static_cast<size_t>(s.num_nets()), -1);
+  sc.part_stamp.assign(static_cast<size_t>(k), 0);
+  std::vector<double> score(static_cast<size_t>(k), 0.0);
+  std::vector<int32_t> nets, tiles_row, tiles_group, tiles_zigzag, homes;
+  std::vector<size_t> row_starts;
+  std::vector<double> cut_cost;
+  // Token block id -> row index inside the sequence being cut (rows are token blocks).
+  std::vector<int32_t> row_index(
+      static_cast<size_t>(n == 0 ? 0 : *std::max_element(s.row.begin(), s.row.end()) + 1), -1);
+  // Totals of the sequences placed after position i of the order.
+  std::vector<double> rest_c(seqs.size() + 1, 0.0), rest_m(seqs.size() + 1, 0.0);
+  for (size_t i = seqs.size(); i-- > 1;) {
+    rest_c[i - 1] = rest_c[i] + seqs[seq_order[i]].c;
+    rest_m[i - 1] = rest_m[i] + seqs[seq_order[i]].m;
+  }
+  for (size_t pos = 0; pos < seq_order.size(); ++pos) {
+    const size_t qi = seq_order[pos];
+    const Seq& q = seqs[qi];
+    const double c_r = rest_c[pos], m_r = rest_m[pos];
+    // Whole, where it fits both caps and costs the rest of the batch the least capacity (two
+    // resources: a dense sequence belongs where memory, not compute, limits the rest); then the
+    // most room left.
+    int best = -1;
+    double best_loss = 0, best_slack = 0;
+    for (int p = 0; p < k; ++p) {
+      const double rc = caps.compute[p] - l.c[p], rm = caps.memory[p] - l.m[p];
+      if ((q.c > 0 && rc < q.c) || (q.m > 0 && rm < q.m)) continue;
+      const double y0 = rest_capacity(rc, rm, c_r, m_r);
+      const double loss = y0 >= 1e299 ? 0.0 : y0 - rest_capacity(rc - q.c, rm - q.m, c_r, m_r);
+      const double slack = std::min(caps.compute[p] > 0 ? (rc - q.c) / caps.compute[p] : 0.0,
+                                    caps.memory[p] > 0 ? (rm - q.m) / caps.memory[p] : 0.0);
+      if (best < 0 || loss < best_loss - 1e-12 ||
+          (loss <= best_loss + 1e-12 && slack > best_slack)) {
+        best = p;
+        best_loss = loss;
+        best_slack = slack;
+      }
+    }
+    if (best >= 0) {
+      for (size_t i = q.begin; i < q.end; ++i) put(s, order[i], best, l, part);
+      continue;
+    }
+    // Split over the fewest parts (most room first) that hold the sequence while keeping room
+    // for the rest: the rest goes first to the parts left out, and what they cannot take is
+    // reserved on the chosen parts in proportion to their capacity for it.
+    std::vector<int> by_room(static_cast<size_t>(k));
+    std::iota(by_room.begin(), by_room.end(), 0);
+    std::vector<double> frac(static_cast<size_t>(k)), y0(static_cast<size_t>(k));
+    for (int p = 0; p < k; ++p) {
+      frac[p] = room_fraction(p, q.c, q.m, l, caps);
+      y0[p] = rest_capacity(caps.compute[p] - l.c[p], caps.memory[p] - l.m[p], c_r, m_r);
+    }
+    std::stable_sort(by_room.begin(), by_room.end(), [&](int a, int b) { return frac[a] > frac[b]; });
+    const bool has_rest = c_r > 0 || m_r > 0;
+    PartCaps lim = caps;
+    std::vector<int> chosen;
+    for (int j = 1; j <= k; ++j) {
+      double outside = 0, inside = 0;
+      for (int i = 0; i < k; ++i) (i < j ? inside : outside) += has_rest ? y0[by_room[i]] : 0.0;
+      const double rest_share = has_rest ? std::max(0.0, 1.0 - outside) : 0.0;
+      double room_c = 0, room_m = 0;
+      for (int i = 0; i < j; ++i) {
+        const int p = by_room[i];
+        const double share = inside > 0 ? rest_share * y0[p] / inside : 0.0;
+        lim.compute[p] = std::max(l.c[p], caps.compute[p] - share * c_r);
+        lim.memory[p] = std::max(l.m[p], caps.memory[p] - share * m_r);
+        room_c += lim.compute[p] - l.c[p];
+        room_m += lim.memory[p] - l.m[p];
+      }
+      if ((room_c >= q.c && room_m >= q.m) || j == k) {
+        chosen.assign(by_room.begin(), by_room.begin() + j);
+        if (j == k && (room_c < q.c || room_m < q.m)) lim = caps;  // the rest must split too
+        break;
+      }
+      lim = caps;
+    }
+    // Nets of the sequence, for costing the candidates.
+    nets.clear();
+    const int32_t stamp = static_cast<int32_t>(qi);
+    for (size_t i = q.begin; i < q.end; ++i) {
+      const int32_t v = order[i];
+      for (int64_t j = s.vertex_begin[v]; j < s.vertex_begin[v + 1]; ++j) {
+        const int32_t e = s.vertex_nets[j];
+        if (sc.net_stamp[e] != stamp) {
+          sc.net_stamp[e] = stamp;
+          nets.push_back(e);
+        }
+      }
+    }
+    // Candidate orders: row-major with homes inline (bands; memory counted as they fill), and
+    // group-major tiles with homes placed afterwards.
+    tiles_row.assign(order.begin() + static_cast<std::ptrdiff_t>(q.begin),
+                     order.begin() + static_cast<std::ptrdiff_t>(q.end));
+    tiles_group.clear();
+    homes.clear();
+    for (int32_t v : tiles_row) (s.group[v] < 0 ? homes : tiles_group).push_back(v);
+    std::stable_sort(tiles_group.begin(), tiles_group.end(),
+                     [&](int32_t a, int32_t b) { return s.group[a] < s.group[b]; });
+    const bool several_groups =
+        !tiles_group.empty() && s.group[tiles_group.front()] != s.group[tiles_group.back()];
+    // Zigzag rows (first, last, second, second last, ...): each part gets a light and a heavy
+    // run of a causal sequence, so compute and memory stay proportional when memory binds.
+    row_starts.clear();
+    for (size_t i = 0; i < tiles_row.size(); ++i)
+      if (i == 0 || s.row[tiles_row[i]] != s.row[tiles_row[i - 1]]) row_starts.push_back(i);
+    row_starts.push_back(tiles_row.size());
+    tiles_zigzag.clear();
+    const size_t num_rows = row_starts.size() - 1;
+    for (size_t a = 0, b = num_rows; a < b;) {
+      for (size_t i = row_starts[a]; i < row_starts[a + 1]; ++i) tiles_zigzag.push_back(tiles_row[i]);
+      ++a;
+      if (a < b) {
+        --b;
+        for (size_t i = row_starts[b]; i < row_starts[b + 1]; ++i) tiles_zigzag.push_back(tiles_row[i]);
+      }
+    }
+
+    std::vector<int> ascending = chosen;
+    std::reverse(ascending.begin(), ascending.end());
+    double best_cost = 0, best_over = 0;
+    std::vector<int32_t> best_part;
+    Loads best_l;
+    auto consider = [&](int variant, const std::vector<int>& parts) {
+      Loads trial = l;
+      if (variant == 0) {
+        fill(s, tiles_row, parts, lim, trial, part);
+      } else if (variant == 1) {
+        fill(s, tiles_group, parts, lim, trial, part);
+        place_homes(s, homes, parts, lim, trial, part, score);
+      } else if (variant == 2) {
+        fill(s, tiles_zigzag, parts, lim, trial, part);
+      } else {
+        fill_bands(s, tiles_row, row_starts, cut_cost, parts, lim, trial, part);
+      }
+      const double cost = nets_cost(s, nets, part, sc);
+      // Overflow beyond the limits must be repaired later at a cost not counted here, so a
+      // cut that fits wins over a cheaper one that does not.
+      double over = 0;
+      for (int p : parts) {
+        over += std::max(0.0, trial.c[p] - lim.compute[p]) / std::max(1e-300, caps.compute[p]);
+        over += std::max(0.0, trial.m[p] - lim.memory[p]) / std::max(1e-300, caps.memory[p]);
+      }
+      const bool better = best_part.empty() || over < best_over - 1e-3 ||
+                          (over <= best_over + 1e-3 && cost < best_cost);
+      if (better) {
+        best_cost = cost;
+        best_over = over;
+        best_part.assign(tiles_row.size(), 0);
+        for (size_t i = 0; i < tiles_row.size(); ++i) best_part[i] = part[tiles_row[i]];
+        best_l = trial;
+      }
+      for (int32_t v : tiles_row) part[v] = -1;
+    };
+    // A strategy other than Best tries only its own cut where it applies (row bands otherwise).
+    const bool group_ok = several_groups && (s.sub_parts <= 1 || strategy == InitialStrategy::GroupFirst);
+    const bool use_rows = strategy == InitialStrategy::Best ||
+                          (strategy == InitialStrategy::GroupFirst && !group_ok) ||
+                          (strategy == InitialStrategy::Zigzag && num_rows <= 2);
+    if (use_rows) {
+      consider(0, ascending);
+      consider(0, chosen);
+    }
+    if (group_ok && strategy != InitialStrategy::Zigzag) {
+      consider(1, ascending);
+      consider(1, chosen);
+    }
+    if (num_rows > 2 && strategy != InitialStrategy::GroupFirst) consider(2, chosen);
+    if (num_rows > 2 && chosen.size() > 1 && strategy == InitialStrategy::Best) {
+      // Cost of a cut after each row: nets whose rows span it (a KV block read further down).
+      for (size_t r = 0; r < num_rows; ++r)
+        row_index[static_cast<size_t>(s.row[tiles_row[row_starts[r]]])] = static_cast<int32_t>(r);
+      cut_cost.assign(num_rows, 0.0);
+      std::vector<double> diff(num_rows + 1, 0.0);
+      for (int32_t e : nets) {
+        int32_t lo = -1, hi = -1;
+        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+          const int32_t r = row_index[static_cast<size_t>(s.row[s.pins[i]])];
+          lo = lo < 0 ? r : std::min(lo, r);
+          hi = std::max(hi, r);
+        }
+        if (hi > lo) {
+          diff[static_cast<size_t>(lo)] += s.net_weight[e];
+          diff[static_cast<size_t>(hi)] -= s.net_weight[e];
+        }
+      }
+      double run = 0;
+      for (size_t r = 0; r < num_rows; ++r) cut_cost[r] = (run += diff[r]);
+      consider(3, ascending);
+      consider(3, chosen);
+    }
+    for (size_t i = 0; i < tiles_row.size(); ++i) part[tiles_row[i]] = best_part[i];
+    l = best_l;
+  }
+  return part;
+}
+
+}  // namespace dcp::placement

@@ -1,0 +1,73 @@
+#include "dcp/planner.h"
+
+#include <chrono>
+
+#include "dcp/error.h"
+
+namespace dcp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+}  // namespace
+
+void PlannerOptions::validate() const {
+  if (block_sizes.empty()) raise(ErrorKind::InvalidInput, "planner: --block needs at least one candidate");
+  if (eps_compute.empty()) raise(ErrorKind::InvalidInput, "planner: --eps-compute needs at least one candidate");
+  for (double e : eps_compute)
+    if (!(e >= 0)) raise(ErrorKind::InvalidInput, "planner: --eps-compute must be >= 0 (got " + std::to_string(e) + ")");
+  placement.validate();
+  plan.validate();
+  calibration.validate("planner calibration");
+}
+
+PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const PlannerOptions& opts) {
+  opts.validate();
+  const auto t_search = Clock::now();
+  PlannedBatch best;
+  bool have = false;
+  std::vector<PlanCandidate> tried;
+  for (int64_t block : opts.block_sizes) {
+    BlockOptions bo;
+    bo.block_size = block;
+    bo.q_heads_per_group = opts.q_heads_per_group;
+    bo.validate(batch.shape);
+    const auto t_table = Clock::now();
+    BlockTable table = build_block_table(batch, bo);
+    const double table_s = seconds_since(t_table);
+    for (double eps : opts.eps_compute) {
+      const auto t0 = Clock::now();
+      PlacementOptions po = opts.placement;
+      po.eps_compute = eps;
+      DcpPlacement placed = place_dcp(table, cluster, po);
+      Plan plan = build_plan(table, placed.placement, cluster, opts.plan);
+      PlanCandidate c;
+      c.block_size = block;
+      c.eps_compute = eps;
+      c.planning_s = table_s + seconds_since(t0);
+      c.balanced = placed.report.balanced();
+      SimOptions so;
+      so.calibration = opts.calibration;
+      SimResult sim = simulate(plan, cluster, so);
+      c.predicted_s = sim.total_s();
+      tried.push_back(c);
+      // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
+      const bool better = !have || (c.balanced && !best.chosen.balanced) ||
+                          (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
+      if (better) {
+        best.table = table;
+        best.placement = std::move(placed);
+        best.plan = std::move(plan);
+        best.predicted = std::move(sim);
+        best.chosen = c;
+        have = true;
+      }
+    }
+  }
+  best.candidates = std::move(tried);
+  best.search_s = seconds_since(t_search);
+  return best;
+}
+
+}  // namespace dcp

@@ -1,0 +1,216 @@
+// End-to-end checks of dcp validate, simulate and run: exit codes, messages, and the reports'
+// numbers (run: the distributed result against the dense fp64 reference, within tolerance).
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/run_cli.h"
+#include "dcp/plan.h"
+
+namespace {
+
+using dcp::test::run_cli;
+
+std::string temp(const std::string& name) { return ::testing::TempDir() + "dcp_cli_exec_" + name; }
+
+// A small DCP plan for 4 devices on one node.
+std::string save_small_plan(const std::string& name, int devices = 4) {
+  const std::string path = temp(name);
+  const auto r = run_cli("plan --tokens 2048 --dtype fp32 --q-heads 4 --kv-heads 2 --head-dim 64 --nodes 1 --devices-per-node " +
+                         std::to_string(devices) + " --block 128 --method dcp --stages 2 --save-plan " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  return path;
+}
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::string& path, const std::vector<char>& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST(CliValidate, SavedPlanIsValid) {
+  const std::string path = save_small_plan("valid.bin");
+  auto r = run_cli("validate " + path);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("VALID"), std::string::npos) << r.out;
+  r = run_cli("validate --json " + path, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(j["valid"].get<bool>());
+  EXPECT_EQ(j["world_size"], 4);
+  EXPECT_EQ(j["stages"], 3);
+  EXPECT_EQ(j["method"], "dcp");
+  EXPECT_TRUE(j["violations"].empty());
+}
+
+TEST(CliValidate, CorruptOrForeignFilesExitTwoWithAClearMessage) {
+  const std::string path = save_small_plan("corrupt_src.bin");
+  const std::vector<char> good = read_bytes(path);
+  ASSERT_GT(good.size(), 100u);
+
+  std::vector<char> flipped = good;
+  flipped[flipped.size() / 2] = static_cast<char>(flipped[flipped.size() / 2] ^ 0x5a);
+  write_bytes(temp("flipped.bin"), flipped);
+  auto r = run_cli("validate " + temp("flipped.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("checksum"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("flipped.bin"), std::string::npos) << r.out;
+
+  write_bytes(temp("truncated.bin"), std::vector<char>(good.begin(), good.begin() + static_cast<long>(good.size() / 3)));
+  r = run_cli("validate " + temp("truncated.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("truncated.bin"), std::string::npos) << r.out;
+
+  write_bytes(temp("not_a_plan.bin"), std::vector<char>{'{', '}', '\n'});
+  r = run_cli("validate " + temp("not_a_plan.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+
+  r = run_cli("validate " + temp("does_not_exist.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_EQ(r.out.find("terminate called"), std::string::npos);
+}
+
+TEST(CliValidate, PlanWithAMissingTileExitsOneAndSaysWhy) {
+  dcp::Plan plan = dcp::load_plan(save_small_plan("mutate_src.bin"));
+  bool dropped = false;
+  for (auto& ins : plan.devices[1].fwd.code)
+    if (auto* a = std::get_if<dcp::Attend>(&ins); a && !a->tiles.empty() && !dropped) {
+      a->tiles.pop_back();
+      dropped = true;
+    }
+  ASSERT_TRUE(dropped);
+  const std::string path = temp("mutated.bin");
+  dcp::save_plan(plan, path);
+  auto r = run_cli("validate " + path);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("INVALID"), std::string::npos) << r.out;
+  r = run_cli("validate --json " + path, false);
+  EXPECT_EQ(r.exit_code, 1);
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(j["valid"].get<bool>());
+  EXPECT_FALSE(j["violations"].empty());
+}
+
+TEST(CliSimulate, EveryMethodHasAPositivePredictedTime) {
+  const std::string trace = temp("trace.json");
+  auto r = run_cli("simulate --profile ldc --seed 4 --tokens 32768 --cluster a100-p4d --nodes 2 --batches 2 --block 1024 "
+                   "--json --trace " + trace,
+                   false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["batches"], 2);
+  const auto& methods = j["methods"];
+  ASSERT_EQ(methods.size(), 6u);
+  EXPECT_EQ(methods[0]["method"], "dcp");
+  const double dcp_total = methods[0]["total_ms"];
+  EXPECT_GT(dcp_total, 0.0);
+  for (const auto& m : methods) {
+    EXPECT_GT(m["fwd_ms"].get<double>(), 0.0) << m["method"];
+    EXPECT_GT(m["bwd_ms"].get<double>(), 0.0) << m["method"];
+    EXPECT_NEAR(m["total_ms"].get<double>(), m["fwd_ms"].get<double>() + m["bwd_ms"].get<double>(), 1e-9);
+    EXPECT_NEAR(m["dcp_speedup"].get<double>(), m["total_ms"].get<double>() / dcp_total, 1e-9) << m["method"];
+    EXPECT_LE(m["dcp_speedup_min"].get<double>(), m["dcp_speedup"].get<double>() + 1e-12);
+    EXPECT_GE(m["dcp_speedup_max"].get<double>(), m["dcp_speedup"].get<double>() - 1e-12);
+    const double hidden = m["comm_hidden_fraction"];
+    EXPECT_GE(hidden, 0.0);
+    EXPECT_LE(hidden, 1.0);
+    EXPECT_EQ(m["per_batch"].size(), 2u);
+  }
+  std::ifstream in(trace);
+  const auto t = nlohmann::json::parse(in);
+  EXPECT_FALSE(t.empty());
+
+  r = run_cli("simulate --tokens 16384 --nodes 2 --batches 1");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  for (const char* name : {"dcp", "ring", "zigzag", "ulysses", "a2a_p2p", "packing", "speed-up"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name;
+}
+
+TEST(CliSimulate, BlockSweepTablesAndChart) {
+  const std::string svg = temp("sweep.svg");
+  auto r = run_cli("simulate --sweep block --tokens 16384 --nodes 2 --batches 1 --json --svg " + svg, false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["x"].size(), 4u);
+  ASSERT_EQ(j["series"].size(), 4u);
+  for (const auto& s : j["series"]) {
+    ASSERT_EQ(s["points"].size(), 4u);
+    for (const auto& p : s["points"]) EXPECT_GE(p["inter_bytes"].get<double>(), 0.0);
+  }
+  const std::vector<char> bytes = read_bytes(svg);
+  const std::string text(bytes.begin(), bytes.end());
+  EXPECT_EQ(text.rfind("<svg", 0), 0u);
+  size_t polylines = 0;
+  for (size_t at = text.find("<polyline"); at != std::string::npos; at = text.find("<polyline", at + 1)) ++polylines;
+  EXPECT_EQ(polylines, 8u);  // 4 masks x (volume chart + planning-time chart)
+  EXPECT_EQ(run_cli("simulate --sweep nope").exit_code, 2);
+}
+
+struct RunCase {
+  std::string placement;
+  std::string mask;
+  std::string dtype;
+  int stages;
+};
+
+TEST(CliRun, ThreeRanksMatchTheDenseReference) {
+  const RunCase cases[] = {
+      {"dcp", "causal", "fp32", 4},          {"dcp", "shared_question", "fp32", 2},
+      {"dcp", "mixed", "bf16", 3},           {"ring", "lambda", "fp32", 1},
+      {"zigzag", "causal", "bf16", 2},       {"ulysses", "causal_blockwise", "fp32", 3},
+      {"a2a_p2p", "full", "fp32", 2},        {"packing", "causal", "fp32", 1},
+  };
+  for (const RunCase& c : cases) {
+    const std::string args = "run --ranks 3 --tokens 1024 --block 64 --profile ldc --seed 5 --json --placement " +
+                             c.placement + " --mask " + c.mask + " --dtype " + c.dtype + " --stages " +
+                             std::to_string(c.stages);
+    SCOPED_TRACE(args);
+    const auto r = run_cli(args, false);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_TRUE(j["pass"].get<bool>());
+    EXPECT_EQ(j["ranks"], 3);
+    EXPECT_EQ(j["comm"], "local");
+    EXPECT_EQ(j["placement"], c.placement);
+    const double tol = c.dtype == "bf16" ? 2e-2 : 1e-5;
+    for (const char* t : {"O", "LSE", "dQ", "dK", "dV"}) {
+      const double err = j["errors"][t]["max_rel"];
+      EXPECT_LT(err, tol) << t;
+      EXPECT_GE(err, 0.0) << t;
+    }
+    int64_t tokens = 0;
+    for (const auto& rank : j["per_rank"]) tokens += rank["tokens"].get<int64_t>();
+    EXPECT_EQ(tokens, j["batch"]["tokens"].get<int64_t>());
+  }
+}
+
+TEST(CliRun, PlanForAnotherWorldSizeFailsClearly) {
+  const std::string path = save_small_plan("four_ranks.bin");
+  const auto r = run_cli("run --plan " + path + " --ranks 2");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("world size 4"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("terminate called"), std::string::npos);
+  // The same plan on its own world size runs and passes.
+  const auto ok = run_cli("run --plan " + path + " --ranks 4 --json", false);
+  ASSERT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_TRUE(nlohmann::json::parse(ok.out)["pass"].get<bool>());
+}
+
+TEST(CliRun, BadOptionsExitTwo) {
+  EXPECT_EQ(run_cli("run --placement nope --ranks 2").exit_code, 2);
+  EXPECT_EQ(run_cli("run --backend cuda --ranks 2").exit_code, 2);
+  EXPECT_EQ(run_cli("run --ranks 3 --nodes 2").exit_code, 2);
+  EXPECT_EQ(run_cli("run --ranks 0").exit_code, 2);
+  EXPECT_EQ(run_cli("run --stages 0 --ranks 2").exit_code, 2);
+}
+
+}  // namespace

@@ -1,0 +1,77 @@
+// The planner's search: it returns the fastest predicted candidate, a valid plan for it, and the
+// same answer for the same input.
+#include <gtest/gtest.h>
+
+#include "dcp/error.h"
+#include "dcp/planner.h"
+#include "dcp/profiles.h"
+#include "dcp/validate.h"
+
+namespace dcp {
+namespace {
+
+Batch small_batch(const std::string& mask) {
+  ProfileOptions po;
+  po.profile = Profile::Ldc;
+  po.seed = 4;
+  po.token_budget = 16384;
+  po.mask = mask;
+  po.shape = AttentionShape{8, 2, 64, DType::BF16};
+  return generate_batches(po, 1).front();
+}
+
+TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.block_sizes = {256, 512, 1024};
+  opts.eps_compute = {0.02, 0.1};
+  opts.calibration = calibration_from_cluster(cluster);
+  for (const char* mask : {"causal", "lambda", "shared_question"}) {
+    SCOPED_TRACE(mask);
+    const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
+    ASSERT_EQ(p.candidates.size(), 6u);
+    bool any_balanced = false;
+    for (const auto& c : p.candidates) any_balanced = any_balanced || c.balanced;
+    for (const auto& c : p.candidates) {
+      if (c.balanced || !any_balanced) {
+        EXPECT_LE(p.chosen.predicted_s, c.predicted_s) << "B=" << c.block_size << " eps=" << c.eps_compute;
+      }
+    }
+    EXPECT_EQ(p.table.block_size, p.chosen.block_size);
+    EXPECT_DOUBLE_EQ(p.predicted.total_s(), p.chosen.predicted_s);
+    EXPECT_TRUE(validate_plan(p.plan).empty());
+    // The kept plan is the one the simulator measured.
+    SimOptions so;
+    so.calibration = opts.calibration;
+    EXPECT_DOUBLE_EQ(simulate(p.plan, cluster, so).total_s(), p.chosen.predicted_s);
+  }
+}
+
+TEST(Planner, Deterministic) {
+  const Cluster cluster = cluster_preset("h200-nvl", 1);
+  PlannerOptions opts;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.05, 0.1};
+  const Batch batch = small_batch("causal");
+  const PlannedBatch a = plan_batch(batch, cluster, opts);
+  const PlannedBatch b = plan_batch(batch, cluster, opts);
+  EXPECT_EQ(serialize_plan(a.plan), serialize_plan(b.plan));
+  EXPECT_EQ(a.chosen.block_size, b.chosen.block_size);
+  EXPECT_EQ(a.chosen.eps_compute, b.chosen.eps_compute);
+}
+
+TEST(Planner, RejectsEmptyOrBadCandidates) {
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  const Batch batch = small_batch("causal");
+  PlannerOptions opts;
+  opts.block_sizes = {};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.block_sizes = {100};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.block_sizes = {512};
+  opts.eps_compute = {-0.1};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+}
+
+}  // namespace
+}  // namespace dcp

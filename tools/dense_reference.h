@@ -1,0 +1,42 @@
+// tools/dense_reference.h — what `dcp run` checks the distributed result against: dense fp64
+// attention (forward and backward) of a whole batch with its exact per-token masks, and the
+// error statistics it reports. Shares no code with the kernels it judges.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dcp/batch.h"
+#include "dcp/mask.h"
+
+namespace dcp::cli {
+
+// Global (packed) layouts: row = token of the batch, sequences one after the other.
+// q, o, d_o, dq: [tokens][q_heads][head_dim]; k, v, dk, dv: [tokens][kv_heads][head_dim];
+// lse: [tokens][q_heads].
+struct AttentionInputs {
+  std::vector<float> q, k, v, d_o;
+};
+
+struct ReferenceOutputs {
+  std::vector<double> o, lse, dq, dk, dv;
+};
+
+// Deterministic inputs: every element a function of (seed, tensor, index) only (counter-based
+// splitmix64), so any rank can make the same tensors; Q and K in [-2, 2), V and dO in [-1, 1).
+AttentionInputs make_inputs(const AttentionShape& shape, int64_t total_tokens, uint64_t seed);
+
+// Softmax attention with scale 1/sqrt(head_dim); rows without an allowed key give O = 0,
+// LSE = -inf and no gradient. Cost O(allowed pairs x head_dim) (per-row ranges from
+// Mask::row_ranges); threads over (sequence, KV head).
+ReferenceOutputs dense_reference(const AttentionShape& shape, const std::vector<int64_t>& lengths,
+                                 const std::vector<Mask>& masks, const AttentionInputs& in);
+
+struct ErrorStats {
+  double max_rel = 0;   // max |got - want| / max |want|
+  double mean_rel = 0;  // sum |got - want| / sum |want|
+};
+// -inf in `want` must be -inf in `got`; a NaN, or a mismatched infinity, gives infinite error.
+ErrorStats compare(const std::vector<float>& got, const std::vector<double>& want);
+
+}  // namespace dcp::cli
