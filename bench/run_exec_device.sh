@@ -54,7 +54,7 @@ if has single; then
   done
 fi
 if has pair; then
-  for p in ldc longalign; do
+  for p in ${PAIR_PROFILES:-ldc longalign}; do
     for t in ${PAIR_TOKENS:-65536}; do
       for m in ${PAIR_MASKS:-causal lambda}; do
         bench "2gpu_${p}${t}_$m" 2 --profile $p --tokens $t --mask $m --layers 1 --iters 2
