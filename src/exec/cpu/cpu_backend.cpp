@@ -1,6 +1,7 @@
 // The CPU backend: host allocations (fp32 everywhere) and the kernels of attention_cpu.h behind
 // dcp::Backend.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -18,7 +19,10 @@ class CpuBackend final : public Backend {
   bool host_memory() const override { return true; }
   void* allocate(int64_t bytes) override {
     const auto n = static_cast<size_t>((bytes + 3) / 4);
-    buffers_.push_back(std::make_unique<float[]>(n));  // value-initialised: 0
+    // Arrays start as NaN, not 0: a program that reads a row nobody wrote then fails every
+    // check downstream instead of passing by luck (allocation happens once per executor).
+    buffers_.push_back(std::make_unique_for_overwrite<float[]>(n));
+    std::fill_n(buffers_.back().get(), n, std::nanf(""));
     return buffers_.back().get();
   }
   int64_t num_allocations() const override { return static_cast<int64_t>(buffers_.size()); }
