@@ -21,6 +21,7 @@
 #include "common.h"
 #include "dcp/attention_cpu.h"
 #include "dcp/comm.h"
+#include "dcp/cuda_backend.h"
 #include "dcp/dispatch.h"
 #include "dcp/error.h"
 #include "dcp/executor.h"
@@ -51,6 +52,7 @@ struct RunArgs {
   std::string backend = "cpu";
   std::string plan_file;
   int ranks = 4;
+  bool ranks_given = false;  // --ranks on the command line (the CUDA backend defaults to 1)
   uint64_t data_seed = 7;
   int threads = 0;
   double timeout_s = 120;
@@ -81,6 +83,17 @@ int local_ranks_on_host(bool mpi, int world) {
   for (const char* var : {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"})
     if (const char* v = std::getenv(var)) return std::max(1, std::atoi(v));
   return 1;
+}
+
+// One GPU per local rank: the rank's index on its host modulo the visible devices.
+int local_device(bool mpi, int rank) {
+  int local = rank;
+  if (mpi)
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
+      if (const char* v = std::getenv(var)) local = std::atoi(v);
+  const int n = cuda_device_count();
+  if (n == 0) raise(ErrorKind::Unsupported, "--backend cuda: no GPU is visible (or dcp was built without CUDA)");
+  return local % n;
 }
 
 uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
@@ -128,7 +141,9 @@ void assemble(const Plan& plan, int rank, const LocalTensors& t, std::vector<flo
 }
 
 // One rank's whole run. Rank 0 fills `out`.
-void rank_main(Comm& comm, const RunArgs& args, bool mpi, RankResult* out) {
+// `comm` carries the host-side exchanges (plan checksums, results to rank 0); `exec_comm` (the
+// NCCL comm for the CUDA backend, else `comm`) carries the plan's transfers.
+void rank_main(Comm& comm, Comm* exec_comm, const RunArgs& args, bool mpi, RankResult* out) {
   const int rank = comm.rank(), world = comm.world_size();
 #ifdef _OPENMP
   omp_set_num_threads(args.threads > 0 ? args.threads
@@ -174,8 +189,8 @@ void rank_main(Comm& comm, const RunArgs& args, bool mpi, RankResult* out) {
   gather_rows<float>(in.v, t.v, kw, tok);
   gather_rows<float>(in.d_o, t.d_o, qw, tok);
 
-  auto backend = make_cpu_backend();
-  Executor exec(plan, *backend, comm, ExecOptions{.comm_timeout_s = args.timeout_s});
+  auto backend = args.backend == "cuda" ? make_cuda_backend(local_device(mpi, rank)) : make_cpu_backend();
+  Executor exec(plan, *backend, exec_comm ? *exec_comm : comm, ExecOptions{.comm_timeout_s = args.timeout_s});
   const ExecStats fwd = exec.forward(t);
   const ExecStats bwd = exec.backward(t);
   std::array<double, kNumStats> stats{plan_ms,          fwd.total_s * 1e3, bwd.total_s * 1e3, fwd.comm_wait_s * 1e3,
@@ -217,7 +232,8 @@ void rank_main(Comm& comm, const RunArgs& args, bool mpi, RankResult* out) {
   const ReferenceOutputs want = dense_reference(s, plan.table.seq_length, plan.table.seq_mask, exact);
   out->reference_ms = ms_since(t0);
   const std::vector<double>* wants[5] = {&want.o, &want.lse, &want.dq, &want.dk, &want.dv};
-  out->tolerance = s.dtype == DType::BF16 ? 2e-2 : 1e-5;
+  // The CUDA backend stores Q, K, V and dO in bf16 whatever the batch dtype: bf16 tolerance.
+  out->tolerance = s.dtype == DType::BF16 || args.backend == "cuda" ? 2e-2 : 1e-5;
   out->pass = true;
   for (int i = 0; i < 5; ++i) {
     out->err[i] = compare(global[i], *wants[i]);
@@ -295,8 +311,11 @@ void print_report(const RunArgs& args, const RankResult& r) {
 }
 
 int run_run(const RunArgs& args) {
-  if (args.backend != "cpu")
-    raise(ErrorKind::InvalidInput, "--backend: '" + args.backend + "' is not available here (expected cpu)");
+  if (args.backend != "cpu" && args.backend != "cuda")
+    raise(ErrorKind::InvalidInput, "--backend: unknown backend '" + args.backend + "' (expected cpu or cuda)");
+  const bool cuda = args.backend == "cuda";
+  if (cuda && cuda_device_count() == 0)
+    raise(ErrorKind::Unsupported, "--backend cuda: no GPU is visible (or dcp was built without CUDA)");
   check_method(args.method, "--placement");
   RankResult result;
   const bool mpi = launched_by_mpi() && mpi_available();
@@ -304,7 +323,10 @@ int run_run(const RunArgs& args) {
     MpiSession session(nullptr, nullptr);
     std::unique_ptr<Comm> comm = make_mpi_comm_world();
     try {
-      rank_main(*comm, args, true, &result);
+      // GPU transfers go over NCCL; the host-side exchanges stay on MPI.
+      std::unique_ptr<Comm> nccl;
+      if (cuda && comm->world_size() > 1) nccl = make_nccl_comm_world(local_device(true, comm->rank()));
+      rank_main(*comm, nccl.get(), args, true, &result);
     } catch (const std::exception& e) {
       // Report on the failing rank, then take the whole job down so mpirun exits non-zero.
       const auto* err = dynamic_cast<const Error*>(&e);
@@ -317,7 +339,11 @@ int run_run(const RunArgs& args) {
     if (comm->rank() != 0) return 0;
   } else {
     if (args.ranks < 1) raise(ErrorKind::InvalidInput, "--ranks: must be at least 1 (got " + std::to_string(args.ranks) + ")");
-    run_local_ranks(args.ranks, [&](Comm& comm) { rank_main(comm, args, false, comm.rank() == 0 ? &result : nullptr); });
+    if (cuda && args.ranks > 1)
+      raise(ErrorKind::InvalidInput, "--backend cuda with --ranks " + std::to_string(args.ranks) +
+                                         ": GPU ranks are processes; use mpirun -np P (one rank per GPU)");
+    run_local_ranks(args.ranks,
+                    [&](Comm& comm) { rank_main(comm, nullptr, args, false, comm.rank() == 0 ? &result : nullptr); });
   }
   print_report(args, result);
   return result.pass ? 0 : 1;
@@ -347,9 +373,11 @@ void register_run(CLI::App& app, Runner& runner) {
   sub->add_option("--placement", args->method, "Placement: dcp, ring, zigzag, ulysses, a2a_p2p, packing")
       ->capture_default_str();
   add_stages_option(sub, args->stages);
-  sub->add_option("--backend", args->backend, "Compute backend")->capture_default_str();
+  sub->add_option("--backend", args->backend,
+                  "Compute backend: cpu, or cuda (one rank per GPU under mpirun; transfers over NCCL)")
+      ->capture_default_str();
   sub->add_option("--plan", args->plan_file, "Run this saved plan (dcp plan --save-plan) instead of planning");
-  sub->add_option("--ranks", args->ranks, "In-process ranks (threads) when not launched by mpirun")
+  CLI::Option* ranks_opt = sub->add_option("--ranks", args->ranks, "In-process ranks (threads) when not launched by mpirun")
       ->capture_default_str();
   sub->add_option("--data-seed", args->data_seed, "Seed of the random Q, K, V, dO")->capture_default_str();
   sub->add_option("--threads", args->threads, "OpenMP threads per rank (default: cores / ranks on this host)");
@@ -359,7 +387,11 @@ void register_run(CLI::App& app, Runner& runner) {
       ->capture_default_str();
   sub->add_option("--eps-memory", args->placement.eps_memory, "DCP per-device memory tolerance")->capture_default_str();
   sub->add_flag("--json", args->json, "Print one JSON object instead of tables (rank 0)");
-  sub->callback([args, &runner] { runner = [args] { return run_run(*args); }; });
+  sub->callback([args, ranks_opt, &runner] {
+    args->ranks_given = ranks_opt->count() > 0;
+    if (args->backend == "cuda" && !args->ranks_given) args->ranks = 1;
+    runner = [args] { return run_run(*args); };
+  });
 }
 
 }  // namespace dcp::cli
