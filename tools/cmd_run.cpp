@@ -314,11 +314,15 @@ int run_run(const RunArgs& args) {
   if (args.backend != "cpu" && args.backend != "cuda")
     raise(ErrorKind::InvalidInput, "--backend: unknown backend '" + args.backend + "' (expected cpu or cuda)");
   const bool cuda = args.backend == "cuda";
+  const bool mpi_launch = launched_by_mpi() && mpi_available();
+  if (cuda && !mpi_launch && args.ranks > 1)
+    raise(ErrorKind::InvalidInput, "--backend cuda with --ranks " + std::to_string(args.ranks) +
+                                       ": GPU ranks are processes; use mpirun -np P (one rank per GPU)");
   if (cuda && cuda_device_count() == 0)
     raise(ErrorKind::Unsupported, "--backend cuda: no GPU is visible (or dcp was built without CUDA)");
   check_method(args.method, "--placement");
   RankResult result;
-  const bool mpi = launched_by_mpi() && mpi_available();
+  const bool mpi = mpi_launch;
   if (mpi) {
     MpiSession session(nullptr, nullptr);
     std::unique_ptr<Comm> comm = make_mpi_comm_world();
@@ -339,9 +343,6 @@ int run_run(const RunArgs& args) {
     if (comm->rank() != 0) return 0;
   } else {
     if (args.ranks < 1) raise(ErrorKind::InvalidInput, "--ranks: must be at least 1 (got " + std::to_string(args.ranks) + ")");
-    if (cuda && args.ranks > 1)
-      raise(ErrorKind::InvalidInput, "--backend cuda with --ranks " + std::to_string(args.ranks) +
-                                         ": GPU ranks are processes; use mpirun -np P (one rank per GPU)");
     run_local_ranks(args.ranks,
                     [&](Comm& comm) { rank_main(comm, nullptr, args, false, comm.rank() == 0 ? &result : nullptr); });
   }

@@ -207,7 +207,8 @@ TEST(CliRun, PlanForAnotherWorldSizeFailsClearly) {
 
 TEST(CliRun, BadOptionsExitTwo) {
   EXPECT_EQ(run_cli("run --placement nope --ranks 2").exit_code, 2);
-  EXPECT_EQ(run_cli("run --backend cuda --ranks 2").exit_code, 2);
+  EXPECT_EQ(run_cli("run --backend cuda --ranks 2").exit_code, 2);  // GPU ranks need mpirun
+  EXPECT_EQ(run_cli("run --backend tpu --ranks 2").exit_code, 2);
   EXPECT_EQ(run_cli("run --ranks 3 --nodes 2").exit_code, 2);
   EXPECT_EQ(run_cli("run --ranks 0").exit_code, 2);
   EXPECT_EQ(run_cli("run --stages 0 --ranks 2").exit_code, 2);
