@@ -51,7 +51,27 @@ struct MethodResult {
   PlacementMetrics metrics;
   double plan_ms = 0;
   std::vector<std::string> violations;
+  // What the executor allocates per device for this placement's plan (plan_memory: the one
+  // sizing formula), local tensors + the larger pass's slot arrays after liveness reuse.
+  std::vector<int64_t> plan_memory_bytes;
+  double plan_memory_imbalance() const {
+    if (plan_memory_bytes.empty()) return 1.0;
+    double sum = 0, mx = 0;
+    for (int64_t b : plan_memory_bytes) {
+      sum += static_cast<double>(b);
+      mx = std::max(mx, static_cast<double>(b));
+    }
+    return sum > 0 ? mx / (sum / static_cast<double>(plan_memory_bytes.size())) : 1.0;
+  }
 };
+
+std::vector<int64_t> plan_peaks(const BlockTable& table, const Placement& placement, const Cluster& cluster,
+                                const PlanOptions& opts) {
+  const Plan plan = build_plan(table, placement, cluster, opts);
+  std::vector<int64_t> out;
+  for (int d = 0; d < plan.header.world_size; ++d) out.push_back(plan_memory(plan, d).peak_bytes);
+  return out;
+}
 
 // The picture includes the simulated time, so people see cost beside the geometry.
 void write_plan_svg(const Plan& plan, const Cluster& cluster, const std::string& path) {
@@ -68,7 +88,8 @@ void write_plan_svg(const Plan& plan, const Cluster& cluster, const std::string&
 
 nlohmann::json to_json(const MethodResult& r) {
   nlohmann::json devices = nlohmann::json::array();
-  for (const auto& d : r.metrics.devices) {
+  for (size_t i = 0; i < r.metrics.devices.size(); ++i) {
+    const DeviceLoad& d = r.metrics.devices[i];
     devices.push_back({{"tokens", d.tokens},
                        {"tiles", d.num_tiles},
                        {"fwd_flops", d.fwd_flops},
@@ -77,7 +98,8 @@ nlohmann::json to_json(const MethodResult& r) {
                        {"memory_fwd_bytes", d.memory_fwd_bytes},
                        {"memory_bwd_bytes", d.memory_bwd_bytes},
                        {"send_bytes", d.send_bytes},
-                       {"recv_bytes", d.recv_bytes}});
+                       {"recv_bytes", d.recv_bytes},
+                       {"plan_memory_bytes", r.plan_memory_bytes.at(i)}});
   }
   const auto& m = r.metrics;
   return {{"method", r.method},
@@ -85,6 +107,7 @@ nlohmann::json to_json(const MethodResult& r) {
           {"plan_ms", r.plan_ms},
           {"compute_imbalance", m.compute_imbalance},
           {"memory_imbalance", m.memory_imbalance},
+          {"plan_memory_imbalance", r.plan_memory_imbalance()},
           {"intra_bytes", m.intra_bytes()},
           {"inter_bytes", m.inter_bytes()},
           {"intra_bytes_fwd", m.intra_bytes_fwd},
@@ -125,7 +148,7 @@ int run_plan(const PlanArgs& args) {
     DcpPlacement dcp = place_dcp(table, cluster, popts);
     const double ms = ms_since(t1) + table_ms;  // planning = block table + partition
     MethodResult r{name, dcp.placement.note, compute_metrics(table, dcp.placement, cluster), ms,
-                   dcp.report.violations};
+                   dcp.report.violations, plan_peaks(table, dcp.placement, cluster, plan_opts)};
     if (want_plan && args.plan_method == "dcp" && chosen.placement.num_devices == 0) chosen = {table, dcp.placement};
     results.push_back(std::move(r));
   }
@@ -141,7 +164,8 @@ int run_plan(const PlanArgs& args) {
     PlacedBatch placed = make_baseline(kind, batch, args.blocks, cluster);
     const double ms = ms_since(t1);
     if (want_plan && args.plan_method == name) chosen = placed;
-    results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms, {}});
+    results.push_back({name, placed.placement.note, compute_metrics(placed.table, placed.placement, cluster), ms, {},
+                       plan_peaks(placed.table, placed.placement, cluster, plan_opts)});
   }
 
   if (want_plan) {
@@ -185,15 +209,22 @@ int run_plan(const PlanArgs& args) {
                            table.groups.num_groups, batch.mask_area(), human_flops(batch.forward_flops()));
   std::cout << fmt::format("cluster: {} x {} devices ({}), block table built in {:.1f} ms\n\n", cluster.nodes,
                            cluster.devices_per_node, cluster.name, table_ms);
-  Table t({"placement", "compute imb", "memory imb", "intra bytes", "inter bytes", "bytes/token", "time ms"});
+  Table t({"placement", "compute imb", "memory imb", "plan peak mem", "plan mem imb", "intra bytes", "inter bytes",
+           "bytes/token", "time ms"});
   for (const auto& r : results) {
     const auto& m = r.metrics;
+    const int64_t peak = r.plan_memory_bytes.empty()
+                             ? 0
+                             : *std::max_element(r.plan_memory_bytes.begin(), r.plan_memory_bytes.end());
     t.add_row({r.method, fixed(m.compute_imbalance, 3), fixed(m.memory_imbalance, 3),
+               human_bytes(static_cast<double>(peak)), fixed(r.plan_memory_imbalance(), 3),
                human_bytes(static_cast<double>(m.intra_bytes())), human_bytes(static_cast<double>(m.inter_bytes())),
                fixed(m.bytes_per_token(), 1), fixed(r.plan_ms, 1)});
   }
   std::cout << t.render();
-  std::cout << "\nimbalance = max/mean per device (compute: fwd+bwd FLOPs; memory: owned + received + partials).\n"
+  std::cout << "\nimbalance = max/mean per device (compute: fwd+bwd FLOPs; memory: owned + received + partials,\n"
+               "counted from the placement). plan peak mem = what the executor allocates on the busiest device\n"
+               "for this placement's plan (owned tensors + slot arrays after liveness reuse; plan_memory()).\n"
                "bytes = forward + backward traffic (inputs to remote tiles, fp32 partials back to owners).\n";
   for (const auto& r : results) {
     if (!r.note.empty()) std::cout << fmt::format("  {}: {}\n", r.method, r.note);

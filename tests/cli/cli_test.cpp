@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/run_cli.h"
+#include "dcp/plan.h"
 
 namespace {
 
@@ -113,6 +114,37 @@ TEST(Cli, SameSeedSameReport) {
     for (auto& p : (*j)["placements"]) p.erase("plan_ms");
   }
   EXPECT_EQ(ja, jb);
+}
+
+}  // namespace
+
+namespace {
+
+// The memory `dcp plan` reports for a plan is what the executor allocates: plan_memory() of the
+// very plan it saves (the executor tests assert allocation == plan_memory).
+TEST(Cli, ReportedPlanMemoryIsTheExecutorsSizing) {
+  const std::string path = ::testing::TempDir() + "dcp_cli_mem.plan";
+  Result r = run("plan --profile ldc --seed 4 --tokens 32768 --q-heads 8 --kv-heads 2 --nodes 2 --block 512 "
+                 "--method dcp --method zigzag --save-plan " + path + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  const dcp::Plan plan = dcp::load_plan(path);
+  bool found = false;
+  for (const auto& p : j["placements"]) {
+    if (p["method"] != "dcp") continue;
+    found = true;
+    const auto& devs = p["devices"];
+    ASSERT_EQ(static_cast<int>(devs.size()), plan.header.world_size);
+    double sum = 0, mx = 0;
+    for (int d = 0; d < plan.header.world_size; ++d) {
+      const int64_t want = dcp::plan_memory(plan, d).peak_bytes;
+      EXPECT_EQ(devs[static_cast<size_t>(d)]["plan_memory_bytes"].get<int64_t>(), want) << "device " << d;
+      sum += static_cast<double>(want);
+      mx = std::max(mx, static_cast<double>(want));
+    }
+    EXPECT_NEAR(p["plan_memory_imbalance"].get<double>(), mx / (sum / plan.header.world_size), 1e-9);
+  }
+  EXPECT_TRUE(found);
 }
 
 }  // namespace
