@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -158,9 +159,14 @@ class CudaBackend final : public Backend {
                          static_cast<float*>(a.at(Array::Delta, delta)), num_rows * heads.q_heads, heads.head_dim,
                          stream_);
   }
+  // Host copies run on the compute stream and finish before returning. A plain cudaMemcpy from
+  // pageable memory may return before its DMA has landed (only the staging copy is done), and it
+  // runs on the legacy stream, which our non-blocking stream does not wait for: a kernel launched
+  // right after an upload (compute_delta after the last dO rows) could read the old contents.
   void upload(const ArraySet& a, Array arr, int64_t row, const float* host, int64_t host_ld,
               int64_t num_rows) override {
     const int64_t w = a.row_elems[idx(arr)];
+    if (legacy_) {
     synchronize();
     if (a.type[idx(arr)] == ElemType::BF16) {
       std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
@@ -172,21 +178,36 @@ class CudaBackend final : public Backend {
     ck(cudaMemcpy2D(a.at(arr, row), static_cast<size_t>(w) * 4, host, static_cast<size_t>(host_ld) * 4,
                     static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyHostToDevice),
        "upload");
+    return;
+    }
+    if (a.type[idx(arr)] == ElemType::BF16) {
+      std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
+      for (int64_t r = 0; r < num_rows; ++r)
+        for (int64_t x = 0; x < w; ++x) tmp[static_cast<size_t>(r * w + x)] = to_bf16_bits(host[r * host_ld + x]);
+      ck(cudaMemcpyAsync(a.at(arr, row), tmp.data(), tmp.size() * 2, cudaMemcpyHostToDevice, stream_), "upload");
+      synchronize();  // tmp dies here
+      return;
+    }
+    ck(cudaMemcpy2DAsync(a.at(arr, row), static_cast<size_t>(w) * 4, host, static_cast<size_t>(host_ld) * 4,
+                         static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyHostToDevice, stream_),
+       "upload");
+    synchronize();
   }
   void download(const ArraySet& a, Array arr, int64_t row, float* host, int64_t host_ld,
                 int64_t num_rows) override {
     const int64_t w = a.row_elems[idx(arr)];
-    synchronize();
     if (a.type[idx(arr)] == ElemType::BF16) {
       std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
-      ck(cudaMemcpy(tmp.data(), a.at(arr, row), tmp.size() * 2, cudaMemcpyDeviceToHost), "download");
+      ck(cudaMemcpyAsync(tmp.data(), a.at(arr, row), tmp.size() * 2, cudaMemcpyDeviceToHost, stream_), "download");
+      synchronize();
       for (int64_t r = 0; r < num_rows; ++r)
         for (int64_t x = 0; x < w; ++x) host[r * host_ld + x] = from_bf16_bits(tmp[static_cast<size_t>(r * w + x)]);
       return;
     }
-    ck(cudaMemcpy2D(host, static_cast<size_t>(host_ld) * 4, a.at(arr, row), static_cast<size_t>(w) * 4,
-                    static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyDeviceToHost),
+    ck(cudaMemcpy2DAsync(host, static_cast<size_t>(host_ld) * 4, a.at(arr, row), static_cast<size_t>(w) * 4,
+                         static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyDeviceToHost, stream_),
        "download");
+    synchronize();
   }
   void fill_random(const ArraySet& a, Array arr, int64_t row, int64_t num_rows, uint64_t seed,
                    float amplitude) override {
@@ -357,6 +378,7 @@ class CudaBackend final : public Backend {
     return d;
   }
 
+  bool legacy_ = std::getenv("DCP_A2AFIX_LEGACY") != nullptr;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> buffers_;
