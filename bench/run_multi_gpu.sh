@@ -1,0 +1,47 @@
+#!/bin/bash
+# The 4- and 8-GPU study (one device call per kind: nvidia-h200-x4, nvidia-h200-x8), prepared for
+# when those machines are lent. One rank per GPU; DCP and every static baseline through the same
+# executor (dcp bench: time = max over ranks, mask-area TFLOP/s per GPU, bytes moved, the
+# simulator's prediction beside the measurement).
+#   batches : ldc and longalign, 8K tokens per GPU and 131072 tokens in total
+#   shapes  : 64 q / 8 kv heads (MagiAttention's benchmark shape) and 32 / 8; head dim 128
+#   masks   : causal, lambda, causal_blockwise, shared_question
+#   layouts : the GPUs as one node, and as 2 (4 GPUs) or 2 and 4 (8 GPUs) "nodes" of the cluster
+#             model, to exercise hierarchical placement on real links
+# Usage (on the device machine, repository root): bench/run_multi_gpu.sh DEPS_DIR
+# Results: $OUT/multi_gpu.log and $OUT/json.tar (one JSON per run).
+set -u
+cd "$(dirname "$0")/.."
+deps=$(realpath "$1")
+out=${OUT:-/tmp/dcp_out}
+mkdir -p "$out" /tmp/dcp_json
+bash bench/run_exec_device.sh "$deps" build >/dev/null 2>&1 || { echo "build failed"; exit 1; }
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
+export LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
+gpus=$(nvidia-smi -L | wc -l)
+log=$out/multi_gpu.log
+run() {  # name nodes args...
+  local name=$1 nodes=$2; shift 2
+  echo "== $(date +%T) $name" | tee -a "$log"
+  timeout ${BENCH_TIMEOUT:-150} mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$gpus" \
+    /tmp/dcp_build/dcp bench --cluster h200-nvl --nodes "$nodes" --devices-per-node $((gpus / nodes)) \
+    --json "/tmp/dcp_json/$name.json" "$@" 2>&1 | tee -a "$log"
+  tar -cf "$out/json.tar" -C /tmp/dcp_json .
+}
+node_layouts="1 2"
+[ "$gpus" -ge 8 ] && node_layouts="1 2 4"
+for shape in "64 8" "32 8"; do
+  set -- $shape
+  for profile in ldc longalign; do
+    for tokens in $((8192 * gpus)) 131072; do
+      for mask in causal lambda causal_blockwise shared_question; do
+        for nodes in $node_layouts; do
+          run "${gpus}gpu_${profile}${tokens}_${mask}_q$1kv$2_nodes$nodes" "$nodes" --profile "$profile" \
+            --tokens "$tokens" --mask "$mask" --q-heads "$1" --kv-heads "$2" --head-dim 128 --layers 1 --iters 2
+        done
+      done
+    done
+  done
+done
+echo "== done" | tee -a "$log"
