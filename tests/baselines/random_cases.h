@@ -6,29 +6,13 @@
 #include <memory>
 #include <vector>
 
+#include "common/rng.h"
 #include "dcp/batch.h"
 #include "dcp/blocks.h"
 #include "dcp/cluster.h"
 
 namespace dcp::test {
 
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [lo, hi] (inclusive); the modulo bias is irrelevant for tests.
-  int64_t uniform(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-
- private:
-  uint64_t state_;
-};
 
 // A random mask of `kind` that fits `length` tokens.
 inline Mask random_mask(Rng& rng, MaskKind kind, int64_t length) {

@@ -8,26 +8,11 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/rng.h"
 #include "dcp/mask.h"
 
 namespace dcp::test {
 
-// splitmix64: small, portable, explicitly seeded.
-struct Rng {
-  uint64_t state;
-  explicit Rng(uint64_t seed) : state(seed) {}
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [lo, hi] (inclusive); the modulo bias is irrelevant for tests.
-  int64_t uniform(int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
-  }
-  bool coin() { return (next() & 1) != 0; }
-};
 
 // Per-token evaluation of the mask formulas.
 inline bool allowed(const Mask& m, int64_t L, int64_t i, int64_t k) {

@@ -7,21 +7,10 @@
 #include <limits>
 #include <vector>
 
+#include "common/rng.h"
+
 namespace dcp::test {
 
-struct SplitMix64 {
-  uint64_t state;
-  explicit SplitMix64(uint64_t seed) : state(seed) {}
-  uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
-  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
-  float symmetric() { return static_cast<float>(2.0 * uniform() - 1.0); }
-};
 
 inline std::vector<float> random_tensor(SplitMix64& rng, size_t n, float amplitude = 1.0f) {
   std::vector<float> v(n);
