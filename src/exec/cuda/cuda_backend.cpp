@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <string>
@@ -166,20 +165,6 @@ class CudaBackend final : public Backend {
   void upload(const ArraySet& a, Array arr, int64_t row, const float* host, int64_t host_ld,
               int64_t num_rows) override {
     const int64_t w = a.row_elems[idx(arr)];
-    if (legacy_) {
-    synchronize();
-    if (a.type[idx(arr)] == ElemType::BF16) {
-      std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
-      for (int64_t r = 0; r < num_rows; ++r)
-        for (int64_t x = 0; x < w; ++x) tmp[static_cast<size_t>(r * w + x)] = to_bf16_bits(host[r * host_ld + x]);
-      ck(cudaMemcpy(a.at(arr, row), tmp.data(), tmp.size() * 2, cudaMemcpyHostToDevice), "upload");
-      return;
-    }
-    ck(cudaMemcpy2D(a.at(arr, row), static_cast<size_t>(w) * 4, host, static_cast<size_t>(host_ld) * 4,
-                    static_cast<size_t>(w) * 4, static_cast<size_t>(num_rows), cudaMemcpyHostToDevice),
-       "upload");
-    return;
-    }
     if (a.type[idx(arr)] == ElemType::BF16) {
       std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
       for (int64_t r = 0; r < num_rows; ++r)
@@ -378,7 +363,6 @@ class CudaBackend final : public Backend {
     return d;
   }
 
-  bool legacy_ = std::getenv("DCP_A2AFIX_LEGACY") != nullptr;
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::vector<void*> buffers_;
