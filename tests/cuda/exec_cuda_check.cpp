@@ -167,12 +167,12 @@ int check(const Config& c, Comm& comm, int device) {
     if (step == 0) allocs = gpu->num_allocations();
     else steady = steady && gpu->num_allocations() == allocs;
     const double e[] = {rel(got.o, want.o, 1e-30), rel(got.lse, want.lse, 1.0), rel(got.dq, want.dq, 1.0),
-                        rel(got.dk, want.dk, 1.0), rel(got.dv, want.dv, 1.0)};
+                        rel(got.dk, want.dk, 1.0), rel(got.dv, want.dv, 1.0), rel(got.delta, want.delta, 1.0)};
     for (double x : e) worst = std::max(worst, x);
     if (worst >= 2e-2 && !explained) {
       explained = true;
-      std::printf("rank %d %s step %d: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e\n", comm.rank(), c.method.c_str(), step, e[0], e[1],
-                  e[2], e[3], e[4]);
+      std::printf("rank %d %s step %d: O %.2e LSE %.2e dQ %.2e dK %.2e dV %.2e Delta %.2e\n", comm.rank(),
+                  c.method.c_str(), step, e[0], e[1], e[2], e[3], e[4], e[5]);
       if (e[2] >= 2e-2) explain("dQ", got.dq, want.dq, qw, plan, comm.rank());
       if (e[3] >= 2e-2) explain("dK", got.dk, want.dk, kw, plan, comm.rank());
     }
