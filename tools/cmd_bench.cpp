@@ -42,6 +42,7 @@ struct BenchArgs {
   double timeout_s = 120.0;
   std::string json;
   std::string backend = "cuda";
+  PlacementOptions placement;  // DCP's partitioner options
 };
 
 // A one-rank comm (a one-device plan moves nothing).
@@ -123,12 +124,12 @@ struct Row {
 };
 
 Plan make_plan(const std::string& method, const Batch& batch, const BlockOptions& blocks, const Cluster& cluster,
-               int stages) {
+               int stages, const PlacementOptions& placement) {
   PlanOptions popts;
   popts.schedule.num_comm_stages = stages;
   if (method == "dcp") {
     const BlockTable table = build_block_table(batch, blocks);
-    return build_plan(table, place_dcp(table, cluster).placement, cluster, popts);
+    return build_plan(table, place_dcp(table, cluster, placement).placement, cluster, popts);
   }
   for (BaselineKind k : all_baselines())
     if (method == to_string(k)) {
@@ -141,7 +142,7 @@ Plan make_plan(const std::string& method, const Batch& batch, const BlockOptions
 Row bench_one(const BenchArgs& args, const std::string& method, const Batch& batch, const Cluster& cluster,
               Comm& comm, Backend& backend) {
   using Clock = std::chrono::steady_clock;
-  const Plan plan = make_plan(method, batch, args.blocks, cluster, args.stages);
+  const Plan plan = make_plan(method, batch, args.blocks, cluster, args.stages, args.placement);
   Row row;
   row.method = method;
   const auto progress = [&](const std::string& what) {
@@ -301,6 +302,8 @@ void register_bench(CLI::App& app, Runner& runner) {
   add_cluster_options(sub, args->cluster);
   add_block_options(sub, args->blocks);
   sub->add_option("--method", args->methods, "Only these placements (repeatable)");
+  sub->add_option("--eps-compute", args->placement.eps_compute, "DCP per-device compute tolerance")->capture_default_str();
+  sub->add_option("--eps-memory", args->placement.eps_memory, "DCP per-device memory tolerance")->capture_default_str();
   sub->add_option("--layers", args->layers, "Layers per step (forward all, then backward all)")->capture_default_str();
   sub->add_option("--warmup", args->warmup, "Untimed steps")->capture_default_str();
   sub->add_option("--iters", args->iters, "Timed steps (median reported)")->capture_default_str();
