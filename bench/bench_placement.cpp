@@ -103,6 +103,7 @@ int64_t baseline_inter(dcp::BaselineKind kind, const dcp::Batch& b, const dcp::B
 }
 
 double g_node_eps_factor = dcp::PlacementOptions{}.node_eps_factor;
+int g_initial_starts = dcp::PlacementOptions{}.initial_starts;
 
 // True when no placement can meet the memory bound: token blocks are indivisible and a device
 // holds at most floor(cap / s) blocks of the largest size s, so more such blocks than
@@ -131,6 +132,7 @@ Row run_instance(const Setting& st, const Instance& inst, int count, bool with_m
   dcp::PlacementOptions po;
   po.eps_compute = eps_c;
   po.node_eps_factor = g_node_eps_factor;
+  po.initial_starts = g_initial_starts;
   std::vector<double> ms;
   for (const dcp::Batch& b : batches) {
     const auto t0 = Clock::now();
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
     else if (a == "--mask") only_mask = next();
     else if (a == "--scale") only_scale = std::stod(next());
     else if (a == "--node-eps-factor") g_node_eps_factor = std::stod(next());
+    else if (a == "--starts") g_initial_starts = std::stoi(next());
     else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--batches N] [--json PATH] [--no-sweeps] [--no-metis] [--no-zoltan] "
