@@ -43,6 +43,7 @@ struct BenchArgs {
   std::string json;
   std::string backend = "cuda";
   PlacementOptions placement;  // DCP's partitioner options
+  std::string trace;           // --trace PREFIX: measured and simulated timelines
 };
 
 // A one-rank comm (a one-device plan moves nothing).
@@ -139,6 +140,32 @@ Plan make_plan(const std::string& method, const Batch& batch, const BlockOptions
   raise(ErrorKind::InvalidInput, "--method: unknown placement '" + method + "'");
 }
 
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) raise(ErrorKind::InvalidInput, "--trace: cannot write " + path);
+  out << text;
+}
+
+// Chrome/Perfetto trace of one rank's measured instructions: forward on thread 0, backward on
+// thread 1 starting where the forward ended (the same layout as the simulator's trace).
+std::string measured_trace(const std::vector<MeasuredInstruction>& fwd, const std::vector<MeasuredInstruction>& bwd,
+                           int rank) {
+  nlohmann::json events = nlohmann::json::array();
+  const double offset = fwd.empty() ? 0.0 : fwd.back().end_s;
+  for (const auto* pass : {&fwd, &bwd}) {
+    const bool is_bwd = pass == &bwd;
+    for (const MeasuredInstruction& m : *pass)
+      events.push_back({{"name", m.kind},
+                        {"ph", "X"},
+                        {"pid", rank},
+                        {"tid", is_bwd ? 1 : 0},
+                        {"ts", (m.start_s + (is_bwd ? offset : 0.0)) * 1e6},
+                        {"dur", (m.end_s - m.start_s) * 1e6},
+                        {"args", {{"index", m.index}, {"pass", is_bwd ? "bwd" : "fwd"}}}});
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
 Row bench_one(const BenchArgs& args, const std::string& method, const Batch& batch, const Cluster& cluster,
               Comm& comm, Backend& backend) {
   using Clock = std::chrono::steady_clock;
@@ -158,12 +185,15 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
           for (const Transfer& t : cs->ops) row.bytes += t.send ? static_cast<double>(t.bytes) : 0.0;
   SimOptions sopts;
   sopts.calibration = calibration_from_cluster(cluster);
+  sopts.trace = !args.trace.empty() && comm.rank() == 0;
   const SimResult sim = simulate(plan, cluster, sopts);
+  if (sopts.trace) write_text(args.trace + "." + method + ".sim.json", sim.trace_json);
   row.sim_fwd_ms = sim.fwd_s * 1e3;
   row.sim_bwd_ms = sim.bwd_s * 1e3;
 
   progress("simulated");
-  Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = args.timeout_s, .num_layers = args.layers});
+  Executor exec(plan, backend, comm,
+                ExecOptions{.comm_timeout_s = args.timeout_s, .num_layers = args.layers, .timeline = !args.trace.empty()});
   progress("executor ready");
   // --check: the same host data for both backends; otherwise random inputs made on the device.
   LocalTensors t;
@@ -189,6 +219,14 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
     if (it < args.warmup) continue;
     fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / args.layers);
     bwd.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / args.layers);
+  }
+  if (!args.trace.empty()) {
+    // One more step, measured instruction by instruction (markers are reused per pass).
+    exec.forward_layer(0);
+    const auto tf = exec.timeline(Pass::Forward);
+    exec.backward_layer(0);
+    const auto tb = exec.timeline(Pass::Backward);
+    write_text(fmt::format("{}.{}.rank{}.json", args.trace, method, comm.rank()), measured_trace(tf, tb, comm.rank()));
   }
   std::sort(fwd.begin(), fwd.end());
   std::sort(bwd.begin(), bwd.end());
@@ -302,6 +340,9 @@ void register_bench(CLI::App& app, Runner& runner) {
   add_cluster_options(sub, args->cluster);
   add_block_options(sub, args->blocks);
   sub->add_option("--method", args->methods, "Only these placements (repeatable)");
+  sub->add_option("--trace", args->trace,
+                  "Write PREFIX.<method>.rank<r>.json (measured per-instruction timeline, one extra step) and "
+                  "PREFIX.<method>.sim.json (the simulator's prediction of the same plan), Chrome/Perfetto format");
   sub->add_option("--eps-compute", args->placement.eps_compute, "DCP per-device compute tolerance")->capture_default_str();
   sub->add_option("--eps-memory", args->placement.eps_memory, "DCP per-device memory tolerance")->capture_default_str();
   sub->add_option("--layers", args->layers, "Layers per step (forward all, then backward all)")->capture_default_str();

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -114,6 +115,12 @@ class Backend {
   // The stream that orders compute (CUDA: a cudaStream_t), null for synchronous backends.
   virtual void* compute_stream() { return nullptr; }
   virtual void synchronize() {}
+  // Timing markers (ExecOptions::timeline): mark(i) records marker i in compute order (CUDA: an
+  // event on the compute stream; synchronous backends: the host clock now); marker_seconds(n)
+  // waits for markers 0..n-1 and returns their times in seconds relative to marker 0. Markers
+  // are reused from index 0 at each pass, so steady-state timing allocates nothing.
+  virtual void mark(int index);
+  virtual std::vector<double> marker_seconds(int count);
 
   virtual void attend(const cpu::HeadLayout& heads, const ArraySet& arrays, const AttendCall& call) = 0;
   virtual void merge(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeCall& call) = 0;
@@ -132,6 +139,9 @@ class Backend {
   // where the rows live (benchmarks: no host data to generate or copy).
   virtual void fill_random(const ArraySet& arrays, Array a, int64_t row, int64_t num_rows, uint64_t seed,
                            float amplitude) = 0;
+
+ private:
+  std::vector<std::chrono::steady_clock::time_point> host_marks_;  // default mark()/marker_seconds()
 };
 
 // The CPU backend: host memory and the kernels of attention_cpu.h.
@@ -150,6 +160,18 @@ struct LocalTensors {
 struct ExecOptions {
   double comm_timeout_s = 120.0;  // every CommWait; a Timeout error names the round
   int num_layers = 1;             // local tensors kept per layer (device-resident use)
+  bool timeline = false;          // measure every instruction (Executor::timeline)
+};
+
+// One measured instruction: when the compute stream started and finished it, relative to the
+// start of its pass. CommWait spans are the stream's stall waiting for the round's data;
+// CommStart spans are the cost of posting it.
+struct MeasuredInstruction {
+  Pass pass = Pass::Forward;
+  int index = 0;          // position in the device's program of that pass
+  std::string kind;       // "Attend", "Merge", "Copy", "CommStart", "CommWait"
+  double start_s = 0;
+  double end_s = 0;
 };
 
 struct ExecStats {
@@ -185,6 +207,9 @@ class Executor {
   ExecStats forward_layer(int layer);
   ExecStats backward_layer(int layer);  // computes Delta first
   const ArraySet& arrays() const;
+  // With ExecOptions::timeline: the instructions of the last forward_layer / backward_layer (or
+  // forward / backward) as measured; waits for the backend. Empty without the option.
+  std::vector<MeasuredInstruction> timeline(Pass pass) const;
 
   // Bytes of the slot arrays allocated for `pass`. For FP32 batches on an fp32 backend this
   // equals plan_memory(plan, rank).{fwd,bwd}.slots_total_bytes (the one sizing formula); for

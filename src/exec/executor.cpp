@@ -72,6 +72,29 @@ const char* to_string(Array a) {
   return names[static_cast<size_t>(a)];
 }
 
+template <typename T>
+const char* instruction_name() {
+  if constexpr (std::is_same_v<T, Attend>) return "Attend";
+  else if constexpr (std::is_same_v<T, Merge>) return "Merge";
+  else if constexpr (std::is_same_v<T, Copy>) return "Copy";
+  else if constexpr (std::is_same_v<T, CommStart>) return "CommStart";
+  else return "CommWait";
+}
+
+// Synchronous backends: a marker is the host clock when the instruction boundary is reached.
+void Backend::mark(int index) {
+  if (index < 0) return;
+  if (static_cast<size_t>(index) >= host_marks_.size()) host_marks_.resize(static_cast<size_t>(index) + 1);
+  host_marks_[static_cast<size_t>(index)] = std::chrono::steady_clock::now();
+}
+
+std::vector<double> Backend::marker_seconds(int count) {
+  std::vector<double> out(static_cast<size_t>(std::max(0, count)), 0.0);
+  for (int i = 0; i < count && static_cast<size_t>(i) < host_marks_.size(); ++i)
+    out[static_cast<size_t>(i)] = std::chrono::duration<double>(host_marks_[static_cast<size_t>(i)] - host_marks_[0]).count();
+  return out;
+}
+
 struct Executor::Impl {
   const Plan& plan;
   Backend& backend;
@@ -95,6 +118,7 @@ struct Executor::Impl {
   std::map<uint64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> merges;
   std::map<int32_t, std::vector<CommOp>> round_ops;  // reused vectors: no steady-state growth
   ExecStats stats;
+  std::array<std::vector<std::string>, 2> timeline_kinds;  // per pass: instruction kinds measured
   int layer = 0;
   Pass pass = Pass::Forward;
   uint64_t serial = next_executor_serial();
@@ -342,8 +366,12 @@ struct Executor::Impl {
     layer = at_layer;
     pass = program.pass;
     const auto t0 = Clock::now();
+    // Timeline markers: 2i at the start of instruction i, 2i + 1 at its end.
+    auto& kinds = timeline_kinds[pass == Pass::Forward ? 0 : 1];
+    if (options.timeline) kinds.assign(program.code.size(), std::string());
     for (size_t i = 0; i < program.code.size(); ++i) {
       const uint64_t key = call_key(serial, layer, pass, i);
+      if (options.timeline) backend.mark(static_cast<int>(2 * i));
       std::visit(
           [&](const auto& x) {
             using T = std::decay_t<decltype(x)>;
@@ -352,8 +380,10 @@ struct Executor::Impl {
             else if constexpr (std::is_same_v<T, Copy>) copy(x);
             else if constexpr (std::is_same_v<T, CommStart>) comm_start(x);
             else comm_wait(x);
+            if (options.timeline) kinds[i] = instruction_name<T>();
           },
           program.code[i]);
+      if (options.timeline) backend.mark(static_cast<int>(2 * i + 1));
     }
     stats.total_s += seconds_since(t0);
   }
@@ -473,6 +503,18 @@ ExecStats Executor::backward_layer(int layer) {
 }
 
 const ArraySet& Executor::arrays() const { return impl_->arrays; }
+
+std::vector<MeasuredInstruction> Executor::timeline(Pass pass) const {
+  std::vector<MeasuredInstruction> out;
+  if (!impl_->options.timeline) return out;
+  // Markers are per backend, reused by each pass: only the pass run last can be read back.
+  if (pass != impl_->pass) return out;
+  const auto& kinds = impl_->timeline_kinds[pass == Pass::Forward ? 0 : 1];
+  const std::vector<double> t = impl_->backend.marker_seconds(static_cast<int>(2 * kinds.size()));
+  for (size_t i = 0; i < kinds.size(); ++i)
+    out.push_back({pass, static_cast<int>(i), kinds[i], t[2 * i], t[2 * i + 1]});
+  return out;
+}
 
 ExecStats Executor::forward(LocalTensors& t) {
   upload(0, t, Pass::Forward);

@@ -215,3 +215,30 @@ TEST(CliRun, BadOptionsExitTwo) {
 }
 
 }  // namespace
+
+namespace {
+
+// dcp bench --trace: the measured timeline of every instruction next to the simulator's.
+TEST(CliBench, TraceWritesMeasuredAndSimulatedTimelines) {
+  const std::string prefix = ::testing::TempDir() + "dcp_bench_trace";
+  const auto r = dcp::test::run_cli("bench --backend cpu --profile ldc --tokens 2048 --q-heads 4 --kv-heads 2 "
+                                    "--head-dim 64 --block 256 --layers 1 --iters 1 --warmup 0 --method dcp --trace " +
+                                    prefix);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream measured(prefix + ".dcp.rank0.json"), simulated(prefix + ".dcp.sim.json");
+  ASSERT_TRUE(measured.good());
+  ASSERT_TRUE(simulated.good());
+  const auto m = nlohmann::json::parse(measured);
+  const auto s = nlohmann::json::parse(simulated);
+  ASSERT_FALSE(m["traceEvents"].empty());
+  EXPECT_FALSE(s["traceEvents"].empty());
+  int fwd = 0, bwd = 0;
+  for (const auto& e : m["traceEvents"]) {
+    EXPECT_GE(e["dur"].get<double>(), 0.0);
+    (e["tid"] == 0 ? fwd : bwd)++;
+  }
+  EXPECT_GT(fwd, 0);
+  EXPECT_GT(bwd, 0);
+}
+
+}  // namespace

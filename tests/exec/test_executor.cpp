@@ -255,6 +255,55 @@ TEST(Executor, RandomMatrixMatchesDenseReference) {
   }
 }
 
+// The measured timeline has one span per instruction of the pass just run, in program order,
+// with the program's instruction kinds, non-negative and non-overlapping on the compute stream.
+TEST(Executor, TimelineMeasuresEveryInstruction) {
+  const Batch batch = test_batch(4, 2, 64);
+  Cluster cluster;
+  cluster.nodes = 1;
+  cluster.devices_per_node = 2;
+  BlockOptions opts;
+  opts.block_size = 32;
+  const PlacedBatch placed = make_baseline(BaselineKind::Zigzag, batch, opts, cluster);
+  const Plan plan = build_plan(placed.table, placed.placement, cluster, PlanOptions{});
+  run_local_ranks(2, [&](Comm& comm) {
+    const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
+    const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
+    LocalTensors t = LocalTensors::allocate(batch.shape, tok.num_rows());
+    auto backend = make_cpu_backend();
+    Executor exec(plan, *backend, comm, ExecOptions{.comm_timeout_s = 30.0, .timeline = true});
+    for (Pass pass : {Pass::Forward, Pass::Backward}) {
+      if (pass == Pass::Forward) exec.forward(t);
+      else exec.backward(t);
+      const Program& prog = pass == Pass::Forward ? dev.fwd : dev.bwd;
+      const auto tl = exec.timeline(pass);
+      ASSERT_EQ(tl.size(), prog.code.size());
+      double last_end = 0;
+      for (size_t i = 0; i < tl.size(); ++i) {
+        EXPECT_EQ(tl[i].index, static_cast<int>(i));
+        EXPECT_GE(tl[i].start_s, last_end);
+        EXPECT_GE(tl[i].end_s, tl[i].start_s);
+        last_end = tl[i].end_s;
+        const char* want = std::visit(
+            [](const auto& x) {
+              using T = std::decay_t<decltype(x)>;
+              if constexpr (std::is_same_v<T, Attend>) return "Attend";
+              else if constexpr (std::is_same_v<T, Merge>) return "Merge";
+              else if constexpr (std::is_same_v<T, Copy>) return "Copy";
+              else if constexpr (std::is_same_v<T, CommStart>) return "CommStart";
+              else return "CommWait";
+            },
+            prog.code[i]);
+        EXPECT_EQ(tl[i].kind, want);
+      }
+    }
+    // Without the option nothing is recorded.
+    auto quiet_backend = make_cpu_backend();
+    Executor quiet(plan, *quiet_backend, comm);
+    EXPECT_TRUE(quiet.timeline(Pass::Forward).empty());
+  });
+}
+
 TEST(Executor, PlanForAnotherWorldSizeIsRefusedBeforeCommunicating) {
   const Batch batch = test_batch(4, 2, 64);
   Cluster cluster;

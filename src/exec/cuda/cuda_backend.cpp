@@ -48,6 +48,7 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     for (void* p : buffers_) cudaFree(p);
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
   std::string name() const override { return "cuda"; }
@@ -74,6 +75,28 @@ class CudaBackend final : public Backend {
     std::erase_if(merges_, [&](const auto& kv) { return (kv.first & mask) == base; });
   }
   void* compute_stream() override { return stream_; }
+  // Timeline markers: one reusable event per marker index (created on first use only).
+  void mark(int index) override {
+    if (index < 0) return;
+    while (static_cast<int>(events_.size()) <= index) {
+      cudaEvent_t e = nullptr;
+      ck(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    ck(cudaEventRecord(events_[static_cast<size_t>(index)], stream_), "cudaEventRecord");
+  }
+  std::vector<double> marker_seconds(int count) override {
+    std::vector<double> out(static_cast<size_t>(std::max(0, count)), 0.0);
+    if (count <= 0 || events_.empty()) return out;
+    ck(cudaEventSynchronize(events_[static_cast<size_t>(std::min<int>(count, static_cast<int>(events_.size())) - 1)]),
+       "cudaEventSynchronize");
+    for (int i = 1; i < count && i < static_cast<int>(events_.size()); ++i) {
+      float ms = 0;
+      ck(cudaEventElapsedTime(&ms, events_[0], events_[static_cast<size_t>(i)]), "cudaEventElapsedTime");
+      out[static_cast<size_t>(i)] = ms * 1e-3;
+    }
+    return out;
+  }
   void synchronize() override { ck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
   void attend(const cpu::HeadLayout& heads, const ArraySet& a, const AttendCall& call) override {
@@ -365,6 +388,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> events_;  // timeline markers
   std::vector<void*> buffers_;
   int64_t num_allocations_ = 0;
   char* meta_ = nullptr;
