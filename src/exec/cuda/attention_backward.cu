@@ -320,11 +320,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
 template <int kD>
 void launch_backward(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwdSmem<kD>::kBytes;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(attention_backward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (attr != cudaSuccess) {
-    raise(ErrorKind::Cuda, std::string("attention_backward: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
-  }
+  static const bool ready = (allow_shared_memory("attention_backward", attention_backward_kernel<kD>, kSmem), true);
+  (void)ready;
   attention_backward_kernel<kD><<<p.list.num_work, kBwdThreads, kSmem, stream>>>(p);
 }
 
@@ -332,18 +329,8 @@ void launch_backward(const AttnBackwardParams& p, cudaStream_t stream) {
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
-  if (params.shape.num_kv_heads <= 0 || params.shape.num_q_heads % params.shape.num_kv_heads != 0) {
-    raise(ErrorKind::InvalidInput, "attention_backward: num_q_heads must be a positive multiple of num_kv_heads");
-  }
-  switch (params.shape.head_dim) {
-    case 64: detail::launch_backward<64>(params, stream); break;
-    case 128: detail::launch_backward<128>(params, stream); break;
-    default:
-      raise(ErrorKind::Unsupported,
-            "attention_backward: head_dim must be 64 or 128 (got " + std::to_string(params.shape.head_dim) + ")");
-  }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string("attention_backward: launch: ") + cudaGetErrorString(err));
+  detail::launch_for_head_dim("attention_backward", params.shape,
+                              [&]<int kD>() { detail::launch_backward<kD>(params, stream); });
 }
 
 }  // namespace dcp::cuda

@@ -10,8 +10,10 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "dcp/attention_cuda.h"
+#include "dcp/error.h"
 
 namespace dcp::cuda::detail {
 
@@ -152,6 +154,31 @@ __device__ __forceinline__ uint64_t row_key_mask(const int32_t* row_offsets, con
 
 __device__ __forceinline__ uint64_t valid_bits(int valid) {
   return valid >= 64 ? ~uint64_t{0} : ((uint64_t{1} << valid) - 1);
+}
+
+// Host side of every tile-list launcher: checks the shape, turns the runtime head dim into the
+// template argument (the one runtime -> template switch of these kernels), and checks the launch.
+// `launch` is a template lambda: launch.template operator()<kD>().
+template <typename Launch>
+void launch_for_head_dim(const char* name, const AttnShape& shape, Launch&& launch) {
+  if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0)
+    raise(ErrorKind::InvalidInput, std::string(name) + ": num_q_heads must be a positive multiple of num_kv_heads");
+  switch (shape.head_dim) {
+    case 64: launch.template operator()<64>(); break;
+    case 128: launch.template operator()<128>(); break;
+    default:
+      raise(ErrorKind::Unsupported,
+            std::string(name) + ": head_dim must be 64 or 128 (got " + std::to_string(shape.head_dim) + ")");
+  }
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": launch: " + cudaGetErrorString(err));
+}
+
+// Opts a kernel into `smem_bytes` of dynamic shared memory once per instantiation.
+template <typename Kernel>
+void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
 }
 
 }  // namespace dcp::cuda::detail

@@ -324,11 +324,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
 template <int kD>
 void launch_forward(const AttnForwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = FwdSmem<kD>::kBytes;
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(attention_forward_kernel<kD>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-  if (attr != cudaSuccess) {
-    raise(ErrorKind::Cuda, std::string("attention_forward: cudaFuncSetAttribute: ") + cudaGetErrorString(attr));
-  }
+  static const bool ready = (allow_shared_memory("attention_forward", attention_forward_kernel<kD>, kSmem), true);
+  (void)ready;
   attention_forward_kernel<kD><<<p.list.num_work, kThreads, kSmem, stream>>>(p);
 }
 
@@ -336,18 +333,8 @@ void launch_forward(const AttnForwardParams& p, cudaStream_t stream) {
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
-  if (params.shape.num_kv_heads <= 0 || params.shape.num_q_heads % params.shape.num_kv_heads != 0) {
-    raise(ErrorKind::InvalidInput, "attention_forward: num_q_heads must be a positive multiple of num_kv_heads");
-  }
-  switch (params.shape.head_dim) {
-    case 64: detail::launch_forward<64>(params, stream); break;
-    case 128: detail::launch_forward<128>(params, stream); break;
-    default:
-      raise(ErrorKind::Unsupported,
-            "attention_forward: head_dim must be 64 or 128 (got " + std::to_string(params.shape.head_dim) + ")");
-  }
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string("attention_forward: launch: ") + cudaGetErrorString(err));
+  detail::launch_for_head_dim("attention_forward", params.shape,
+                              [&]<int kD>() { detail::launch_forward<kD>(params, stream); });
 }
 
 }  // namespace dcp::cuda
