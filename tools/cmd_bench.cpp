@@ -279,7 +279,7 @@ int run_bench(const BenchArgs& args) {
   const Cluster cluster = resolve_cluster(cs);
   if (cluster.num_devices() != world)
     raise(ErrorKind::InvalidInput, fmt::format("dcp bench: cluster has {} devices, {} ranks run", cluster.num_devices(), world));
-  check_block_options(args.blocks, batch.shape);
+  args.blocks.validate(batch.shape);
   std::vector<std::string> methods = args.methods;
   if (methods.empty()) {
     methods.push_back("dcp");

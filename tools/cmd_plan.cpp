@@ -123,7 +123,7 @@ int run_plan(const PlanArgs& args) {
   const Batch batch = resolve_batch(args.batch);
   batch.validate();
   const Cluster cluster = resolve_cluster(args.cluster);
-  check_block_options(args.blocks, batch.shape);
+  args.blocks.validate(batch.shape);
   args.placement.validate();
   const PlanOptions plan_opts = plan_options_for(args.stages);
   check_method(args.plan_method, "--plan-method");

@@ -114,7 +114,7 @@ Plan make_plan(const RunArgs& args, int world_size, double& plan_ms) {
   batch.validate();
   if (batch.shape.dtype == DType::FP16)
     raise(ErrorKind::Unsupported, "--dtype fp16: dcp run checks fp32 and bf16-rounded inputs only");
-  check_block_options(args.blocks, batch.shape);
+  args.blocks.validate(batch.shape);
   args.placement.validate();
   const PlanOptions popts = plan_options_for(args.stages);
   if (args.cluster.nodes < 1 || world_size % args.cluster.nodes != 0)

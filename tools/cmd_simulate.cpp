@@ -65,7 +65,7 @@ int run_simulate(const SimulateArgs& args) {
   so.calibration = args.calibration.empty() ? calibration_from_cluster(cluster) : load_calibration(args.calibration);
   for (const Batch& b : batches) {
     b.validate();
-    check_block_options(in.blocks, b.shape);
+    in.blocks.validate(b.shape);
   }
 
   std::vector<MethodTotals> totals(methods.size());

@@ -102,8 +102,6 @@ Cluster resolve_cluster(const ClusterSource& src) {
   return c;
 }
 
-void check_block_options(const BlockOptions& opts, const AttentionShape& shape) { opts.validate(shape); }
-
 void add_stages_option(CLI::App* app, int& stages) {
   app->add_option("--stages", stages, "Communication stages after the local stage 0 (the paper's divisions)")
       ->capture_default_str();

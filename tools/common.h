@@ -46,9 +46,6 @@ Batch resolve_batch(const BatchSource& src);
 std::vector<Batch> resolve_batches(const BatchSource& src, int count);
 Cluster resolve_cluster(const ClusterSource& src);
 
-// Fills `opts` for the CLI's own error messages; throws InvalidInput naming the flag.
-void check_block_options(const BlockOptions& opts, const AttentionShape& shape);
-
 // --stages: communication stages after the local stage 0 (plan.h's num_comm_stages).
 void add_stages_option(CLI::App* app, int& stages);
 PlanOptions plan_options_for(int stages);  // throws InvalidInput naming --stages

@@ -27,7 +27,7 @@ Point measure(const std::string& method, const std::vector<Batch>& batches, cons
               const Cluster& cluster, const PlacementOptions& popts) {
   Point p;
   for (const Batch& b : batches) {
-    check_block_options(blocks, b.shape);
+    blocks.validate(b.shape);
     const PlacedMethod placed = place_method(method, b, blocks, cluster, popts);
     const PlacementMetrics m = compute_metrics(placed.placed.table, placed.placed.placement, cluster);
     p.inter_bytes += static_cast<double>(m.inter_bytes());
