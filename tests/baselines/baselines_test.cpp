@@ -275,15 +275,9 @@ TEST(Baselines, PackingLongestFirstOntoLeastLoaded) {
 }
 
 TEST(Placement, ValidateRejects) {
-  Batch batch;
-  batch.shape = {.q_heads = 4, .kv_heads = 4, .head_dim = 16, .dtype = DType::BF16};
-  batch.sequences.push_back({.length = 64, .mask = Mask::causal(), .id = ""});
-  BlockOptions opts;
-  opts.block_size = 16;
-  Cluster cluster;
-  cluster.nodes = 1;
-  cluster.devices_per_node = 2;
-  PlacedBatch pb = make_baseline(BaselineKind::Ring, batch, opts, cluster);
+  const test::Case c = test::one_causal_case(2);
+  const Cluster& cluster = c.cluster;
+  PlacedBatch pb = make_baseline(BaselineKind::Ring, c.batch, c.opts, cluster);
   Placement bad = pb.placement;
   bad.block_home.pop_back();
   EXPECT_THROW(bad.validate(pb.table), Error);

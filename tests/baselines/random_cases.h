@@ -59,6 +59,18 @@ struct Case {
   Cluster cluster;
 };
 
+// The smallest fixed case: one causal sequence of 64 tokens, 4 heads x 16, B = 16, one node of
+// `devices` devices.
+inline Case one_causal_case(int devices) {
+  Case c;
+  c.batch.shape = {.q_heads = 4, .kv_heads = 4, .head_dim = 16, .dtype = DType::BF16};
+  c.batch.sequences.push_back({.length = 64, .mask = Mask::causal(), .id = ""});
+  c.opts.block_size = 16;
+  c.cluster.nodes = 1;
+  c.cluster.devices_per_node = devices;
+  return c;
+}
+
 // Attention shapes with GQA ratios 1..4 and MQA, and head-group sizes that are finer, default
 // or coarser than one KV head.
 inline void random_shape(Rng& rng, Batch& batch, BlockOptions& opts) {

@@ -244,15 +244,9 @@ TEST(Metrics, RingCausalKvVolumeFormula) {
 }
 
 TEST(Metrics, RejectsClusterOfAnotherSize) {
-  Batch batch;
-  batch.shape = {.q_heads = 4, .kv_heads = 4, .head_dim = 16, .dtype = DType::BF16};
-  batch.sequences.push_back({.length = 64, .mask = Mask::causal(), .id = ""});
-  BlockOptions opts;
-  opts.block_size = 16;
-  Cluster cluster;
-  cluster.nodes = 1;
-  cluster.devices_per_node = 4;
-  const PlacedBatch pb = make_baseline(BaselineKind::Ring, batch, opts, cluster);
+  const test::Case c = test::one_causal_case(4);
+  const Cluster& cluster = c.cluster;
+  const PlacedBatch pb = make_baseline(BaselineKind::Ring, c.batch, c.opts, cluster);
   Cluster other = cluster;
   other.devices_per_node = 2;
   EXPECT_THROW(compute_metrics(pb.table, pb.placement, other), Error);
