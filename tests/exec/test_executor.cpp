@@ -13,6 +13,7 @@
 #include "dcp/executor.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "dcp/validate.h"
 #include "exec/reference_attention.h"
 
 namespace dcp::test {
@@ -109,6 +110,7 @@ void run_case(const Batch& batch, const std::string& method, int nodes, int devi
   PlanOptions popts;
   popts.schedule.num_comm_stages = comm_stages;
   const Plan plan = build_plan(placed.table, placed.placement, cluster, popts);
+  ASSERT_TRUE(validate_plan(plan).empty()) << "the validator rejects the plan";
 
   const AttentionShape& s = batch.shape;
   const int64_t total = batch.total_tokens();

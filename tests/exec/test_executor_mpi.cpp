@@ -15,6 +15,7 @@
 #include "dcp/executor.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "dcp/validate.h"
 #include "exec/reference_attention.h"
 
 namespace {
@@ -59,6 +60,7 @@ int run(Comm& comm, bool die) {
   PlanOptions popts;
   popts.schedule.num_comm_stages = 2;
   const Plan plan = build_plan(table, placement, cluster, popts);
+  check_plan(plan);  // the validator proves the plan before it runs
 
   const AttentionShape& s = batch.shape;
   const int64_t total = batch.total_tokens();
