@@ -161,7 +161,8 @@ std::string measured_trace(const std::vector<MeasuredInstruction>& fwd, const st
                         {"tid", is_bwd ? 1 : 0},
                         {"ts", (m.start_s + (is_bwd ? offset : 0.0)) * 1e6},
                         {"dur", (m.end_s - m.start_s) * 1e6},
-                        {"args", {{"index", m.index}, {"pass", is_bwd ? "bwd" : "fwd"}}}});
+                        {"args",
+                         {{"index", m.index}, {"instructions", m.num_instructions}, {"pass", is_bwd ? "bwd" : "fwd"}}}});
   }
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
 }

@@ -3,7 +3,9 @@
 // The executor owns the device's storage and interprets the instructions in order: Attend (tile
 // lists, forward or backward), Merge (LSE merge / sums into slots or the final local tensors),
 // Copy, CommStart and CommWait (through the Comm). It knows neither which backend computes nor
-// which comm moves data; there is one instruction walker for every backend.
+// which comm moves data; there is one instruction walker for every backend. Consecutive Merge
+// instructions that do not depend on each other (rows checked, see MergeBatchCall) reach the
+// backend as one batch; the grouping is made once per (layer, pass, instruction) and reused.
 //
 // Storage. One array per tensor (Array below): Q, K, V, O, LSE, dO, Delta, dQ, dK, dV, each
 // allocated once through the backend, of rows of one head group (or KV set):
@@ -96,6 +98,15 @@ struct MergeCall {
   bool accumulate = false;
 };
 
+// A run of consecutive Merge instructions with no dependency between them: no call reads or
+// writes rows that another call of the batch writes (a call may read its own destination), so
+// they may run in any order or all at once. `key` identifies the batch like a call key (that of
+// its first instruction: a batch always starts at the same instruction and covers the same ones).
+struct MergeBatchCall {
+  uint64_t key = 0;
+  std::span<const MergeCall> calls;  // program order
+};
+
 // The compute side of a device. Pointers are backend memory (host memory for the CPU backend).
 class Backend {
  public:
@@ -124,6 +135,9 @@ class Backend {
 
   virtual void attend(const cpu::HeadLayout& heads, const ArraySet& arrays, const AttendCall& call) = 0;
   virtual void merge(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeCall& call) = 0;
+  // Every call of `batch` (the result of merge() on each, in order). Default: exactly that; the
+  // CUDA backend runs the whole batch in one launch.
+  virtual void merge_batch(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeBatchCall& batch);
   // rows [dst, dst + num_rows) := rows [src, ...) of array a.
   virtual void copy_rows(const ArraySet& arrays, Array a, int64_t dst, int64_t src, int64_t num_rows) = 0;
   virtual void zero_rows(const ArraySet& arrays, Array a, int64_t row, int64_t num_rows) = 0;
@@ -161,22 +175,29 @@ struct ExecOptions {
   double comm_timeout_s = 120.0;  // every CommWait; a Timeout error names the round
   int num_layers = 1;             // local tensors kept per layer (device-resident use)
   bool timeline = false;          // measure every instruction (Executor::timeline)
+  // Hand each maximal run of consecutive, mutually independent Merge instructions to the
+  // backend as one Backend::merge_batch (false: one Backend::merge per instruction).
+  bool batch_merges = true;
 };
 
 // One measured instruction: when the compute stream started and finished it, relative to the
 // start of its pass. CommWait spans are the stream's stall waiting for the round's data;
-// CommStart spans are the cost of posting it.
+// CommStart spans are the cost of posting it. A batch of merges (ExecOptions::batch_merges) is
+// one entry covering its instructions [index, index + num_instructions).
 struct MeasuredInstruction {
   Pass pass = Pass::Forward;
   int index = 0;          // position in the device's program of that pass
   std::string kind;       // "Attend", "Merge", "Copy", "CommStart", "CommWait"
   double start_s = 0;
   double end_s = 0;
+  int num_instructions = 1;
 };
 
 struct ExecStats {
   double attend_s = 0.0;   // host time issuing (synchronous backends: running) Attend
   double merge_s = 0.0;
+  int num_merges = 0;       // Merge instructions run
+  int num_merge_calls = 0;  // backend calls that ran them (merge or merge_batch; GPU: launches)
   double comm_wait_s = 0.0;
   double total_s = 0.0;
 };
@@ -208,7 +229,8 @@ class Executor {
   ExecStats backward_layer(int layer);  // computes Delta first
   const ArraySet& arrays() const;
   // With ExecOptions::timeline: the instructions of the last forward_layer / backward_layer (or
-  // forward / backward) as measured; waits for the backend. Empty without the option.
+  // forward / backward) as measured, in program order, together covering the whole program;
+  // waits for the backend. Empty without the option.
   std::vector<MeasuredInstruction> timeline(Pass pass) const;
 
   // Bytes of the slot arrays allocated for `pass`. For FP32 batches on an fp32 backend this

@@ -11,6 +11,7 @@
 #include <variant>
 
 #include "dcp/error.h"
+#include "exec/merge_batches.h"
 
 namespace dcp {
 namespace {
@@ -88,6 +89,10 @@ void Backend::mark(int index) {
   host_marks_[static_cast<size_t>(index)] = std::chrono::steady_clock::now();
 }
 
+void Backend::merge_batch(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeBatchCall& batch) {
+  for (const MergeCall& call : batch.calls) merge(heads, arrays, call);
+}
+
 std::vector<double> Backend::marker_seconds(int count) {
   std::vector<double> out(static_cast<size_t>(std::max(0, count)), 0.0);
   for (int i = 0; i < count && static_cast<size_t>(i) < host_marks_.size(); ++i)
@@ -115,10 +120,22 @@ struct Executor::Impl {
     std::vector<Range> ranges;
   };
   std::map<uint64_t, Resolved> attends;
-  std::map<uint64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> merges;
+  // Resolved Merge instructions, per key of a run's first instruction: a batch of consecutive
+  // independent merges (or one merge without ExecOptions::batch_merges).
+  struct MergeRun {
+    std::vector<MergeCall> calls;
+    std::vector<int64_t> rows;  // the calls' src and src_lse rows (their spans point here)
+  };
+  std::map<uint64_t, MergeRun> merge_runs;
   std::map<int32_t, std::vector<CommOp>> round_ops;  // reused vectors: no steady-state growth
   ExecStats stats;
-  std::array<std::vector<std::string>, 2> timeline_kinds;  // per pass: instruction kinds measured
+  // Per pass: what the timeline markers 2e, 2e + 1 of entry e measured.
+  struct TimelineEntry {
+    int index = 0;
+    int num_instructions = 1;
+    const char* kind = "";
+  };
+  std::array<std::vector<TimelineEntry>, 2> timeline_entries;
   int layer = 0;
   Pass pass = Pass::Forward;
   uint64_t serial = next_executor_serial();
@@ -293,37 +310,77 @@ struct Executor::Impl {
     stats.attend_s += seconds_since(t0);
   }
 
-  void merge(const Merge& m, uint64_t key) {
-    const auto t0 = Clock::now();
-    auto it = merges.find(key);
-    if (it == merges.end()) {
-      std::vector<int64_t> src, src_lse;
-      if (m.kind == DataKind::O && m.src_lse_slots.size() != m.src_slots.size())
-        raise(ErrorKind::InvalidPlan, "executor: merge of O with " + std::to_string(m.src_slots.size()) +
-                                          " partials but " + std::to_string(m.src_lse_slots.size()) + " LSE slots");
-      for (size_t i = 0; i < m.src_slots.size(); ++i) {
-        src.push_back(row_of(BufRef{Space::Slot, m.kind, m.src_slots[i]}, m.kind, m.token_block, m.group));
-        if (m.kind == DataKind::O)
-          src_lse.push_back(row_of(BufRef{Space::Slot, DataKind::LSE, m.src_lse_slots[i]}, DataKind::LSE,
-                                   m.token_block, m.group));
-      }
-      it = merges.emplace(key, std::make_pair(std::move(src), std::move(src_lse))).first;
-    }
+  // One Merge as rows: the call with its source rows appended to src / src_lse (spans unset).
+  MergeCall resolve_merge(const Merge& m, uint64_t key, std::vector<int64_t>& src, std::vector<int64_t>& src_lse) const {
+    if (m.kind == DataKind::O && m.src_lse_slots.size() != m.src_slots.size())
+      raise(ErrorKind::InvalidPlan, "executor: merge of O with " + std::to_string(m.src_slots.size()) +
+                                        " partials but " + std::to_string(m.src_lse_slots.size()) + " LSE slots");
     if (m.accumulate && m.dst.space != Space::Slot)
       raise(ErrorKind::InvalidPlan, "executor: accumulating merge into a local tensor");
     MergeCall call;
     call.key = key;
     call.kind = m.kind;
     call.num_rows = block_tokens(m.token_block);
-    call.dst = row_of(m.dst, m.kind, m.token_block, m.group);
-    if (m.kind == DataKind::O) call.dst_lse = row_of(m.dst_lse, DataKind::LSE, m.token_block, m.group);
-    check_rows(m.kind, call.dst, call.num_rows, "merge destination");
-    for (int64_t r : it->second.first) check_rows(m.kind, r, call.num_rows, "merge source");
-    call.src = it->second.first;
-    call.src_lse = it->second.second;
     call.accumulate = m.accumulate;
-    backend.merge(heads, arrays, call);
+    call.dst = row_of(m.dst, m.kind, m.token_block, m.group);
+    check_rows(m.kind, call.dst, call.num_rows, "merge destination");
+    if (m.kind == DataKind::O) {
+      call.dst_lse = row_of(m.dst_lse, DataKind::LSE, m.token_block, m.group);
+      check_rows(DataKind::LSE, call.dst_lse, call.num_rows, "merge LSE destination");
+    }
+    for (size_t i = 0; i < m.src_slots.size(); ++i) {
+      src.push_back(row_of(BufRef{Space::Slot, m.kind, m.src_slots[i]}, m.kind, m.token_block, m.group));
+      check_rows(m.kind, src.back(), call.num_rows, "merge source");
+      if (m.kind != DataKind::O) continue;
+      src_lse.push_back(
+          row_of(BufRef{Space::Slot, DataKind::LSE, m.src_lse_slots[i]}, DataKind::LSE, m.token_block, m.group));
+      check_rows(DataKind::LSE, src_lse.back(), call.num_rows, "merge LSE source");
+    }
+    return call;
+  }
+
+  // The run of Merge instructions starting at `first`: as many consecutive independent ones as
+  // the batcher admits (one without batch_merges). Built on first use, then reused.
+  const MergeRun& merge_run(const Program& program, size_t first) {
+    const uint64_t run_key = call_key(serial, layer, pass, first);
+    if (auto it = merge_runs.find(run_key); it != merge_runs.end()) return it->second;
+    MergeRun run;
+    std::vector<std::array<size_t, 3>> at;  // per call: offsets of src and src_lse in rows, count
+    exec_detail::MergeBatcher batcher;
+    std::vector<int64_t> src, src_lse;
+    for (size_t i = first; i < program.code.size(); ++i) {
+      const auto* m = std::get_if<Merge>(&program.code[i]);
+      if (m == nullptr || (!options.batch_merges && !run.calls.empty())) break;
+      src.clear();
+      src_lse.clear();
+      MergeCall call = resolve_merge(*m, call_key(serial, layer, pass, i), src, src_lse);
+      call.src = src;
+      call.src_lse = src_lse;
+      if (!batcher.try_add(call)) break;
+      at.push_back({run.rows.size(), run.rows.size() + src.size(), src.size()});
+      run.rows.insert(run.rows.end(), src.begin(), src.end());
+      run.rows.insert(run.rows.end(), src_lse.begin(), src_lse.end());
+      run.calls.push_back(call);
+    }
+    for (size_t c = 0; c < run.calls.size(); ++c) {
+      const auto [s0, l0, n] = at[c];
+      MergeCall& call = run.calls[c];
+      call.src = std::span<const int64_t>(run.rows.data() + s0, n);
+      call.src_lse = std::span<const int64_t>(run.rows.data() + l0, call.kind == DataKind::O ? n : 0);
+    }
+    return merge_runs.emplace(run_key, std::move(run)).first->second;
+  }
+
+  // Returns the number of instructions run (those of the run starting at `first`).
+  size_t merge(const Program& program, size_t first) {
+    const auto t0 = Clock::now();
+    const MergeRun& run = merge_run(program, first);
+    if (options.batch_merges) backend.merge_batch(heads, arrays, MergeBatchCall{run.calls.front().key, run.calls});
+    else backend.merge(heads, arrays, run.calls.front());
+    stats.num_merges += static_cast<int>(run.calls.size());
+    ++stats.num_merge_calls;
     stats.merge_s += seconds_since(t0);
+    return run.calls.size();
   }
 
   void copy(const Copy& c) {
@@ -366,24 +423,29 @@ struct Executor::Impl {
     layer = at_layer;
     pass = program.pass;
     const auto t0 = Clock::now();
-    // Timeline markers: 2i at the start of instruction i, 2i + 1 at its end.
-    auto& kinds = timeline_kinds[pass == Pass::Forward ? 0 : 1];
-    if (options.timeline) kinds.assign(program.code.size(), std::string());
-    for (size_t i = 0; i < program.code.size(); ++i) {
+    // Timeline markers: 2e at the start of timeline entry e, 2e + 1 at its end.
+    auto& entries = timeline_entries[pass == Pass::Forward ? 0 : 1];
+    entries.clear();
+    for (size_t i = 0; i < program.code.size();) {
       const uint64_t key = call_key(serial, layer, pass, i);
-      if (options.timeline) backend.mark(static_cast<int>(2 * i));
-      std::visit(
+      if (options.timeline) backend.mark(static_cast<int>(2 * entries.size()));
+      size_t count = 1;
+      const char* kind = std::visit(
           [&](const auto& x) {
             using T = std::decay_t<decltype(x)>;
             if constexpr (std::is_same_v<T, Attend>) attend(x, key);
-            else if constexpr (std::is_same_v<T, Merge>) merge(x, key);
+            else if constexpr (std::is_same_v<T, Merge>) count = merge(program, i);
             else if constexpr (std::is_same_v<T, Copy>) copy(x);
             else if constexpr (std::is_same_v<T, CommStart>) comm_start(x);
             else comm_wait(x);
-            if (options.timeline) kinds[i] = instruction_name<T>();
+            return instruction_name<T>();
           },
           program.code[i]);
-      if (options.timeline) backend.mark(static_cast<int>(2 * i + 1));
+      if (options.timeline) {
+        backend.mark(static_cast<int>(2 * entries.size() + 1));
+        entries.push_back({static_cast<int>(i), static_cast<int>(count), kind});
+      }
+      i += count;
     }
     stats.total_s += seconds_since(t0);
   }
@@ -509,10 +571,10 @@ std::vector<MeasuredInstruction> Executor::timeline(Pass pass) const {
   if (!impl_->options.timeline) return out;
   // Markers are per backend, reused by each pass: only the pass run last can be read back.
   if (pass != impl_->pass) return out;
-  const auto& kinds = impl_->timeline_kinds[pass == Pass::Forward ? 0 : 1];
-  const std::vector<double> t = impl_->backend.marker_seconds(static_cast<int>(2 * kinds.size()));
-  for (size_t i = 0; i < kinds.size(); ++i)
-    out.push_back({pass, static_cast<int>(i), kinds[i], t[2 * i], t[2 * i + 1]});
+  const auto& entries = impl_->timeline_entries[pass == Pass::Forward ? 0 : 1];
+  const std::vector<double> t = impl_->backend.marker_seconds(static_cast<int>(2 * entries.size()));
+  for (size_t e = 0; e < entries.size(); ++e)
+    out.push_back({pass, entries[e].index, entries[e].kind, t[2 * e], t[2 * e + 1], entries[e].num_instructions});
   return out;
 }
 

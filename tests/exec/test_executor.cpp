@@ -257,8 +257,9 @@ TEST(Executor, RandomMatrixMatchesDenseReference) {
   }
 }
 
-// The measured timeline has one span per instruction of the pass just run, in program order,
-// with the program's instruction kinds, non-negative and non-overlapping on the compute stream.
+// The measured timeline has one span per instruction of the pass just run (one per batch of
+// merges), in program order and covering it, with the program's instruction kinds, non-negative
+// and non-overlapping on the compute stream.
 TEST(Executor, TimelineMeasuresEveryInstruction) {
   const Batch batch = test_batch(4, 2, 64);
   Cluster cluster;
@@ -275,29 +276,42 @@ TEST(Executor, TimelineMeasuresEveryInstruction) {
     auto backend = make_cpu_backend();
     Executor exec(plan, *backend, comm, ExecOptions{.comm_timeout_s = 30.0, .timeline = true});
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
-      if (pass == Pass::Forward) exec.forward(t);
-      else exec.backward(t);
+      const ExecStats stats = pass == Pass::Forward ? exec.forward(t) : exec.backward(t);
       const Program& prog = pass == Pass::Forward ? dev.fwd : dev.bwd;
       const auto tl = exec.timeline(pass);
-      ASSERT_EQ(tl.size(), prog.code.size());
       double last_end = 0;
-      for (size_t i = 0; i < tl.size(); ++i) {
-        EXPECT_EQ(tl[i].index, static_cast<int>(i));
-        EXPECT_GE(tl[i].start_s, last_end);
-        EXPECT_GE(tl[i].end_s, tl[i].start_s);
-        last_end = tl[i].end_s;
-        const char* want = std::visit(
-            [](const auto& x) {
-              using T = std::decay_t<decltype(x)>;
-              if constexpr (std::is_same_v<T, Attend>) return "Attend";
-              else if constexpr (std::is_same_v<T, Merge>) return "Merge";
-              else if constexpr (std::is_same_v<T, Copy>) return "Copy";
-              else if constexpr (std::is_same_v<T, CommStart>) return "CommStart";
-              else return "CommWait";
-            },
-            prog.code[i]);
-        EXPECT_EQ(tl[i].kind, want);
+      size_t next = 0;
+      int num_merges = 0, num_merge_entries = 0;
+      for (const MeasuredInstruction& m : tl) {
+        EXPECT_EQ(m.index, static_cast<int>(next));
+        ASSERT_GE(m.num_instructions, 1);
+        ASSERT_LE(next + static_cast<size_t>(m.num_instructions), prog.code.size());
+        EXPECT_GE(m.start_s, last_end);
+        EXPECT_GE(m.end_s, m.start_s);
+        last_end = m.end_s;
+        for (int k = 0; k < m.num_instructions; ++k) {
+          const char* want = std::visit(
+              [](const auto& x) {
+                using T = std::decay_t<decltype(x)>;
+                if constexpr (std::is_same_v<T, Attend>) return "Attend";
+                else if constexpr (std::is_same_v<T, Merge>) return "Merge";
+                else if constexpr (std::is_same_v<T, Copy>) return "Copy";
+                else if constexpr (std::is_same_v<T, CommStart>) return "CommStart";
+                else return "CommWait";
+              },
+              prog.code[next + static_cast<size_t>(k)]);
+          EXPECT_EQ(m.kind, want);
+        }
+        if (m.kind == "Merge") {
+          num_merges += m.num_instructions;
+          ++num_merge_entries;
+        }
+        next += static_cast<size_t>(m.num_instructions);
       }
+      EXPECT_EQ(next, prog.code.size());
+      EXPECT_EQ(stats.num_merges, num_merges);
+      EXPECT_EQ(stats.num_merge_calls, num_merge_entries);
+      EXPECT_LT(num_merge_entries, num_merges) << "the final merges of a pass form one batch";
     }
     // Without the option nothing is recorded.
     auto quiet_backend = make_cpu_backend();
