@@ -182,6 +182,44 @@ struct SumPartialsParams {
 };
 void sum_partials(const SumPartialsParams& params, cudaStream_t stream);
 
+// Batched merge: many output blocks in ONE launch (a run of independent Merge instructions).
+// A segment is one output block of num_rows rows of row_elems floats, combined from its partials
+// parts[part_begin .. part_end) in that order; each partial names row 0 of its rows (and of its
+// LSE rows). Per segment:
+//   head_dim > 0: LSE merge as attention_merge (row_elems = heads x head_dim, an LSE row holds
+//                 `heads` floats); lse_out may be null;
+//   head_dim == 0: plain sum as sum_partials (lse ignored).
+// out_f32 and/or out_bf16 (either may be null) receive the result. A segment's output may be
+// one of its own partials (the same rows: in place, as for an accumulating merge); otherwise no
+// segment may write rows that another segment of the launch reads or writes. Deterministic: each
+// output element reads its partials in order. Bytes: as attention_merge / sum_partials, plus one
+// 48-byte segment and a binary search over the segments per CTA.
+struct MergeSegment {
+  float* out_f32 = nullptr;
+  void* out_bf16 = nullptr;
+  float* lse_out = nullptr;
+  int32_t num_rows = 0;
+  int32_t row_elems = 0;    // multiple of 4
+  int32_t head_dim = 0;     // LSE merge: multiple of 4 dividing row_elems, head_dim / 4 dividing 256
+  int32_t part_begin = 0;
+  int32_t part_end = 0;
+  int32_t block_begin = 0;  // first CTA of the segment (filled by prepare_merge_batch)
+};
+struct MergePart {
+  const float* rows = nullptr;  // row 0 of the partial (row_elems floats a row)
+  const float* lse = nullptr;   // LSE merge: row 0 of the partial's LSE
+};
+// Host: checks every segment (InvalidInput naming it), fills block_begin in order, and returns
+// the number of CTAs of the launch (segments of zero rows get none).
+int32_t prepare_merge_batch(std::span<MergeSegment> segments);
+struct MergeBatchParams {
+  const MergeSegment* segments = nullptr;  // device copy of prepared segments
+  int32_t num_segments = 0;
+  int32_t num_blocks = 0;                  // prepare_merge_batch's result
+  const MergePart* parts = nullptr;        // device
+};
+void merge_batch(const MergeBatchParams& params, cudaStream_t stream);
+
 // Delta[r][h] = sum_d dO[r][h][d] * O[r][h][d] (dO bf16, O bf16), num_rows x num_heads.
 void attention_backward_delta(const void* dout_bf16, const void* out_bf16, float* delta,
                               int32_t num_rows, int32_t num_heads, int32_t head_dim,

@@ -5,8 +5,9 @@
 // fp32), one compute stream; Attend runs the tile-list kernels of attention_cuda.h in one launch
 // per instruction (forward: tiles sharing an output run in one CTA with online softmax, so
 // accumulating tiles need no extra partials; backward: outputs zeroed once, then fp32 atomics),
-// Merge the LSE-merge / sum kernels, Copy cudaMemcpyAsync. Everything derived from a call (tile
-// and work lists, merge row lists) is built on its first use and cached on the device by the
+// Merge one launch of the batched LSE-merge / sum kernel (merge_batch: one launch for the whole
+// batch), Copy cudaMemcpyAsync. Everything derived from a call (tile
+// and work lists, merge segments) is built on its first use and cached on the device by the
 // call's key, so from the second step on nothing is allocated (num_allocations() stays put).
 //
 // NCCL comm: bootstrapped over MPI_COMM_WORLD (ncclGetUniqueId on rank 0, MPI_Bcast,

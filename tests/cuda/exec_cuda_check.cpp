@@ -4,6 +4,8 @@
 //                              bf16-rounded inputs (CPU ranks run as threads on every MPI rank);
 //                              relative error of O, LSE, dQ, dK, dV < 2e-2, no NaN; every device
 //                              array poisoned (NaN) first; a second and third step allocate nothing.
+//                              Each config runs twice: merges batched (ExecOptions::batch_merges,
+//                              fewer launches than merges) and one launch per merge.
 //   exec_cuda_check die        rank 1 exits after setting up; the others must abort the NCCL
 //                              communicator and exit non-zero within the timeout.
 // Exit 0: all passed; 1: a check failed; 77: skipped (no GPU).
@@ -116,6 +118,9 @@ Plan plan_for(const Batch& batch, const std::string& method, int world) {
   raise(ErrorKind::InvalidInput, "unknown method " + method);
 }
 
+int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTensors got, const LocalTensors& want,
+              bool batched);
+
 int check(const Config& c, Comm& comm, int device) {
   const Batch batch = make_batch(c.q_heads, c.kv_heads, c.head_dim);
   const int world = comm.world_size();
@@ -148,22 +153,36 @@ int check(const Config& c, Comm& comm, int device) {
     exec.backward(t);
     if (lc.rank() == comm.rank()) want = std::move(t);
   });
+  int failures = 0;
+  for (bool batched : {true, false}) failures += check_gpu(c, comm, device, plan, local(comm.rank()), want, batched);
+  return failures;
+}
+
+// The GPU executor (merges batched: one launch per run of independent merges; or one launch
+// per merge) against the CPU executor's outputs `want`.
+int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTensors got, const LocalTensors& want,
+              bool batched) {
+  const AttentionShape& s = plan.header.shape;
+  const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
+  const int world = comm.world_size();
   auto gpu = make_cuda_backend(device);
-  Executor exec(plan, *gpu, comm, ExecOptions{.comm_timeout_s = 60.0});
-  LocalTensors got = local(comm.rank());
+  Executor exec(plan, *gpu, comm, ExecOptions{.comm_timeout_s = 60.0, .batch_merges = batched});
   int64_t allocs = 0;
   double worst = 0;
   bool steady = true;
   bool explained = false;
+  int merges = 0, launches = 0;
   for (int step = 0; step < 3; ++step) {
     poison(exec.arrays());
     exec.upload(0, got, Pass::Forward);
-    exec.forward_layer(0);
+    const ExecStats fs = exec.forward_layer(0);
     exec.download(0, got, Pass::Forward);
     // Backward from the GPU's own O/LSE (already on the device); dO uploaded.
     exec.upload(0, got, Pass::Backward);
-    exec.backward_layer(0);
+    const ExecStats bs = exec.backward_layer(0);
     exec.download(0, got, Pass::Backward);
+    merges = fs.num_merges + bs.num_merges;
+    launches = fs.num_merge_calls + bs.num_merge_calls;
     if (step == 0) allocs = gpu->num_allocations();
     else steady = steady && gpu->num_allocations() == allocs;
     const double e[] = {rel(got.o, want.o, 1e-30), rel(got.lse, want.lse, 1.0), rel(got.dq, want.dq, 1.0),
@@ -177,11 +196,14 @@ int check(const Config& c, Comm& comm, int device) {
       if (e[3] >= 2e-2) explain("dK", got.dk, want.dk, kw, plan, comm.rank());
     }
   }
-  const bool ok = worst < 2e-2 && steady;
-  std::printf("rank %d/%d %-8s hq=%d hkv=%d d=%d rows=%lld: max rel err %.2e, allocations %lld (steady: %s) %s\n",
+  // Batched: fewer launches than merges (every plan ends with a run of final merges).
+  const bool batching_ok = batched ? launches <= merges && (launches < merges || merges <= 2) : launches == merges;
+  const bool ok = worst < 2e-2 && steady && batching_ok;
+  std::printf("rank %d/%d %-8s hq=%d hkv=%d d=%d rows=%lld %s merges %d in %d launches: max rel err %.2e, "
+              "allocations %lld (steady: %s) %s\n",
               comm.rank(), world, c.method.c_str(), c.q_heads, c.kv_heads, c.head_dim,
-              static_cast<long long>(got.rows), worst, static_cast<long long>(allocs), steady ? "yes" : "NO",
-              ok ? "ok" : "FAIL");
+              static_cast<long long>(got.rows), batched ? "batched" : "one-by-one", merges, launches, worst,
+              static_cast<long long>(allocs), steady ? "yes" : "NO", ok ? "ok" : "FAIL");
   std::fflush(stdout);
   return ok ? 0 : 1;
 }

@@ -1,5 +1,6 @@
 // attention_merge.cu — memory-bound combine kernels: LSE merge of partial (O, LSE), sum of fp32
-// partials, and Delta = rowsum(dO * O) for the backward.
+// partials (one output block per launch, or a whole batch of blocks of either kind in one
+// launch: merge_batch), and Delta = rowsum(dO * O) for the backward.
 //
 // Each thread owns 4 consecutive floats of one (row, head) (16-byte loads and stores); the
 // partial list of a row is read in order, so results are deterministic. Bytes per output
@@ -7,7 +8,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cmath>
+#include <span>
 #include <string>
 
 #include "attention_common.cuh"
@@ -92,6 +95,70 @@ __global__ void __launch_bounds__(kBlock) sum_kernel(const SumPartialsParams p) 
   if (p.out_bf16 != nullptr) store_bf16x4(p.out_bf16, elem, acc);
 }
 
+// One thread per 4 output floats of one segment; a CTA belongs to one segment (segments start at
+// CTA boundaries), found by a binary search over the segments' first CTAs.
+__global__ void __launch_bounds__(kBlock) merge_batch_kernel(const MergeBatchParams p) {
+  const auto b = static_cast<int32_t>(blockIdx.x);
+  int lo = 0;
+  int hi = p.num_segments - 1;
+  while (lo < hi) {  // the last segment starting at or before b (empty segments share its start)
+    const int mid = (lo + hi + 1) >> 1;
+    if (p.segments[mid].block_begin <= b) lo = mid;
+    else hi = mid - 1;
+  }
+  const MergeSegment s = p.segments[lo];
+  const int vec_per_row = s.row_elems >> 2;
+  const int64_t idx = static_cast<int64_t>(b - s.block_begin) * kBlock + threadIdx.x;
+  const bool active = idx < static_cast<int64_t>(s.num_rows) * vec_per_row;
+  const int64_t row = idx / vec_per_row;
+  const int col = static_cast<int>(idx % vec_per_row) * 4;
+  const int64_t elem = row * s.row_elems + col;
+  float4 acc = make_float4(0.0F, 0.0F, 0.0F, 0.0F);
+  if (s.head_dim == 0) {  // plain sum; uniform over the CTA
+    if (!active) return;
+    for (int i = s.part_begin; i < s.part_end; ++i) {
+      const float4 v = *reinterpret_cast<const float4*>(p.parts[i].rows + elem);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    if (s.out_f32 != nullptr) *reinterpret_cast<float4*>(s.out_f32 + elem) = acc;
+    if (s.out_bf16 != nullptr) store_bf16x4(s.out_bf16, elem, acc);
+    return;
+  }
+  const int heads = s.row_elems / s.head_dim;
+  const int64_t lse_at = row * heads + col / s.head_dim;
+  float m = -INFINITY;
+  float denom = 0.0F;
+  if (active) {
+    for (int i = s.part_begin; i < s.part_end; ++i) m = fmaxf(m, p.parts[i].lse[lse_at]);
+    if (m != -INFINITY) {
+      for (int i = s.part_begin; i < s.part_end; ++i) {
+        const float wgt = __expf(p.parts[i].lse[lse_at] - m);
+        const float4 o = *reinterpret_cast<const float4*>(p.parts[i].rows + elem);
+        acc.x += wgt * o.x;
+        acc.y += wgt * o.y;
+        acc.z += wgt * o.z;
+        acc.w += wgt * o.w;
+        denom += wgt;
+      }
+    }
+  }
+  // In place: every thread of a (row, head) has read the partial LSEs before its first thread
+  // overwrites the output LSE. They share this CTA: head_dim / 4 divides kBlock (host check).
+  __syncthreads();
+  if (!active) return;
+  const float inv = denom > 0.0F ? 1.0F / denom : 0.0F;
+  acc.x *= inv;
+  acc.y *= inv;
+  acc.z *= inv;
+  acc.w *= inv;
+  if (s.out_f32 != nullptr) *reinterpret_cast<float4*>(s.out_f32 + elem) = acc;
+  if (s.out_bf16 != nullptr) store_bf16x4(s.out_bf16, elem, acc);
+  if (s.lse_out != nullptr && col % s.head_dim == 0) s.lse_out[lse_at] = denom > 0.0F ? m + logf(denom) : -INFINITY;
+}
+
 // One warp per (row, head): lanes take 8-element (16-byte) chunks, then a warp reduction.
 __global__ void __launch_bounds__(kBlock) delta_kernel(const __nv_bfloat16* dout, const __nv_bfloat16* out, float* delta,
                                                        int64_t num_row_heads, int head_dim) {
@@ -143,6 +210,34 @@ void sum_partials(const SumPartialsParams& params, cudaStream_t stream) {
   if (threads == 0) return;
   sum_kernel<<<grid_for(threads), kBlock, 0, stream>>>(params);
   check_launch("sum_partials");
+}
+
+int32_t prepare_merge_batch(std::span<MergeSegment> segments) {
+  int64_t blocks = 0;
+  for (size_t i = 0; i < segments.size(); ++i) {
+    MergeSegment& g = segments[i];
+    const bool lse = g.head_dim > 0;
+    if (g.num_rows < 0 || g.row_elems <= 0 || g.row_elems % 4 != 0 || g.head_dim < 0 || g.part_end < g.part_begin ||
+        g.part_begin < 0 ||
+        (lse && (g.head_dim % 4 != 0 || g.row_elems % g.head_dim != 0 || kBlock % (g.head_dim / 4) != 0))) {
+      raise(ErrorKind::InvalidInput,
+            "merge_batch: segment " + std::to_string(i) + " has " + std::to_string(g.num_rows) + " rows of " +
+                std::to_string(g.row_elems) + " floats, head_dim " + std::to_string(g.head_dim) + ", partials [" +
+                std::to_string(g.part_begin) + ", " + std::to_string(g.part_end) +
+                ") (expected rows >= 0, row_elems a positive multiple of 4, head_dim 0 or a multiple of 4 dividing "
+                "row_elems with head_dim / 4 dividing " + std::to_string(kBlock) + ")");
+    }
+    g.block_begin = static_cast<int32_t>(blocks);
+    blocks += (static_cast<int64_t>(g.num_rows) * (g.row_elems / 4) + kBlock - 1) / kBlock;
+    if (blocks > INT32_MAX) raise(ErrorKind::Unsupported, "merge_batch: more than 2^31 CTAs");
+  }
+  return static_cast<int32_t>(blocks);
+}
+
+void merge_batch(const MergeBatchParams& params, cudaStream_t stream) {
+  if (params.num_blocks <= 0 || params.num_segments <= 0) return;
+  merge_batch_kernel<<<static_cast<unsigned>(params.num_blocks), kBlock, 0, stream>>>(params);
+  check_launch("merge_batch");
 }
 
 void attention_backward_delta(const void* dout_bf16, const void* out_bf16, float* delta, int32_t num_rows,

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,7 @@ class CudaBackend final : public Backend {
   void forget(uint64_t base, uint64_t mask) override {
     std::erase_if(attends_, [&](const auto& kv) { return (kv.first & mask) == base; });
     std::erase_if(merges_, [&](const auto& kv) { return (kv.first & mask) == base; });
+    std::erase_if(merge_batches_, [&](const auto& kv) { return (kv.first & mask) == base; });
   }
   void* compute_stream() override { return stream_; }
   // Timeline markers: one reusable event per marker index (created on first use only).
@@ -134,37 +136,12 @@ class CudaBackend final : public Backend {
     cuda::attention_backward(p, stream_);
   }
 
+  // One launch per call (merge) or per batch (merge_batch), of the same kernel.
   void merge(const cpu::HeadLayout& heads, const ArraySet& a, const MergeCall& m) override {
-    auto it = merges_.find(m.key);
-    if (it == merges_.end()) it = merges_.emplace(m.key, build_merge(m)).first;
-    const DeviceMerge& d = it->second;
-    if (m.kind == DataKind::O) {
-      cuda::AttnMergeParams p;
-      p.num_rows = i32(m.num_rows, "merge rows");
-      p.num_heads = heads.q_heads;
-      p.head_dim = heads.head_dim;
-      p.part_offsets = d.offsets;
-      p.part_rows = d.rows;
-      p.part_lse_rows = d.lse_rows;
-      p.o_part = static_cast<const float*>(a.base[idx(Array::O)]);
-      p.lse_part = static_cast<const float*>(a.base[idx(Array::LSE)]);
-      p.out_f32 = static_cast<float*>(a.at(Array::O, m.dst));
-      p.lse_out = static_cast<float*>(a.at(Array::LSE, m.dst_lse));
-      cuda::attention_merge(p, stream_);
-      return;
-    }
-    const std::vector<Array> parts =
-        m.kind == DataKind::dQ ? std::vector<Array>{Array::dQ} : std::vector<Array>{Array::dK, Array::dV};
-    for (Array arr : parts) {
-      cuda::SumPartialsParams p;
-      p.num_rows = i32(m.num_rows, "merge rows");
-      p.row_elems = i32(a.row_elems[idx(arr)], "row");
-      p.part_offsets = d.offsets;
-      p.part_rows = d.rows;
-      p.part = static_cast<const float*>(a.base[idx(arr)]);
-      p.out_f32 = static_cast<float*>(a.at(arr, m.dst));
-      cuda::sum_partials(p, stream_);
-    }
+    run_merges(merges_, m.key, heads, a, std::span<const MergeCall>(&m, 1));
+  }
+  void merge_batch(const cpu::HeadLayout& heads, const ArraySet& a, const MergeBatchCall& b) override {
+    run_merges(merge_batches_, b.key, heads, a, b.calls);
   }
 
   void copy_rows(const ArraySet& a, Array arr, int64_t dst, int64_t src, int64_t num_rows) override {
@@ -234,9 +211,10 @@ class CudaBackend final : public Backend {
     int num_zero = 0;
   };
   struct DeviceMerge {
-    const int32_t* offsets = nullptr;
-    const int32_t* rows = nullptr;
-    const int32_t* lse_rows = nullptr;
+    const cuda::MergeSegment* segments = nullptr;
+    int32_t num_segments = 0;
+    int32_t num_blocks = 0;
+    const cuda::MergePart* parts = nullptr;
   };
 
   static size_t idx(Array a) { return static_cast<size_t>(a); }
@@ -364,27 +342,49 @@ class CudaBackend final : public Backend {
     return d;
   }
 
-  DeviceMerge build_merge(const MergeCall& m) {
-    std::vector<int32_t> offsets{0}, rows, lse_rows;
-    for (int64_t r = 0; r < m.num_rows; ++r) {
-      if (m.accumulate) {
-        rows.push_back(i32(m.dst + r, "row"));
-        lse_rows.push_back(i32(m.dst_lse + r, "row"));
+  void run_merges(std::map<uint64_t, DeviceMerge>& cache, uint64_t key, const cpu::HeadLayout& heads,
+                  const ArraySet& a, std::span<const MergeCall> calls) {
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, build_merge(heads, a, calls)).first;
+    const DeviceMerge& d = it->second;
+    cuda::merge_batch(cuda::MergeBatchParams{d.segments, d.num_segments, d.num_blocks, d.parts}, stream_);
+  }
+
+  // One segment per output block (dKV: one for dK, one for dV); an accumulating call's
+  // destination is its first partial (merged in place).
+  DeviceMerge build_merge(const cpu::HeadLayout& heads, const ArraySet& a, std::span<const MergeCall> calls) {
+    std::vector<cuda::MergeSegment> segments;
+    std::vector<cuda::MergePart> parts;
+    for (const MergeCall& m : calls) {
+      const std::vector<Array> arrs = m.kind == DataKind::O    ? std::vector<Array>{Array::O}
+                                      : m.kind == DataKind::dQ ? std::vector<Array>{Array::dQ}
+                                                               : std::vector<Array>{Array::dK, Array::dV};
+      const bool lse = m.kind == DataKind::O;
+      for (Array arr : arrs) {
+        if (a.type[idx(arr)] != ElemType::F32) raise(ErrorKind::Unsupported, "cuda backend: merge into a bf16 array");
+        cuda::MergeSegment g;
+        g.out_f32 = f32(a, arr, m.dst);
+        g.lse_out = lse ? f32(a, Array::LSE, m.dst_lse) : nullptr;
+        g.num_rows = i32(m.num_rows, "merge rows");
+        g.row_elems = i32(a.row_elems[idx(arr)], "row");
+        g.head_dim = lse ? heads.head_dim : 0;
+        g.part_begin = i32(static_cast<int64_t>(parts.size()), "merge partials");
+        if (m.accumulate) parts.push_back({f32(a, arr, m.dst), lse ? f32(a, Array::LSE, m.dst_lse) : nullptr});
+        for (size_t i = 0; i < m.src.size(); ++i)
+          parts.push_back({f32(a, arr, m.src[i]), lse ? f32(a, Array::LSE, m.src_lse[i]) : nullptr});
+        g.part_end = i32(static_cast<int64_t>(parts.size()), "merge partials");
+        segments.push_back(g);
       }
-      for (size_t i = 0; i < m.src.size(); ++i) {
-        rows.push_back(i32(m.src[i] + r, "row"));
-        if (m.kind == DataKind::O) lse_rows.push_back(i32(m.src_lse[i] + r, "row"));
-      }
-      offsets.push_back(static_cast<int32_t>(rows.size()));
     }
     DeviceMerge d;
-    d.offsets = upload_meta(offsets);
-    d.rows = upload_meta(rows);
-    d.lse_rows = m.kind == DataKind::O ? upload_meta(lse_rows) : nullptr;
-    if (d.rows == nullptr) d.rows = d.offsets;  // no partial: never read, but not null
-    if (m.kind == DataKind::O && d.lse_rows == nullptr) d.lse_rows = d.offsets;
+    d.num_blocks = cuda::prepare_merge_batch(segments);
+    d.num_segments = i32(static_cast<int64_t>(segments.size()), "merge segments");
+    d.segments = upload_meta(segments);
+    d.parts = upload_meta(parts);
     return d;
   }
+
+  static float* f32(const ArraySet& a, Array arr, int64_t row) { return static_cast<float*>(a.at(arr, row)); }
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
@@ -394,7 +394,8 @@ class CudaBackend final : public Backend {
   char* meta_ = nullptr;
   size_t meta_size_ = 0, meta_used_ = 0;
   std::map<uint64_t, DeviceAttend> attends_;
-  std::map<uint64_t, DeviceMerge> merges_;
+  std::map<uint64_t, DeviceMerge> merges_;         // per call (merge)
+  std::map<uint64_t, DeviceMerge> merge_batches_;  // per batch (merge_batch)
 };
 
 }  // namespace
