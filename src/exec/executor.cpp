@@ -10,6 +10,7 @@
 #include <string>
 #include <variant>
 
+#include "comm_order.h"
 #include "dcp/error.h"
 
 namespace dcp {
@@ -117,6 +118,8 @@ struct Executor::Impl {
   std::map<uint64_t, Resolved> attends;
   std::map<uint64_t, std::pair<std::vector<int64_t>, std::vector<int64_t>>> merges;
   std::map<int32_t, std::vector<CommOp>> round_ops;  // reused vectors: no steady-state growth
+  // Per pass (fwd, bwd), analysed once: what each CommStart waits for (comm_order.h).
+  std::array<exec_detail::CommOrder, 2> comm_orders{exec_detail::comm_order(dev.fwd), exec_detail::comm_order(dev.bwd)};
   ExecStats stats;
   std::array<std::vector<std::string>, 2> timeline_kinds;  // per pass: instruction kinds measured
   int layer = 0;
@@ -337,7 +340,7 @@ struct Executor::Impl {
   }
 
   // A transfer of a KV-side kind is two messages (K then V, or dK then dV) on both ends.
-  void comm_start(const CommStart& s) {
+  void comm_start(const CommStart& s, int32_t after) {
     std::vector<CommOp>& ops = round_ops[s.id];
     ops.clear();
     for (const Transfer& t : s.ops) {
@@ -350,7 +353,7 @@ struct Executor::Impl {
       ops.push_back(CommOp{t.peer, t.send, arrays.at(a, row), bytes});
       if (kv_side(t.kind)) ops.push_back(CommOp{t.peer, t.send, arrays.at(second_array(t.kind), row), bytes});
     }
-    comm.start(s.id, ops);
+    comm.start_after(s.id, ops, after);
   }
 
   void comm_wait(const CommWait& w) {
@@ -366,6 +369,8 @@ struct Executor::Impl {
     layer = at_layer;
     pass = program.pass;
     const auto t0 = Clock::now();
+    const exec_detail::CommOrder& order = comm_orders[program.pass == Pass::Forward ? 0 : 1];
+    comm.note_point(exec_detail::kPassStartPoint);
     // Timeline markers: 2i at the start of instruction i, 2i + 1 at its end.
     auto& kinds = timeline_kinds[pass == Pass::Forward ? 0 : 1];
     if (options.timeline) kinds.assign(program.code.size(), std::string());
@@ -378,11 +383,12 @@ struct Executor::Impl {
             if constexpr (std::is_same_v<T, Attend>) attend(x, key);
             else if constexpr (std::is_same_v<T, Merge>) merge(x, key);
             else if constexpr (std::is_same_v<T, Copy>) copy(x);
-            else if constexpr (std::is_same_v<T, CommStart>) comm_start(x);
+            else if constexpr (std::is_same_v<T, CommStart>) comm_start(x, order.after[i]);
             else comm_wait(x);
             if (options.timeline) kinds[i] = instruction_name<T>();
           },
           program.code[i]);
+      if (order.mark_after[i] != 0) comm.note_point(static_cast<int32_t>(i));
       if (options.timeline) backend.mark(static_cast<int>(2 * i + 1));
     }
     stats.total_s += seconds_since(t0);
