@@ -42,6 +42,16 @@ class Comm {
   // Posts the ops of round `round` (>= 0). Pre: no round with this id is pending on this rank;
   // 0 <= peer < world_size, peer != rank; bytes >= 0. Throws InvalidInput on a bad op.
   virtual void start(int32_t round, std::span<const CommOp> ops) = 0;
+  // Finer ordering for device comms (host comms run compute synchronously and ignore it):
+  // note_point(p) records the bound stream's current position under id p; start_after(round,
+  // ops, p) posts the round ordered after that position only, instead of after everything
+  // queued so far. Lets a round that sends inputs run beside an unrelated long stage. Pre: p
+  // was noted on this comm before (ids are the caller's; a later note replaces an earlier one).
+  virtual void note_point(int32_t point) { (void)point; }
+  virtual void start_after(int32_t round, std::span<const CommOp> ops, int32_t point) {
+    (void)point;
+    start(round, ops);
+  }
   // Completes every op of `round`. Throws Timeout after timeout_s seconds, System if a peer
   // aborted, InvalidPlan if a received message has a different size than its receive. After a
   // Timeout the round stays pending: a later wait() may still complete it.

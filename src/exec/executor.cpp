@@ -10,6 +10,7 @@
 #include <string>
 #include <variant>
 
+#include "comm_order.h"
 #include "dcp/error.h"
 #include "exec/merge_batches.h"
 
@@ -128,6 +129,8 @@ struct Executor::Impl {
   };
   std::map<uint64_t, MergeRun> merge_runs;
   std::map<int32_t, std::vector<CommOp>> round_ops;  // reused vectors: no steady-state growth
+  // Per pass (fwd, bwd), analysed once: what each CommStart waits for (comm_order.h).
+  std::array<exec_detail::CommOrder, 2> comm_orders{exec_detail::comm_order(dev.fwd), exec_detail::comm_order(dev.bwd)};
   ExecStats stats;
   // Per pass: what the timeline markers 2e, 2e + 1 of entry e measured.
   struct TimelineEntry {
@@ -394,7 +397,7 @@ struct Executor::Impl {
   }
 
   // A transfer of a KV-side kind is two messages (K then V, or dK then dV) on both ends.
-  void comm_start(const CommStart& s) {
+  void comm_start(const CommStart& s, int32_t after) {
     std::vector<CommOp>& ops = round_ops[s.id];
     ops.clear();
     for (const Transfer& t : s.ops) {
@@ -407,7 +410,7 @@ struct Executor::Impl {
       ops.push_back(CommOp{t.peer, t.send, arrays.at(a, row), bytes});
       if (kv_side(t.kind)) ops.push_back(CommOp{t.peer, t.send, arrays.at(second_array(t.kind), row), bytes});
     }
-    comm.start(s.id, ops);
+    comm.start_after(s.id, ops, after);
   }
 
   void comm_wait(const CommWait& w) {
@@ -423,6 +426,8 @@ struct Executor::Impl {
     layer = at_layer;
     pass = program.pass;
     const auto t0 = Clock::now();
+    const exec_detail::CommOrder& order = comm_orders[program.pass == Pass::Forward ? 0 : 1];
+    comm.note_point(exec_detail::kPassStartPoint);
     // Timeline markers: 2e at the start of timeline entry e, 2e + 1 at its end.
     auto& entries = timeline_entries[pass == Pass::Forward ? 0 : 1];
     entries.clear();
@@ -436,11 +441,14 @@ struct Executor::Impl {
             if constexpr (std::is_same_v<T, Attend>) attend(x, key);
             else if constexpr (std::is_same_v<T, Merge>) count = merge(program, i);
             else if constexpr (std::is_same_v<T, Copy>) copy(x);
-            else if constexpr (std::is_same_v<T, CommStart>) comm_start(x);
+            else if constexpr (std::is_same_v<T, CommStart>) comm_start(x, order.after[i]);
             else comm_wait(x);
             return instruction_name<T>();
           },
           program.code[i]);
+      // A batch of merges ends where its last instruction does: note every point it covers.
+      for (size_t k = i; k < i + count; ++k)
+        if (order.mark_after[k] != 0) comm.note_point(static_cast<int32_t>(k));
       if (options.timeline) {
         backend.mark(static_cast<int>(2 * entries.size() + 1));
         entries.push_back({static_cast<int>(i), static_cast<int>(count), kind});
