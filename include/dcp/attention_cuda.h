@@ -3,7 +3,7 @@
 // A tile is one (q token range) x (kv token range) x (kv head group) piece of a stage's attention
 // work. One launch runs a whole tile list, so a stage with thousands of small tiles still costs
 // one kernel launch. Kernels are standalone from the executor: raw device pointers, a stream.
-// Built (CMake target dcp_cuda / dcp::cuda, sm_90) only when a CUDA compiler is found; measured
+// Built (CMake target dcp_cuda / dcp::cuda, sm_90a) only when a CUDA compiler is found; measured
 // figures and the route to a wgmma/TMA version: bench/results/cuda_attention_*.md.
 //
 // Data layout (every buffer, every data block): [tokens][heads][head_dim], row-major, i.e.
@@ -31,6 +31,9 @@
 //
 // Tiling (mma.sync m16n8k16 bf16 -> fp32, ldmatrix, cp.async double buffering; FA2 style):
 //   forward: one CTA = 128 q rows x one q head, 4 warps x 32 rows; loops over 64-key sub-tiles.
+//   forward on Hopper (route Wgmma): one CTA = the same 128 q rows x one q head, 2 warpgroups x
+//   64 rows, wgmma m64n128k16 (S = Q K^T from shared memory, O += P V with P in registers),
+//   128-key sub-tiles; same work items, masks and outputs.
 //   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   Sub-tiles with no allowed (row, key) pair are skipped without loading or computing them.
@@ -120,6 +123,15 @@ struct AttnTileList {
   const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
 };
 
+// Which forward kernel runs. Auto: Wgmma on an sm_90 device (Hopper; head_dim 64 or 128),
+// else Mma; the environment variable DCP_ATTN_FORWARD=mma|wgmma (read once per process)
+// replaces Auto, so executor-level runs compare both without rebuilding. Explicit routes ignore
+// the environment. Wgmma on a device that is not sm_90 raises Unsupported.
+//   Mma     mma.sync m16n8k16 (FA2 style, attention_forward.cu): any sm_80+ device.
+//   Wgmma   warpgroup MMA (attention_forward_sm90.cu): 2 warpgroups x 64 q rows, 128-key
+//           sub-tiles, P kept in registers; needs the sm_90a build.
+enum class AttnKernelRoute : int32_t { Auto = 0, Mma = 1, Wgmma = 2 };
+
 struct AttnForwardParams {
   AttnShape shape;
   AttnTileList list;                     // work from make_forward_work
@@ -128,6 +140,7 @@ struct AttnForwardParams {
   const void* v = nullptr;               // bf16
   float* o = nullptr;                    // fp32 partial O, rows out_begin.. of each tile
   float* lse = nullptr;                  // fp32 partial LSE
+  AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 
 struct AttnBackwardParams {
@@ -145,6 +158,8 @@ struct AttnBackwardParams {
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
+// The route attention_forward() takes for `params` on the current device (Mma or Wgmma).
+AttnKernelRoute attention_forward_route(const AttnForwardParams& params);
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream);
 
 // LSE merge: for each output row r and q head h, combine partial rows

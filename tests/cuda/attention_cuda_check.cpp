@@ -12,84 +12,10 @@
 #include <stdexcept>
 #include <vector>
 
+#include "check_util.h"
 #include "dcp/attention_cuda.h"
 
 namespace dcp::cuda::check {
-namespace {
-
-struct Rng {  // splitmix64
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int uniform_int(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
-  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
-};
-
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFU + ((u >> 16) & 1U);  // round to nearest even (inputs are finite)
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-
-template <typename T>
-struct DevBuf {
-  T* ptr = nullptr;
-  std::size_t n = 0;
-  explicit DevBuf(std::size_t count) : n(count) {
-    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(count, 1) * sizeof(T)), "cudaMalloc");
-  }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() { cudaFree(ptr); }
-  void upload(const std::vector<T>& h) { cuda_ok(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    cuda_ok(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
-    return h;
-  }
-  void fill(int byte) { cuda_ok(cudaMemset(ptr, byte, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMemset"); }
-};
-
-struct RelErr {
-  double num = 0, den = 0;
-  void add(double got, double ref) {
-    num += (got - ref) * (got - ref);
-    den += ref * ref;
-  }
-  double value() const { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
-};
-
-// Per-token allowed keys of a tile: local (i, j).
-bool allowed(const AttnTile& t, const std::vector<int32_t>& row_offsets, const std::vector<int32_t>& ranges, int i, int j) {
-  switch (t.kind) {
-    case TileKind::Full: return true;
-    case TileKind::CausalDiagonal: return j <= i;
-    case TileKind::Partial:
-      for (int r = row_offsets[static_cast<std::size_t>(t.range_row_begin + i)];
-           r < row_offsets[static_cast<std::size_t>(t.range_row_begin + i + 1)]; ++r) {
-        if (j >= ranges[2 * static_cast<std::size_t>(r)] && j < ranges[2 * static_cast<std::size_t>(r) + 1]) return true;
-      }
-      return false;
-  }
-  return false;
-}
-
-}  // namespace
 
 bool gpu_available() {
   int n = 0;
@@ -216,6 +142,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     fp.v = d_v.ptr;
     fp.o = d_opart.ptr;
     fp.lse = d_lpart.ptr;
+    fp.route = cfg.forward_route;
     attention_forward(fp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "forward");
     const std::vector<float> o_part = d_opart.download(), l_part = d_lpart.download();
@@ -240,9 +167,16 @@ CaseResult run_case(const CaseConfig& cfg) {
           }
           if (mx == -std::numeric_limits<double>::infinity()) {
             ++res.num_empty_rows;
-            if (!(std::isinf(l_part[orow]) && l_part[orow] < 0)) res.fwd_empty_rows_ok = false;
+            if (!(std::isinf(l_part[orow]) && l_part[orow] < 0)) {
+              res.fwd_empty_rows_ok = false;
+              if (res.first_mismatch.empty())
+                res.first_mismatch = mismatch_text(&t - tiles.data(), a, h, -1, "LSE(empty row)", -INFINITY, l_part[orow]);
+            }
             for (int d = 0; d < dim; ++d) {
-              if (o_part[orow * dim + d] != 0.0F) res.fwd_empty_rows_ok = false;
+              if (o_part[orow * dim + d] == 0.0F) continue;
+              res.fwd_empty_rows_ok = false;
+              if (res.first_mismatch.empty())
+                res.first_mismatch = mismatch_text(&t - tiles.data(), a, h, d, "O(empty row)", 0.0, o_part[orow * dim + d]);
             }
             continue;
           }
@@ -256,11 +190,17 @@ CaseResult run_case(const CaseConfig& cfg) {
           }
           for (int d = 0; d < dim; ++d) {
             const float got = o_part[orow * dim + d];
+            const double ref = o[static_cast<std::size_t>(d)] / sum;
             if (std::isnan(got)) res.any_nan = true;
-            e_o.add(got, o[static_cast<std::size_t>(d)] / sum);
+            e_o.add(got, ref);
+            if (res.first_mismatch.empty() && !(std::fabs(got - ref) <= kOElemTol))
+              res.first_mismatch = mismatch_text(&t - tiles.data(), a, h, d, "O", ref, got);
           }
+          const double lse_ref = mx + std::log(sum);
           if (std::isnan(l_part[orow])) res.any_nan = true;
-          e_l.add(l_part[orow], mx + std::log(sum));
+          e_l.add(l_part[orow], lse_ref);
+          if (res.first_mismatch.empty() && !(std::fabs(l_part[orow] - lse_ref) <= kLseElemTol))
+            res.first_mismatch = mismatch_text(&t - tiles.data(), a, h, -1, "LSE", lse_ref, l_part[orow]);
         }
       }
     }
@@ -431,13 +371,15 @@ CaseResult run_case(const CaseConfig& cfg) {
 std::string describe(const CaseConfig& c, const CaseResult& r) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
-                "seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
+                "fwd=%s seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
                 "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d %s",
-                static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
+                route_name(c.forward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
                 r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
                 r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
                 r.error.c_str());
-  return buf;
+  std::string text = buf;
+  if (!passed(r) && !r.first_mismatch.empty()) text += "\n    first forward mismatch: " + r.first_mismatch;
+  return text;
 }
 
 }  // namespace dcp::cuda::check

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "dcp/attention_cuda.h"
 
 namespace dcp::cuda::check {
 
@@ -14,6 +17,7 @@ struct CaseConfig {
   int head_dim = 128;
   int num_blocks = 5;      // data blocks of one sequence; tile (i, j) for j <= i
   int max_block_len = 160;
+  AttnKernelRoute forward_route = AttnKernelRoute::Mma;
 };
 
 struct CaseResult {
@@ -27,6 +31,7 @@ struct CaseResult {
   double delta_rel = 0;
   double dq_rel = 0, dk_rel = 0, dv_rel = 0;
   bool any_nan = false;
+  std::string first_mismatch;   // forward partials: "(tile, row, head, col): expected / got"
 };
 
 bool gpu_available();
@@ -39,5 +44,40 @@ inline bool passed(const CaseResult& r, double tol = 2e-2, double fp32_tol = 1e-
          r.merge_o_rel < tol && r.merge_o_bf16_rel < tol && r.merge_lse_rel < fp32_tol && r.delta_rel < fp32_tol &&
          r.dq_rel < tol && r.dk_rel < tol && r.dv_rel < tol;
 }
+
+// ---- Targeted forward checks (attention_forward_check.cpp): one q block against kv blocks,
+// each scenario run through a chosen route and compared with fp64 per element.
+enum class ForwardScenario { Full, Causal, Partial, MultiTile };
+struct ForwardCase {
+  uint64_t seed = 1;
+  int num_q_heads = 8;
+  int num_kv_heads = 8;
+  int head_dim = 128;
+  ForwardScenario scenario = ForwardScenario::Full;
+  int q_len = 300;   // rows of the q block (Causal: also the kv length)
+  int kv_len = 333;  // keys of the (first) kv block
+  AttnKernelRoute route = AttnKernelRoute::Mma;
+};
+struct ForwardResult {
+  bool ran = false;
+  std::string error;
+  int num_tiles = 0;
+  int num_empty_rows = 0;
+  double o_rel = 0, lse_rel = 0;
+  int num_bad = 0;           // elements beyond the per-element bounds
+  bool empty_rows_ok = true;
+  bool any_nan = false;
+  std::string first_mismatch;
+};
+// The targeted list: every scenario at head dims 64 and 128, GQA 1 / 4 / 8, lengths that are
+// not multiples of 64 or 128 (and exact ones), for `route`.
+std::vector<ForwardCase> forward_cases(AttnKernelRoute route);
+ForwardResult run_forward_case(const ForwardCase& c);
+std::string describe(const ForwardCase& c, const ForwardResult& r);
+inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 1e-4) {
+  return r.error.empty() && !r.any_nan && r.empty_rows_ok && r.num_bad == 0 && r.o_rel < tol && r.lse_rel < fp32_tol;
+}
+// Mma, plus Wgmma when the device is sm_90.
+std::vector<AttnKernelRoute> forward_routes();
 
 }  // namespace dcp::cuda::check

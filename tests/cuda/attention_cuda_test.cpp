@@ -20,19 +20,36 @@ struct Shape {
 
 class CudaAttention : public ::testing::TestWithParam<Shape> {};
 
+// Every forward route the device has (mma; wgmma on sm_90).
 TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   const Shape s = GetParam();
-  for (uint64_t seed = 1; seed <= 2; ++seed) {
-    CaseConfig cfg;
-    cfg.seed = seed * 1000 + static_cast<uint64_t>(s.hkv * 10 + s.dim);
-    cfg.num_q_heads = s.hq;
-    cfg.num_kv_heads = s.hkv;
-    cfg.head_dim = s.dim;
-    const auto r = dcp::cuda::check::run_case(cfg);
-    ASSERT_TRUE(r.ran);
-    EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
-    EXPECT_GT(r.num_empty_rows, 0) << "the random lists are meant to contain fully masked rows";
+  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::forward_routes()) {
+    for (uint64_t seed = 1; seed <= 2; ++seed) {
+      CaseConfig cfg;
+      cfg.seed = seed * 1000 + static_cast<uint64_t>(s.hkv * 10 + s.dim);
+      cfg.num_q_heads = s.hq;
+      cfg.num_kv_heads = s.hkv;
+      cfg.head_dim = s.dim;
+      cfg.forward_route = route;
+      const auto r = dcp::cuda::check::run_case(cfg);
+      ASSERT_TRUE(r.ran);
+      EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
+      EXPECT_GT(r.num_empty_rows, 0) << "the random lists are meant to contain fully masked rows";
+    }
+  }
+}
+
+// Targeted forward scenarios (full, causal, partial with many ranges and empty rows, multi-tile
+// items with accumulate; odd lengths) through every route, per element against fp64.
+TEST(CudaAttentionForward, TargetedScenariosEveryRoute) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::forward_routes()) {
+    for (const auto& c : dcp::cuda::check::forward_cases(route)) {
+      const auto r = dcp::cuda::check::run_forward_case(c);
+      ASSERT_TRUE(r.ran);
+      EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(c, r);
+    }
   }
 }
 

@@ -156,6 +156,53 @@ __device__ __forceinline__ uint64_t valid_bits(int valid) {
   return valid >= 64 ? ~uint64_t{0} : ((uint64_t{1} << valid) - 1);
 }
 
+// ---- Sub-tile classification shared by the forward kernels (mma.sync and wgmma) -------------
+// A forward CTA covers q rows [r0, r0 + rows) of a tile and walks its keys in sub-tiles of kKeys.
+
+// Sub-tiles [0, end) that the chunk can see (a causal diagonal tile stops at the chunk's last row).
+template <int kKeys>
+__device__ __forceinline__ int kv_sub_tile_end(const AttnTile& t, int r0, int rows) {
+  const int num_sub = (t.kv_len + kKeys - 1) / kKeys;
+  return t.kind == TileKind::CausalDiagonal ? min(num_sub, (r0 + rows - 1) / kKeys + 1) : num_sub;
+}
+
+// Class of the Full or CausalDiagonal sub-tile [kv0, kv0 + kKeys). Keys past kv_len load as
+// zeros (score 0, not -inf), so a short sub-tile is always masked.
+template <int kKeys>
+__device__ __forceinline__ int classify_dense(const AttnTile& t, int kv0, int r0, int rows) {
+  const bool whole = t.kv_len - kv0 >= kKeys;
+  if (t.kind == TileKind::Full) return whole ? kFull : kMasked;
+  if (kv0 > r0 + rows - 1) return kEmpty;
+  return (kv0 + kKeys - 1 <= r0 && whole) ? kFull : kMasked;
+}
+
+// Whether tile-local key `key` is allowed for tile-local q row `q_row` of a Full or
+// CausalDiagonal tile.
+__device__ __forceinline__ bool dense_key_allowed(TileKind kind, int key, int kv_len, int q_row) {
+  return key < kv_len && (kind == TileKind::Full || key <= q_row);
+}
+
+// Class of the Partial sub-tile [kv0, kv0 + 64 kWords). Each of the kAttnForwardChunkRows *
+// kWords threads of the CTA computes one 64-key word of one row's mask: word w = tid / 128 of
+// chunk row tid % 128 goes to masks[w * 128 + row] (rows past `rows` get 0). Block-wide votes:
+// every thread of the CTA must call it.
+template <int kWords>
+__device__ __forceinline__ int classify_partial(const AttnTile& t, const int32_t* row_offsets, const int32_t* ranges,
+                                                int kv0, int r0, int rows, uint64_t* masks) {
+  constexpr int kChunk = kAttnForwardChunkRows;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int row = tid % kChunk;
+  const int kv_word = kv0 + 64 * (tid / kChunk);
+  const bool row_valid = row < rows;
+  uint64_t mask = 0;
+  if (row_valid && kv_word < t.kv_len) mask = row_key_mask(row_offsets, ranges, t.range_row_begin + r0 + row, kv_word, t.kv_len);
+  masks[tid] = mask;
+  if (__syncthreads_or(mask != 0) == 0) return kEmpty;
+  const int valid = min(max(t.kv_len - kv_word, 0), 64);
+  const bool full = __syncthreads_and(!row_valid || mask == valid_bits(valid)) != 0;
+  return full && t.kv_len - kv0 >= 64 * kWords ? kFull : kMasked;
+}
+
 // Host side of every tile-list launcher: checks the shape, turns the runtime head dim into the
 // template argument (the one runtime -> template switch of these kernels), and checks the launch.
 // `launch` is a template lambda: launch.template operator()<kD>().
@@ -180,5 +227,9 @@ void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
 }
+
+// Forward launchers by route (attention_forward() picks one).
+void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream);
+void attention_forward_wgmma(const AttnForwardParams& params, cudaStream_t stream);
 
 }  // namespace dcp::cuda::detail

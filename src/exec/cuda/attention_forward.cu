@@ -13,11 +13,13 @@
 //            O = 0, LSE = -inf.
 // Per 128x64 sub-tile: 4 * 128 * 64 * D FLOPs of MMA; bytes from L2/HBM: 2 * 64 * D * 2 (K and V),
 // i.e. 64 FLOP per byte of L2 traffic at D = 128; shared memory: each warp reads K and V once.
-// A Hopper (wgmma/TMA) version keeps this file's interface: same args, work list and finish.
+// The Hopper version (attention_forward_sm90.cu) keeps this interface: same args, work list and
+// finish; attention_forward() at the end of this file picks the route.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "attention_common.cuh"
@@ -86,29 +88,13 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
   }
   cp_async_commit();
 
-  auto sub_end_of = [&](const AttnTile& x) {
-    const int num_sub = (x.kv_len + kRows - 1) / kRows;
-    return x.kind == TileKind::CausalDiagonal ? min(num_sub, (r0 + rows - 1) / kRows + 1) : num_sub;
-  };
+  auto sub_end_of = [&](const AttnTile& x) { return kv_sub_tile_end<kRows>(x, r0, rows); };
 
   // Uniform across the CTA (Partial uses block-wide votes).
+  static_assert(kFwdRows == kThreads, "one thread per q row");
   auto classify = [&](const AttnTile& t, int n, int buf) -> int {
-    const int kv0 = n * kRows;
-    const int valid = min(kRows, t.kv_len - kv0);
-    if (t.kind == TileKind::Full) return valid == kRows ? kFull : kMasked;
-    if (t.kind == TileKind::CausalDiagonal) {
-      if (kv0 > r0 + rows - 1) return kEmpty;
-      return (kv0 + kRows - 1 <= r0 && valid == kRows) ? kFull : kMasked;
-    }
-    uint64_t mask = 0;
-    static_assert(kFwdRows == kThreads, "one thread per q row");
-    const bool row_valid = tid < rows;
-    if (row_valid) mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + r0 + tid, kv0, t.kv_len);
-    s_mask[buf * kFwdRows + tid] = mask;
-    if (__syncthreads_or(mask != 0) == 0) return kEmpty;
-    // Keys past kv_len load as zeros (score 0, not -inf): a short sub-tile is always masked.
-    const bool full = __syncthreads_and(!row_valid || mask == valid_bits(valid)) != 0;
-    return full && valid == kRows ? kFull : kMasked;
+    if (t.kind != TileKind::Partial) return classify_dense<kRows>(t, n * kRows, r0, rows);
+    return classify_partial<1>(t, p.list.row_offsets, p.list.ranges, n * kRows, r0, rows, s_mask + buf * kFwdRows);
   };
 
   // Advances (x, ti, n) to the first non-empty sub-tile at or after sub-tile n of tile ti;
@@ -233,12 +219,8 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
           for (int e = 0; e < 4; ++e) {
             const int row = cta_row(mt, e >> 1);
             const int col = j * 8 + 2 * tq + (e & 1);
-            bool ok;
-            if (ct.kind == TileKind::Partial) {
-              ok = ((s_mask[buf * kFwdRows + row] >> col) & 1U) != 0;
-            } else {
-              ok = kv0 + col < ct.kv_len && (ct.kind == TileKind::Full || kv0 + col <= r0 + row);
-            }
+            const bool ok = ct.kind == TileKind::Partial ? ((s_mask[buf * kFwdRows + row] >> col) & 1U) != 0
+                                                         : dense_key_allowed(ct.kind, kv0 + col, ct.kv_len, r0 + row);
             if (!ok) s[mt][j][e] = -INFINITY;
           }
         }
@@ -329,12 +311,60 @@ void launch_forward(const AttnForwardParams& p, cudaStream_t stream) {
   attention_forward_kernel<kD><<<p.list.num_work, kThreads, kSmem, stream>>>(p);
 }
 
+void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream) {
+  launch_for_head_dim("attention_forward", params.shape, [&]<int kD>() { launch_forward<kD>(params, stream); });
+}
+
+namespace {
+
+// DCP_ATTN_FORWARD, read once: Auto when unset or empty.
+AttnKernelRoute environment_route() {
+  static const AttnKernelRoute route = [] {
+    const char* env = std::getenv("DCP_ATTN_FORWARD");
+    const std::string value = env != nullptr ? env : "";
+    if (value.empty()) return AttnKernelRoute::Auto;
+    if (value == "mma") return AttnKernelRoute::Mma;
+    if (value == "wgmma") return AttnKernelRoute::Wgmma;
+    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD: expected mma or wgmma, got '" + value + "'");
+  }();
+  return route;
+}
+
+// Whether the current device is sm_90 (the wgmma kernel is built for sm_90a only); cached per device.
+bool device_is_sm90() {
+  constexpr int kMaxDevices = 64;
+  static int cached[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
+  if (dev < kMaxDevices && cached[dev] != 0) return cached[dev] == 1;
+  int major = 0, minor = 0;
+  const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
+  const bool yes = ok && major == 9 && minor == 0;
+  if (dev < kMaxDevices) cached[dev] = yes ? 1 : 2;
+  return yes;
+}
+
+}  // namespace
 }  // namespace detail
+
+AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
+  AttnKernelRoute route = params.route;
+  if (route == AttnKernelRoute::Auto) route = detail::environment_route();
+  const bool head_dim_ok = params.shape.head_dim == 64 || params.shape.head_dim == 128;
+  if (route == AttnKernelRoute::Auto) return detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
+  if (route == AttnKernelRoute::Wgmma && !detail::device_is_sm90())
+    raise(ErrorKind::Unsupported, "attention_forward: the wgmma route needs an sm_90 (Hopper) device");
+  return route;
+}
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
-  detail::launch_for_head_dim("attention_forward", params.shape,
-                              [&]<int kD>() { detail::launch_forward<kD>(params, stream); });
+  if (attention_forward_route(params) == AttnKernelRoute::Wgmma) {
+    detail::attention_forward_wgmma(params, stream);
+  } else {
+    detail::attention_forward_mma(params, stream);
+  }
 }
 
 }  // namespace dcp::cuda

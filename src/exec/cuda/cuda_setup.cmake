@@ -1,7 +1,8 @@
-# Enables CUDA in the including directory: sm_90, C++20. CMake 3.25 detects no CUDA20 dialect flag
+# Enables CUDA in the including directory: sm_90a (Hopper; the forward's wgmma kernel needs the
+# arch-specific target; CMake 3.25 turns "90a" into -gencode=arch=compute_90a,code=sm_90a), C++20. CMake 3.25 detects no CUDA20 dialect flag
 # for nvcc 13 (its probe of older dialects fails), so the flag is given here; newer CMake agrees.
 if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
-  set(CMAKE_CUDA_ARCHITECTURES 90)
+  set(CMAKE_CUDA_ARCHITECTURES 90a)
 endif()
 enable_language(CUDA)
 if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)

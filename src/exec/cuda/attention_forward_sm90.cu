@@ -1,0 +1,317 @@
+// attention_forward_sm90.cu — forward attention over a tile list on Hopper (sm_90a): warpgroup
+// MMA. Same contract as attention_forward.cu (dcp/attention_cuda.h): same work items, masks,
+// accumulate and outputs; attention_forward() picks this kernel on sm_90 devices (route Wgmma).
+//
+// One CTA = 128 q rows x one q head, 2 warpgroups (256 threads), warpgroup w owns q rows
+// [64 w, 64 w + 64). Shared memory (128-byte-swizzled tiles, wgmma_sm90.cuh): Q (128 x D), K and
+// V sub-tiles of 128 keys x D, double-buffered; all 256 threads load them with cp.async.
+// Per 128-key sub-tile, each warpgroup:
+//   S (64 x 128) = Q K^T: D / 16 wgmma m64n128k16, both operands from shared memory (K-major);
+//   mask (masked sub-tiles only), online softmax in the log2 domain (scale folded into exp2);
+//   O (64 x D) += P V: 8 wgmma m64nDk16 with P converted in registers from the S accumulator
+//   (its fragment layout is the A-register layout), V from shared memory as an MN-major B.
+// Per sub-tile: 4 * 128 * 128 * D FLOPs against 2 * 128 * D * 2 bytes of K/V (128 FLOP per byte
+// at any D, twice the mma.sync kernel's 64).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention_common.cuh"
+#include "dcp/attention_cuda.h"
+#include "wgmma_sm90.cuh"
+
+namespace dcp::cuda::detail {
+namespace {
+
+inline constexpr int kWgThreads = 256;              // 2 warpgroups
+inline constexpr int kWgRows = kAttnForwardChunkRows;  // q rows per CTA
+inline constexpr int kWgKeys = 128;                 // keys per sub-tile
+inline constexpr int kMaskWords = kWgKeys / 64;     // uint64 mask words per row and sub-tile
+static_assert(kWgRows == 128 && kWgThreads == kWgRows * kMaskWords, "one thread per (row, mask word)");
+
+template <int kD>
+struct WgSmem {
+  static constexpr int kQBytes = kWgRows * kD * 2;
+  static constexpr int kKvBytes = kWgKeys * kD * 2;   // one K or V sub-tile
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kQBytes;             // 2 buffers
+  static constexpr int kV = kK + 2 * kKvBytes;        // 2 buffers
+  static constexpr int kMask = kV + 2 * kKvBytes;     // [buffer][word][row] uint64
+  static constexpr int kBytes = kMask + 2 * kMaskWords * kWgRows * 8;
+  static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
+  static_assert(kQBytes % kSw128AtomBytes == 0 && kKvBytes % kSw128AtomBytes == 0, "tiles stay atom aligned");
+};
+
+// Loads 128 rows of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or
+// past `valid_rows` are zero-filled) into a swizzled 128-row tile; 256 threads, 16 bytes each.
+template <int kD>
+__device__ __forceinline__ void load_tile_sw128(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                int valid_rows) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kPerThread = 128 * kChunks / kWgThreads;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kWgThreads;
+    const int row = idx / kChunks;
+    const int col = (idx % kChunks) * 8;
+    const bool valid = row < valid_rows;
+    cp_async16(tile + sw128_offset<128>(row, col), src + (valid ? row * stride + col : 0), valid);
+  }
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(const AttnForwardParams p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Built for a target without wgmma (only sm_90a has it): never selected there, fail loudly if run.
+  (void)p;
+  __trap();
+#else
+  using Smem = WgSmem<kD>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  // Swizzle atoms must start 1024-byte aligned (wgmma_sm90.cuh): round the base up.
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
+  unsigned char* smem = smem_raw + pad;
+  const uint32_t s_q = raw_addr + pad + Smem::kQ;
+  const uint32_t s_k = raw_addr + pad + Smem::kK;
+  const uint32_t s_v = raw_addr + pad + Smem::kV;
+  auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+
+  const AttnWorkItem w = p.list.work[blockIdx.x];
+  AttnTile ct = p.list.tiles[w.tile];  // tiles [w.tile, t_end) share the q rows and the outputs
+  const int t_end = w.tile + max(1, w.num_tiles);
+  const int out_begin = ct.out_begin;
+  const int lse_begin = ct.lse_begin >= 0 ? ct.lse_begin : ct.out_begin;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid >> 7;               // warpgroup: q rows [64 wg, 64 wg + 64)
+  const int warp_in_wg = (tid >> 5) & 3;  // 16 rows of the warpgroup's 64
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const int hq = p.shape.num_q_heads;
+  const int hkv = p.shape.num_kv_heads;
+  const int qh = w.head;
+  const int kvh = qh / (hq / hkv);
+  const int r0 = w.chunk * kWgRows;
+  const int rows = min(kWgRows, ct.q_len - r0);
+  const float scale_log2 = p.shape.softmax_scale * kLog2e;
+
+  const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* k = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* v = static_cast<const __nv_bfloat16*>(p.v);
+  const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+  const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
+  auto kv_offset = [&](const AttnTile& x, int n) {
+    return (static_cast<int64_t>(x.kv_begin + n * kWgKeys) * hkv + kvh) * kD;
+  };
+
+  load_tile_sw128<kD>(s_q, q + (static_cast<int64_t>(ct.q_begin + r0) * hq + qh) * kD, q_stride, rows);
+  cp_async_commit();
+
+  // Uniform across the CTA (Partial uses block-wide votes).
+  auto classify = [&](const AttnTile& t, int n, int buf) -> int {
+    if (t.kind != TileKind::Partial) return classify_dense<kWgKeys>(t, n * kWgKeys, r0, rows);
+    return classify_partial<kMaskWords>(t, p.list.row_offsets, p.list.ranges, n * kWgKeys, r0, rows,
+                                        s_mask + buf * kMaskWords * kWgRows);
+  };
+  // Advances (x, ti, n) to the first non-empty sub-tile at or after sub-tile n of tile ti;
+  // ti == t_end when none is left.
+  auto seek = [&](AttnTile& x, int& ti, int& n, int buf) -> int {
+    while (ti < t_end) {
+      const int end = kv_sub_tile_end<kWgKeys>(x, r0, rows);
+      for (; n < end; ++n) {
+        const int c = classify(x, n, buf);
+        if (c != kEmpty) return c;
+      }
+      if (++ti < t_end) x = p.list.tiles[ti];
+      n = 0;
+    }
+    return kEmpty;
+  };
+  auto load_kv = [&](const AttnTile& x, int n, int buf) {
+    const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
+    const uint32_t off = static_cast<uint32_t>(buf * Smem::kKvBytes);
+    load_tile_sw128<kD>(s_k + off, k + kv_offset(x, n), kv_stride, kv_rows);
+    load_tile_sw128<kD>(s_v + off, v + kv_offset(x, n), kv_stride, kv_rows);
+  };
+  int ti = w.tile;
+  int n = 0;
+  int cls = seek(ct, ti, n, 0);
+  int buf = 0;
+  if (ti < t_end) load_kv(ct, n, 0);
+  cp_async_commit();
+
+  // Accumulator fragments (PTX "wgmma register fragments", m64nN f32): thread (warp_in_wg, g, tq)
+  // holds, for every 8-column block j, acc[4 j + e] = element (16 warp_in_wg + g + 8 (e >> 1),
+  // 8 j + 2 tq + (e & 1)) of the warpgroup's 64-row result.
+  float o[kD / 2];
+  float s[kWgKeys / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0F;
+#pragma unroll
+  for (int i = 0; i < kWgKeys / 2; ++i) s[i] = 0.0F;
+  float m_row[2] = {-INFINITY, -INFINITY};
+  float l_row[2] = {0.0F, 0.0F};
+  auto cta_row = [&](int r) { return wg * 64 + warp_in_wg * 16 + g + r * 8; };
+  const int64_t o_stride = static_cast<int64_t>(hq) * kD;
+  if (w.accumulate != 0) {
+    // The partial already there: O_old = sum exp(s - LSE_old) v, i.e. the online-softmax state
+    // m = LSE_old (log2 units), l = 1, o = O_old.
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = cta_row(r);
+      if (row >= rows) continue;
+      const float lse_old = p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh];
+      if (lse_old == -INFINITY) continue;
+      m_row[r] = lse_old * kLog2e;
+      l_row[r] = tq == 0 ? 1.0F : 0.0F;  // l is summed over the 4 lanes of a row at the end
+      const float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        const float2 v2 = *reinterpret_cast<const float2*>(o_row + j * 8 + 2 * tq);
+        o[4 * j + 2 * r] = v2.x;
+        o[4 * j + 2 * r + 1] = v2.y;
+      }
+    }
+  }
+
+  while (ti < t_end) {
+    AttnTile nt = ct;
+    int nti = ti;
+    int nn = n + 1;
+    const int ncls = seek(nt, nti, nn, buf ^ 1);
+    if (nti < t_end) {
+      load_kv(nt, nn, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();  // this thread's cp.async bytes -> visible to wgmma after the barrier
+    __syncthreads();
+
+    const uint32_t kb = s_k + static_cast<uint32_t>(buf * Smem::kKvBytes);
+    const uint32_t vb = s_v + static_cast<uint32_t>(buf * Smem::kKvBytes);
+
+    // S = Q K^T over kD / 16 k steps (the first overwrites the old S).
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma_m64n128k16_ss(s, desc_k_major<kWgRows>(s_q, wg * 64, kk), desc_k_major<kWgKeys>(kb, 0, kk), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(s);
+
+    if (cls == kMasked) {
+      const int kv0 = n * kWgKeys;
+      const uint64_t* masks = s_mask + buf * kMaskWords * kWgRows;
+#pragma unroll
+      for (int j = 0; j < kWgKeys / 8; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = cta_row(e >> 1);
+          const int col = j * 8 + 2 * tq + (e & 1);
+          const bool ok = ct.kind == TileKind::Partial
+                              ? ((masks[(col >> 6) * kWgRows + row] >> (col & 63)) & 1U) != 0
+                              : dense_key_allowed(ct.kind, kv0 + col, ct.kv_len, r0 + row);
+          if (!ok) s[4 * j + e] = -INFINITY;
+        }
+      }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kWgKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 2));
+      const float m_new = fmaxf(m_row[r], mx * scale_log2);
+      const float m_use = m_new == -INFINITY ? 0.0F : m_new;  // a row with no key yet: p = 0
+      const float alpha = exp2f(m_row[r] - m_use);
+      m_row[r] = m_new;
+      float sum = 0.0F;
+#pragma unroll
+      for (int j = 0; j < kWgKeys / 8; ++j) {
+        s[4 * j + 2 * r] = exp2f(fmaf(s[4 * j + 2 * r], scale_log2, -m_use));
+        s[4 * j + 2 * r + 1] = exp2f(fmaf(s[4 * j + 2 * r + 1], scale_log2, -m_use));
+        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      }
+      l_row[r] = l_row[r] * alpha + sum;
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        o[4 * j + 2 * r] *= alpha;
+        o[4 * j + 2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V, 16 keys per step. A-register fragment of m64k16 (per warp: rows g, g + 8 of its
+    // 16; a[0] = (g, 2tq..+1), a[1] = (g+8, 2tq..), a[2] = (g, 8+2tq..), a[3] = (g+8, 8+2tq..)),
+    // i.e. accumulator blocks 2 kk and 2 kk + 1 of S, in order.
+    uint32_t pa[kWgKeys / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+      pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+      if constexpr (kD == 128) {
+        wgmma_m64n128k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
+      } else {
+        wgmma_m64n64k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(o);
+    __syncthreads();  // every warpgroup is done with buffer `buf` before it is refilled
+    ct = nt;
+    ti = nti;
+    n = nn;
+    cls = ncls;
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_row[r];
+    l += __shfl_xor_sync(0xffffffffU, l, 1);
+    l += __shfl_xor_sync(0xffffffffU, l, 2);
+    const int row = cta_row(r);
+    if (row >= rows) continue;
+    const float inv = l > 0.0F ? 1.0F / l : 0.0F;
+    float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      *reinterpret_cast<float2*>(o_row + j * 8 + 2 * tq) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (tq == 0) {
+      p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh] = l > 0.0F ? (m_row[r] + log2f(l)) * kLn2 : -INFINITY;
+    }
+  }
+#endif
+}
+
+template <int kD>
+void launch_forward_sm90(const AttnForwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = WgSmem<kD>::kAlloc;
+  static const bool ready = (allow_shared_memory("attention_forward_sm90", attention_forward_sm90_kernel<kD>, kSmem), true);
+  (void)ready;
+  attention_forward_sm90_kernel<kD><<<p.list.num_work, kWgThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace
+
+void attention_forward_wgmma(const AttnForwardParams& params, cudaStream_t stream) {
+  launch_for_head_dim("attention_forward_sm90", params.shape,
+                      [&]<int kD>() { launch_forward_sm90<kD>(params, stream); });
+}
+
+}  // namespace dcp::cuda::detail

@@ -1,0 +1,329 @@
+// attention_forward_check.cpp — targeted forward checks: one q block (rows [0, q_len), outputs
+// at rows out_begin..) against one or more kv blocks, per scenario, compared with fp64 per
+// element; a failure names the first mismatching (tile, row, head, col).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "attention_cuda_check.h"
+#include "check_util.h"
+#include "dcp/attention_cuda.h"
+
+namespace dcp::cuda::check {
+namespace {
+
+constexpr int kOutBegin = 3;  // outputs start past row 0: catches out_begin mix-ups
+
+struct Lists {
+  std::vector<AttnTile> tiles;
+  std::vector<int32_t> row_offsets, ranges;
+  int kv_rows = 0;                         // K/V buffer rows
+  std::vector<std::vector<int>> launches;  // tile indices per launch (a launch = one work item run)
+};
+
+AttnTile block_tile(int q_len, int kv_begin, int kv_len, TileKind kind, int num_kv_heads) {
+  AttnTile t;
+  t.q_begin = 0;
+  t.q_len = q_len;
+  t.kv_begin = kv_begin;
+  t.kv_len = kv_len;
+  t.out_begin = kOutBegin;
+  t.kind = kind;
+  t.kv_head_begin = 0;
+  t.kv_head_end = num_kv_heads;
+  return t;
+}
+
+// Partial tile whose row i gets ranges_of(i) (sorted, disjoint, inside [0, kv_len)).
+template <typename RangesOf>
+AttnTile partial_tile(Lists& l, int q_len, int kv_begin, int kv_len, int num_kv_heads, RangesOf&& ranges_of) {
+  AttnTile t = block_tile(q_len, kv_begin, kv_len, TileKind::Partial, num_kv_heads);
+  t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
+  for (int i = 0; i < q_len; ++i) {
+    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+    for (const auto& [b, e] : ranges_of(i)) {
+      l.ranges.push_back(b);
+      l.ranges.push_back(e);
+    }
+  }
+  l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+  return t;
+}
+
+// Up to max_ranges random sorted disjoint ranges inside [lo, hi), some a single key long.
+std::vector<std::pair<int, int>> random_ranges(Rng& rng, int lo, int hi, int max_ranges) {
+  std::vector<std::pair<int, int>> out;
+  const int n = rng.uniform_int(1, max_ranges);
+  int pos = lo;
+  for (int r = 0; r < n && pos < hi; ++r) {
+    const int b = rng.uniform_int(pos, std::min(hi - 1, pos + 90));
+    const int e = rng.uniform_int(b + 1, std::min(hi, b + (rng.uniform() < 0.3 ? 1 : 1 + rng.uniform_int(1, 140))));
+    out.emplace_back(b, e);
+    pos = e + rng.uniform_int(0, 20);
+  }
+  return out;
+}
+
+Lists build(const ForwardCase& c, Rng& rng) {
+  Lists l;
+  const int hkv = c.num_kv_heads;
+  switch (c.scenario) {
+    case ForwardScenario::Full:
+      l.tiles.push_back(block_tile(c.q_len, 0, c.kv_len, TileKind::Full, hkv));
+      l.kv_rows = c.kv_len;
+      break;
+    case ForwardScenario::Causal:
+      l.tiles.push_back(block_tile(c.q_len, 0, c.q_len, TileKind::CausalDiagonal, hkv));
+      l.kv_rows = c.q_len;
+      break;
+    case ForwardScenario::Partial:
+      // Rows of the first 128-row chunk: many ranges, every 7th row empty, every 11th all keys;
+      // later rows only see keys < 100, so their chunk skips the later sub-tiles.
+      l.tiles.push_back(partial_tile(l, c.q_len, 0, c.kv_len, hkv, [&](int i) {
+        if (i % 7 == 3) return std::vector<std::pair<int, int>>{};
+        if (i % 11 == 5) return std::vector<std::pair<int, int>>{{0, c.kv_len}};
+        return random_ranges(rng, 0, i < 128 ? c.kv_len : std::min(c.kv_len, 100), 12);
+      }));
+      l.kv_rows = c.kv_len;
+      break;
+    case ForwardScenario::MultiTile: {
+      // Launch 1: T0 alone. Launch 2: T1.. in one item with accumulate = 1. Rows i % 10 == 0 see
+      // no key anywhere (O = 0, LSE = -inf through the accumulate), rows i % 10 == 1 only T0's.
+      const bool with_full = c.seed % 2 == 1;
+      auto none = [](int i) { return i % 10 == 0 || i % 10 == 1; };
+      int kv = 0;
+      l.tiles.push_back(partial_tile(l, c.q_len, kv, 150, hkv, [&](int i) {
+        if (i % 5 == 0) return std::vector<std::pair<int, int>>{};
+        return random_ranges(rng, 0, 150, 3);
+      }));
+      kv += 150;
+      l.tiles.push_back(partial_tile(l, c.q_len, kv, c.kv_len, hkv, [&](int i) {
+        if (none(i)) return std::vector<std::pair<int, int>>{};
+        return random_ranges(rng, 0, c.kv_len, 8);
+      }));
+      kv += c.kv_len;
+      l.tiles.push_back(block_tile(c.q_len, kv, 0, TileKind::Full, hkv));  // no keys at all
+      l.tiles.push_back(partial_tile(l, c.q_len, kv, 260, hkv, [&](int i) {
+        if (none(i)) return std::vector<std::pair<int, int>>{};
+        return std::vector<std::pair<int, int>>{{rng.uniform_int(0, 259), 260}};
+      }));
+      kv += 260;
+      if (with_full) {
+        l.tiles.push_back(block_tile(c.q_len, kv, 70, TileKind::Full, hkv));
+        kv += 70;
+      }
+      l.kv_rows = kv;
+      l.launches.push_back({0});
+      std::vector<int> second;
+      for (int t = 1; t < static_cast<int>(l.tiles.size()); ++t) second.push_back(t);
+      l.launches.push_back(second);
+      break;
+    }
+  }
+  if (l.launches.empty()) l.launches.push_back({0});
+  if (l.row_offsets.empty()) l.row_offsets.push_back(0);
+  if (l.ranges.empty()) l.ranges = {0, 0};
+  return l;
+}
+
+}  // namespace
+
+std::vector<AttnKernelRoute> forward_routes() {
+  std::vector<AttnKernelRoute> routes{AttnKernelRoute::Mma};
+  if (wgmma_available()) routes.push_back(AttnKernelRoute::Wgmma);
+  return routes;
+}
+
+std::vector<ForwardCase> forward_cases(AttnKernelRoute route) {
+  std::vector<ForwardCase> out;
+  const int shapes[3][2] = {{8, 8}, {8, 2}, {8, 1}};
+  const struct {
+    ForwardScenario s;
+    int q_len, kv_len;
+  } scen[] = {{ForwardScenario::Full, 300, 333},      {ForwardScenario::Full, 128, 256},
+              {ForwardScenario::Causal, 300, 300},    {ForwardScenario::Causal, 256, 256},
+              {ForwardScenario::Partial, 200, 400},   {ForwardScenario::MultiTile, 190, 129},
+              {ForwardScenario::MultiTile, 77, 300}};
+  uint64_t seed = 1;
+  for (int dim : {64, 128}) {
+    for (const auto& sh : shapes) {
+      for (const auto& sc : scen) {
+        ForwardCase c;
+        c.seed = seed++;
+        c.num_q_heads = sh[0];
+        c.num_kv_heads = sh[1];
+        c.head_dim = dim;
+        c.scenario = sc.s;
+        c.q_len = sc.q_len;
+        c.kv_len = sc.kv_len;
+        c.route = route;
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+ForwardResult run_forward_case(const ForwardCase& c) {
+  ForwardResult res;
+  if (!gpu_available()) return res;
+  res.ran = true;
+  try {
+    Rng rng{c.seed * 7919};
+    const Lists l = build(c, rng);
+    res.num_tiles = static_cast<int>(l.tiles.size());
+    const int hq = c.num_q_heads, hkv = c.num_kv_heads, dim = c.head_dim, group = hq / hkv;
+    const std::size_t q_elems = static_cast<std::size_t>(c.q_len) * hq * dim;
+    const std::size_t kv_elems = static_cast<std::size_t>(l.kv_rows) * hkv * dim;
+    auto rand_bf16 = [&](std::size_t n) {
+      std::vector<uint16_t> v(n);
+      for (auto& x : v) x = to_bf16(static_cast<float>(rng.uniform() * 2.0 - 1.0));
+      return v;
+    };
+    const std::vector<uint16_t> hq_b = rand_bf16(q_elems), hk_b = rand_bf16(kv_elems), hv_b = rand_bf16(kv_elems);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    const AttnShape shape{hq, hkv, dim, static_cast<float>(scale)};
+
+    DevBuf<uint16_t> d_q(q_elems), d_k(kv_elems), d_v(kv_elems);
+    d_q.upload(hq_b);
+    d_k.upload(hk_b);
+    d_v.upload(hv_b);
+    DevBuf<AttnTile> d_tiles(l.tiles.size());
+    d_tiles.upload(l.tiles);
+    DevBuf<int32_t> d_offsets(l.row_offsets.size()), d_ranges(l.ranges.size());
+    d_offsets.upload(l.row_offsets);
+    d_ranges.upload(l.ranges);
+    const int out_rows = kOutBegin + c.q_len;
+    DevBuf<float> d_o(static_cast<std::size_t>(out_rows) * hq * dim), d_lse(static_cast<std::size_t>(out_rows) * hq);
+    d_o.fill(0xFF);
+    d_lse.fill(0xFF);
+    const int chunks = (c.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+    for (std::size_t li = 0; li < l.launches.size(); ++li) {
+      const std::vector<int>& run = l.launches[li];
+      std::vector<AttnWorkItem> work;
+      for (int ch = 0; ch < chunks; ++ch) {
+        for (int h = 0; h < hq; ++h) {
+          AttnWorkItem w;
+          w.tile = run.front();
+          w.chunk = ch;
+          w.head = h;
+          w.num_tiles = static_cast<int32_t>(run.size());
+          w.accumulate = li > 0 ? 1 : 0;
+          work.push_back(w);
+        }
+      }
+      DevBuf<AttnWorkItem> d_work(work.size());
+      d_work.upload(work);
+      AttnForwardParams fp;
+      fp.shape = shape;
+      fp.list = AttnTileList{d_tiles.ptr, d_work.ptr, static_cast<int32_t>(work.size()), d_offsets.ptr, d_ranges.ptr};
+      fp.q = d_q.ptr;
+      fp.k = d_k.ptr;
+      fp.v = d_v.ptr;
+      fp.o = d_o.ptr;
+      fp.lse = d_lse.ptr;
+      fp.route = c.route;
+      attention_forward(fp, nullptr);
+      cuda_ok(cudaDeviceSynchronize(), "forward");
+    }
+    const std::vector<float> o = d_o.download(), lse = d_lse.download();
+
+    // fp64 reference over the union of every tile's keys (tiles cover disjoint kv rows).
+    RelErr e_o, e_l;
+    std::vector<double> sc, acc(static_cast<std::size_t>(dim));
+    std::vector<int> keys;
+    const double inf = std::numeric_limits<double>::infinity();
+    for (int h = 0; h < hq; ++h) {
+      const int kh = h / group;
+      for (int a = 0; a < c.q_len; ++a) {
+        keys.clear();
+        sc.clear();
+        int last_tile = 0;  // the tile a mismatch is reported against (the last one with a key)
+        for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
+          const AttnTile& t = l.tiles[ti];
+          for (int b = 0; b < t.kv_len; ++b) {
+            if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
+            keys.push_back(t.kv_begin + b);
+            last_tile = static_cast<int>(ti);
+          }
+        }
+        double mx = -inf;
+        for (const int kv : keys) {
+          double s = 0;
+          for (int d = 0; d < dim; ++d) {
+            s += static_cast<double>(from_bf16(hq_b[(static_cast<std::size_t>(a) * hq + h) * dim + d])) *
+                 from_bf16(hk_b[(static_cast<std::size_t>(kv) * hkv + kh) * dim + d]);
+          }
+          sc.push_back(s * scale);
+          mx = std::max(mx, s * scale);
+        }
+        const std::size_t orow = static_cast<std::size_t>(kOutBegin + a) * hq + h;
+        if (keys.empty()) {
+          ++res.num_empty_rows;
+          if (!(std::isinf(lse[orow]) && lse[orow] < 0)) {
+            res.empty_rows_ok = false;
+            if (res.first_mismatch.empty()) res.first_mismatch = mismatch_text(last_tile, a, h, -1, "LSE(empty row)", -inf, lse[orow]);
+          }
+          for (int d = 0; d < dim; ++d) {
+            if (o[orow * dim + d] == 0.0F) continue;
+            res.empty_rows_ok = false;
+            if (res.first_mismatch.empty()) res.first_mismatch = mismatch_text(last_tile, a, h, d, "O(empty row)", 0.0, o[orow * dim + d]);
+          }
+          continue;
+        }
+        std::fill(acc.begin(), acc.end(), 0.0);
+        double sum = 0;
+        for (std::size_t i = 0; i < keys.size(); ++i) {
+          const double pw = std::exp(sc[i] - mx);
+          sum += pw;
+          for (int d = 0; d < dim; ++d) {
+            acc[static_cast<std::size_t>(d)] += pw * from_bf16(hv_b[(static_cast<std::size_t>(keys[i]) * hkv + kh) * dim + d]);
+          }
+        }
+        for (int d = 0; d < dim; ++d) {
+          const double ref = acc[static_cast<std::size_t>(d)] / sum;
+          const float got = o[orow * dim + d];
+          if (std::isnan(got)) res.any_nan = true;
+          e_o.add(got, ref);
+          if (!(std::fabs(got - ref) <= kOElemTol)) {
+            ++res.num_bad;
+            if (res.first_mismatch.empty()) res.first_mismatch = mismatch_text(last_tile, a, h, d, "O", ref, got);
+          }
+        }
+        const double lse_ref = mx + std::log(sum);
+        if (std::isnan(lse[orow])) res.any_nan = true;
+        e_l.add(lse[orow], lse_ref);
+        if (!(std::fabs(lse[orow] - lse_ref) <= kLseElemTol)) {
+          ++res.num_bad;
+          if (res.first_mismatch.empty()) res.first_mismatch = mismatch_text(last_tile, a, h, -1, "LSE", lse_ref, lse[orow]);
+        }
+      }
+    }
+    res.o_rel = e_o.value();
+    res.lse_rel = e_l.value();
+  } catch (const std::exception& e) {
+    res.error = e.what();
+  }
+  return res;
+}
+
+std::string describe(const ForwardCase& c, const ForwardResult& r) {
+  static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "fwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu tiles=%d empty_rows=%d | O %.2e LSE %.2e bad=%d "
+                "empty_ok=%d nan=%d %s",
+                route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
+                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), r.num_tiles, r.num_empty_rows,
+                r.o_rel, r.lse_rel, r.num_bad, r.empty_rows_ok ? 1 : 0, r.any_nan ? 1 : 0, r.error.c_str());
+  std::string text = buf;
+  if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;
+  return text;
+}
+
+}  // namespace dcp::cuda::check

@@ -1,0 +1,117 @@
+// check_util.h — small host helpers shared by the GPU checks: PRNG, bf16 conversion, device
+// buffers and a relative-error accumulator.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "dcp/attention_cuda.h"
+
+namespace dcp::cuda::check {
+
+struct Rng {  // splitmix64
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+  }
+  int uniform_int(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
+  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+};
+
+inline uint16_t to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFFU + ((u >> 16) & 1U);  // round to nearest even (inputs are finite)
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+
+template <typename T>
+struct DevBuf {
+  T* ptr = nullptr;
+  std::size_t n = 0;
+  explicit DevBuf(std::size_t count) : n(count) {
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr), std::max<std::size_t>(count, 1) * sizeof(T)), "cudaMalloc");
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() { cudaFree(ptr); }
+  void upload(const std::vector<T>& h) { cuda_ok(cudaMemcpy(ptr, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    cuda_ok(cudaMemcpy(h.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+  void fill(int byte) { cuda_ok(cudaMemset(ptr, byte, std::max<std::size_t>(n, 1) * sizeof(T)), "cudaMemset"); }
+};
+
+struct RelErr {
+  double num = 0, den = 0;
+  void add(double got, double ref) {
+    num += (got - ref) * (got - ref);
+    den += ref * ref;
+  }
+  double value() const { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
+};
+
+// Per-token allowed keys of a tile: local (i, j).
+inline bool allowed(const AttnTile& t, const std::vector<int32_t>& row_offsets, const std::vector<int32_t>& ranges, int i, int j) {
+  switch (t.kind) {
+    case TileKind::Full: return true;
+    case TileKind::CausalDiagonal: return j <= i;
+    case TileKind::Partial:
+      for (int r = row_offsets[static_cast<std::size_t>(t.range_row_begin + i)];
+           r < row_offsets[static_cast<std::size_t>(t.range_row_begin + i + 1)]; ++r) {
+        if (j >= ranges[2 * static_cast<std::size_t>(r)] && j < ranges[2 * static_cast<std::size_t>(r) + 1]) return true;
+      }
+      return false;
+  }
+  return false;
+}
+
+// Per-element bounds for the first-mismatch report (the pass/fail verdict uses the norms).
+inline constexpr double kOElemTol = 3e-2;
+inline constexpr double kLseElemTol = 2e-3;
+
+// "tile 3 row 17 head 5 col 64: O expected 0.1234 got 0.5678" (col < 0: no column).
+inline std::string mismatch_text(std::ptrdiff_t tile, int row, int head, int col, const char* what, double expected,
+                                 double got) {
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "tile %td row %d head %d col %d: %s expected %.6g got %.6g", tile, row, head, col, what,
+                expected, got);
+  return buf;
+}
+
+inline const char* route_name(AttnKernelRoute r) {
+  return r == AttnKernelRoute::Mma ? "mma" : r == AttnKernelRoute::Wgmma ? "wgmma" : "auto";
+}
+
+// Whether the wgmma forward can run here (an sm_90 device).
+inline bool wgmma_available() {
+  int dev = 0, major = 0, minor = 0;
+  return cudaGetDevice(&dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess && major == 9 && minor == 0;
+}
+
+}  // namespace dcp::cuda::check
