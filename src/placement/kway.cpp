@@ -303,10 +303,10 @@ class BuiltinPartitioner final : public Partitioner {
     // the lowest objective among those that meet every capacity (else the lowest) wins; ties
     // keep the earlier start. FM ends in different local optima from different starts
     // (bench/results/placement.md: 15-25 % fewer inter-node bytes on long causal sequences cut
-    // over 8 devices). Not at a level whose parts are split again: its objective cannot see
-    // what the next level pays, and choosing by it was measured worse (dryrun causal 0.72 ->
-    // 0.83 of the best static baseline).
-    // At a level whose parts are split again the portfolio is Best and SharedBands only: both
+    // over 8 devices). At a level whose parts are split again the zigzag and group-major starts
+    // are not used: that objective cannot see what the next level pays for them, and choosing
+    // by it was measured worse (dryrun causal 0.72 -> 0.83 of the best static baseline).
+    // There the portfolio is Best and SharedBands only: both
     // keep each node's tiles in whole (row, head group) runs that the next level splits by head
     // group for free, so the node objective ranks them as the final bytes do (round 5).
     const bool upper = s.sub_parts > 1;
