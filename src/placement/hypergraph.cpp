@@ -203,6 +203,9 @@ void PlacementOptions::validate() const {
   if (!(eps_memory >= 0)) bad("eps_memory must be >= 0 (got " + std::to_string(eps_memory) + ")");
   if (!(node_eps_factor > 0))
     bad("node_eps_factor must be > 0 (got " + std::to_string(node_eps_factor) + ")");
+  if (!(node_compute_eps_factor >= 0))
+    bad("node_compute_eps_factor must be >= 0, 0 = auto (got " +
+        std::to_string(node_compute_eps_factor) + ")");
   if (refine_passes < 0)
     bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
   if (initial_starts < 1 || initial_starts > 3)

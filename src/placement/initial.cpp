@@ -155,6 +155,42 @@ void fill_bands(const SubHypergraph& s, const std::vector<int32_t>& verts,
     for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) put(s, verts[i], parts.back(), l, part);
 }
 
+// Bands shared by several parts ("split the bottom bands by key block"): tiles in row-major order
+// are cut top to bottom into runs, run u filling the compute room of sizes[u] consecutive parts
+// of `parts`; a run of several parts is ordered by key block and cut among them, so they share
+// its query rows (each extra part pays the Q side of a row once) but read each key block once.
+// Why: a compute-balanced row band near the bottom of a causal triangle has few rows and reads
+// almost every key block; two such bands merged and cut by column read about half as many
+// remote key blocks for a few extra rows' Q side (bench/results/placement.md, round 5: about
+// 14 % fewer bytes for one causal sequence over 8 nodes). Homes are placed afterwards.
+void fill_shared_bands(const SubHypergraph& s, const std::vector<int32_t>& tiles,
+                       const std::vector<int>& sizes, const std::vector<int>& parts,
+                       const PartCaps& caps, Loads& l, std::vector<int32_t>& part,
+                       std::vector<int32_t>& run) {
+  size_t i = 0, first = 0;
+  for (size_t u = 0; u < sizes.size() && i < tiles.size(); ++u) {
+    const std::vector<int> unit(parts.begin() + static_cast<std::ptrdiff_t>(first),
+                                parts.begin() + static_cast<std::ptrdiff_t>(first) + sizes[u]);
+    first += static_cast<size_t>(sizes[u]);
+    double room = 0;
+    for (int p : unit) room += std::max(0.0, caps.compute[p] - l.c[p]);
+    run.clear();
+    const bool last = u + 1 == sizes.size();
+    for (double acc = 0; i < tiles.size() && (last || acc + s.compute[tiles[i]] <= room); ++i) {
+      acc += s.compute[tiles[i]];
+      run.push_back(tiles[i]);
+    }
+    if (unit.size() > 1)
+      std::stable_sort(run.begin(), run.end(), [&](int32_t a, int32_t b) {
+        if (s.col[a] != s.col[b]) return s.col[a] < s.col[b];
+        return s.row[a] < s.row[b];
+      });
+    fill(s, run, unit, caps, l, part);
+  }
+  // Whatever no part could hold goes to the last part (callers repair).
+  for (; i < tiles.size(); ++i) put(s, tiles[i], parts.back(), l, part);
+}
+
 // Homes after their tiles: each token block goes where most of its nets' bytes already are,
 // among the parts with memory room (the most room on ties), else to the part with most room.
 void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
@@ -244,7 +280,8 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
   sc.net_stamp.assign(static_cast<size_t>(s.num_nets()), -1);
   sc.part_stamp.assign(static_cast<size_t>(k), 0);
   std::vector<double> score(static_cast<size_t>(k), 0.0);
-  std::vector<int32_t> nets, tiles_row, tiles_group, tiles_zigzag, homes;
+  std::vector<int32_t> nets, tiles_row, tiles_group, tiles_zigzag, tiles_plain, homes, run_scratch;
+  std::vector<int> band_sizes;
   std::vector<size_t> row_starts;
   std::vector<double> cut_cost;
   // Token block id -> row index inside the sequence being cut (rows are token blocks).
@@ -372,8 +409,11 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
         place_homes(s, homes, parts, lim, trial, part, score);
       } else if (variant == 2) {
         fill(s, tiles_zigzag, parts, lim, trial, part);
-      } else {
+      } else if (variant == 3) {
         fill_bands(s, tiles_row, row_starts, cut_cost, parts, lim, trial, part);
+      } else {
+        fill_shared_bands(s, tiles_plain, band_sizes, parts, lim, trial, part, run_scratch);
+        place_homes(s, homes, parts, lim, trial, part, score);
       }
       const double cost = nets_cost(s, nets, part, sc);
       // Overflow beyond the limits must be repaired later at a cost not counted here, so a
@@ -396,7 +436,8 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     };
     // A strategy other than Best tries only its own cut where it applies (row bands otherwise).
     const bool group_ok = several_groups && (s.sub_parts <= 1 || strategy == InitialStrategy::GroupFirst);
-    const bool use_rows = strategy == InitialStrategy::Best ||
+    const bool best_like = strategy == InitialStrategy::Best || strategy == InitialStrategy::SharedBands;
+    const bool use_rows = best_like ||
                           (strategy == InitialStrategy::GroupFirst && !group_ok) ||
                           (strategy == InitialStrategy::Zigzag && num_rows <= 2);
     if (use_rows) {
@@ -408,7 +449,7 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       consider(1, chosen);
     }
     if (num_rows > 2 && strategy != InitialStrategy::GroupFirst) consider(2, chosen);
-    if (num_rows > 2 && chosen.size() > 1 && strategy == InitialStrategy::Best) {
+    if (num_rows > 2 && chosen.size() > 1 && best_like) {
       // Cost of a cut after each row: nets whose rows span it (a KV block read further down).
       for (size_t r = 0; r < num_rows; ++r)
         row_index[static_cast<size_t>(s.row[tiles_row[row_starts[r]]])] = static_cast<int32_t>(r);
@@ -430,6 +471,22 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       for (size_t r = 0; r < num_rows; ++r) cut_cost[r] = (run += diff[r]);
       consider(3, ascending);
       consider(3, chosen);
+    }
+    // Bands shared by 2 or 3 parts at the bottom (light single bands on top), every mix of
+    // pairs and triples: they pay off from about 5 parts (fewer: plain row bands win).
+    if (num_rows > 2 && chosen.size() >= 5 && strategy == InitialStrategy::SharedBands) {
+      tiles_plain.clear();
+      for (int32_t v : tiles_row)
+        if (s.group[v] >= 0) tiles_plain.push_back(v);
+      const int m = static_cast<int>(chosen.size());
+      for (int triples = 0; 3 * triples <= m; ++triples)
+        for (int pairs = 0; 3 * triples + 2 * pairs <= m; ++pairs) {
+          if (triples + pairs == 0) continue;
+          band_sizes.assign(static_cast<size_t>(m - 3 * triples - 2 * pairs), 1);
+          band_sizes.insert(band_sizes.end(), static_cast<size_t>(pairs), 2);
+          band_sizes.insert(band_sizes.end(), static_cast<size_t>(triples), 3);
+          consider(4, ascending);
+        }
     }
     for (size_t i = 0; i < tiles_row.size(); ++i) part[tiles_row[i]] = best_part[i];
     l = best_l;

@@ -106,8 +106,9 @@ void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint
 // wherever a sequence has several groups (also at a level whose parts are split again).
 // Zigzag: zigzag row runs wherever a sequence has more than two rows. The built-in backend runs
 // all three through repair and FM and keeps the best (a portfolio: FM ends in different local
-// optima from different starts).
-enum class InitialStrategy { Best, GroupFirst, Zigzag };
+// optima from different starts). SharedBands: Best plus bands shared by 2 or 3 parts (cut by key
+// block) at the bottom of a sequence cut over 5 or more parts.
+enum class InitialStrategy { Best, GroupFirst, Zigzag, SharedBands };
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
                                         InitialStrategy strategy = InitialStrategy::Best);
 

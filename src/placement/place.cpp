@@ -263,8 +263,13 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   if (num_nodes > 1) {
     placement::SubHypergraph s = make_sub(table, h, node, -1, w_inter);
     s.sub_parts = dpn;
+    // Two devices per node split a node's tiles by head group (exact halves), so the node
+    // level may use more of the compute tolerance there (measured, round 5).
+    const double node_c_factor = opts.node_compute_eps_factor > 0 ? opts.node_compute_eps_factor
+                                 : dpn <= 2                       ? 0.75
+                                                                  : opts.node_eps_factor;
     placement::PartCaps caps;
-    caps.compute.assign(num_nodes, (1 + opts.eps_compute * opts.node_eps_factor) * total_c / num_nodes);
+    caps.compute.assign(num_nodes, (1 + opts.eps_compute * node_c_factor) * total_c / num_nodes);
     caps.memory.assign(num_nodes, (1 + opts.eps_memory * opts.node_eps_factor) * total_m / num_nodes);
     placement::PartCaps hard;
     hard.compute.assign(num_nodes, (1 + opts.eps_compute) * total_c / num_nodes);

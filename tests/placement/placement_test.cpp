@@ -378,6 +378,10 @@ TEST(Placement, BadInput) {
   EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("eps_memory"),
             std::string::npos);
   bad = {};
+  bad.node_compute_eps_factor = -1;
+  EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("node_compute_eps_factor"),
+            std::string::npos);
+  bad = {};
   bad.initial_starts = 0;
   EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("initial_starts"),
             std::string::npos);
@@ -567,6 +571,76 @@ TEST(Placement, PortfolioNeverWorseThanOneStart) {
         EXPECT_LE(placement::sub_objective(s, three, k), placement::sub_objective(s, one, k) * (1 + 1e-9));
       }
     }
+  }
+}
+
+TEST(Placement, SharedBandsCandidateOnOneLongSequence) {
+  // One causal sequence cut over 5..8 parts (where bands shared by 2-3 parts are tried): every
+  // vertex gets one part in range, the start is never costlier than Best's (a superset of its
+  // candidates, costed exactly), and the node-level portfolio (Best and SharedBands, each
+  // repaired and refined) meets the capacities and is never worse than Best alone.
+  for (int k : {5, 6, 8}) {
+    Batch batch;
+    batch.shape.q_heads = 4;
+    batch.shape.kv_heads = 2;
+    batch.shape.head_dim = 64;
+    batch.sequences.push_back(Sequence{.length = 3000 + 200 * k, .mask = Mask::causal(), .id = ""});
+    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+    const PlacementHypergraph h = build_placement_hypergraph(table);
+    placement::SubHypergraph s = whole_level(table, h);
+    s.sub_parts = 2;
+    double tc = 0, tm = 0;
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      tc += s.compute[v];
+      tm += s.memory[v];
+    }
+    placement::PartCaps caps;
+    caps.compute.assign(k, 1.1 * tc / k);
+    caps.memory.assign(k, 1.5 * tm / k);
+    const auto best = placement::structured_initial(s, caps, placement::InitialStrategy::Best);
+    const auto shared = placement::structured_initial(s, caps, placement::InitialStrategy::SharedBands);
+    ASSERT_EQ(shared.size(), static_cast<size_t>(s.num_vertices()));
+    for (int32_t p : shared) ASSERT_TRUE(p >= 0 && p < k);
+    EXPECT_LE(placement::sub_objective(s, shared, k), placement::sub_objective(s, best, k) * (1 + 1e-9))
+        << "k=" << k;
+    // Best alone, repaired and refined, against the portfolio the built-in runs at this level.
+    std::vector<int32_t> alone = best;
+    const bool alone_ok = placement::repair_balance(s, caps, alone);
+    placement::refine_fm(s, caps, 1, 12, alone);
+    const auto port = placement::make_builtin_partitioner(2)->partition(s, caps, 1, 12);
+    std::vector<double> c(k, 0), m(k, 0);
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      c[port[v]] += s.compute[v];
+      m[port[v]] += s.memory[v];
+    }
+    bool ok = true;
+    for (int p = 0; p < k; ++p) ok = ok && c[p] <= caps.compute[p] * (1 + 1e-12) && m[p] <= caps.memory[p] * (1 + 1e-12);
+    EXPECT_TRUE(ok || !alone_ok) << "k=" << k;
+    if (ok && alone_ok) {
+      EXPECT_LE(placement::sub_objective(s, port, k), placement::sub_objective(s, alone, k) * (1 + 1e-9));
+    }
+  }
+}
+
+TEST(Placement, EightNodesOneLongSequencePlacedOnceBalancedAndCounted) {
+  // The dry-run shape in small: 8 nodes x 2 devices, one long causal sequence and a few short
+  // ones; the node level tries shared bands (8 parts) and the auto node compute factor (0.75).
+  for (uint64_t seed : {5u, 6u}) {
+    Batch batch = random_batch(seed, 3000, 4, 2, Mask::causal());
+    batch.sequences.push_back(Sequence{.length = 6000, .mask = Mask::causal(), .id = ""});
+    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+    const Cluster cluster = make_cluster(8, 2);
+    const DcpPlacement r = place_dcp(table, cluster);
+    r.placement.validate(table);
+    ASSERT_EQ(r.placement.tile_device.size(), table.tiles.size());
+    ASSERT_EQ(r.placement.block_home.size(), table.token_blocks.size());
+    const ConnectivityBytes b = brute_bytes(table, r.placement, cluster);
+    EXPECT_EQ(r.report.intra_bytes, b.intra_bytes);
+    EXPECT_EQ(r.report.inter_bytes, b.inter_bytes);
+    EXPECT_TRUE(r.report.balanced()) << r.report.violations.front();
+    EXPECT_LE(r.report.compute_imbalance, 1.1 + 1e-9);
+    EXPECT_LE(r.report.memory_imbalance, 1.2 + 1e-9);
+    EXPECT_LE(r.report.full_memory_imbalance, 1.2 + 1e-9);
   }
 }
 
