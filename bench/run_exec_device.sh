@@ -2,7 +2,9 @@
 # One device call (GPU machine, 2 x H200): build dcp + the GPU executor checks with CMake (the
 # header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
-# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build checks single pair scaling
+# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels checks single pair scaling
+# (kernels: the kernel tests, e.g. the wgmma forward against fp64, then bench_cuda_attention; if
+# the kernel tests fail, later phases run with DCP_ATTN_FORWARD=mma)
 set -u
 cd "$(dirname "$0")/.."
 deps=$(realpath "$1"); shift
@@ -10,9 +12,10 @@ phases=${*:-"build checks single pair"}
 out=${OUT:-/tmp/dcp_out}
 mkdir -p "$out" /tmp/dcp_json
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -20,10 +23,20 @@ b=/tmp/dcp_build
 if has build; then
   say build
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv >>"$log" 2>&1
-  cmake -S . -B $b -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCP_DEVICE_DEPS_DIR="$deps" -DDCP_ENABLE_BENCH=OFF \
+  cmake -S . -B $b -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCP_DEVICE_DEPS_DIR="$deps" -DDCP_ENABLE_BENCH=ON \
     -DNCCL_ROOT="$NCCL_ROOT" >>"$log" 2>&1 || { tail -30 "$log"; exit 1; }
-  ninja -C $b -j 32 dcp_cli dcp_exec_cuda_check >>"$log" 2>&1 || { grep -B2 -A10 "error" "$log" | head -60; exit 1; }
+  ninja -C $b -j 32 dcp_cli dcp_exec_cuda_check dcp_test_cuda bench_cuda_attention >>"$log" 2>&1 || { grep -B2 -A10 "error" "$log" | head -60; exit 1; }
   grep -i "nccl:" "$log"
+fi
+if has kernels; then
+  say "kernel tests"
+  CUDA_VISIBLE_DEVICES=0 timeout 200 $b/tests/cuda/dcp_test_cuda 2>&1 | tail -n 60 | tee -a "$log"
+  if [ "${PIPESTATUS[0]}" != 0 ]; then
+    say "kernel tests FAILED: the rest runs with DCP_ATTN_FORWARD=mma"
+    export DCP_ATTN_FORWARD=mma
+  fi
+  say "kernel bench"
+  CUDA_VISIBLE_DEVICES=0 timeout 200 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"
 fi
 if has checks; then
   say "check 1 GPU"
