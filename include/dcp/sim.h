@@ -4,7 +4,10 @@
 //   * Each device runs its Program in order on one compute stream. Attend costs
 //     flops / rate + per-tile overhead + a launch overhead; Merge and Copy cost their bytes
 //     (read + write) / memory bandwidth + a launch overhead (rates from a Calibration).
-//   * CommStart posts its transfers at the device's current compute time; a transfer is ready
+//   * CommStart posts its transfers as the CUDA executor does: once the host has issued it (the
+//     host runs ahead of the compute stream and only blocks in CommWait, until the round is
+//     complete) and once the compute it depends on is done (dcp/comm_order.h: the last writer
+//     of what it sends, the last reader or writer of what it receives). A transfer is ready
 //     once both ends have posted it. It then crosses its resources, each a FIFO server at its
 //     own rate, all serving it at once (cut-through): inside a node the sender's egress and
 //     the receiver's ingress at intra_bw; across nodes the sender's and receiver's inter-node
