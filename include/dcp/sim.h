@@ -37,13 +37,18 @@ struct Calibration {
   double tile_overhead_s = 1.0e-6;  // per tile inside one Attend (block scheduling, tails)
   double launch_overhead_s = 5e-6;  // per Attend / Merge / Copy instruction
   double memory_bw = 1.5e12;        // B/s for Merge / Copy (read + write counted)
+  // Fraction of the full-tile rate that causal-diagonal and partial tiles reach (masking,
+  // skipped sub-tiles and short rows cost time the mask-area FLOPs do not count), per pass.
+  double fwd_diagonal_efficiency = 1.0, fwd_partial_efficiency = 1.0;
+  double bwd_diagonal_efficiency = 1.0, bwd_partial_efficiency = 1.0;
   void validate(const std::string& where) const;  // throws InvalidInput naming the field
 };
 
 // Calibration from a cluster's kernel rates with default overheads.
 Calibration calibration_from_cluster(const Cluster& cluster);
 // JSON file {"name":..., "attn_fwd_tflops":..., "attn_bwd_tflops":..., "tile_overhead_us":...,
-// "launch_overhead_us":..., "memory_bw_GBps":...}; missing fields keep the defaults.
+// "launch_overhead_us":..., "memory_bw_GBps":..., and (fwd|bwd)_
+// (diagonal|partial)_efficiency in (0, 1]}; missing fields keep the defaults.
 Calibration parse_calibration(const std::string& json_text, const std::string& source);
 Calibration load_calibration(const std::string& path);
 

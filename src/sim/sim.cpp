@@ -280,6 +280,14 @@ void Calibration::validate(const std::string& where) const {
   positive(memory_bw, "memory_bw_GBps");
   if (tile_overhead_s < 0 || launch_overhead_s < 0)
     raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
+  auto fraction = [&](double v, const char* field) {
+    if (!(v > 0 && v <= 1))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be in (0, 1] (got " + std::to_string(v) + ")");
+  };
+  fraction(fwd_diagonal_efficiency, "fwd_diagonal_efficiency");
+  fraction(fwd_partial_efficiency, "fwd_partial_efficiency");
+  fraction(bwd_diagonal_efficiency, "bwd_diagonal_efficiency");
+  fraction(bwd_partial_efficiency, "bwd_partial_efficiency");
 }
 
 Calibration calibration_from_cluster(const Cluster& cluster) {
@@ -293,10 +301,16 @@ Calibration calibration_from_cluster(const Cluster& cluster) {
 double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& cal) {
   const BlockTable& t = plan.table;
   if (const auto* a = std::get_if<Attend>(&ins)) {
-    double flops = 0;
-    for (const TileOp& op : a->tiles)
-      flops += pass == Pass::Forward ? t.tile_flops_fwd(t.tiles[op.tile]) : t.tile_flops_bwd(t.tiles[op.tile]);
-    return flops / (pass == Pass::Forward ? cal.attn_fwd_flops : cal.attn_bwd_flops) +
+    const bool fwd = pass == Pass::Forward;
+    const double diagonal = fwd ? cal.fwd_diagonal_efficiency : cal.bwd_diagonal_efficiency;
+    const double partial = fwd ? cal.fwd_partial_efficiency : cal.bwd_partial_efficiency;
+    double flops = 0;  // full-tile-rate equivalent
+    for (const TileOp& op : a->tiles) {
+      const Tile& tile = t.tiles[op.tile];
+      const double f = fwd ? t.tile_flops_fwd(tile) : t.tile_flops_bwd(tile);
+      flops += tile.kind == TileKind::Full ? f : f / (tile.kind == TileKind::CausalDiagonal ? diagonal : partial);
+    }
+    return flops / (fwd ? cal.attn_fwd_flops : cal.attn_bwd_flops) +
            cal.tile_overhead_s * static_cast<double>(a->tiles.size()) + cal.launch_overhead_s;
   }
   if (const auto* m = std::get_if<Merge>(&ins)) {
@@ -330,7 +344,9 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   };
   for (auto& [key, value] : j.items()) {
     static const char* known[] = {"name", "attn_fwd_tflops", "attn_bwd_tflops", "tile_overhead_us",
-                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes"};
+                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes",
+                                  "fwd_diagonal_efficiency", "fwd_partial_efficiency",
+                                  "bwd_diagonal_efficiency", "bwd_partial_efficiency"};
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
       raise(ErrorKind::InvalidInput, source + ": unknown field '" + key + "'");
     (void)value;
@@ -341,6 +357,10 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   num("tile_overhead_us", 1e-6, c.tile_overhead_s);
   num("launch_overhead_us", 1e-6, c.launch_overhead_s);
   num("memory_bw_GBps", 1e9, c.memory_bw);
+  num("fwd_diagonal_efficiency", 1.0, c.fwd_diagonal_efficiency);
+  num("fwd_partial_efficiency", 1.0, c.fwd_partial_efficiency);
+  num("bwd_diagonal_efficiency", 1.0, c.bwd_diagonal_efficiency);
+  num("bwd_partial_efficiency", 1.0, c.bwd_partial_efficiency);
   c.validate(source);
   return c;
 }
