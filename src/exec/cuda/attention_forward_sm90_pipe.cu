@@ -13,9 +13,9 @@
 // kernel plus P, which the basic kernel derives from S just before its last use.
 //
 // Shared memory: since V_{j-1} is still read while S_j runs, K and V move one sub-tile apart:
-// after the barrier of iteration j, all threads start the cp.async loads of V_j (into the
-// buffer of V_{j-2}, done in iteration j-1) and K_{j+1} (into the buffer of K_{j-1}); both are
-// waited for at the next barrier. One __syncthreads per sub-tile, as in the basic kernel.
+// after the barrier of iteration j and the wgmma issue, all threads start the cp.async loads
+// of V_j (into the buffer of V_{j-2}, done in iteration j-1) and K_{j+1} (into the buffer of
+// K_{j-1}); both are waited for at the next barrier. One __syncthreads per sub-tile, as in the basic kernel.
 // Partial masks of sub-tile j + 1 are computed during iteration j (as in the basic kernel).
 //
 // exp2 runs as ex2.approx.ftz (no denormal handling: a p below 2^-126 becomes 0, far below
