@@ -15,9 +15,10 @@ out=${OUT:-/tmp/dcp_out}
 mkdir -p "$out" /tmp/dcp_json
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
+export DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-}  # empty: the best wgmma variant (pipelined)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_FORWARD_VARIANT"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }

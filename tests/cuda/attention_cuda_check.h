@@ -77,7 +77,7 @@ std::string describe(const ForwardCase& c, const ForwardResult& r);
 inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 1e-4) {
   return r.error.empty() && !r.any_nan && r.empty_rows_ok && r.num_bad == 0 && r.o_rel < tol && r.lse_rel < fp32_tol;
 }
-// Mma, plus Wgmma when the device is sm_90.
+// Mma, plus every wgmma variant (WgmmaBasic, WgmmaPipelined) when the device is sm_90.
 std::vector<AttnKernelRoute> forward_routes();
 
 }  // namespace dcp::cuda::check

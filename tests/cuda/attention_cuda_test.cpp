@@ -20,7 +20,7 @@ struct Shape {
 
 class CudaAttention : public ::testing::TestWithParam<Shape> {};
 
-// Every forward route the device has (mma; wgmma on sm_90).
+// Every forward route the device has (mma; each wgmma variant on sm_90).
 TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   const Shape s = GetParam();

@@ -1,6 +1,6 @@
 // Standalone driver of the GPU checks for machines without GoogleTest/CMake dependencies
 // (bench/run_cuda_device.sh builds it with plain nvcc). Runs the random tile-list cases and the
-// targeted forward cases through every forward route the device has (mma; wgmma on sm_90);
+// targeted forward cases through every forward route the device has (mma; each wgmma variant on sm_90);
 // a failing case prints its first mismatching (tile, row, head, col) with expected / actual.
 // Usage: dcp_check [max_random_cases_per_route] [forward_only]
 // Exit code 0 when every case passes (or when there is no GPU: prints SKIP), 1 otherwise.
