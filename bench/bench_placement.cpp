@@ -104,7 +104,6 @@ int64_t baseline_inter(dcp::BaselineKind kind, const dcp::Batch& b, const dcp::B
 
 double g_node_eps_factor = dcp::PlacementOptions{}.node_eps_factor;
 int g_initial_starts = dcp::PlacementOptions{}.initial_starts;
-double g_node_eps_compute = 0;  // --node-eps-compute: the paper's tolerance model (partition.h)
 
 // True when no placement can meet the memory bound: token blocks are indivisible and a device
 // holds at most floor(cap / s) blocks of the largest size s, so more such blocks than
@@ -134,7 +133,6 @@ Row run_instance(const Setting& st, const Instance& inst, int count, bool with_m
   po.eps_compute = eps_c;
   po.node_eps_factor = g_node_eps_factor;
   po.initial_starts = g_initial_starts;
-  po.node_eps_compute = g_node_eps_compute;
   std::vector<double> ms;
   for (const dcp::Batch& b : batches) {
     const auto t0 = Clock::now();
@@ -227,12 +225,10 @@ int main(int argc, char** argv) {
     else if (a == "--scale") only_scale = std::stod(next());
     else if (a == "--node-eps-factor") g_node_eps_factor = std::stod(next());
     else if (a == "--starts") g_initial_starts = std::stoi(next());
-    else if (a == "--node-eps-compute") g_node_eps_compute = std::stod(next());
     else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--batches N] [--json PATH] [--no-sweeps] [--no-metis] [--no-zoltan] "
-                   "[--only dryrun|micro] [--profile P] [--mask M] [--scale S] [--node-eps-factor F] [--starts N] "
-                   "[--node-eps-compute E (the paper's model: nodes within 1+E, devices within 1+eps of their node)]\n",
+                   "[--only dryrun|micro] [--profile P] [--mask M] [--scale S]\n",
                    argv[0]);
       return 2;
     }

@@ -137,14 +137,8 @@ struct PlacementOptions {
   // sequences but over the 200 ms planning target on the micro setting.
   int initial_starts = 2;
   TileCost tile_cost;  // what compute balance weighs (default: FLOPs)
-  // The paper's tolerance model when > 0: nodes are balanced within 1 + node_eps_compute of the
-  // mean node (the paper: 4 x eps_compute = 0.4) and each device within 1 + eps_compute of ITS
-  // NODE's mean, so a device may reach (1 + node_eps_compute)(1 + eps_compute) x the global
-  // mean. 0 (default): every device within 1 + eps_compute of the global mean (strict).
-  double node_eps_compute = 0;
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, compute factor < 0, passes
-  // < 0, starts outside [1, 3], a tile cost that is not positive and finite, node_eps_compute
-  // < 0).
+  // < 0, starts outside [1, 3], a tile cost that is not positive and finite).
   void validate() const;
 };
 

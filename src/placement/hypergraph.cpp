@@ -222,8 +222,6 @@ void PlacementOptions::validate() const {
     bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
   if (initial_starts < 1 || initial_starts > 3)
     bad("initial_starts must be in [1, 3] (got " + std::to_string(initial_starts) + ")");
-  if (!(node_eps_compute >= 0))
-    bad("node_eps_compute must be >= 0, 0 = strict per-device bounds (got " + std::to_string(node_eps_compute) + ")");
   for (size_t k = 0; k < 3; ++k)
     for (double c : {tile_cost.fwd[k], tile_cost.bwd[k]})
       if (!(c > 0) || !std::isfinite(c))

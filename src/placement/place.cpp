@@ -186,22 +186,14 @@ std::vector<std::string> check_balance(const PlacementHypergraph& h,
   auto ratio = [](double x, double mean) { return mean > 0 ? x / mean : 1.0; };
   std::vector<std::string> out;
   report.compute_imbalance = report.memory_imbalance = 0;
-  const int per_node = cluster.devices_per_node;
-  const bool node_mode = opts.node_eps_compute > 0;
   for (int d = 0; d < num_dev; ++d) {
     const double rc = ratio(c[d], mean_c), rm = ratio(m[d], mean_m);
     report.compute_imbalance = std::max(report.compute_imbalance, rc);
     report.memory_imbalance = std::max(report.memory_imbalance, rm);
     const double slack = 1e-9;
-    // Paper mode: against the mean device of its own node.
-    double node_c = 0;
-    if (node_mode)
-      for (int e = (d / per_node) * per_node; e < (d / per_node + 1) * per_node; ++e) node_c += c[e];
-    const double rc_bound = node_mode ? ratio(c[d], node_c / per_node) : rc;
-    if (rc_bound > 1 + opts.eps_compute + slack)
-      out.push_back("device " + std::to_string(d) + ": compute " + fmt_ratio(rc_bound) +
-                    (node_mode ? " x its node's mean" : " x mean") + " > 1 + eps_compute = " +
-                    fmt_ratio(1 + opts.eps_compute));
+    if (rc > 1 + opts.eps_compute + slack)
+      out.push_back("device " + std::to_string(d) + ": compute " + fmt_ratio(rc) +
+                    " x mean > 1 + eps_compute = " + fmt_ratio(1 + opts.eps_compute));
     if (rm > 1 + opts.eps_memory + slack)
       out.push_back("device " + std::to_string(d) + ": owned memory " + fmt_ratio(rm) +
                     " x mean > 1 + eps_memory = " + fmt_ratio(1 + opts.eps_memory));
@@ -236,9 +228,6 @@ std::vector<std::string> check_balance(const PlacementHypergraph& h,
     }
     report.node_compute_imbalance = std::max(report.node_compute_imbalance, ratio(nc, mean_c * dpn));
     report.node_memory_imbalance = std::max(report.node_memory_imbalance, ratio(nm, mean_m * dpn));
-    if (node_mode && ratio(nc, mean_c * dpn) > 1 + opts.node_eps_compute + 1e-9)
-      out.push_back("node " + std::to_string(n) + ": compute " + fmt_ratio(ratio(nc, mean_c * dpn)) +
-                    " x mean > 1 + node_eps_compute = " + fmt_ratio(1 + opts.node_eps_compute));
   }
   return out;
 }
@@ -280,13 +269,10 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
                                  : dpn <= 2                       ? 0.75
                                                                   : opts.node_eps_factor;
     placement::PartCaps caps;
-    // Paper mode: the node level has its own, looser tolerance (target = hard bound).
-    const double node_c_eps = opts.node_eps_compute > 0 ? opts.node_eps_compute : opts.eps_compute * node_c_factor;
-    caps.compute.assign(num_nodes, (1 + node_c_eps) * total_c / num_nodes);
+    caps.compute.assign(num_nodes, (1 + opts.eps_compute * node_c_factor) * total_c / num_nodes);
     caps.memory.assign(num_nodes, (1 + opts.eps_memory * opts.node_eps_factor) * total_m / num_nodes);
     placement::PartCaps hard;
-    hard.compute.assign(num_nodes,
-                        (1 + (opts.node_eps_compute > 0 ? opts.node_eps_compute : opts.eps_compute)) * total_c / num_nodes);
+    hard.compute.assign(num_nodes, (1 + opts.eps_compute) * total_c / num_nodes);
     hard.memory.assign(num_nodes, (1 + opts.eps_memory) * total_m / num_nodes);
     node = run_level(*backend, s, caps, hard, opts, rep.partitioner.c_str());
   }
@@ -296,20 +282,13 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   t0 = Clock::now();
   std::vector<int32_t> parts(static_cast<size_t>(nv), 0);
   for (int32_t v = 0; v < nv; ++v) parts[v] = node[v] * dpn;
-  // Per device compute cap: the global one, or (paper mode) 1 + eps of its node's mean.
-  std::vector<double> node_total(static_cast<size_t>(num_nodes), 0.0);
-  for (int32_t v = 0; v < nv; ++v) node_total[static_cast<size_t>(node[v])] += h.compute_flops[v];
-  const auto device_compute_cap = [&](int n) {
-    return (1 + opts.eps_compute) *
-           (opts.node_eps_compute > 0 ? node_total[static_cast<size_t>(n)] / dpn : total_c / num_dev);
-  };
   if (dpn > 1) {
     placement::PartCaps caps;
+    caps.compute.assign(dpn, (1 + opts.eps_compute) * total_c / num_dev);
     caps.memory.assign(dpn, (1 + opts.eps_memory) * total_m / num_dev);
     for (int n = 0; n < num_nodes; ++n) {
       const placement::SubHypergraph s = make_sub(table, h, node, n, w_inter);
       if (s.num_vertices() == 0) continue;
-      caps.compute.assign(dpn, device_compute_cap(n));
       const std::vector<int32_t> dev = run_level(*backend, s, caps, caps, opts, rep.partitioner.c_str());
       for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
     }
@@ -319,8 +298,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   // block to a device of another node costs inter-node bytes, but the bounds come first.
   if (num_nodes > 1) {
     placement::PartCaps dev_caps;
-    dev_caps.compute.resize(static_cast<size_t>(num_dev));
-    for (int d = 0; d < num_dev; ++d) dev_caps.compute[static_cast<size_t>(d)] = device_compute_cap(d / dpn);
+    dev_caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
     dev_caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
     std::vector<double> c(static_cast<size_t>(num_dev), 0.0), m(static_cast<size_t>(num_dev), 0.0);
     for (int32_t v = 0; v < nv; ++v) {
