@@ -4,7 +4,7 @@
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
 # Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels checks single pair scaling
 # (kernels: the kernel tests, e.g. the wgmma forward against fp64, then bench_cuda_attention; if
-# the kernel tests fail, later phases run with DCP_ATTN_FORWARD=mma)
+# the kernel tests fail, later phases run with DCP_ATTN_FORWARD=mma DCP_ATTN_BACKWARD=mma)
 set -u
 cd "$(dirname "$0")/.."
 deps=$(realpath "$1"); shift
@@ -13,9 +13,10 @@ out=${OUT:-/tmp/dcp_out}
 mkdir -p "$out" /tmp/dcp_json
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
+export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -32,8 +33,8 @@ if has kernels; then
   say "kernel tests"
   CUDA_VISIBLE_DEVICES=0 timeout 200 $b/tests/cuda/dcp_test_cuda 2>&1 | tail -n 60 | tee -a "$log"
   if [ "${PIPESTATUS[0]}" != 0 ]; then
-    say "kernel tests FAILED: the rest runs with DCP_ATTN_FORWARD=mma"
-    export DCP_ATTN_FORWARD=mma
+    say "kernel tests FAILED: the rest runs with DCP_ATTN_FORWARD=mma DCP_ATTN_BACKWARD=mma"
+    export DCP_ATTN_FORWARD=mma DCP_ATTN_BACKWARD=mma
   fi
   say "kernel bench"
   CUDA_VISIBLE_DEVICES=0 timeout 200 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"

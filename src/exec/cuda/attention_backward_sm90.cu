@@ -1,0 +1,426 @@
+// attention_backward_sm90.cu — backward attention over a tile list on Hopper (sm_90a): warpgroup
+// MMA. Same contract as attention_backward.cu (dcp/attention_cuda.h): same work items (one CTA =
+// 128 keys x one kv head, looping over the group's q heads and 64-row q sub-tiles), masks, skips
+// and fp32 atomic outputs; attention_backward() picks it on sm_90 devices (route Wgmma).
+//
+// 2 warpgroups (256 threads); warpgroup w owns keys [64 w, 64 w + 64) of the CTA. Shared memory
+// (128-byte-swizzled tiles, wgmma_sm90.cuh): K and V (128 keys x D) loaded once; Q and dO
+// (64 rows x D), LSE and Delta double-buffered with cp.async; dS^T (128 keys x 64 q, bf16).
+// Per q sub-tile, each warpgroup (transposed products: rows = its 64 keys, columns = the 64 q):
+//   S^T = K Q^T, dP^T = V dO^T          m64n64k16, both operands K-major from shared memory
+//   P^T = exp2(S^T scale log2e - LSE log2e) (masked: 0), dS^T = P^T (dP^T - Delta)
+//   dV += P^T dO, dK += dS^T Q            m64nDk16, A from registers (the accumulator layout is
+//                                         the A-fragment layout), B = dO / Q MN-major
+//   dQ = dS K                             dS^T goes to shared memory and is read back as an
+//                                         MN-major A (imm-trans-a), K as an MN-major B. D = 128:
+//                                         warpgroup w computes dQ columns [64 w, 64 w + 64) over
+//                                         all 128 keys. D = 64: warpgroup w computes all 64
+//                                         columns over its own 64 keys; the two partial sums
+//                                         meet in shared memory (each warpgroup then adds half
+//                                         the columns), so every dQ element gets one atomic.
+// Finish: dK * scale and dV atomically added (fp32), like the mma.sync kernel.
+// Registers per thread (D = 128): dK, dV 64 + 64; S^T, dP^T 32 + 32 (then P^T, dS^T as bf16
+// 16 + 16, and dQ 32).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention_common.cuh"
+#include "dcp/attention_cuda.h"
+#include "wgmma_sm90.cuh"
+#include "wgmma_sm90_bwd.cuh"
+
+namespace dcp::cuda::detail {
+namespace {
+
+inline constexpr int kBwThreads = 256;                    // 2 warpgroups
+inline constexpr int kBwKeys = kAttnBackwardChunkRows;    // keys per CTA
+inline constexpr int kBwRows = kRows;                     // q rows per sub-tile (64)
+static_assert(kBwKeys == 128 && kBwRows == 64, "2 warpgroups x 64 keys, 64-row q sub-tiles");
+
+template <int kD>
+struct BwSmem {
+  static constexpr int kKvBytes = kBwKeys * kD * 2;
+  static constexpr int kQBytes = kBwRows * kD * 2;
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + kKvBytes;
+  static constexpr int kQ = kV + kKvBytes;                 // 2 buffers
+  static constexpr int kDo = kQ + 2 * kQBytes;             // 2 buffers
+  static constexpr int kDs = kDo + 2 * kQBytes;            // [128 keys][64 q] bf16, one column block
+  static constexpr int kXch = kDs + kBwKeys * kBwRows * 2;  // D = 64: [2 warpgroups][16][128] floats
+  static constexpr int kXchBytes = kD == 64 ? 2 * 16 * 128 * 4 : 0;
+  static constexpr int kLse = kXch + kXchBytes;            // 2 x 64 floats
+  static constexpr int kDelta = kLse + 2 * kBwRows * 4;    // 2 x 64 floats
+  static constexpr int kMask = kDelta + 2 * kBwRows * 4;   // [buffer][key half][64 rows] uint64
+  static constexpr int kBytes = kMask + 2 * 2 * kBwRows * 8;
+  static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
+  static_assert(kKvBytes % kSw128AtomBytes == 0 && kQBytes % kSw128AtomBytes == 0, "tiles stay atom aligned");
+};
+
+// Loads kR rows of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or past
+// `valid_rows` zero-filled) into a swizzled kR-row tile; 256 threads, 16 bytes each.
+template <int kR, int kD>
+__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat16* src, int64_t stride, int valid_rows) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kPerThread = kR * kChunks / kBwThreads;
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kBwThreads;
+    const int row = idx / kChunks;
+    const int col = (idx % kChunks) * 8;
+    const bool valid = row < valid_rows;
+    cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
+  }
+}
+
+template <int kN>
+__device__ __forceinline__ void zero(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) r[i] = 0.0F;
+}
+
+// The value, opaque to the compiler: shared-memory bases passed through it inside the loop keep
+// the (loop-invariant) wgmma descriptors from being hoisted out of it, where they would occupy
+// ~40 registers for the whole loop (the descriptors are cheap to rebuild per use).
+__device__ __forceinline__ uint32_t opaque(uint32_t x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(const AttnBackwardParams p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // Built for a target without wgmma (only sm_90a has it): never selected there, fail loudly if run.
+  (void)p;
+  __trap();
+#else
+  using Smem = BwSmem<kD>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
+  unsigned char* smem = smem_raw + pad;
+  const uint32_t s_k = raw_addr + pad + Smem::kK;
+  const uint32_t s_v = raw_addr + pad + Smem::kV;
+  const uint32_t s_q = raw_addr + pad + Smem::kQ;
+  const uint32_t s_do = raw_addr + pad + Smem::kDo;
+  const uint32_t s_ds = raw_addr + pad + Smem::kDs;
+  unsigned char* s_ds_ptr = smem + Smem::kDs;
+  auto* s_xch = reinterpret_cast<float*>(smem + Smem::kXch);
+  auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
+  auto* s_delta = reinterpret_cast<float*>(smem + Smem::kDelta);
+  auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+
+  const AttnWorkItem w = p.list.work[blockIdx.x];
+  const AttnTile t = p.list.tiles[w.tile];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int wg = tid >> 7;                // keys [64 wg, 64 wg + 64)
+  const int tw = tid & 127;               // thread in the warpgroup
+  const int warp_in_wg = tw >> 5;         // 16 keys of the warpgroup's 64
+  const int lane = tid & 31;
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const int hq = p.shape.num_q_heads;
+  const int hkv = p.shape.num_kv_heads;
+  const int group = hq / hkv;
+  const int kvh = w.head;
+  const int c0 = w.chunk * kBwKeys;
+  const int keys = min(kBwKeys, t.kv_len - c0);
+  const float scale = p.shape.softmax_scale;
+  const float scale_log2 = scale * kLog2e;
+
+  const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+  const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
+  const auto* kp = static_cast<const __nv_bfloat16*>(p.k);
+  const auto* vp = static_cast<const __nv_bfloat16*>(p.v);
+  const auto* qp = static_cast<const __nv_bfloat16*>(p.q);
+  const auto* dop = static_cast<const __nv_bfloat16*>(p.dout);
+  const int dout_row0 = t.dout_begin >= 0 ? t.dout_begin : t.q_begin;
+  const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
+  const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
+  const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
+  const int dkv_row0 = t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin;
+
+  const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
+  load_rows_sw128<kBwKeys, kD>(s_k, kp + kv_off, kv_stride, keys);
+  load_rows_sw128<kBwKeys, kD>(s_v, vp + kv_off, kv_stride, keys);
+  cp_async_commit();
+
+  const int num_q_sub = (t.q_len + kBwRows - 1) / kBwRows;
+  const int q_sub_begin = t.kind == TileKind::CausalDiagonal ? c0 / kBwRows : 0;
+  const int per_head = num_q_sub - q_sub_begin;
+  const int num_steps = per_head * group;
+
+  // Step s: q head kvh * group + s / per_head, q sub-tile q_sub_begin + s % per_head. Same
+  // classification as the mma.sync kernel (uniform across the CTA; Partial votes block-wide).
+  auto classify = [&](int step, int buf) -> int {
+    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const int rows = min(kBwRows, t.q_len - rq0);
+    // Keys past kv_len are masked too: with an extreme LSE exp(0 - LSE) could overflow.
+    const bool all_keys = keys == kBwKeys;
+    if (t.kind == TileKind::Full) return all_keys ? kFull : kMasked;
+    if (t.kind == TileKind::CausalDiagonal) {
+      if (rq0 + rows - 1 < c0) return kEmpty;
+      return rq0 >= c0 + kBwKeys - 1 && all_keys ? kFull : kMasked;
+    }
+    // Thread (row, half) < 128: bits of keys c0 + 64 half .. + 63 for q row rq0 + row.
+    const bool active = tid < 2 * kBwRows;
+    const int row = tid & (kBwRows - 1);
+    const int half = (tid >> 6) & 1;
+    uint64_t mask = 0;
+    const bool row_valid = active && row < rows;
+    if (row_valid) {
+      mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
+    }
+    if (active) s_mask[(buf * 2 + half) * kBwRows + row] = mask;
+    if (__syncthreads_or(mask != 0) == 0) return kEmpty;
+    const bool full = __syncthreads_and(!row_valid || mask == ~uint64_t{0}) != 0;
+    return full && all_keys ? kFull : kMasked;
+  };
+  // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
+  auto load_step = [&](int step, int buf) {
+    const int qh = kvh * group + step / per_head;
+    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const int rows = min(kBwRows, t.q_len - rq0);
+    const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
+    const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
+    const uint32_t boff = static_cast<uint32_t>(buf * Smem::kQBytes);
+    load_rows_sw128<kBwRows, kD>(s_q + boff, qp + off, q_stride, rows);
+    load_rows_sw128<kBwRows, kD>(s_do + boff, dop + do_off, q_stride, rows);
+    if (tid < kBwRows) {
+      float lse2 = INFINITY;
+      float delta = 0.0F;
+      if (tid < rows) {
+        const float lse = p.lse[static_cast<int64_t>(lse_row0 + rq0 + tid) * hq + qh];
+        lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+        delta = p.delta[static_cast<int64_t>(delta_row0 + rq0 + tid) * hq + qh];
+      }
+      s_lse[buf * kBwRows + tid] = lse2;
+      s_delta[buf * kBwRows + tid] = delta;
+    }
+  };
+
+  // Accumulator fragments (m64nN f32, wgmma_sm90.cuh / attention_forward_sm90.cu): acc[4 j + e]
+  // = element (16 warp_in_wg + g + 8 (e >> 1), 8 j + 2 tq + (e & 1)) of the warpgroup's result;
+  // here rows are the warpgroup's keys, so key_lo / key_lo + 8 are this thread's two keys.
+  float dk[kD / 2];
+  float dv[kD / 2];
+  zero(dk);
+  zero(dv);
+  const int key_lo = wg * 64 + warp_in_wg * 16 + g;  // CTA-local key of rows e < 2
+
+  int step = 0;
+  int cls = kEmpty;
+  while (step < num_steps && (cls = classify(step, 0)) == kEmpty) ++step;
+  int buf = 0;
+  if (step < num_steps) load_step(step, 0);
+  cp_async_commit();
+
+  while (step < num_steps) {
+    int ns = step + 1;
+    int ncls = kEmpty;
+    while (ns < num_steps && (ncls = classify(ns, buf ^ 1)) == kEmpty) ++ns;
+    if (ns < num_steps) {
+      load_step(ns, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    fence_proxy_async();  // this thread's cp.async bytes -> visible to wgmma after the barrier
+    __syncthreads();
+
+    const int qh = kvh * group + step / per_head;
+    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const uint32_t qb = opaque(s_q + static_cast<uint32_t>(buf * Smem::kQBytes));
+    const uint32_t dob = opaque(s_do + static_cast<uint32_t>(buf * Smem::kQBytes));
+    const uint32_t kb = opaque(s_k);
+    const uint32_t vb = opaque(s_v);
+    // This thread's coordinates, rebuilt per step (opaque) so that the addresses derived from
+    // them are not all hoisted out of the loop (register pressure at D = 128).
+    const int lt = static_cast<int>(opaque(static_cast<uint32_t>(tid)));
+    const int l_tq = lt & 3;
+    const int l_row = ((lt >> 5) & 3) * 16 + ((lt & 31) >> 2);  // 16 warp_in_wg + g
+    const int l_key = wg * 64 + l_row;                           // == key_lo
+    const float* lse_b = s_lse + buf * kBwRows;
+    const float* delta_b = s_delta + buf * kBwRows;
+
+    // S^T = K Q^T and dP^T = V dO^T (two commit groups: P is computed while dP^T runs).
+    float st[32];
+    float dpt[32];
+    zero(st);
+    zero(dpt);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma_m64n64k16_ss(st, desc_k_major<kBwKeys>(kb, wg * 64, kk), desc_k_major<kBwRows>(qb, 0, kk), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma_m64n64k16_ss(dpt, desc_k_major<kBwKeys>(vb, wg * 64, kk), desc_k_major<kBwRows>(dob, 0, kk), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    fence_regs(st);
+
+    // st becomes P^T (columns are q rows: LSE per column).
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 l2 = *reinterpret_cast<const float2*>(lse_b + 8 * j + 2 * l_tq);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = l_key + 8 * (e >> 1);
+        const int col = 8 * j + 2 * l_tq + (e & 1);
+        float pv = exp2f(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
+        if (cls == kMasked) {
+          bool ok = key < keys;
+          if (t.kind == TileKind::Partial) {
+            ok = ok && ((s_mask[(buf * 2 + (key >> 6)) * kBwRows + col] >> (key & 63)) & 1U) != 0;
+          } else if (t.kind == TileKind::CausalDiagonal) {
+            ok = ok && c0 + key <= rq0 + col;
+          }
+          if (!ok) pv = 0.0F;
+        }
+        st[4 * j + e] = pv;
+      }
+    }
+    wgmma_wait<0>();
+    fence_regs(dpt);
+    // dpt becomes dS^T.
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 d2 = *reinterpret_cast<const float2*>(delta_b + 8 * j + 2 * l_tq);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) != 0 ? d2.y : d2.x));
+    }
+
+    // A fragments of m64k16 (k step kk = q columns 16 kk .. + 15): accumulator blocks 2 kk and
+    // 2 kk + 1, in order (as P in the forward).
+    uint32_t pa[4][4];
+    uint32_t da[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pa[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
+        da[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
+      }
+      // dS^T (keys x q) into shared memory for dQ: da[kk][2 h] = (key_lo, 16 kk + 8 h + 2 tq ..+1),
+      // da[kk][2 h + 1] = (key_lo + 8, same columns).
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int col = 16 * kk + 8 * h + 2 * l_tq;
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(l_key, col)) = da[kk][2 * h];
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(l_key + 8, col)) = da[kk][2 * h + 1];
+      }
+    }
+
+    // dV += P^T dO, dK += dS^T Q (B operands [q][d]: q = K rows, d contiguous -> MN-major).
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (kD == 128) {
+        wgmma_m64n128k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
+      } else {
+        wgmma_m64n64k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (kD == 128) {
+        wgmma_m64n128k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
+      } else {
+        wgmma_m64n64k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
+      }
+    }
+    wgmma_commit();
+    fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
+    __syncthreads();
+
+    // dQ (64 q x 64 columns) = dS K: A = dS^T tile read MN-major (q contiguous), B = K tile read
+    // MN-major (d contiguous); k steps of 16 keys.
+    constexpr int kDqSteps = kD == 128 ? kBwKeys / 16 : 4;
+    const int kk0 = kD == 128 ? 0 : 4 * wg;
+    const uint32_t kcols = opaque(kD == 128 ? s_k + static_cast<uint32_t>(wg * kBwKeys * 128) : s_k);  // column block
+    const uint32_t dsb = opaque(s_ds);
+    float dq[32];
+    zero(dq);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDqSteps; ++kk) {
+      wgmma_m64n64k16_ss_tt(dq, desc_mn_major<kBwKeys>(dsb, kk0 + kk), desc_mn_major<kBwKeys>(kcols, kk0 + kk),
+                            kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(dq);
+
+    // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 j + 2 tq (+ 64 wg at D = 128).
+    if constexpr (kD == 64) {
+      // Warpgroup 0 keeps columns [0, 32) (blocks j < 4), warpgroup 1 columns [32, 64); each sends
+      // the other half of its partial sum.
+#pragma unroll
+      for (int i = 0; i < 16; ++i) s_xch[(wg * 16 + i) * 128 + (lt & 127)] = wg == 0 ? dq[16 + i] : dq[i];
+      __syncthreads();
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        const float other = s_xch[((1 - wg) * 16 + i) * 128 + (lt & 127)];
+        if (wg == 0) {
+          dq[i] += other;
+        } else {
+          dq[16 + i] += other;
+        }
+      }
+    }
+    const int q_rows = min(kBwRows, t.q_len - rq0);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = l_row + 8 * r;
+      if (row >= q_rows) continue;
+      float* dq_row = p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0) + 2 * l_tq;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (kD == 64 && (j >= 4) != (wg == 1)) continue;
+        atomicAdd(reinterpret_cast<float2*>(dq_row + 8 * j), make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale));
+      }
+    }
+    __syncthreads();  // buffers `buf`, dS^T and the exchange are free for the next step
+    step = ns;
+    cls = ncls;
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key_lo + 8 * r;
+    if (key >= keys) continue;
+    const int64_t off = (static_cast<int64_t>(dkv_row0 + c0 + key) * hkv + kvh) * kD + 2 * tq;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      atomicAdd(reinterpret_cast<float2*>(p.dk + off + 8 * j), make_float2(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale));
+      atomicAdd(reinterpret_cast<float2*>(p.dv + off + 8 * j), make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]));
+    }
+  }
+#endif
+}
+
+template <int kD>
+void launch_backward_sm90(const AttnBackwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = BwSmem<kD>::kAlloc;
+  static const bool ready = (allow_shared_memory("attention_backward_sm90", attention_backward_sm90_kernel<kD>, kSmem), true);
+  (void)ready;
+  attention_backward_sm90_kernel<kD><<<p.list.num_work, kBwThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace
+
+void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream) {
+  launch_for_head_dim("attention_backward_sm90", params.shape,
+                      [&]<int kD>() { launch_backward_sm90<kD>(params, stream); });
+}
+
+}  // namespace dcp::cuda::detail
