@@ -202,7 +202,8 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
     const AttnShape shape{hq, hkv, dim, static_cast<float>(scale)};
 
-    // LSE over every tile's allowed keys (a row's keys may come from several tiles).
+    // LSE over every tile's allowed keys (a row's keys may come from several tiles). Scores are
+    // computed once, in the (tile, head, row, key) order that every pass below walks.
     auto score = [&](int qr, int h, int kr) {
       double s = 0;
       const std::size_t qi = (static_cast<std::size_t>(qr) * hq + h) * d;
@@ -211,9 +212,10 @@ BackwardResult run_backward_case(const BackwardCase& c) {
       return s * scale;
     };
     const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> mx(static_cast<std::size_t>(qo_rows) * hq, -inf), sum(mx.size(), 0.0);
+    std::vector<double> mx(static_cast<std::size_t>(qo_rows) * hq, -inf), sum(mx.size(), 0.0), scores;
     std::vector<uint8_t> covered(mx.size(), 0);
     for (int pass = 0; pass < 2; ++pass) {
+      std::size_t si = 0;
       for (const AttnTile& t : l.tiles) {
         for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
           for (int a = 0; a < t.q_len; ++a) {
@@ -221,11 +223,11 @@ BackwardResult run_backward_case(const BackwardCase& c) {
             covered[li] = 1;
             for (int b = 0; b < t.kv_len; ++b) {
               if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
-              const double s = score(t.q_begin + a, h, t.kv_begin + b);
               if (pass == 0) {
-                mx[li] = std::max(mx[li], s);
+                scores.push_back(score(t.q_begin + a, h, t.kv_begin + b));
+                mx[li] = std::max(mx[li], scores.back());
               } else {
-                sum[li] += std::exp(s - mx[li]);
+                sum[li] += std::exp(scores[si++] - mx[li]);
               }
             }
           }
@@ -277,6 +279,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     // fp64 reference, and for each output element the last tile that touched it (for reports).
     std::vector<double> r_dq(qo_elems, 0.0), r_dk(kvo_elems, 0.0), r_dv(kvo_elems, 0.0);
     std::vector<int> q_tile(static_cast<std::size_t>(qo_rows) * hq, -1), kv_tile(static_cast<std::size_t>(kvo_rows) * hkv, -1);
+    std::size_t si = 0;
     for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
       const AttnTile& t = l.tiles[ti];
       for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
@@ -293,7 +296,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
             const std::size_t kgi = (static_cast<std::size_t>(row_of(t.dkv_begin, t.kv_begin) + b) * hkv + kh) * d;
             double dp = 0;
             for (std::size_t e = 0; e < d; ++e) dp += at(h_do, oi + e) * at(h_v, ki + e);
-            const double pw = std::exp(score(t.q_begin + a, h, t.kv_begin + b) - lse);
+            const double pw = std::exp(scores[si++] - lse);
             const double ds = pw * (dp - delta);
             for (std::size_t e = 0; e < d; ++e) {
               r_dv[kgi + e] += pw * at(h_do, oi + e);
