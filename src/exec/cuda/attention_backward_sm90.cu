@@ -25,9 +25,12 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "attention_common.cuh"
 #include "dcp/attention_cuda.h"
+#include "dcp/error.h"
 #include "wgmma_sm90.cuh"
 #include "wgmma_sm90_bwd.cuh"
 
@@ -39,7 +42,11 @@ inline constexpr int kBwKeys = kAttnBackwardChunkRows;    // keys per CTA
 inline constexpr int kBwRows = kRows;                     // q rows per sub-tile (64)
 static_assert(kBwKeys == 128 && kBwRows == 64, "2 warpgroups x 64 keys, 64-row q sub-tiles");
 
-template <int kD>
+// dQ tile of one warpgroup (bulk route): 64 q rows x 64 fp32 columns, rows padded by 32 bytes so
+// that a warp's float2 stores touch every bank exactly twice (the minimum for 256 bytes).
+inline constexpr int kDqRowBytes = 64 * 4 + 32;
+
+template <int kD, bool kBulkDq>
 struct BwSmem {
   static constexpr int kKvBytes = kBwKeys * kD * 2;
   static constexpr int kQBytes = kBwRows * kD * 2;
@@ -48,9 +55,11 @@ struct BwSmem {
   static constexpr int kQ = kV + kKvBytes;                 // 2 buffers
   static constexpr int kDo = kQ + 2 * kQBytes;             // 2 buffers
   static constexpr int kDs = kDo + 2 * kQBytes;            // [128 keys][64 q] bf16, one column block
-  static constexpr int kXch = kDs + kBwKeys * kBwRows * 2;  // D = 64: [2 warpgroups][16][128] floats
-  static constexpr int kXchBytes = kD == 64 ? 2 * 16 * 128 * 4 : 0;
-  static constexpr int kLse = kXch + kXchBytes;            // 2 x 64 floats
+  static constexpr int kXch = kDs + kBwKeys * kBwRows * 2;  // atomic route, D = 64: [2 wg][16][128] floats
+  static constexpr int kXchBytes = !kBulkDq && kD == 64 ? 2 * 16 * 128 * 4 : 0;
+  static constexpr int kDqT = kXch + kXchBytes;            // bulk route: one dQ tile per warpgroup
+  static constexpr int kDqTileBytes = kBwRows * kDqRowBytes;
+  static constexpr int kLse = kDqT + (kBulkDq ? 2 * kDqTileBytes : 0);  // 2 x 64 floats
   static constexpr int kDelta = kLse + 2 * kBwRows * 4;    // 2 x 64 floats
   static constexpr int kMask = kDelta + 2 * kBwRows * 4;   // [buffer][key half][64 rows] uint64
   static constexpr int kBytes = kMask + 2 * 2 * kBwRows * 8;
@@ -88,14 +97,16 @@ __device__ __forceinline__ uint32_t opaque(uint32_t x) {
   return x;
 }
 
-template <int kD>
+// kBulkDq: dQ leaves through a shared-memory tile and one bulk asynchronous reduction per row
+// (cp.reduce.async.bulk, 256 bytes); otherwise fp32 atomicAdd from registers (float2).
+template <int kD, bool kBulkDq>
 __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(const AttnBackwardParams p) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   // Built for a target without wgmma (only sm_90a has it): never selected there, fail loudly if run.
   (void)p;
   __trap();
 #else
-  using Smem = BwSmem<kD>;
+  using Smem = BwSmem<kD, kBulkDq>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
   const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
@@ -105,6 +116,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   const uint32_t s_q = raw_addr + pad + Smem::kQ;
   const uint32_t s_do = raw_addr + pad + Smem::kDo;
   const uint32_t s_ds = raw_addr + pad + Smem::kDs;
+  const uint32_t s_dqt = raw_addr + pad + Smem::kDqT;
   unsigned char* s_ds_ptr = smem + Smem::kDs;
   auto* s_xch = reinterpret_cast<float*>(smem + Smem::kXch);
   auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
@@ -336,6 +348,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     }
     wgmma_commit();
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
+    if constexpr (kBulkDq) bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     __syncthreads();
 
     // dQ (64 q x 64 columns) = dS K: A = dS^T tile read MN-major (q contiguous), B = K tile read
@@ -359,32 +372,55 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     fence_regs(dq);
 
     // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 j + 2 tq (+ 64 wg at D = 128).
-    if constexpr (kD == 64) {
-      // Warpgroup 0 keeps columns [0, 32) (blocks j < 4), warpgroup 1 columns [32, 64); each sends
-      // the other half of its partial sum.
+    const int q_rows = min(kBwRows, t.q_len - rq0);
+    if constexpr (kBulkDq) {
+      // D = 128: the warpgroup's 64 columns; D = 64: its partial sum over its 64 keys (the two
+      // warpgroups' reductions add up in global memory).
+      unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) s_xch[(wg * 16 + i) * 128 + (lt & 127)] = wg == 0 ? dq[16 + i] : dq[i];
-      __syncthreads();
+      for (int r = 0; r < 2; ++r) {
+        float* trow = reinterpret_cast<float*>(tile + (l_row + 8 * r) * kDqRowBytes) + 2 * l_tq;
 #pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        const float other = s_xch[((1 - wg) * 16 + i) * 128 + (lt & 127)];
-        if (wg == 0) {
-          dq[i] += other;
-        } else {
-          dq[16 + i] += other;
+        for (int j = 0; j < 8; ++j) {
+          *reinterpret_cast<float2*>(trow + 8 * j) = make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
         }
       }
-    }
-    const int q_rows = min(kBwRows, t.q_len - rq0);
+      fence_proxy_async();  // the tile -> visible to the bulk reduction after the barrier
+      named_barrier_sync(1 + wg, 128);
+      const int row = lt & 127;
+      if (row < q_rows) {
+        float* dst = p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0);
+        bulk_reduce_add_f32(dst, s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes + row * kDqRowBytes), 64 * 4);
+        bulk_commit();
+      }
+    } else {
+      if constexpr (kD == 64) {
+        // Warpgroup 0 keeps columns [0, 32) (blocks j < 4), warpgroup 1 columns [32, 64); each
+        // sends the other half of its partial sum.
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = l_row + 8 * r;
-      if (row >= q_rows) continue;
-      float* dq_row = p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0) + 2 * l_tq;
+        for (int i = 0; i < 16; ++i) s_xch[(wg * 16 + i) * 128 + (lt & 127)] = wg == 0 ? dq[16 + i] : dq[i];
+        __syncthreads();
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (kD == 64 && (j >= 4) != (wg == 1)) continue;
-        atomicAdd(reinterpret_cast<float2*>(dq_row + 8 * j), make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale));
+        for (int i = 0; i < 16; ++i) {
+          const float other = s_xch[((1 - wg) * 16 + i) * 128 + (lt & 127)];
+          if (wg == 0) {
+            dq[i] += other;
+          } else {
+            dq[16 + i] += other;
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = l_row + 8 * r;
+        if (row >= q_rows) continue;
+        float* dq_row =
+            p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0) + 2 * l_tq;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (kD == 64 && (j >= 4) != (wg == 1)) continue;
+          atomicAdd(reinterpret_cast<float2*>(dq_row + 8 * j), make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale));
+        }
       }
     }
     __syncthreads();  // buffers `buf`, dS^T and the exchange are free for the next step
@@ -393,6 +429,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     buf ^= 1;
   }
   cp_async_wait<0>();
+  if constexpr (kBulkDq) bulk_wait<0>();  // the tile stays alive until the reductions are done
 
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -408,19 +445,38 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
 #endif
 }
 
-template <int kD>
+template <int kD, bool kBulkDq>
 void launch_backward_sm90(const AttnBackwardParams& p, cudaStream_t stream) {
-  constexpr int kSmem = BwSmem<kD>::kAlloc;
-  static const bool ready = (allow_shared_memory("attention_backward_sm90", attention_backward_sm90_kernel<kD>, kSmem), true);
+  constexpr int kSmem = BwSmem<kD, kBulkDq>::kAlloc;
+  static const bool ready =
+      (allow_shared_memory("attention_backward_sm90", attention_backward_sm90_kernel<kD, kBulkDq>, kSmem), true);
   (void)ready;
-  attention_backward_sm90_kernel<kD><<<p.list.num_work, kBwThreads, kSmem, stream>>>(p);
+  attention_backward_sm90_kernel<kD, kBulkDq><<<p.list.num_work, kBwThreads, kSmem, stream>>>(p);
+}
+
+// DCP_ATTN_BACKWARD_DQ=bulk|atomic (read once; default bulk): how dQ reaches global memory.
+bool bulk_dq() {
+  static const bool bulk = [] {
+    const char* env = std::getenv("DCP_ATTN_BACKWARD_DQ");
+    const std::string value = env != nullptr ? env : "";
+    if (value.empty() || value == "bulk") return true;
+    if (value == "atomic") return false;
+    raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_DQ: expected bulk or atomic, got '" + value + "'");
+  }();
+  return bulk;
 }
 
 }  // namespace
 
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream) {
   launch_for_head_dim("attention_backward_sm90", params.shape,
-                      [&]<int kD>() { launch_backward_sm90<kD>(params, stream); });
+                      [&]<int kD>() {
+                        if (bulk_dq()) {
+                          launch_backward_sm90<kD, true>(params, stream);
+                        } else {
+                          launch_backward_sm90<kD, false>(params, stream);
+                        }
+                      });
 }
 
 }  // namespace dcp::cuda::detail

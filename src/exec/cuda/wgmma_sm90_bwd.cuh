@@ -36,4 +36,33 @@ __device__ __forceinline__ void wgmma_m64n64k16_ss_tt(float (&d)[32], uint64_t d
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
+// ---- Bulk asynchronous reduction (dQ): shared -> global, fp32 add, each element reduced
+// atomically (relaxed, gpu scope), so it mixes safely with atomicAdd from other CTAs. Source and
+// destination 16-byte aligned, size a multiple of 16. The writing threads make their st.shared
+// data visible with fence_proxy_async() before the barrier that precedes the issue; the issuing
+// thread must wait (bulk_wait_read) before the source is overwritten and (bulk_wait) before exit.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* dst_global, uint32_t src_smem, uint32_t bytes) {
+  const auto dst = static_cast<uint64_t>(__cvta_generic_to_global(dst_global));
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst), "r"(src_smem),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// The sources of all but the kPending most recent bulk groups of this thread may be overwritten.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// All but the kPending most recent bulk groups of this thread are complete.
+template <int kPending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// Barrier of `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
+// __syncthreads), e.g. one warpgroup.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 }  // namespace dcp::cuda::detail
