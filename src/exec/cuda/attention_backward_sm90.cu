@@ -89,14 +89,6 @@ __device__ __forceinline__ void zero(float (&r)[kN]) {
   for (int i = 0; i < kN; ++i) r[i] = 0.0F;
 }
 
-// The value, opaque to the compiler: shared-memory bases passed through it inside the loop keep
-// the (loop-invariant) wgmma descriptors from being hoisted out of it, where they would occupy
-// ~40 registers for the whole loop (the descriptors are cheap to rebuild per use).
-__device__ __forceinline__ uint32_t opaque(uint32_t x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
 // kBulkDq: dQ leaves through a shared-memory tile and one bulk asynchronous reduction per row
 // (cp.reduce.async.bulk, 256 bytes); otherwise fp32 atomicAdd from registers (float2).
 template <int kD, bool kBulkDq>
@@ -169,11 +161,11 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
     const int rows = min(kBwRows, t.q_len - rq0);
     // Keys past kv_len are masked too: with an extreme LSE exp(0 - LSE) could overflow.
-    const bool all_keys = keys == kBwKeys;
-    if (t.kind == TileKind::Full) return all_keys ? kFull : kMasked;
+    const bool alkey_los = keys == kBwKeys;
+    if (t.kind == TileKind::Full) return alkey_los ? kFull : kMasked;
     if (t.kind == TileKind::CausalDiagonal) {
       if (rq0 + rows - 1 < c0) return kEmpty;
-      return rq0 >= c0 + kBwKeys - 1 && all_keys ? kFull : kMasked;
+      return rq0 >= c0 + kBwKeys - 1 && alkey_los ? kFull : kMasked;
     }
     // Thread (row, half) < 128: bits of keys c0 + 64 half .. + 63 for q row rq0 + row.
     const bool active = tid < 2 * kBwRows;
@@ -187,7 +179,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     if (active) s_mask[(buf * 2 + half) * kBwRows + row] = mask;
     if (__syncthreads_or(mask != 0) == 0) return kEmpty;
     const bool full = __syncthreads_and(!row_valid || mask == ~uint64_t{0}) != 0;
-    return full && all_keys ? kFull : kMasked;
+    return full && alkey_los ? kFull : kMasked;
   };
   // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
   auto load_step = [&](int step, int buf) {
@@ -219,7 +211,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   float dv[kD / 2];
   zero(dk);
   zero(dv);
-  const int key_lo = wg * 64 + warp_in_wg * 16 + g;  // CTA-local key of rows e < 2
+  const int row_lo = warp_in_wg * 16 + g;  // accumulator row of e < 2 (dQ: q row)
+  const int key_lo = wg * 64 + row_lo;     // CTA-local key of accumulator rows e < 2
 
   int step = 0;
   int cls = kEmpty;
@@ -244,16 +237,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
 
     const int qh = kvh * group + step / per_head;
     const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
-    const uint32_t qb = opaque(s_q + static_cast<uint32_t>(buf * Smem::kQBytes));
-    const uint32_t dob = opaque(s_do + static_cast<uint32_t>(buf * Smem::kQBytes));
-    const uint32_t kb = opaque(s_k);
-    const uint32_t vb = opaque(s_v);
-    // This thread's coordinates, rebuilt per step (opaque) so that the addresses derived from
-    // them are not all hoisted out of the loop (register pressure at D = 128).
-    const int lt = static_cast<int>(opaque(static_cast<uint32_t>(tid)));
-    const int l_tq = lt & 3;
-    const int l_row = ((lt >> 5) & 3) * 16 + ((lt & 31) >> 2);  // 16 warp_in_wg + g
-    const int l_key = wg * 64 + l_row;                           // == key_lo
+    const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
+    const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
     const float* lse_b = s_lse + buf * kBwRows;
     const float* delta_b = s_delta + buf * kBwRows;
 
@@ -265,12 +250,12 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma_m64n64k16_ss(st, desc_k_major<kBwKeys>(kb, wg * 64, kk), desc_k_major<kBwRows>(qb, 0, kk), kk > 0 ? 1 : 0);
+      wgmma_m64n64k16_ss(st, desc_k_major<kBwKeys>(s_k, wg * 64, kk), desc_k_major<kBwRows>(qb, 0, kk), kk > 0 ? 1 : 0);
     }
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma_m64n64k16_ss(dpt, desc_k_major<kBwKeys>(vb, wg * 64, kk), desc_k_major<kBwRows>(dob, 0, kk), kk > 0 ? 1 : 0);
+      wgmma_m64n64k16_ss(dpt, desc_k_major<kBwKeys>(s_v, wg * 64, kk), desc_k_major<kBwRows>(dob, 0, kk), kk > 0 ? 1 : 0);
     }
     wgmma_commit();
     wgmma_wait<1>();
@@ -279,11 +264,11 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     // st becomes P^T (columns are q rows: LSE per column).
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse_b + 8 * j + 2 * l_tq);
+      const float2 l2 = *reinterpret_cast<const float2*>(lse_b + 8 * j + 2 * tq);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = l_key + 8 * (e >> 1);
-        const int col = 8 * j + 2 * l_tq + (e & 1);
+        const int key = key_lo + 8 * (e >> 1);
+        const int col = 8 * j + 2 * tq + (e & 1);
         float pv = exp2f(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
         if (cls == kMasked) {
           bool ok = key < keys;
@@ -302,7 +287,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     // dpt becomes dS^T.
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float2 d2 = *reinterpret_cast<const float2*>(delta_b + 8 * j + 2 * l_tq);
+      const float2 d2 = *reinterpret_cast<const float2*>(delta_b + 8 * j + 2 * tq);
 #pragma unroll
       for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) != 0 ? d2.y : d2.x));
     }
@@ -322,9 +307,9 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
       // da[kk][2 h + 1] = (key_lo + 8, same columns).
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int col = 16 * kk + 8 * h + 2 * l_tq;
-        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(l_key, col)) = da[kk][2 * h];
-        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(l_key + 8, col)) = da[kk][2 * h + 1];
+        const int col = 16 * kk + 8 * h + 2 * tq;
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(key_lo, col)) = da[kk][2 * h];
+        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(key_lo + 8, col)) = da[kk][2 * h + 1];
       }
     }
 
@@ -355,14 +340,13 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     // MN-major (d contiguous); k steps of 16 keys.
     constexpr int kDqSteps = kD == 128 ? kBwKeys / 16 : 4;
     const int kk0 = kD == 128 ? 0 : 4 * wg;
-    const uint32_t kcols = opaque(kD == 128 ? s_k + static_cast<uint32_t>(wg * kBwKeys * 128) : s_k);  // column block
-    const uint32_t dsb = opaque(s_ds);
+    const uint32_t kcols = kD == 128 ? s_k + static_cast<uint32_t>(wg * kBwKeys * 128) : s_k;  // column block
     float dq[32];
     zero(dq);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDqSteps; ++kk) {
-      wgmma_m64n64k16_ss_tt(dq, desc_mn_major<kBwKeys>(dsb, kk0 + kk), desc_mn_major<kBwKeys>(kcols, kk0 + kk),
+      wgmma_m64n64k16_ss_tt(dq, desc_mn_major<kBwKeys>(s_ds, kk0 + kk), desc_mn_major<kBwKeys>(kcols, kk0 + kk),
                             kk > 0 ? 1 : 0);
     }
     wgmma_commit();
@@ -379,15 +363,19 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
       unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float* trow = reinterpret_cast<float*>(tile + (l_row + 8 * r) * kDqRowBytes) + 2 * l_tq;
+        float* trow = reinterpret_cast<float*>(tile + (row_lo + 8 * r) * kDqRowBytes) + 2 * tq;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           *reinterpret_cast<float2*>(trow + 8 * j) = make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
         }
       }
       fence_proxy_async();  // the tile -> visible to the bulk reduction after the barrier
-      named_barrier_sync(1 + wg, 128);
-      const int row = lt & 127;
+      if (wg == 0) {
+        named_barrier_sync<1, 128>();
+      } else {
+        named_barrier_sync<2, 128>();
+      }
+      const int row = tw;
       if (row < q_rows) {
         float* dst = p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0);
         bulk_reduce_add_f32(dst, s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes + row * kDqRowBytes), 64 * 4);
@@ -398,11 +386,11 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
         // Warpgroup 0 keeps columns [0, 32) (blocks j < 4), warpgroup 1 columns [32, 64); each
         // sends the other half of its partial sum.
 #pragma unroll
-        for (int i = 0; i < 16; ++i) s_xch[(wg * 16 + i) * 128 + (lt & 127)] = wg == 0 ? dq[16 + i] : dq[i];
+        for (int i = 0; i < 16; ++i) s_xch[(wg * 16 + i) * 128 + tw] = wg == 0 ? dq[16 + i] : dq[i];
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-          const float other = s_xch[((1 - wg) * 16 + i) * 128 + (lt & 127)];
+          const float other = s_xch[((1 - wg) * 16 + i) * 128 + tw];
           if (wg == 0) {
             dq[i] += other;
           } else {
@@ -412,10 +400,10 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
       }
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = l_row + 8 * r;
+        const int row = row_lo + 8 * r;
         if (row >= q_rows) continue;
         float* dq_row =
-            p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0) + 2 * l_tq;
+            p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0) + 2 * tq;
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
           if (kD == 64 && (j >= 4) != (wg == 1)) continue;

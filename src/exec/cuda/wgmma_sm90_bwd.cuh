@@ -59,10 +59,12 @@ __device__ __forceinline__ void bulk_wait() {
   asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Barrier of `threads` threads (a multiple of 32) on hardware barrier `id` (1..15; 0 is
+// Barrier of kThreads threads (a multiple of 32) on hardware barrier kId (1..15; 0 is
 // __syncthreads), e.g. one warpgroup.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+template <int kId, int kThreads>
+__device__ __forceinline__ void named_barrier_sync() {
+  static_assert(kId >= 1 && kId < 16 && kThreads % 32 == 0, "barrier 0 belongs to __syncthreads");
+  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
 }  // namespace dcp::cuda::detail
