@@ -161,7 +161,10 @@ struct AttnBackwardParams {
   // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto. Both give the same outputs (up to summation order).
   //   Mma     mma.sync (attention_backward.cu), any sm_80+ device.
   //   Wgmma   warpgroup MMA (attention_backward_sm90.cu): 2 warpgroups x 64 of the CTA's 128
-  //           keys, S^T / dP^T and dQ from shared memory, dV / dK with P^T / dS^T in registers.
+  //           keys, S^T / dP^T and dQ from shared memory, dV / dK with P^T / dS^T in registers;
+  //           dQ reaches global memory by bulk asynchronous reductions (cp.reduce.async.bulk,
+  //           element-wise atomic adds like atomicAdd), or with DCP_ATTN_BACKWARD_DQ=atomic by
+  //           atomicAdd from registers.
   AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 
