@@ -198,7 +198,12 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     const std::vector<float> h_delta = rand_f32(static_cast<std::size_t>(qo_rows) * hq, 0.5);
     const double amp0 = c.accumulate ? 1.0 : 0.0;
     const std::vector<float> dq0 = rand_f32(qo_elems, amp0), dk0 = rand_f32(kvo_elems, amp0), dv0 = rand_f32(kvo_elems, amp0);
-    auto at = [](const std::vector<uint16_t>& v, std::size_t i) { return static_cast<double>(from_bf16(v[i])); };
+    auto widen = [](const std::vector<uint16_t>& v) {
+      std::vector<double> out(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_bf16(v[i]);
+      return out;
+    };
+    const std::vector<double> x_q = widen(h_q), x_k = widen(h_k), x_v = widen(h_v), x_do = widen(h_do);
     const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
     const AttnShape shape{hq, hkv, dim, static_cast<float>(scale)};
 
@@ -208,7 +213,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
       double s = 0;
       const std::size_t qi = (static_cast<std::size_t>(qr) * hq + h) * d;
       const std::size_t ki = (static_cast<std::size_t>(kr) * hkv + h / group) * d;
-      for (std::size_t e = 0; e < d; ++e) s += at(h_q, qi + e) * at(h_k, ki + e);
+      for (std::size_t e = 0; e < d; ++e) s += x_q[qi + e] * x_k[ki + e];
       return s * scale;
     };
     const double inf = std::numeric_limits<double>::infinity();
@@ -295,13 +300,13 @@ BackwardResult run_backward_case(const BackwardCase& c) {
             const std::size_t ki = (static_cast<std::size_t>(t.kv_begin + b) * hkv + kh) * d;
             const std::size_t kgi = (static_cast<std::size_t>(row_of(t.dkv_begin, t.kv_begin) + b) * hkv + kh) * d;
             double dp = 0;
-            for (std::size_t e = 0; e < d; ++e) dp += at(h_do, oi + e) * at(h_v, ki + e);
+            for (std::size_t e = 0; e < d; ++e) dp += x_do[oi + e] * x_v[ki + e];
             const double pw = std::exp(scores[si++] - lse);
             const double ds = pw * (dp - delta);
             for (std::size_t e = 0; e < d; ++e) {
-              r_dv[kgi + e] += pw * at(h_do, oi + e);
-              r_dk[kgi + e] += scale * ds * at(h_q, qi + e);
-              r_dq[qgi + e] += scale * ds * at(h_k, ki + e);
+              r_dv[kgi + e] += pw * x_do[oi + e];
+              r_dk[kgi + e] += scale * ds * x_q[qi + e];
+              r_dq[qgi + e] += scale * ds * x_k[ki + e];
             }
             q_tile[qgi / d] = static_cast<int>(ti);
             kv_tile[kgi / d] = static_cast<int>(ti);
