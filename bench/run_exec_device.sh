@@ -2,7 +2,9 @@
 # One device call (GPU machine, 2 x H200): build dcp + the GPU executor checks with CMake (the
 # header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
-# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels checks single pair scaling
+# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels checks single pair nodes scaling
+# Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), BENCH_EXTRA (added to every bench,
+# e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT.
 # (kernels: the kernel tests, e.g. the wgmma forward against fp64, then bench_cuda_attention; if
 # the kernel tests fail, later phases run with DCP_ATTN_FORWARD=mma DCP_ATTN_BACKWARD=mma)
 set -u
@@ -13,10 +15,11 @@ out=${OUT:-/tmp/dcp_out}
 mkdir -p "$out" /tmp/dcp_json
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
+export DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-}  # empty: the best wgmma variant (pipelined)
 export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_FORWARD_VARIANT -x DCP_ATTN_BACKWARD"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -53,7 +56,7 @@ bench() {  # name np args...
   local name=$1 np=$2; shift 2
   say "bench $name"
   local vis=""; [ "$np" = 1 ] && vis="CUDA_VISIBLE_DEVICES=0"
-  env $vis timeout ${BENCH_TIMEOUT:-120} $MPIRUN -np "$np" $b/dcp bench --cluster h200-nvl --nodes 1 \
+  env $vis timeout ${BENCH_TIMEOUT:-120} $MPIRUN -np "$np" $b/dcp bench --cluster h200-nvl --nodes ${NODES:-1} \
     --json "/tmp/dcp_json/bench_$name.json" ${BENCH_EXTRA:-} "$@" 2>&1 | tee -a "$log"
   tar -cf "$out/json.tar" -C /tmp/dcp_json .
 }
@@ -74,6 +77,11 @@ if has pair; then
         bench "2gpu_${p}${t}_$m" 2 --profile $p --tokens $t --mask $m --layers 1 --iters 2
       done
     done
+  done
+fi
+if has nodes; then  # the 2 GPUs as 2 "nodes": hierarchical placement, the preset's inter-node links
+  for m in causal lambda shared_question; do
+    NODES=2 bench "2gpu_2nodes_ldc65536_$m" 2 --profile ldc --tokens 65536 --mask $m --layers 1 --iters 2
   done
 fi
 if has scaling; then

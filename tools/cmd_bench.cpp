@@ -23,6 +23,7 @@
 #include "dcp/executor.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "dcp/planner.h"
 #include "dcp/sim.h"
 
 namespace dcp::cli {
@@ -44,6 +45,10 @@ struct BenchArgs {
   std::string backend = "cuda";
   PlacementOptions placement;  // DCP's partitioner options
   std::string trace;           // --trace PREFIX: measured and simulated timelines
+  std::string calibration;     // simulator rates (default: the cluster's)
+  bool search = false;         // DCP's plan from the planner's search (planner.h)
+  std::vector<int64_t> search_blocks{1024, 2048, 4096};
+  std::vector<double> search_eps{0.02, 0.05, 0.1};
 };
 
 // A one-rank comm (a one-device plan moves nothing).
@@ -122,12 +127,28 @@ struct Row {
   double bytes = 0;                        // sent, all devices, fwd + bwd, one layer
   double check_err = -1;
   double imbalance = 0;
+  std::string chosen;  // --search: the planner's choice for dcp
 };
 
-Plan make_plan(const std::string& method, const Batch& batch, const BlockOptions& blocks, const Cluster& cluster,
-               int stages, const PlacementOptions& placement) {
+Plan make_plan(const std::string& method, const Batch& batch, const BenchArgs& args, const Cluster& cluster,
+               const Calibration& calibration, std::string& chosen) {
+  const BlockOptions& blocks = args.blocks;
   PlanOptions popts;
-  popts.schedule.num_comm_stages = stages;
+  popts.schedule.num_comm_stages = args.stages;
+  if (method == "dcp" && args.search) {
+    // Every rank runs the same deterministic search, so all hold the same plan.
+    PlannerOptions search;
+    search.block_sizes = args.search_blocks;
+    search.eps_compute = args.search_eps;
+    search.q_heads_per_group = blocks.q_heads_per_group;
+    search.placement = args.placement;
+    search.plan = popts;
+    search.calibration = calibration;
+    PlannedBatch pb = plan_batch(batch, cluster, search);
+    chosen = fmt::format("B {} eps {:g} (search {:.0f} ms)", pb.chosen.block_size, pb.chosen.eps_compute, pb.search_s * 1e3);
+    return std::move(pb.plan);
+  }
+  const PlacementOptions& placement = args.placement;
   if (method == "dcp") {
     const BlockTable table = build_block_table(batch, blocks);
     return build_plan(table, place_dcp(table, cluster, placement).placement, cluster, popts);
@@ -168,11 +189,13 @@ std::string measured_trace(const std::vector<MeasuredInstruction>& fwd, const st
 }
 
 Row bench_one(const BenchArgs& args, const std::string& method, const Batch& batch, const Cluster& cluster,
-              Comm& comm, Backend& backend) {
+              const Calibration& calibration, Comm& comm, Backend& backend) {
   using Clock = std::chrono::steady_clock;
-  const Plan plan = make_plan(method, batch, args.blocks, cluster, args.stages, args.placement);
+  std::string chosen;
+  const Plan plan = make_plan(method, batch, args, cluster, calibration, chosen);
   Row row;
   row.method = method;
+  row.chosen = chosen;
   const auto progress = [&](const std::string& what) {
     if (args.verbose) std::fprintf(stderr, "[rank %d] %s: %s\n", comm.rank(), method.c_str(), what.c_str());
   };
@@ -185,7 +208,7 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
         if (const auto* cs = std::get_if<CommStart>(&ins))
           for (const Transfer& t : cs->ops) row.bytes += t.send ? static_cast<double>(t.bytes) : 0.0;
   SimOptions sopts;
-  sopts.calibration = calibration_from_cluster(cluster);
+  sopts.calibration = calibration;
   sopts.trace = !args.trace.empty() && comm.rank() == 0;
   const SimResult sim = simulate(plan, cluster, sopts);
   if (sopts.trace) write_text(args.trace + "." + method + ".sim.json", sim.trace_json);
@@ -281,6 +304,8 @@ int run_bench(const BenchArgs& args) {
   if (cluster.num_devices() != world)
     raise(ErrorKind::InvalidInput, fmt::format("dcp bench: cluster has {} devices, {} ranks run", cluster.num_devices(), world));
   args.blocks.validate(batch.shape);
+  const Calibration calibration =
+      args.calibration.empty() ? calibration_from_cluster(cluster) : load_calibration(args.calibration);
   std::vector<std::string> methods = args.methods;
   if (methods.empty()) {
     methods.push_back("dcp");
@@ -289,7 +314,7 @@ int run_bench(const BenchArgs& args) {
   std::vector<Row> rows;
   for (const std::string& m : methods) {
     try {
-      rows.push_back(bench_one(args, m, batch, cluster, *comm, *backend));
+      rows.push_back(bench_one(args, m, batch, cluster, calibration, *comm, *backend));
       const Row& r = rows.back();
       if (rank == 0)
         std::fprintf(stderr, "%s: fwd %.2f ms, bwd %.2f ms, %.1f / %.1f TFLOP/s per GPU\n", m.c_str(), r.fwd_ms,
@@ -315,7 +340,8 @@ int run_bench(const BenchArgs& args) {
     std::cout << fmt::format("{:<10} {:>9.2f} {:>9.2f} {:>9.1f} {:>9.1f} {:>10.2f} {:>10.2f} {:>9.1f} {:>8.2f}x {:>9}\n",
                              r.method, r.fwd_ms, r.bwd_ms, r.fwd_tflops, r.bwd_tflops, r.sim_fwd_ms, r.sim_bwd_ms,
                              r.bytes / 1e6, speed, r.check_err < 0 ? "-" : fmt::format("{:.1e}", r.check_err));
-    j.push_back({{"method", r.method}, {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops_per_gpu", r.fwd_tflops},
+    if (!r.chosen.empty()) std::cout << fmt::format("  {}: planner chose {}\n", r.method, r.chosen);
+    j.push_back({{"method", r.method}, {"chosen", r.chosen}, {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops_per_gpu", r.fwd_tflops},
                  {"bwd_tflops_per_gpu", r.bwd_tflops}, {"sim_fwd_ms", r.sim_fwd_ms}, {"sim_bwd_ms", r.sim_bwd_ms},
                  {"bytes_sent", r.bytes}, {"speedup_vs_best_static", speed}, {"check_max_rel_err", r.check_err}});
   }
@@ -323,7 +349,7 @@ int run_bench(const BenchArgs& args) {
     nlohmann::json out = {{"tokens", batch.total_tokens()}, {"sequences", batch.sequences.size()},
                           {"profile", args.batch.profile}, {"mask", args.batch.mask}, {"world", world},
                           {"backend", backend->name()}, {"layers", args.layers}, {"block", args.blocks.block_size},
-                          {"rows", j}};
+                          {"search", args.search}, {"calibration", args.calibration}, {"rows", j}};
     std::ofstream(args.json) << out.dump(2) << "\n";
   }
   for (const Row& r : rows)
@@ -355,6 +381,13 @@ void register_bench(CLI::App& app, Runner& runner) {
   sub->add_option("--timeout", args->timeout_s, "Seconds every communication wait may take")->capture_default_str();
   sub->add_flag("--check", args->check, "Compare outputs with the CPU backend (small batches)");
   sub->add_option("--json", args->json, "Also write the results as JSON to this file");
+  sub->add_option("--calibration", args->calibration,
+                  "Kernel calibration JSON for the sim columns and --search (default: the cluster's rates)");
+  sub->add_flag("--search", args->search,
+                "Plan dcp with the planner's search over --search-blocks x --search-eps by simulated time "
+                "(baselines keep --block)");
+  sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
+  sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
   sub->callback([args, &runner] { runner = [args] { return run_bench(*args); }; });
 }
 

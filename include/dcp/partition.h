@@ -37,6 +37,7 @@
 // in the report (PlacementReport::violations); callers must look at them.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <iosfwd>
 #include <string>
@@ -72,9 +73,22 @@ struct PlacementHypergraph {
   int32_t block_vertex(int32_t token_block) const { return num_tiles + token_block; }
 };
 
+// Compute weight of a tile: fwd FLOPs x fwd[kind] + bwd FLOPs x bwd[kind], kind indexing
+// TileKind (Full, CausalDiagonal, Partial). All ones (the default) weigh mask-area FLOPs; the
+// planner sets full-forward-rate equivalents from its calibration (planner.h), so that the
+// balance bounds hold on predicted kernel time: measured on 2 x H200, FLOP-balanced ranks
+// differed by 13% in forward Attend time because one held more diagonal tiles.
+struct TileCost {
+  std::array<double, 3> fwd{1.0, 1.0, 1.0};
+  std::array<double, 3> bwd{1.0, 1.0, 1.0};
+  double weight(const BlockTable& table, const Tile& t) const;
+  bool is_flops() const;  // all ones
+};
+
 // Pre: table.validate() passes. Post: every tile is a pin of exactly two nets (its Q-side and
-// KV-side group) and every token block of nets_per_block nets.
-PlacementHypergraph build_placement_hypergraph(const BlockTable& table);
+// KV-side group) and every token block of nets_per_block nets; compute_flops[tile] is
+// cost.weight() (FLOPs by default).
+PlacementHypergraph build_placement_hypergraph(const BlockTable& table, const TileCost& cost = {});
 
 // Vertex -> device from a placement (tiles, then token blocks) and back.
 std::vector<int32_t> placement_to_parts(const PlacementHypergraph& h, const Placement& p);
@@ -122,8 +136,9 @@ struct PlacementOptions {
   // about one more device level; 3 was measured ~10 % fewer bytes than 2 on long causal
   // sequences but over the 200 ms planning target on the micro setting.
   int initial_starts = 2;
+  TileCost tile_cost;  // what compute balance weighs (default: FLOPs)
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, compute factor < 0, passes
-  // < 0, starts outside [1, 3]).
+  // < 0, starts outside [1, 3], a tile cost that is not positive and finite).
   void validate() const;
 };
 
@@ -132,7 +147,7 @@ struct PlacementReport {
   int64_t intra_bytes = 0;   // by the hypergraph model (equals compute_metrics)
   int64_t inter_bytes = 0;
   double objective = 0;      // intra + inter_weight x inter
-  double compute_imbalance = 0;  // max / mean over devices (fwd + bwd FLOPs)
+  double compute_imbalance = 0;  // max / mean over devices (fwd + bwd FLOPs, or tile_cost's weight)
   double memory_imbalance = 0;   // max / mean over devices (owned bytes)
   // max / mean over devices of everything a device holds: owned data, received copies and
   // fp32 partials (full_memory_bytes; equals compute_metrics' memory_imbalance).

@@ -24,6 +24,9 @@ struct PlannerOptions {
   PlacementOptions placement;              // eps_compute is overridden by the candidates
   PlanOptions plan;
   Calibration calibration;
+  // Balance predicted kernel time instead of FLOPs: when placement.tile_cost is the default,
+  // the candidates' placements weigh tiles by tile_cost_from(calibration).
+  bool balance_time = true;
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
 };
@@ -45,6 +48,10 @@ struct PlannedBatch {
   std::vector<PlanCandidate> candidates;  // in the order tried
   double search_s = 0;                    // whole search, simulations included
 };
+
+// Tile weights in full-forward-rate equivalents: a tile's weight over the calibration's forward
+// rate is its predicted Attend time (fwd + bwd) under the simulator's model (sim.h).
+TileCost tile_cost_from(const Calibration& calibration);
 
 // Pre: batch.validate() and cluster.validate() pass. Candidates whose placement violates a
 // balance bound are kept only if no candidate is balanced.

@@ -4,7 +4,10 @@
 //   * Each device runs its Program in order on one compute stream. Attend costs
 //     flops / rate + per-tile overhead + a launch overhead; Merge and Copy cost their bytes
 //     (read + write) / memory bandwidth + a launch overhead (rates from a Calibration).
-//   * CommStart posts its transfers at the device's current compute time; a transfer is ready
+//   * CommStart posts its transfers as the CUDA executor does: once the host has issued it (the
+//     host runs ahead of the compute stream and only blocks in CommWait, until the round is
+//     complete) and once the compute it depends on is done (dcp/comm_order.h: the last writer
+//     of what it sends, the last reader or writer of what it receives). A transfer is ready
 //     once both ends have posted it. It then crosses its resources, each a FIFO server at its
 //     own rate, all serving it at once (cut-through): inside a node the sender's egress and
 //     the receiver's ingress at intra_bw; across nodes the sender's and receiver's inter-node
@@ -34,13 +37,18 @@ struct Calibration {
   double tile_overhead_s = 1.0e-6;  // per tile inside one Attend (block scheduling, tails)
   double launch_overhead_s = 5e-6;  // per Attend / Merge / Copy instruction
   double memory_bw = 1.5e12;        // B/s for Merge / Copy (read + write counted)
+  // Fraction of the full-tile rate that causal-diagonal and partial tiles reach (masking,
+  // skipped sub-tiles and short rows cost time the mask-area FLOPs do not count), per pass.
+  double fwd_diagonal_efficiency = 1.0, fwd_partial_efficiency = 1.0;
+  double bwd_diagonal_efficiency = 1.0, bwd_partial_efficiency = 1.0;
   void validate(const std::string& where) const;  // throws InvalidInput naming the field
 };
 
 // Calibration from a cluster's kernel rates with default overheads.
 Calibration calibration_from_cluster(const Cluster& cluster);
 // JSON file {"name":..., "attn_fwd_tflops":..., "attn_bwd_tflops":..., "tile_overhead_us":...,
-// "launch_overhead_us":..., "memory_bw_GBps":...}; missing fields keep the defaults.
+// "launch_overhead_us":..., "memory_bw_GBps":..., and (fwd|bwd)_
+// (diagonal|partial)_efficiency in (0, 1]}; missing fields keep the defaults.
 Calibration parse_calibration(const std::string& json_text, const std::string& source);
 Calibration load_calibration(const std::string& path);
 

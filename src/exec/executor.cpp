@@ -10,7 +10,7 @@
 #include <string>
 #include <variant>
 
-#include "comm_order.h"
+#include "dcp/comm_order.h"
 #include "dcp/error.h"
 #include "exec/merge_batches.h"
 
@@ -130,7 +130,7 @@ struct Executor::Impl {
   std::map<uint64_t, MergeRun> merge_runs;
   std::map<int32_t, std::vector<CommOp>> round_ops;  // reused vectors: no steady-state growth
   // Per pass (fwd, bwd), analysed once: what each CommStart waits for (comm_order.h).
-  std::array<exec_detail::CommOrder, 2> comm_orders{exec_detail::comm_order(dev.fwd), exec_detail::comm_order(dev.bwd)};
+  std::array<CommOrder, 2> comm_orders{comm_order(dev.fwd), comm_order(dev.bwd)};
   ExecStats stats;
   // Per pass: what the timeline markers 2e, 2e + 1 of entry e measured.
   struct TimelineEntry {
@@ -426,8 +426,8 @@ struct Executor::Impl {
     layer = at_layer;
     pass = program.pass;
     const auto t0 = Clock::now();
-    const exec_detail::CommOrder& order = comm_orders[program.pass == Pass::Forward ? 0 : 1];
-    comm.note_point(exec_detail::kPassStartPoint);
+    const CommOrder& order = comm_orders[program.pass == Pass::Forward ? 0 : 1];
+    comm.note_point(kPassStartPoint);
     // Timeline markers: 2e at the start of timeline entry e, 2e + 1 at its end.
     auto& entries = timeline_entries[pass == Pass::Forward ? 0 : 1];
     entries.clear();

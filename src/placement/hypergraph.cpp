@@ -1,5 +1,6 @@
 // The placement hypergraph of a block table and the exact byte count of a partition of it.
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "dcp/error.h"
@@ -48,7 +49,18 @@ int64_t owned_bytes(const BlockTable& t, int64_t tokens) {
 
 }  // namespace
 
-PlacementHypergraph build_placement_hypergraph(const BlockTable& table) {
+double TileCost::weight(const BlockTable& table, const Tile& t) const {
+  const auto k = static_cast<size_t>(t.kind);
+  return table.tile_flops_fwd(t) * fwd[k] + table.tile_flops_bwd(t) * bwd[k];
+}
+
+bool TileCost::is_flops() const {
+  for (size_t k = 0; k < 3; ++k)
+    if (fwd[k] != 1.0 || bwd[k] != 1.0) return false;
+  return true;
+}
+
+PlacementHypergraph build_placement_hypergraph(const BlockTable& table, const TileCost& cost) {
   PlacementHypergraph h;
   const int32_t num_groups = table.groups.num_groups;
   const int32_t num_sets = table.groups.num_kv_sets();
@@ -92,7 +104,7 @@ PlacementHypergraph build_placement_hypergraph(const BlockTable& table) {
   }
   for (int32_t i = 0; i < h.num_tiles; ++i) {
     const Tile& t = table.tiles[i];
-    h.compute_flops[i] = table.tile_flops_fwd(t) + table.tile_flops_bwd(t);
+    h.compute_flops[i] = cost.weight(table, t);
     h.pins[fill[q_net(t)]++] = i;
     h.pins[fill[kv_net(t)]++] = i;
   }
@@ -210,6 +222,11 @@ void PlacementOptions::validate() const {
     bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
   if (initial_starts < 1 || initial_starts > 3)
     bad("initial_starts must be in [1, 3] (got " + std::to_string(initial_starts) + ")");
+  for (size_t k = 0; k < 3; ++k)
+    for (double c : {tile_cost.fwd[k], tile_cost.bwd[k]})
+      if (!(c > 0) || !std::isfinite(c))
+        bad("tile_cost entries must be positive and finite (got " + std::to_string(c) + " for tile kind " +
+            std::to_string(k) + ")");
 }
 
 }  // namespace dcp

@@ -11,6 +11,7 @@
 // intra-node Q traffic, since head groups share no KV set. The candidates are costed on the
 // sequence's own nets (nets never cross sequences), so trying several is cheap and exact.
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 #include "placement/kway.h"
@@ -191,6 +192,58 @@ void fill_shared_bands(const SubHypergraph& s, const std::vector<int32_t>& tiles
   for (; i < tiles.size(); ++i) put(s, tiles[i], parts.back(), l, part);
 }
 
+// Shared prefix spread ("question rows fill the gaps"): the rows after the prefix are cut into
+// row bands that take a compute share of each part (answer bands), then every prefix row (home
+// and tiles together) goes to the part with the most room left, heaviest row first. Why: on a
+// shared-question sequence every part computing answer rows reads the whole question's KV
+// anyway, so a question row costs nothing extra wherever it lands, while question rows are light
+// in compute and full in memory: plain row bands put them all on the first parts, whose memory
+// then fills long before their compute (dryrun: 8 blocks per node), and the answer rows pushed
+// on pay their Q side remote. Spreading the prefix gives every part the mix of light and heavy
+// rows that meets both caps with homes next to their tiles.
+void fill_prefix_spread(const SubHypergraph& s, const std::vector<int32_t>& verts,
+                        const std::vector<size_t>& row_starts, const std::vector<double>& cut_cost,
+                        size_t prefix_rows, const std::vector<int>& parts, const PartCaps& caps,
+                        Loads& l, std::vector<int32_t>& part, std::vector<int32_t>& rest,
+                        std::vector<size_t>& rest_starts, std::vector<double>& rest_cut) {
+  const size_t num_rows = row_starts.size() - 1;
+  const size_t split = row_starts[prefix_rows];
+  double pre_c = 0, rest_c = 0, room = 0;
+  for (size_t i = 0; i < verts.size(); ++i) (i < split ? pre_c : rest_c) += s.compute[verts[i]];
+  for (int p : parts) room += std::max(0.0, caps.compute[p] - l.c[p]);
+  // The bands get their compute share plus half the slack; the prefix fills the rest.
+  const double share =
+      room > 0 ? std::min(1.0, (rest_c + 0.5 * std::max(0.0, room - rest_c - pre_c)) / room) : 1.0;
+  PartCaps band = caps;
+  for (int p : parts) band.compute[p] = l.c[p] + std::max(0.0, caps.compute[p] - l.c[p]) * share;
+  rest.assign(verts.begin() + static_cast<std::ptrdiff_t>(split), verts.end());
+  rest_starts.clear();
+  rest_cut.clear();
+  for (size_t r = prefix_rows; r <= num_rows; ++r) rest_starts.push_back(row_starts[r] - split);
+  for (size_t r = prefix_rows; r < num_rows; ++r) rest_cut.push_back(cut_cost[r]);
+  fill_bands(s, rest, rest_starts, rest_cut, parts, band, l, part);
+  for (size_t r = prefix_rows; r-- > 0;) {
+    double c = 0, m = 0;
+    for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) {
+      c += s.compute[verts[i]];
+      m += s.memory[verts[i]];
+    }
+    int best = -1;
+    bool best_fits = false;
+    double best_room = 0;
+    for (int p : parts) {
+      const bool ok = (c <= 0 || l.c[p] + c <= caps.compute[p]) && (m <= 0 || l.m[p] + m <= caps.memory[p]);
+      const double f = room_fraction(p, c, m, l, caps);
+      if (best < 0 || (ok && !best_fits) || (ok == best_fits && f > best_room)) {
+        best = p;
+        best_fits = ok;
+        best_room = f;
+      }
+    }
+    for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) put(s, verts[i], best, l, part);
+  }
+}
+
 // Homes after their tiles: each token block goes where most of its nets' bytes already are,
 // among the parts with memory room (the most room on ties), else to the part with most room.
 void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
@@ -280,10 +333,13 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
   sc.net_stamp.assign(static_cast<size_t>(s.num_nets()), -1);
   sc.part_stamp.assign(static_cast<size_t>(k), 0);
   std::vector<double> score(static_cast<size_t>(k), 0.0);
-  std::vector<int32_t> nets, tiles_row, tiles_group, tiles_zigzag, tiles_plain, homes, run_scratch;
+  std::vector<int32_t> nets, tiles_row, tiles_group, tiles_zigzag, tiles_plain, homes, run_scratch,
+      prefix_rest;
   std::vector<int> band_sizes;
   std::vector<size_t> row_starts;
-  std::vector<double> cut_cost;
+  std::vector<double> cut_cost, rest_cut;
+  std::vector<size_t> rest_starts;
+  size_t prefix_rows = 0;
   // Token block id -> row index inside the sequence being cut (rows are token blocks).
   std::vector<int32_t> row_index(
       static_cast<size_t>(n == 0 ? 0 : *std::max_element(s.row.begin(), s.row.end()) + 1), -1);
@@ -411,6 +467,9 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
         fill(s, tiles_zigzag, parts, lim, trial, part);
       } else if (variant == 3) {
         fill_bands(s, tiles_row, row_starts, cut_cost, parts, lim, trial, part);
+      } else if (variant == 5) {
+        fill_prefix_spread(s, tiles_row, row_starts, cut_cost, prefix_rows, parts, lim, trial, part,
+                           prefix_rest, rest_starts, rest_cut);
       } else {
         fill_shared_bands(s, tiles_plain, band_sizes, parts, lim, trial, part, run_scratch);
         place_homes(s, homes, parts, lim, trial, part, score);
@@ -471,6 +530,29 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       for (size_t r = 0; r < num_rows; ++r) cut_cost[r] = (run += diff[r]);
       consider(3, ascending);
       consider(3, chosen);
+      // A shared prefix: the key blocks that rows read before a gap in their key blocks (a
+      // shared question; a sink block of lambda / causal-blockwise, too short to try).
+      int32_t prefix_end = std::numeric_limits<int32_t>::max();
+      for (size_t r = 0; r < num_rows; ++r) {
+        int32_t g = -1, prev = -1;
+        for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) {
+          const int32_t v = tiles_row[i];
+          if (s.group[v] < 0) continue;
+          if (g < 0) g = s.group[v];
+          if (s.group[v] != g) break;
+          if (prev >= 0 && s.col[v] != prev + 1) {
+            prefix_end = std::min(prefix_end, prev + 1);
+            break;
+          }
+          prev = s.col[v];
+        }
+      }
+      prefix_rows = 0;
+      while (prefix_rows < num_rows && s.row[tiles_row[row_starts[prefix_rows]]] < prefix_end) ++prefix_rows;
+      if (prefix_rows >= 2 && prefix_rows < num_rows) {
+        consider(5, ascending);
+        consider(5, chosen);
+      }
     }
     // Bands shared by 2 or 3 parts at the bottom (light single bands on top), every mix of
     // pairs and triples: they pay off from about 5 parts (fewer: plain row bands win).

@@ -247,7 +247,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   rep.partitioner = to_string(opts.partitioner);
   const auto backend = placement::make_partitioner(opts.partitioner, opts.initial_starts);
 
-  const PlacementHypergraph h = build_placement_hypergraph(table);
+  const PlacementHypergraph h = build_placement_hypergraph(table, opts.tile_cost);
   rep.build_s = seconds_since(t_start);
   const int32_t nv = h.num_vertices();
   const int num_nodes = cluster.nodes, dpn = cluster.devices_per_node;

@@ -22,6 +22,17 @@ void PlannerOptions::validate() const {
   calibration.validate("planner calibration");
 }
 
+TileCost tile_cost_from(const Calibration& c) {
+  TileCost cost;
+  const double fwd_eff[3] = {1.0, c.fwd_diagonal_efficiency, c.fwd_partial_efficiency};
+  const double bwd_eff[3] = {1.0, c.bwd_diagonal_efficiency, c.bwd_partial_efficiency};
+  for (size_t k = 0; k < 3; ++k) {
+    cost.fwd[k] = 1.0 / fwd_eff[k];
+    cost.bwd[k] = c.attn_fwd_flops / (c.attn_bwd_flops * bwd_eff[k]);
+  }
+  return cost;
+}
+
 PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const PlannerOptions& opts) {
   opts.validate();
   const auto t_search = Clock::now();
@@ -40,6 +51,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       const auto t0 = Clock::now();
       PlacementOptions po = opts.placement;
       po.eps_compute = eps;
+      if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(opts.calibration);
       DcpPlacement placed = place_dcp(table, cluster, po);
       Plan plan = build_plan(table, placed.placement, cluster, opts.plan);
       PlanCandidate c;

@@ -12,6 +12,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "dcp/comm_order.h"
 #include "dcp/error.h"
 
 namespace dcp {
@@ -28,7 +29,10 @@ struct Xfer {
 
 struct DevState {
   size_t pc = 0;
-  double now = 0;
+  double now = 0;   // compute stream
+  double host = 0;  // the issuing host: ahead of the stream, blocked only by CommWait
+  CommOrder order;  // what each CommStart waits for
+  std::vector<double> end_of;  // per instruction: when its compute ended
   std::vector<std::vector<int32_t>> group_xfers;  // per instruction index (CommStart): transfer ids
   struct GroupState {
     size_t remaining = 0;  // transfers not yet scheduled
@@ -50,7 +54,7 @@ class PassSim {
  private:
   const Program& prog(int d) const { return pass_ == Pass::Forward ? plan_.devices[d].fwd : plan_.devices[d].bwd; }
   bool step(int d);
-  void post(int d, size_t pc);
+  void post(int d, size_t pc, double at);
   void schedule(int32_t x);
   void event(int pid, int tid, const std::string& name, double t0, double t1) {
     if (trace_ == nullptr || t1 <= t0) return;
@@ -98,7 +102,10 @@ void PassSim::run() {
   std::map<std::pair<int, int>, std::vector<const Transfer*>> send_ops;
   for (int d = 0; d < P; ++d) {
     dev_[d].now = t0_;
+    dev_[d].host = t0_;
     const Program& p = prog(d);
+    dev_[d].order = comm_order(p);
+    dev_[d].end_of.assign(p.code.size(), t0_);
     dev_[d].group_xfers.assign(p.code.size(), {});
     for (size_t pc = 0; pc < p.code.size(); ++pc)
       if (const auto* cs = std::get_if<CommStart>(&p.code[pc])) {
@@ -175,10 +182,10 @@ void PassSim::run() {
   }
 }
 
-void PassSim::post(int d, size_t pc) {
+void PassSim::post(int d, size_t pc, double at) {
   for (int32_t id : dev_[d].group_xfers[pc]) {
     Xfer& x = x_[id];
-    (x.src == d ? x.post_src : x.post_dst) = dev_[d].now;
+    (x.src == d ? x.post_src : x.post_dst) = at;
     if (x.post_src >= 0 && x.post_dst >= 0) {
       x.ready = std::max(x.post_src, x.post_dst);
       ready_.emplace(x.ready, id);
@@ -230,7 +237,8 @@ bool PassSim::step(int d) {
   while (s.pc < p.code.size()) {
     const Instruction& ins = p.code[s.pc];
     if (std::holds_alternative<CommStart>(ins)) {
-      post(d, s.pc);
+      const int32_t after = s.order.after[s.pc];
+      post(d, s.pc, std::max(s.host, after == kPassStartPoint ? t0_ : s.end_of[static_cast<size_t>(after)]));
     } else if (const auto* w = std::get_if<CommWait>(&ins)) {
       const auto& g = s.group[s.group_of_round.at(w->id)];
       if (g.remaining > 0) return advanced;  // blocked
@@ -243,6 +251,7 @@ bool PassSim::step(int d) {
       if (stall > longest_stall_[d].s) longest_stall_[d] = Stall{stall, w->id, last};
       event(d, 0, fmt::format("wait round {}", w->id), s.now, done);
       s.now = done;
+      s.host = std::max(s.host, g.done);
     } else {
       const double t = instruction_time_s(plan_, ins, pass_, cal_);
       std::string name = "merge";
@@ -250,6 +259,7 @@ bool PassSim::step(int d) {
       else if (std::holds_alternative<Copy>(ins)) name = "copy";
       event(d, 0, name, s.now, s.now + t);
       s.now += t;
+      s.end_of[s.pc] = s.now;
       res_.devices[d].compute_s[pi] += t;
     }
     ++s.pc;
@@ -270,6 +280,14 @@ void Calibration::validate(const std::string& where) const {
   positive(memory_bw, "memory_bw_GBps");
   if (tile_overhead_s < 0 || launch_overhead_s < 0)
     raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
+  auto fraction = [&](double v, const char* field) {
+    if (!(v > 0 && v <= 1))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be in (0, 1] (got " + std::to_string(v) + ")");
+  };
+  fraction(fwd_diagonal_efficiency, "fwd_diagonal_efficiency");
+  fraction(fwd_partial_efficiency, "fwd_partial_efficiency");
+  fraction(bwd_diagonal_efficiency, "bwd_diagonal_efficiency");
+  fraction(bwd_partial_efficiency, "bwd_partial_efficiency");
 }
 
 Calibration calibration_from_cluster(const Cluster& cluster) {
@@ -283,10 +301,16 @@ Calibration calibration_from_cluster(const Cluster& cluster) {
 double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& cal) {
   const BlockTable& t = plan.table;
   if (const auto* a = std::get_if<Attend>(&ins)) {
-    double flops = 0;
-    for (const TileOp& op : a->tiles)
-      flops += pass == Pass::Forward ? t.tile_flops_fwd(t.tiles[op.tile]) : t.tile_flops_bwd(t.tiles[op.tile]);
-    return flops / (pass == Pass::Forward ? cal.attn_fwd_flops : cal.attn_bwd_flops) +
+    const bool fwd = pass == Pass::Forward;
+    const double diagonal = fwd ? cal.fwd_diagonal_efficiency : cal.bwd_diagonal_efficiency;
+    const double partial = fwd ? cal.fwd_partial_efficiency : cal.bwd_partial_efficiency;
+    double flops = 0;  // full-tile-rate equivalent
+    for (const TileOp& op : a->tiles) {
+      const Tile& tile = t.tiles[op.tile];
+      const double f = fwd ? t.tile_flops_fwd(tile) : t.tile_flops_bwd(tile);
+      flops += tile.kind == TileKind::Full ? f : f / (tile.kind == TileKind::CausalDiagonal ? diagonal : partial);
+    }
+    return flops / (fwd ? cal.attn_fwd_flops : cal.attn_bwd_flops) +
            cal.tile_overhead_s * static_cast<double>(a->tiles.size()) + cal.launch_overhead_s;
   }
   if (const auto* m = std::get_if<Merge>(&ins)) {
@@ -320,7 +344,9 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   };
   for (auto& [key, value] : j.items()) {
     static const char* known[] = {"name", "attn_fwd_tflops", "attn_bwd_tflops", "tile_overhead_us",
-                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes"};
+                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes",
+                                  "fwd_diagonal_efficiency", "fwd_partial_efficiency",
+                                  "bwd_diagonal_efficiency", "bwd_partial_efficiency"};
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
       raise(ErrorKind::InvalidInput, source + ": unknown field '" + key + "'");
     (void)value;
@@ -331,6 +357,10 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   num("tile_overhead_us", 1e-6, c.tile_overhead_s);
   num("launch_overhead_us", 1e-6, c.launch_overhead_s);
   num("memory_bw_GBps", 1e9, c.memory_bw);
+  num("fwd_diagonal_efficiency", 1.0, c.fwd_diagonal_efficiency);
+  num("fwd_partial_efficiency", 1.0, c.fwd_partial_efficiency);
+  num("bwd_diagonal_efficiency", 1.0, c.bwd_diagonal_efficiency);
+  num("bwd_partial_efficiency", 1.0, c.bwd_partial_efficiency);
   c.validate(source);
   return c;
 }

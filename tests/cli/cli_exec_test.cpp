@@ -242,3 +242,27 @@ TEST(CliBench, TraceWritesMeasuredAndSimulatedTimelines) {
 }
 
 }  // namespace
+
+namespace {
+
+// dcp bench --search: dcp runs the planner's choice (one of the candidates), reported in the
+// table and the JSON; a calibration file that does not exist is a clear error.
+TEST(CliBench, SearchReportsThePlannersChoice) {
+  const std::string json = ::testing::TempDir() + "dcp_bench_search.json";
+  const std::string common = "bench --backend cpu --profile ldc --tokens 2048 --q-heads 4 --kv-heads 2 --head-dim 64 "
+                             "--block 256 --layers 1 --iters 1 --warmup 0 --method dcp --search --search-blocks 256 "
+                             "--search-blocks 512 --search-eps 0.05 --search-eps 0.1";
+  const auto r = dcp::test::run_cli(common + " --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("planner chose B "), std::string::npos) << r.out;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_TRUE(j["search"].get<bool>());
+  const std::string chosen = j["rows"][0]["chosen"].get<std::string>();
+  EXPECT_TRUE(chosen.rfind("B 256 ", 0) == 0 || chosen.rfind("B 512 ", 0) == 0) << chosen;
+  const auto bad = dcp::test::run_cli(common + " --calibration /nonexistent/cal.json");
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("cal.json"), std::string::npos) << bad.out;
+}
+
+}  // namespace

@@ -135,7 +135,10 @@ Lists build(const ForwardCase& c, Rng& rng) {
 
 std::vector<AttnKernelRoute> forward_routes() {
   std::vector<AttnKernelRoute> routes{AttnKernelRoute::Mma};
-  if (wgmma_available()) routes.push_back(AttnKernelRoute::Wgmma);
+  if (wgmma_available()) {
+    routes.push_back(AttnKernelRoute::WgmmaBasic);
+    routes.push_back(AttnKernelRoute::WgmmaPipelined);
+  }
   return routes;
 }
 

@@ -103,7 +103,13 @@ inline std::string mismatch_text(std::ptrdiff_t tile, int row, int head, int col
 }
 
 inline const char* route_name(AttnKernelRoute r) {
-  return r == AttnKernelRoute::Mma ? "mma" : r == AttnKernelRoute::Wgmma ? "wgmma" : "auto";
+  switch (r) {
+    case AttnKernelRoute::Mma: return "mma";
+    case AttnKernelRoute::Wgmma: return "wgmma";
+    case AttnKernelRoute::WgmmaBasic: return "wgmma-basic";
+    case AttnKernelRoute::WgmmaPipelined: return "wgmma-pipelined";
+    default: return "auto";
+  }
 }
 
 // Whether the wgmma forward can run here (an sm_90 device).

@@ -47,6 +47,47 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   }
 }
 
+// With balance_time the placement weighs each tile by its predicted kernel time: the busiest
+// device's predicted Attend time (the weights) stays within the compute tolerance even when
+// diagonal and partial tiles run far below the full-tile rate.
+TEST(Planner, BalancesPredictedKernelTimeNotFlops) {
+  Calibration cal;
+  cal.attn_fwd_flops = 400e12;
+  cal.attn_bwd_flops = 200e12;
+  cal.fwd_diagonal_efficiency = 0.5;
+  cal.fwd_partial_efficiency = 0.25;
+  cal.bwd_diagonal_efficiency = 0.8;
+  cal.bwd_partial_efficiency = 0.4;
+  const TileCost cost = tile_cost_from(cal);
+  EXPECT_DOUBLE_EQ(cost.fwd[0], 1.0);
+  EXPECT_DOUBLE_EQ(cost.fwd[1], 2.0);
+  EXPECT_DOUBLE_EQ(cost.fwd[2], 4.0);
+  EXPECT_DOUBLE_EQ(cost.bwd[0], 2.0);   // half the forward rate
+  EXPECT_DOUBLE_EQ(cost.bwd[2], 5.0);   // 2 / 0.4
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  PlannerOptions opts;
+  opts.block_sizes = {256};
+  opts.eps_compute = {0.1};
+  opts.calibration = cal;
+  for (const char* mask : {"causal", "lambda"}) {
+    SCOPED_TRACE(mask);
+    const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
+    if (!p.placement.report.balanced()) continue;  // reported, not silently returned
+    std::vector<double> busy(static_cast<size_t>(cluster.num_devices()), 0.0);
+    double total = 0;
+    for (size_t i = 0; i < p.table.tiles.size(); ++i) {
+      const double w = cost.weight(p.table, p.table.tiles[i]);
+      busy[static_cast<size_t>(p.placement.placement.tile_device[i])] += w;
+      total += w;
+    }
+    const double mean = total / static_cast<double>(busy.size());
+    for (double b : busy) EXPECT_LE(b, (1.0 + 0.1) * mean * (1 + 1e-9));
+  }
+  PlannerOptions bad = opts;
+  bad.placement.tile_cost.fwd[1] = 0;
+  EXPECT_THROW(plan_batch(small_batch("causal"), cluster, bad), Error);
+}
+
 TEST(Planner, Deterministic) {
   const Cluster cluster = cluster_preset("h200-nvl", 1);
   PlannerOptions opts;

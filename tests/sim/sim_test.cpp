@@ -82,8 +82,36 @@ TEST(Sim, CalibrationFiles) {
   EXPECT_THROW(parse_calibration(R"({"attn_fwd_tflop":390})", "x.json"), Error);
   EXPECT_THROW(parse_calibration(R"({"attn_fwd_tflops":-1})", "x.json"), Error);
   EXPECT_THROW(parse_calibration("{", "x.json"), Error);
+  EXPECT_THROW(parse_calibration(R"({"fwd_partial_efficiency":0})", "x.json"), Error);
+  EXPECT_THROW(parse_calibration(R"({"bwd_diagonal_efficiency":1.5})", "x.json"), Error);
   EXPECT_THROW(simulate(plan_for(placed(BaselineKind::Ring, skewed_batch("causal"), 4), 4), cluster_for(8), SimOptions{}),
                Error);
+}
+
+// A tile kind at efficiency e costs 1/e of its mask-area FLOPs at the full-tile rate: on one
+// device, halving the partial efficiency adds exactly the partial tiles' time once more.
+TEST(Sim, TileKindEfficienciesScaleOnlyTheirTiles) {
+  Plan p = plan_for(placed(BaselineKind::Ring, skewed_batch("lambda"), 1), 1);
+  Calibration full;
+  full.tile_overhead_s = 0;
+  full.launch_overhead_s = 0;
+  Calibration half = full;
+  half.fwd_partial_efficiency = 0.5;
+  double partial_flops = 0;
+  for (const Tile& t : p.table.tiles)
+    if (t.kind == TileKind::Partial) partial_flops += p.table.tile_flops_fwd(t);
+  ASSERT_GT(partial_flops, 0);
+  SimOptions a, b;
+  a.calibration = full;
+  b.calibration = half;
+  const double t_full = simulate(p, cluster_for(1), a).fwd_s;
+  const double t_half = simulate(p, cluster_for(1), b).fwd_s;
+  EXPECT_NEAR(t_half - t_full, partial_flops / full.attn_fwd_flops, 1e-9 + 1e-9 * t_full);
+  Calibration diag = full;
+  diag.bwd_diagonal_efficiency = 0.25;  // the other pass: the forward must not change
+  SimOptions c;
+  c.calibration = diag;
+  EXPECT_DOUBLE_EQ(simulate(p, cluster_for(1), c).fwd_s, t_full);
 }
 
 TEST(Svg, DrawsEveryTileOfTheShownGroupAndEveryDevice) {

@@ -347,9 +347,10 @@ AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
   if (route == AttnKernelRoute::Auto) route = detail::environment_route();
   const bool head_dim_ok = params.shape.head_dim == 64 || params.shape.head_dim == 128;
   if (route == AttnKernelRoute::Auto) return detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
-  if (route == AttnKernelRoute::Wgmma && !detail::device_is_sm90())
+  if (route == AttnKernelRoute::Mma) return route;
+  if (!detail::device_is_sm90())
     raise(ErrorKind::Unsupported, "attention_backward: the wgmma route needs an sm_90 (Hopper) device");
-  return route;
+  return AttnKernelRoute::Wgmma;  // WgmmaBasic / WgmmaPipelined: the one wgmma backward
 }
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {

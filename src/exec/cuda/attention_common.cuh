@@ -228,9 +228,11 @@ void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
   if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
 }
 
-// Forward launchers by route (attention_forward() picks one).
+// Forward launchers by route (attention_forward() picks one): mma.sync, and the two sm_90a
+// wgmma kernels (basic: attention_forward_sm90.cu; pipelined: attention_forward_sm90_pipe.cu).
 void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream);
-void attention_forward_wgmma(const AttnForwardParams& params, cudaStream_t stream);
+void attention_forward_wgmma_basic(const AttnForwardParams& params, cudaStream_t stream);
+void attention_forward_wgmma_pipelined(const AttnForwardParams& params, cudaStream_t stream);
 // Backward launchers by route (attention_backward() picks one).
 void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream);

@@ -13,8 +13,9 @@
 //            O = 0, LSE = -inf.
 // Per 128x64 sub-tile: 4 * 128 * 64 * D FLOPs of MMA; bytes from L2/HBM: 2 * 64 * D * 2 (K and V),
 // i.e. 64 FLOP per byte of L2 traffic at D = 128; shared memory: each warp reads K and V once.
-// The Hopper version (attention_forward_sm90.cu) keeps this interface: same args, work list and
-// finish; attention_forward() at the end of this file picks the route.
+// The Hopper versions (attention_forward_sm90.cu, attention_forward_sm90_pipe.cu) keep this
+// interface: same args, work list and finish; attention_forward() at the end of this file picks
+// the route.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -346,6 +347,18 @@ AttnKernelRoute environment_route() {
   return route;
 }
 
+// DCP_ATTN_FORWARD_VARIANT, read once: the wgmma kernel behind route Wgmma (default pipelined).
+AttnKernelRoute environment_wgmma_variant() {
+  static const AttnKernelRoute route = [] {
+    const char* env = std::getenv("DCP_ATTN_FORWARD_VARIANT");
+    const std::string value = env != nullptr ? env : "";
+    if (value.empty() || value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
+    if (value == "basic") return AttnKernelRoute::WgmmaBasic;
+    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD_VARIANT: expected basic or pipelined, got '" + value + "'");
+  }();
+  return route;
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -353,18 +366,19 @@ AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
   AttnKernelRoute route = params.route;
   if (route == AttnKernelRoute::Auto) route = detail::environment_route();
   const bool head_dim_ok = params.shape.head_dim == 64 || params.shape.head_dim == 128;
-  if (route == AttnKernelRoute::Auto) return detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
-  if (route == AttnKernelRoute::Wgmma && !detail::device_is_sm90())
-    raise(ErrorKind::Unsupported, "attention_forward: the wgmma route needs an sm_90 (Hopper) device");
-  return route;
+  if (route == AttnKernelRoute::Auto) route = detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
+  if (route == AttnKernelRoute::Mma) return route;
+  if (!detail::device_is_sm90())
+    raise(ErrorKind::Unsupported, "attention_forward: the wgmma routes need an sm_90 (Hopper) device");
+  return route == AttnKernelRoute::Wgmma ? detail::environment_wgmma_variant() : route;
 }
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
-  if (attention_forward_route(params) == AttnKernelRoute::Wgmma) {
-    detail::attention_forward_wgmma(params, stream);
-  } else {
-    detail::attention_forward_mma(params, stream);
+  switch (attention_forward_route(params)) {
+    case AttnKernelRoute::WgmmaBasic: detail::attention_forward_wgmma_basic(params, stream); break;
+    case AttnKernelRoute::WgmmaPipelined: detail::attention_forward_wgmma_pipelined(params, stream); break;
+    default: detail::attention_forward_mma(params, stream); break;
   }
 }
 

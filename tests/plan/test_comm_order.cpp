@@ -1,4 +1,4 @@
-// What each CommStart waits for on the compute stream (src/exec/comm_order.h): hand-made
+// What each CommStart waits for on the compute stream (dcp/comm_order.h): hand-made
 // programs with known answers, and every program of real plans against a brute-force pairwise
 // check (any compute instruction before a CommStart that conflicts with one of its transfers
 // must be at or before the point the CommStart follows, and that point must be noted).
@@ -14,13 +14,11 @@
 #include "dcp/batch.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
-#include "exec/comm_order.h"
+#include "dcp/comm_order.h"
 
 namespace dcp::test {
 namespace {
 
-using exec_detail::comm_order;
-using exec_detail::kPassStartPoint;
 
 BufRef slot(DataKind k, int32_t i) { return BufRef{Space::Slot, k, i}; }
 BufRef local(DataKind k, int32_t i) { return BufRef{Space::Local, k, i}; }

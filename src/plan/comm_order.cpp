@@ -1,5 +1,5 @@
 // Per-buffer last-writer / last-toucher analysis for CommStart ordering (see comm_order.h).
-#include "comm_order.h"
+#include "dcp/comm_order.h"
 
 #include <algorithm>
 #include <map>
@@ -7,7 +7,7 @@
 #include <type_traits>
 #include <variant>
 
-namespace dcp::exec_detail {
+namespace dcp {
 namespace {
 
 using Key = std::tuple<uint8_t, uint8_t, int32_t>;  // (space, kind, index)
@@ -75,4 +75,4 @@ CommOrder comm_order(const Program& program) {
   return order;
 }
 
-}  // namespace dcp::exec_detail
+}  // namespace dcp

@@ -1,4 +1,6 @@
-// src/exec/comm_order.h — what each CommStart must wait for on the compute stream.
+// dcp/comm_order.h — what each CommStart must wait for on the compute stream (executor and
+// simulator share it: the simulator posts a round when its dependencies are done, as the CUDA
+// executor does).
 //
 // A device comm runs its rounds on a stream of its own. Ordering a round after everything the
 // compute stream has queued is always correct but can serialise what the schedule overlaps: a
@@ -18,7 +20,7 @@
 
 #include "dcp/plan.h"
 
-namespace dcp::exec_detail {
+namespace dcp {
 
 inline constexpr int32_t kPassStartPoint = -1;
 
@@ -32,4 +34,4 @@ struct CommOrder {
 
 CommOrder comm_order(const Program& program);
 
-}  // namespace dcp::exec_detail
+}  // namespace dcp
