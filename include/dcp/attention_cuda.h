@@ -37,6 +37,8 @@
 //   and pipelined (the softmax of sub-tile j overlaps the P V product of sub-tile j - 1).
 //   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
+//   backward on Hopper (route Wgmma): the same work items, 2 warpgroups x 64 keys, wgmma m64n64k16
+//   for S^T, dP^T and dQ (dS^T through shared memory), m64nDk16 for dV, dK (A in registers).
 //   Sub-tiles with no allowed (row, key) pair are skipped without loading or computing them.
 // FLOPs (mask-area convention): forward 4 * area * head_dim * num_q_heads, backward 2.5x that,
 //   area = number of allowed (i, j) pairs. Bytes (minimum): forward reads Q, K, V once
@@ -163,6 +165,16 @@ struct AttnBackwardParams {
   float* dq = nullptr;                   // accumulated (atomicAdd)
   float* dk = nullptr;                   // accumulated (atomicAdd)
   float* dv = nullptr;                   // accumulated (atomicAdd)
+  // Which backward kernel runs; as AttnForwardParams::route, with the environment variable
+  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto. There is one wgmma backward kernel: WgmmaBasic
+  // and WgmmaPipelined mean Wgmma here. Both give the same outputs (up to summation order).
+  //   Mma     mma.sync (attention_backward.cu), any sm_80+ device.
+  //   Wgmma   warpgroup MMA (attention_backward_sm90.cu): 2 warpgroups x 64 of the CTA's 128
+  //           keys, S^T / dP^T and dQ from shared memory, dV / dK with P^T / dS^T in registers;
+  //           dQ reaches global memory by bulk asynchronous reductions (cp.reduce.async.bulk,
+  //           element-wise atomic adds like atomicAdd), or with DCP_ATTN_BACKWARD_DQ=atomic by
+  //           atomicAdd from registers.
+  AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
@@ -170,6 +182,8 @@ void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
 // WgmmaPipelined (never Auto or Wgmma).
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params);
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream);
+// The route attention_backward() takes for `params` on the current device (Mma or Wgmma).
+AttnKernelRoute attention_backward_route(const AttnBackwardParams& params);
 
 // LSE merge: for each output row r and q head h, combine partial rows
 // part_rows[part_offsets[r] .. part_offsets[r+1]) of (o_part, lse_part):

@@ -323,6 +323,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     bp.dq = d_dq.ptr;
     bp.dk = d_dk.ptr;
     bp.dv = d_dv.ptr;
+    bp.route = cfg.backward_route;
     attention_backward(bp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "backward");
     const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
@@ -351,17 +352,27 @@ CaseResult run_case(const CaseConfig& cfg) {
         }
       }
     }
-    auto rel = [&](const std::vector<float>& got, const std::vector<double>& ref) {
+    // Norms decide; the first element beyond 5e-2 rms + 3e-2 |ref| is reported (row, head, col).
+    auto rel = [&](const char* what, const std::vector<float>& got, const std::vector<double>& ref, int heads) {
+      double sq = 0;
+      for (const double x : ref) sq += x * x;
+      const double rms = std::sqrt(sq / static_cast<double>(std::max<std::size_t>(ref.size(), 1)));
       RelErr e;
       for (std::size_t i = 0; i < ref.size(); ++i) {
         if (std::isnan(got[i])) res.any_nan = true;
         e.add(got[i], ref[i]);
+        if (res.first_bwd_mismatch.empty() && !(std::fabs(got[i] - ref[i]) <= 5e-2 * rms + 3e-2 * std::fabs(ref[i]))) {
+          const std::size_t rh = i / static_cast<std::size_t>(dim);
+          res.first_bwd_mismatch = mismatch_text(-1, static_cast<int>(rh / static_cast<std::size_t>(heads)),
+                                                 static_cast<int>(rh % static_cast<std::size_t>(heads)),
+                                                 static_cast<int>(i % static_cast<std::size_t>(dim)), what, ref[i], got[i]);
+        }
       }
       return e.value();
     };
-    res.dq_rel = rel(g_dq, r_dq);
-    res.dk_rel = rel(g_dk, r_dk);
-    res.dv_rel = rel(g_dv, r_dv);
+    res.dq_rel = rel("dQ", g_dq, r_dq, hq);
+    res.dk_rel = rel("dK", g_dk, r_dk, hkv);
+    res.dv_rel = rel("dV", g_dv, r_dv, hkv);
   } catch (const std::exception& e) {
     res.error = e.what();
   }
@@ -371,14 +382,15 @@ CaseResult run_case(const CaseConfig& cfg) {
 std::string describe(const CaseConfig& c, const CaseResult& r) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
-                "fwd=%s seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
+                "fwd=%s bwd=%s seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
                 "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d %s",
-                route_name(c.forward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
+                route_name(c.forward_route), route_name(c.backward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
                 r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
                 r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
                 r.error.c_str());
   std::string text = buf;
   if (!passed(r) && !r.first_mismatch.empty()) text += "\n    first forward mismatch: " + r.first_mismatch;
+  if (!passed(r) && !r.first_bwd_mismatch.empty()) text += "\n    first gradient mismatch: " + r.first_bwd_mismatch;
   return text;
 }
 

@@ -18,6 +18,7 @@ struct CaseConfig {
   int num_blocks = 5;      // data blocks of one sequence; tile (i, j) for j <= i
   int max_block_len = 160;
   AttnKernelRoute forward_route = AttnKernelRoute::Mma;
+  AttnKernelRoute backward_route = AttnKernelRoute::Mma;
 };
 
 struct CaseResult {
@@ -32,6 +33,7 @@ struct CaseResult {
   double dq_rel = 0, dk_rel = 0, dv_rel = 0;
   bool any_nan = false;
   std::string first_mismatch;   // forward partials: "(tile, row, head, col): expected / got"
+  std::string first_bwd_mismatch;  // gradients (tile -1: summed over tiles): beyond the per-element bound
 };
 
 bool gpu_available();
@@ -79,5 +81,41 @@ inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 
 }
 // Mma, plus every wgmma variant (WgmmaBasic, WgmmaPipelined) when the device is sm_90.
 std::vector<AttnKernelRoute> forward_routes();
+// Mma, plus Wgmma when the device is sm_90 (the backward has one wgmma kernel).
+std::vector<AttnKernelRoute> backward_routes();
+
+// ---- Targeted backward checks (attention_backward_check.cpp): tile lists of one scenario run
+// through a chosen backward route, dQ / dK / dV compared with fp64 per element. accumulate: the
+// outputs start from random values (the kernels add to them) instead of zeros.
+enum class BackwardScenario { Full, Causal, Partial, MultiTile };
+struct BackwardCase {
+  uint64_t seed = 1;
+  int num_q_heads = 8;
+  int num_kv_heads = 8;
+  int head_dim = 128;
+  BackwardScenario scenario = BackwardScenario::Full;
+  int q_len = 300;
+  int kv_len = 333;
+  bool accumulate = false;
+  AttnKernelRoute route = AttnKernelRoute::Mma;
+};
+struct BackwardResult {
+  bool ran = false;
+  std::string error;
+  int num_tiles = 0;
+  int num_empty_rows = 0;    // (row, head) pairs with no allowed key (LSE = -inf)
+  double dq_rel = 0, dk_rel = 0, dv_rel = 0;
+  int num_bad = 0;           // elements beyond the per-element bound
+  bool any_nan = false;
+  std::string first_mismatch;
+};
+// Every scenario at head dims 64 and 128, GQA 1 / 4 / 8, lengths that are not multiples of 64
+// or 128 (and exact ones), half of them accumulating, for `route`.
+std::vector<BackwardCase> backward_cases(AttnKernelRoute route);
+BackwardResult run_backward_case(const BackwardCase& c);
+std::string describe(const BackwardCase& c, const BackwardResult& r);
+inline bool passed(const BackwardResult& r, double tol = 2e-2) {
+  return r.error.empty() && !r.any_nan && r.num_bad == 0 && r.dq_rel < tol && r.dk_rel < tol && r.dv_rel < tol;
+}
 
 }  // namespace dcp::cuda::check

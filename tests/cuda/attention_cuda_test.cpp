@@ -20,7 +20,8 @@ struct Shape {
 
 class CudaAttention : public ::testing::TestWithParam<Shape> {};
 
-// Every forward route the device has (mma; each wgmma variant on sm_90).
+// Every forward route the device has (mma; each wgmma variant on sm_90); the backward takes the
+// matching route (mma, or its one wgmma kernel).
 TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   const Shape s = GetParam();
@@ -32,6 +33,7 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
       cfg.num_kv_heads = s.hkv;
       cfg.head_dim = s.dim;
       cfg.forward_route = route;
+      cfg.backward_route = route == dcp::cuda::AttnKernelRoute::Mma ? route : dcp::cuda::AttnKernelRoute::Wgmma;
       const auto r = dcp::cuda::check::run_case(cfg);
       ASSERT_TRUE(r.ran);
       EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
@@ -50,6 +52,23 @@ TEST(CudaAttentionForward, TargetedScenariosEveryRoute) {
       ASSERT_TRUE(r.ran);
       EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(c, r);
     }
+  }
+}
+
+// Targeted backward scenarios (full, causal, partial with many ranges and empty rows, multi-tile
+// lists sharing keys and q rows with explicit operand rows; odd lengths; outputs that start
+// non-zero) through every route, per element against fp64.
+TEST(CudaAttentionBackward, TargetedScenariosEveryRoute) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::backward_routes()) {
+    int empty_rows = 0;
+    for (const auto& c : dcp::cuda::check::backward_cases(route)) {
+      const auto r = dcp::cuda::check::run_backward_case(c);
+      ASSERT_TRUE(r.ran);
+      EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(c, r);
+      empty_rows += r.num_empty_rows;
+    }
+    EXPECT_GT(empty_rows, 0) << "the partial scenarios are meant to contain rows with no key";
   }
 }
 

@@ -1,6 +1,7 @@
 // Standalone driver of the GPU checks for machines without GoogleTest/CMake dependencies
 // (bench/run_cuda_device.sh builds it with plain nvcc). Runs the random tile-list cases and the
-// targeted forward cases through every forward route the device has (mma; each wgmma variant on sm_90);
+// targeted forward cases through every forward route the device has (mma; each wgmma variant on
+// sm_90), the targeted backward cases through every backward route (mma; wgmma on sm_90);
 // a failing case prints its first mismatching (tile, row, head, col) with expected / actual.
 // Usage: dcp_check [max_random_cases_per_route] [forward_only]
 // Exit code 0 when every case passes (or when there is no GPU: prints SKIP), 1 otherwise.
@@ -19,6 +20,18 @@ int main(int argc, char** argv) {
   }
   int failures = 0;
   int total = 0;
+  if (!forward_only) {
+    for (const dcp::cuda::AttnKernelRoute route : chk::backward_routes()) {
+      for (const chk::BackwardCase& c : chk::backward_cases(route)) {
+        const auto r = chk::run_backward_case(c);
+        const bool ok = chk::passed(r);
+        failures += ok ? 0 : 1;
+        ++total;
+        std::printf("%s %s\n", ok ? "PASS" : "FAIL", chk::describe(c, r).c_str());
+        std::fflush(stdout);
+      }
+    }
+  }
   for (const dcp::cuda::AttnKernelRoute route : chk::forward_routes()) {
     // Targeted forward cases first: they are the quickest way to localise a kernel bug.
     for (const chk::ForwardCase& c : chk::forward_cases(route)) {
@@ -40,6 +53,7 @@ int main(int argc, char** argv) {
         cfg.num_kv_heads = s[1];
         cfg.head_dim = s[2];
         cfg.forward_route = route;
+        cfg.backward_route = route == dcp::cuda::AttnKernelRoute::Mma ? route : dcp::cuda::AttnKernelRoute::Wgmma;
         const auto r = chk::run_case(cfg);
         const bool ok = chk::passed(r) && r.num_empty_rows > 0;
         failures += ok ? 0 : 1;

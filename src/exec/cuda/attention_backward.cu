@@ -11,6 +11,8 @@
 //            dS^T goes through shared memory for dQ = dS K, which each warp adds (16 rows x
 //            D/2 columns) to global memory with fp32 atomics.
 //   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
+// The Hopper version (attention_backward_sm90.cu) keeps this interface; attention_backward() at
+// the end of this file picks the route (AttnBackwardParams::route, DCP_ATTN_BACKWARD).
 // Per 128-key x 64-row step: 10 * 128 * 64 * D FLOPs of MMA (2.5x the forward's 4); 64 * D dQ
 // atomics.
 #include <cuda_bf16.h>
@@ -325,12 +327,39 @@ void launch_backward(const AttnBackwardParams& p, cudaStream_t stream) {
   attention_backward_kernel<kD><<<p.list.num_work, kBwdThreads, kSmem, stream>>>(p);
 }
 
+void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t stream) {
+  launch_for_head_dim("attention_backward", params.shape, [&]<int kD>() { launch_backward<kD>(params, stream); });
+}
+
+namespace {
+
+// DCP_ATTN_BACKWARD, read once.
+AttnKernelRoute environment_route() {
+  static const AttnKernelRoute route = route_from_environment("DCP_ATTN_BACKWARD");
+  return route;
+}
+
+}  // namespace
 }  // namespace detail
+
+AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
+  AttnKernelRoute route = params.route;
+  if (route == AttnKernelRoute::Auto) route = detail::environment_route();
+  const bool head_dim_ok = params.shape.head_dim == 64 || params.shape.head_dim == 128;
+  if (route == AttnKernelRoute::Auto) return detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
+  if (route == AttnKernelRoute::Mma) return route;
+  if (!detail::device_is_sm90())
+    raise(ErrorKind::Unsupported, "attention_backward: the wgmma route needs an sm_90 (Hopper) device");
+  return AttnKernelRoute::Wgmma;  // WgmmaBasic / WgmmaPipelined: the one wgmma backward
+}
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
-  detail::launch_for_head_dim("attention_backward", params.shape,
-                              [&]<int kD>() { detail::launch_backward<kD>(params, stream); });
+  if (attention_backward_route(params) == AttnKernelRoute::Wgmma) {
+    detail::attention_backward_wgmma(params, stream);
+  } else {
+    detail::attention_backward_mma(params, stream);
+  }
 }
 
 }  // namespace dcp::cuda

@@ -233,5 +233,14 @@ void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
 void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_basic(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_pipelined(const AttnForwardParams& params, cudaStream_t stream);
+// Backward launchers by route (attention_backward() picks one).
+void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t stream);
+void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream);
+
+// Route selection shared by forward and backward (attention_forward.cu): whether the current
+// device is sm_90 (cached per device), and the route named by environment variable `name`
+// (mma|wgmma; Auto when unset or empty; InvalidInput otherwise). Callers cache the latter.
+bool device_is_sm90();
+AttnKernelRoute route_from_environment(const char* name);
 
 }  // namespace dcp::cuda::detail

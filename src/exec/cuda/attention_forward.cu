@@ -316,18 +316,34 @@ void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream)
   launch_for_head_dim("attention_forward", params.shape, [&]<int kD>() { launch_forward<kD>(params, stream); });
 }
 
+AttnKernelRoute route_from_environment(const char* name) {
+  const char* env = std::getenv(name);
+  const std::string value = env != nullptr ? env : "";
+  if (value.empty()) return AttnKernelRoute::Auto;
+  if (value == "mma") return AttnKernelRoute::Mma;
+  if (value == "wgmma") return AttnKernelRoute::Wgmma;
+  raise(ErrorKind::InvalidInput, std::string(name) + ": expected mma or wgmma, got '" + value + "'");
+}
+
+bool device_is_sm90() {
+  constexpr int kMaxDevices = 64;
+  static int cached[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
+  if (dev < kMaxDevices && cached[dev] != 0) return cached[dev] == 1;
+  int major = 0, minor = 0;
+  const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
+  const bool yes = ok && major == 9 && minor == 0;
+  if (dev < kMaxDevices) cached[dev] = yes ? 1 : 2;
+  return yes;
+}
+
 namespace {
 
-// DCP_ATTN_FORWARD, read once: Auto when unset or empty.
+// DCP_ATTN_FORWARD, read once.
 AttnKernelRoute environment_route() {
-  static const AttnKernelRoute route = [] {
-    const char* env = std::getenv("DCP_ATTN_FORWARD");
-    const std::string value = env != nullptr ? env : "";
-    if (value.empty()) return AttnKernelRoute::Auto;
-    if (value == "mma") return AttnKernelRoute::Mma;
-    if (value == "wgmma") return AttnKernelRoute::Wgmma;
-    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD: expected mma or wgmma, got '" + value + "'");
-  }();
+  static const AttnKernelRoute route = route_from_environment("DCP_ATTN_FORWARD");
   return route;
 }
 
@@ -341,21 +357,6 @@ AttnKernelRoute environment_wgmma_variant() {
     raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD_VARIANT: expected basic or pipelined, got '" + value + "'");
   }();
   return route;
-}
-
-// Whether the current device is sm_90 (the wgmma kernel is built for sm_90a only); cached per device.
-bool device_is_sm90() {
-  constexpr int kMaxDevices = 64;
-  static int cached[kMaxDevices] = {};  // 0 unknown, 1 yes, 2 no
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return false;
-  if (dev < kMaxDevices && cached[dev] != 0) return cached[dev] == 1;
-  int major = 0, minor = 0;
-  const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-                  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess;
-  const bool yes = ok && major == 9 && minor == 0;
-  if (dev < kMaxDevices) cached[dev] = yes ? 1 : 2;
-  return yes;
 }
 
 }  // namespace

@@ -1,0 +1,370 @@
+// attention_backward_check.cpp — targeted backward checks: tile lists over one q block (and, for
+// the multi-tile scenario, a second q block and several kv blocks sharing rows), run through a
+// chosen backward route and compared with fp64 per element; a failure names the first
+// mismatching (tile, row, head, col) with expected and actual values.
+//
+// The backward's inputs LSE and Delta are given (not computed): LSE is the fp64 log-sum-exp of
+// each row over every tile's allowed keys (-inf for rows with none), Delta random in [-0.5, 0.5]
+// (the kernels use it only through ds = p (dp - Delta)).
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "attention_cuda_check.h"
+#include "check_util.h"
+#include "dcp/attention_cuda.h"
+
+namespace dcp::cuda::check {
+namespace {
+
+constexpr int kShift = 5;  // multi-tile: dO / LSE / Delta / dQ / dK / dV rows sit kShift rows later
+
+struct BwdLists {
+  std::vector<AttnTile> tiles;
+  std::vector<int32_t> row_offsets, ranges;
+  int q_rows = 0, kv_rows = 0;  // Q and K / V buffer rows
+  int shift = 0;                // rows added to the other buffers (tiles name them explicitly)
+};
+
+AttnTile bwd_tile(int q_begin, int q_len, int kv_begin, int kv_len, TileKind kind, int h0, int h1) {
+  AttnTile t;
+  t.q_begin = q_begin;
+  t.q_len = q_len;
+  t.kv_begin = kv_begin;
+  t.kv_len = kv_len;
+  t.kind = kind;
+  t.kv_head_begin = h0;
+  t.kv_head_end = h1;
+  return t;
+}
+
+std::vector<std::pair<int, int>> some_ranges(Rng& rng, int lo, int hi, int max_ranges) {
+  std::vector<std::pair<int, int>> out;
+  const int n = rng.uniform_int(1, max_ranges);
+  int pos = lo;
+  for (int r = 0; r < n && pos < hi; ++r) {
+    const int b = rng.uniform_int(pos, std::min(hi - 1, pos + 90));
+    const int e = rng.uniform_int(b + 1, std::min(hi, b + (rng.uniform() < 0.3 ? 1 : 1 + rng.uniform_int(1, 140))));
+    out.emplace_back(b, e);
+    pos = e + rng.uniform_int(0, 20);
+  }
+  return out;
+}
+
+template <typename RangesOf>
+void set_ranges(BwdLists& l, AttnTile& t, RangesOf&& ranges_of) {
+  t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
+  for (int i = 0; i < t.q_len; ++i) {
+    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+    for (const auto& [b, e] : ranges_of(i)) {
+      l.ranges.push_back(b);
+      l.ranges.push_back(e);
+    }
+  }
+  l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+}
+
+BwdLists build_backward(const BackwardCase& c, Rng& rng) {
+  BwdLists l;
+  const int hkv = c.num_kv_heads;
+  switch (c.scenario) {
+    case BackwardScenario::Full:
+      l.tiles.push_back(bwd_tile(0, c.q_len, 0, c.kv_len, TileKind::Full, 0, hkv));
+      l.q_rows = c.q_len;
+      l.kv_rows = c.kv_len;
+      break;
+    case BackwardScenario::Causal:
+      l.tiles.push_back(bwd_tile(0, c.q_len, 0, c.q_len, TileKind::CausalDiagonal, 0, hkv));
+      l.q_rows = l.kv_rows = c.q_len;
+      break;
+    case BackwardScenario::Partial: {
+      // Many ranges per row, every 7th row empty, every 11th all keys; rows past 128 only see
+      // keys < 100 (later key chunks skip their q sub-tiles).
+      AttnTile t = bwd_tile(0, c.q_len, 0, c.kv_len, TileKind::Partial, 0, hkv);
+      set_ranges(l, t, [&](int i) {
+        if (i % 7 == 3) return std::vector<std::pair<int, int>>{};
+        if (i % 11 == 5) return std::vector<std::pair<int, int>>{{0, c.kv_len}};
+        return some_ranges(rng, 0, i < 128 ? c.kv_len : std::min(c.kv_len, 100), 12);
+      });
+      l.tiles.push_back(t);
+      l.q_rows = c.q_len;
+      l.kv_rows = c.kv_len;
+      break;
+    }
+    case BackwardScenario::MultiTile: {
+      // q block A = rows [0, q_len), q block B = rows [q_len, q_len + 70). Keys: [0, 150)
+      // Partial for A and Full for B (dK / dV of those keys summed over CTAs of two tiles);
+      // [150, 150 + kv_len) Full for A, split into two head groups when hkv >= 2; a causal
+      // diagonal of B over keys [150, 220) (overlapping the previous one: its contributions add).
+      // Every tile names its dO / LSE / Delta / dQ / dK / dV rows explicitly (kShift later).
+      const int qb = c.q_len;
+      AttnTile t0 = bwd_tile(0, c.q_len, 0, 150, TileKind::Partial, 0, hkv);
+      set_ranges(l, t0, [&](int i) {
+        if (i % 5 == 0) return std::vector<std::pair<int, int>>{};
+        return some_ranges(rng, 0, 150, 4);
+      });
+      l.tiles.push_back(t0);
+      l.tiles.push_back(bwd_tile(qb, 70, 0, 150, TileKind::Full, 0, hkv));
+      const int cut = hkv >= 2 ? hkv / 2 : hkv;
+      l.tiles.push_back(bwd_tile(0, c.q_len, 150, c.kv_len, TileKind::Full, 0, cut));
+      if (cut < hkv) l.tiles.push_back(bwd_tile(0, c.q_len, 150, c.kv_len, TileKind::Full, cut, hkv));
+      l.tiles.push_back(bwd_tile(qb, 70, 150, 70, TileKind::CausalDiagonal, 0, hkv));
+      l.q_rows = qb + 70;
+      l.kv_rows = 150 + std::max(c.kv_len, 70);
+      l.shift = kShift;
+      for (AttnTile& t : l.tiles) {
+        t.lse_begin = t.q_begin + kShift;
+        t.dout_begin = t.q_begin + kShift;
+        t.delta_begin = t.q_begin + kShift;
+        t.dq_begin = t.q_begin + kShift;
+        t.dkv_begin = t.kv_begin + kShift;
+      }
+      break;
+    }
+  }
+  if (l.row_offsets.empty()) l.row_offsets.push_back(0);
+  if (l.ranges.empty()) l.ranges = {0, 0};
+  return l;
+}
+
+int row_of(int begin, int fallback) { return begin >= 0 ? begin : fallback; }
+
+}  // namespace
+
+std::vector<AttnKernelRoute> backward_routes() {
+  std::vector<AttnKernelRoute> routes{AttnKernelRoute::Mma};
+  if (wgmma_available()) routes.push_back(AttnKernelRoute::Wgmma);
+  return routes;
+}
+
+std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
+  std::vector<BackwardCase> out;
+  const int shapes[3][2] = {{8, 8}, {8, 2}, {8, 1}};
+  const struct {
+    BackwardScenario s;
+    int q_len, kv_len;
+  } scen[] = {{BackwardScenario::Full, 300, 333},    {BackwardScenario::Full, 128, 256},
+              {BackwardScenario::Causal, 300, 300},  {BackwardScenario::Causal, 256, 256},
+              {BackwardScenario::Partial, 200, 400}, {BackwardScenario::MultiTile, 190, 129},
+              {BackwardScenario::MultiTile, 77, 300}};
+  uint64_t seed = 1;
+  for (int dim : {64, 128}) {
+    for (const auto& sh : shapes) {
+      for (const auto& sc : scen) {
+        BackwardCase c;
+        c.seed = seed++;
+        c.num_q_heads = sh[0];
+        c.num_kv_heads = sh[1];
+        c.head_dim = dim;
+        c.scenario = sc.s;
+        c.q_len = sc.q_len;
+        c.kv_len = sc.kv_len;
+        c.accumulate = c.seed % 2 == 0;
+        c.route = route;
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
+BackwardResult run_backward_case(const BackwardCase& c) {
+  BackwardResult res;
+  if (!gpu_available()) return res;
+  res.ran = true;
+  try {
+    Rng rng{c.seed * 104729 + 17};
+    const BwdLists l = build_backward(c, rng);
+    res.num_tiles = static_cast<int>(l.tiles.size());
+    const int hq = c.num_q_heads, hkv = c.num_kv_heads, dim = c.head_dim, group = hq / hkv;
+    const std::size_t d = static_cast<std::size_t>(dim);
+    const int qo_rows = l.q_rows + l.shift;    // dO / LSE / Delta / dQ rows
+    const int kvo_rows = l.kv_rows + l.shift;  // dK / dV rows
+    const std::size_t q_elems = static_cast<std::size_t>(l.q_rows) * hq * d;
+    const std::size_t qo_elems = static_cast<std::size_t>(qo_rows) * hq * d;
+    const std::size_t kv_elems = static_cast<std::size_t>(l.kv_rows) * hkv * d;
+    const std::size_t kvo_elems = static_cast<std::size_t>(kvo_rows) * hkv * d;
+    auto rand_bf16 = [&](std::size_t n) {
+      std::vector<uint16_t> v(n);
+      for (auto& x : v) x = to_bf16(static_cast<float>(rng.uniform() * 2.0 - 1.0));
+      return v;
+    };
+    auto rand_f32 = [&](std::size_t n, double amp) {
+      std::vector<float> v(n);
+      for (auto& x : v) x = static_cast<float>((rng.uniform() * 2.0 - 1.0) * amp);
+      return v;
+    };
+    const std::vector<uint16_t> h_q = rand_bf16(q_elems), h_k = rand_bf16(kv_elems), h_v = rand_bf16(kv_elems),
+                                h_do = rand_bf16(qo_elems);
+    const std::vector<float> h_delta = rand_f32(static_cast<std::size_t>(qo_rows) * hq, 0.5);
+    const double amp0 = c.accumulate ? 1.0 : 0.0;
+    const std::vector<float> dq0 = rand_f32(qo_elems, amp0), dk0 = rand_f32(kvo_elems, amp0), dv0 = rand_f32(kvo_elems, amp0);
+    auto widen = [](const std::vector<uint16_t>& v) {
+      std::vector<double> out(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_bf16(v[i]);
+      return out;
+    };
+    const std::vector<double> x_q = widen(h_q), x_k = widen(h_k), x_v = widen(h_v), x_do = widen(h_do);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
+    const AttnShape shape{hq, hkv, dim, static_cast<float>(scale)};
+
+    // LSE over every tile's allowed keys (a row's keys may come from several tiles). Scores are
+    // computed once, in the (tile, head, row, key) order that every pass below walks.
+    auto score = [&](int qr, int h, int kr) {
+      double s = 0;
+      const std::size_t qi = (static_cast<std::size_t>(qr) * hq + h) * d;
+      const std::size_t ki = (static_cast<std::size_t>(kr) * hkv + h / group) * d;
+      for (std::size_t e = 0; e < d; ++e) s += x_q[qi + e] * x_k[ki + e];
+      return s * scale;
+    };
+    const double inf = std::numeric_limits<double>::infinity();
+    std::vector<double> mx(static_cast<std::size_t>(qo_rows) * hq, -inf), sum(mx.size(), 0.0), scores;
+    std::vector<uint8_t> covered(mx.size(), 0);
+    for (int pass = 0; pass < 2; ++pass) {
+      std::size_t si = 0;
+      for (const AttnTile& t : l.tiles) {
+        for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
+          for (int a = 0; a < t.q_len; ++a) {
+            const std::size_t li = static_cast<std::size_t>(row_of(t.lse_begin, t.q_begin) + a) * hq + h;
+            covered[li] = 1;
+            for (int b = 0; b < t.kv_len; ++b) {
+              if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
+              if (pass == 0) {
+                scores.push_back(score(t.q_begin + a, h, t.kv_begin + b));
+                mx[li] = std::max(mx[li], scores.back());
+              } else {
+                sum[li] += std::exp(scores[si++] - mx[li]);
+              }
+            }
+          }
+        }
+      }
+    }
+    std::vector<float> h_lse(mx.size());
+    for (std::size_t i = 0; i < mx.size(); ++i) {
+      h_lse[i] = sum[i] > 0 ? static_cast<float>(mx[i] + std::log(sum[i])) : -std::numeric_limits<float>::infinity();
+      if (sum[i] == 0 && covered[i] != 0) ++res.num_empty_rows;
+    }
+
+    DevBuf<uint16_t> d_q(q_elems), d_k(kv_elems), d_v(kv_elems), d_do(qo_elems);
+    d_q.upload(h_q);
+    d_k.upload(h_k);
+    d_v.upload(h_v);
+    d_do.upload(h_do);
+    DevBuf<float> d_lse(h_lse.size()), d_delta(h_delta.size()), d_dq(qo_elems), d_dk(kvo_elems), d_dv(kvo_elems);
+    d_lse.upload(h_lse);
+    d_delta.upload(h_delta);
+    d_dq.upload(dq0);
+    d_dk.upload(dk0);
+    d_dv.upload(dv0);
+    DevBuf<AttnTile> d_tiles(l.tiles.size());
+    d_tiles.upload(l.tiles);
+    DevBuf<int32_t> d_offsets(l.row_offsets.size()), d_ranges(l.ranges.size());
+    d_offsets.upload(l.row_offsets);
+    d_ranges.upload(l.ranges);
+    const std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape);
+    DevBuf<AttnWorkItem> d_work(work.size());
+    d_work.upload(work);
+    AttnBackwardParams bp;
+    bp.shape = shape;
+    bp.list = AttnTileList{d_tiles.ptr, d_work.ptr, static_cast<int32_t>(work.size()), d_offsets.ptr, d_ranges.ptr};
+    bp.q = d_q.ptr;
+    bp.k = d_k.ptr;
+    bp.v = d_v.ptr;
+    bp.dout = d_do.ptr;
+    bp.lse = d_lse.ptr;
+    bp.delta = d_delta.ptr;
+    bp.dq = d_dq.ptr;
+    bp.dk = d_dk.ptr;
+    bp.dv = d_dv.ptr;
+    bp.route = c.route;
+    attention_backward(bp, nullptr);
+    cuda_ok(cudaDeviceSynchronize(), "backward");
+    const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
+
+    // fp64 reference, and for each output element the last tile that touched it (for reports).
+    std::vector<double> r_dq(qo_elems, 0.0), r_dk(kvo_elems, 0.0), r_dv(kvo_elems, 0.0);
+    std::vector<int> q_tile(static_cast<std::size_t>(qo_rows) * hq, -1), kv_tile(static_cast<std::size_t>(kvo_rows) * hkv, -1);
+    std::size_t si = 0;
+    for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
+      const AttnTile& t = l.tiles[ti];
+      for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
+        const int kh = h / group;
+        for (int a = 0; a < t.q_len; ++a) {
+          const std::size_t qi = (static_cast<std::size_t>(t.q_begin + a) * hq + h) * d;
+          const std::size_t oi = (static_cast<std::size_t>(row_of(t.dout_begin, t.q_begin) + a) * hq + h) * d;
+          const std::size_t qgi = (static_cast<std::size_t>(row_of(t.dq_begin, t.q_begin) + a) * hq + h) * d;
+          const double lse = h_lse[static_cast<std::size_t>(row_of(t.lse_begin, t.q_begin) + a) * hq + h];
+          const double delta = h_delta[static_cast<std::size_t>(row_of(t.delta_begin, t.q_begin) + a) * hq + h];
+          for (int b = 0; b < t.kv_len; ++b) {
+            if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
+            const std::size_t ki = (static_cast<std::size_t>(t.kv_begin + b) * hkv + kh) * d;
+            const std::size_t kgi = (static_cast<std::size_t>(row_of(t.dkv_begin, t.kv_begin) + b) * hkv + kh) * d;
+            double dp = 0;
+            for (std::size_t e = 0; e < d; ++e) dp += x_do[oi + e] * x_v[ki + e];
+            const double pw = std::exp(scores[si++] - lse);
+            const double ds = pw * (dp - delta);
+            for (std::size_t e = 0; e < d; ++e) {
+              r_dv[kgi + e] += pw * x_do[oi + e];
+              r_dk[kgi + e] += scale * ds * x_q[qi + e];
+              r_dq[qgi + e] += scale * ds * x_k[ki + e];
+            }
+            q_tile[qgi / d] = static_cast<int>(ti);
+            kv_tile[kgi / d] = static_cast<int>(ti);
+          }
+        }
+      }
+    }
+    // Per element: |got - init - ref| <= kGradAbs * rms(ref) + kGradRel * |ref|.
+    constexpr double kGradAbs = 5e-2, kGradRel = 3e-2;
+    auto compare = [&](const char* what, const std::vector<float>& got, const std::vector<float>& init,
+                       const std::vector<double>& ref, int heads, const std::vector<int>& tile_of) {
+      double sq = 0;
+      for (const double x : ref) sq += x * x;
+      const double rms = std::sqrt(sq / static_cast<double>(std::max<std::size_t>(ref.size(), 1)));
+      RelErr e;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        const double delta_got = static_cast<double>(got[i]) - init[i];
+        if (std::isnan(got[i])) res.any_nan = true;
+        e.add(delta_got, ref[i]);
+        if (!(std::fabs(delta_got - ref[i]) <= kGradAbs * rms + kGradRel * std::fabs(ref[i]))) {
+          ++res.num_bad;
+          if (res.first_mismatch.empty()) {
+            const std::size_t rh = i / d;
+            res.first_mismatch = mismatch_text(tile_of[rh], static_cast<int>(rh / static_cast<std::size_t>(heads)),
+                                               static_cast<int>(rh % static_cast<std::size_t>(heads)),
+                                               static_cast<int>(i % d), what, init[i] + ref[i], got[i]);
+          }
+        }
+      }
+      return e.value();
+    };
+    res.dq_rel = compare("dQ", g_dq, dq0, r_dq, hq, q_tile);
+    res.dk_rel = compare("dK", g_dk, dk0, r_dk, hkv, kv_tile);
+    res.dv_rel = compare("dV", g_dv, dv0, r_dv, hkv, kv_tile);
+  } catch (const std::exception& e) {
+    res.error = e.what();
+  }
+  return res;
+}
+
+std::string describe(const BackwardCase& c, const BackwardResult& r) {
+  static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
+  char buf[400];
+  std::snprintf(buf, sizeof buf,
+                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
+                "dV %.2e bad=%d nan=%d %s",
+                route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
+                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, r.num_tiles,
+                r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
+  std::string text = buf;
+  if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;
+  return text;
+}
+
+}  // namespace dcp::cuda::check
