@@ -2,9 +2,11 @@
 # One device call (GPU machine, 2 x H200): build dcp + the GPU executor checks with CMake (the
 # header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
-# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels checks single pair nodes scaling
+# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels checks single pair nodes trace scaling
 # Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), BENCH_EXTRA (added to every bench,
-# e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT.
+# e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT, JSON_DIR (where
+# the bench JSON files go before they are tarred into $OUT/json.tar), NO_REFERENCE (single: skip
+# the PyTorch varlen reference). Phase trace: timelines of ldc 131072 causal into $OUT/trace.
 # (kernels: the kernel tests, e.g. the wgmma forward against fp64, then bench_cuda_attention; if
 # the kernel tests fail, later phases run with DCP_ATTN_FORWARD=mma)
 set -u
@@ -12,7 +14,8 @@ cd "$(dirname "$0")/.."
 deps=$(realpath "$1"); shift
 phases=${*:-"build checks single pair"}
 out=${OUT:-/tmp/dcp_out}
-mkdir -p "$out" /tmp/dcp_json
+json_dir=${JSON_DIR:-/tmp/dcp_json}
+mkdir -p "$out" "$json_dir"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
 export DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-}  # empty: the best wgmma variant (pipelined)
@@ -68,16 +71,16 @@ bench() {  # name np args...
   say "bench $name"
   local vis=""; [ "$np" = 1 ] && vis="CUDA_VISIBLE_DEVICES=0"
   env $vis timeout ${BENCH_TIMEOUT:-120} $MPIRUN -np "$np" $b/dcp bench --cluster h200-nvl --nodes ${NODES:-1} \
-    --json "/tmp/dcp_json/bench_$name.json" ${BENCH_EXTRA:-} "$@" 2>&1 | tee -a "$log"
-  tar -cf "$out/json.tar" -C /tmp/dcp_json .
+    --json "$json_dir/bench_$name.json" ${BENCH_EXTRA:-} "$@" 2>&1 | tee -a "$log"
+  tar -cf "$out/json.tar" -C "$json_dir" .
 }
 if has single; then
   for m in causal lambda causal_blockwise shared_question; do
     bench "1gpu_ldc65536_$m" 1 --profile ldc --tokens 65536 --mask $m --method dcp --layers 2 --iters 3
-    if [ $m = causal ] || [ $m = lambda ]; then
+    if [ -z "${NO_REFERENCE:-}" ] && { [ $m = causal ] || [ $m = lambda ]; }; then
       $b/dcp plan --profile ldc --tokens 65536 --mask $m --cluster h200-nvl --nodes 1 --devices-per-node 1 \
         --method dcp --write-batch /tmp/batch_$m.json >/dev/null 2>&1
-      timeout 90 python3 bench/varlen_reference.py /tmp/batch_$m.json /tmp/dcp_json/varlen_ldc65536_$m.json 2>&1 | tail -2 | tee -a "$log"
+      timeout 90 python3 bench/varlen_reference.py /tmp/batch_$m.json $json_dir/varlen_ldc65536_$m.json 2>&1 | tail -2 | tee -a "$log"
     fi
   done
 fi
@@ -95,6 +98,11 @@ if has nodes; then  # the 2 GPUs as 2 "nodes": hierarchical placement, the prese
     NODES=2 bench "2gpu_2nodes_ldc65536_$m" 2 --profile ldc --tokens 65536 --mask $m --layers 1 --iters 2
   done
 fi
+if has trace; then  # measured per-instruction timelines next to the simulator's (dcp and zigzag)
+  mkdir -p "$out/trace"
+  bench "trace_ldc131072_causal" 2 --profile ldc --tokens 131072 --mask causal --layers 1 --iters 1 \
+    --method dcp --method zigzag --trace "$out/trace/ldc131072_causal"
+fi
 if has scaling; then
   for m in causal lambda; do
     bench "1gpu_ldc131072_$m" 1 --profile ldc --tokens 131072 --mask $m --method dcp --layers 1 --iters 2
@@ -102,4 +110,4 @@ if has scaling; then
   done
 fi
 say done
-tar -cf "$out/json.tar" -C /tmp/dcp_json .
+tar -cf "$out/json.tar" -C "$json_dir" .
