@@ -25,9 +25,9 @@ def load(paths):
 
 
 def main(paths):
-    print("| batch | world | mask | dcp fwd / bwd ms | dcp fwd / bwd TFLOP/s per GPU | best CP (fwd+bwd ms) "
+    print("| run | batch | GPUs | mask | dcp fwd / bwd ms | dcp fwd / bwd TFLOP/s per GPU | best CP (fwd+bwd ms) "
           "| vs best CP | packing ms | vs every static |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, d in load(paths):
         rows = {r["method"]: r for r in d["rows"]}
         if "dcp" not in rows:
@@ -40,7 +40,8 @@ def main(paths):
         best_cp = min(cp) if cp else None
         every = [t for t, _ in cp] + ([t_pack] if t_pack else [])
         batch = f'{d["profile"]} {d["tokens"]} ({d["sequences"]} seqs)'
-        cells = [batch, str(d["world"]), d["mask"],
+        run = name.rsplit("/", 1)[-1].removeprefix("bench_").removesuffix(".json")
+        cells = [run, batch, str(d["world"]), d["mask"],
                  f'{dcp["fwd_ms"]:.2f} / {dcp["bwd_ms"]:.2f}',
                  f'{dcp["fwd_tflops_per_gpu"]:.0f} / {dcp["bwd_tflops_per_gpu"]:.0f}',
                  f"{best_cp[1]} {best_cp[0]:.1f}" if best_cp else "-",
