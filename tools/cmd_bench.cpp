@@ -47,6 +47,7 @@ struct BenchArgs {
   std::string trace;           // --trace PREFIX: measured and simulated timelines
   std::string calibration;     // simulator rates (default: the cluster's)
   bool search = false;         // DCP's plan from the planner's search (planner.h)
+  bool balance_time = false;   // dcp without --search: weigh tiles by the calibration's kernel time
   std::vector<int64_t> search_blocks{1024, 2048, 4096};
   std::vector<double> search_eps{0.02, 0.05, 0.1};
 };
@@ -148,7 +149,8 @@ Plan make_plan(const std::string& method, const Batch& batch, const BenchArgs& a
     chosen = fmt::format("B {} eps {:g} (search {:.0f} ms)", pb.chosen.block_size, pb.chosen.eps_compute, pb.search_s * 1e3);
     return std::move(pb.plan);
   }
-  const PlacementOptions& placement = args.placement;
+  PlacementOptions placement = args.placement;
+  if (args.balance_time) placement.tile_cost = tile_cost_from(calibration);
   if (method == "dcp") {
     const BlockTable table = build_block_table(batch, blocks);
     return build_plan(table, place_dcp(table, cluster, placement).placement, cluster, popts);
@@ -349,7 +351,8 @@ int run_bench(const BenchArgs& args) {
     nlohmann::json out = {{"tokens", batch.total_tokens()}, {"sequences", batch.sequences.size()},
                           {"profile", args.batch.profile}, {"mask", args.batch.mask}, {"world", world},
                           {"backend", backend->name()}, {"layers", args.layers}, {"block", args.blocks.block_size},
-                          {"search", args.search}, {"calibration", args.calibration}, {"rows", j}};
+                          {"search", args.search}, {"balance_time", args.balance_time},
+                          {"calibration", args.calibration}, {"rows", j}};
     std::ofstream(args.json) << out.dump(2) << "\n";
   }
   for (const Row& r : rows)
@@ -386,6 +389,9 @@ void register_bench(CLI::App& app, Runner& runner) {
   sub->add_flag("--search", args->search,
                 "Plan dcp with the planner's search over --search-blocks x --search-eps by simulated time "
                 "(baselines keep --block)");
+  sub->add_flag("--balance-time", args->balance_time,
+                "dcp: balance predicted kernel time (tile weights from the calibration's per-kind rates) "
+                "instead of FLOPs (--search always does)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
   sub->callback([args, &runner] { runner = [args] { return run_bench(*args); }; });

@@ -260,6 +260,11 @@ TEST(CliBench, SearchReportsThePlannersChoice) {
   EXPECT_TRUE(j["search"].get<bool>());
   const std::string chosen = j["rows"][0]["chosen"].get<std::string>();
   EXPECT_TRUE(chosen.rfind("B 256 ", 0) == 0 || chosen.rfind("B 512 ", 0) == 0) << chosen;
+  // Without --search, --balance-time weighs dcp's tiles by the calibration's per-kind rates.
+  const auto timed = dcp::test::run_cli(
+      "bench --backend cpu --profile ldc --tokens 2048 --q-heads 4 --kv-heads 2 --head-dim 64 --block 256 --layers 1 "
+      "--iters 1 --warmup 0 --method dcp --balance-time --calibration " DCP_SOURCE_DIR "/data/calibration/h200_measured.json");
+  EXPECT_EQ(timed.exit_code, 0) << timed.out;
   const auto bad = dcp::test::run_cli(common + " --calibration /nonexistent/cal.json");
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
   EXPECT_NE(bad.out.find("cal.json"), std::string::npos) << bad.out;
