@@ -14,6 +14,7 @@
 
 #include "dcp/comm_order.h"
 #include "dcp/error.h"
+#include "kernel_cost.h"
 
 namespace dcp {
 namespace {
@@ -48,7 +49,7 @@ class PassSim {
  public:
   PassSim(const Plan& plan, const Cluster& c, const Calibration& cal, Pass pass, SimResult& res,
           nlohmann::json* trace)
-      : plan_(plan), c_(c), cal_(cal), pass_(pass), res_(res), trace_(trace) {}
+      : plan_(plan), c_(c), cal_(cal), pass_(pass), res_(res), trace_(trace), attend_cost_(plan.table, cal) {}
   void run();
 
  private:
@@ -82,6 +83,7 @@ class PassSim {
     int32_t xfer = -1;
   };
   std::vector<Stall> longest_stall_;
+  sim_detail::AttendCost attend_cost_;  // caches sub-tile counts per tile geometry
 };
 
 void PassSim::run() {
@@ -200,7 +202,7 @@ void PassSim::schedule(int32_t id) {
   // at once (cut-through); the transfer is done when the slowest has served it.
   double done = x.ready;
   auto serve = [&](double& free_at, double bw) {
-    free_at = std::max(free_at, x.ready) + bytes / bw;
+    free_at = std::max(free_at, x.ready) + bytes / bw + cal_.message_overhead_s;
     done = std::max(done, free_at);
   };
   double latency = c_.intra_latency_s;
@@ -253,7 +255,11 @@ bool PassSim::step(int d) {
       s.now = done;
       s.host = std::max(s.host, g.done);
     } else {
-      const double t = instruction_time_s(plan_, ins, pass_, cal_);
+      const auto* attend = std::get_if<Attend>(&ins);
+      const double t = attend != nullptr ? attend_cost_.seconds(*attend, pass_) +
+                                               cal_.tile_overhead_s * static_cast<double>(attend->tiles.size()) +
+                                               cal_.launch_overhead_s
+                                         : instruction_time_s(plan_, ins, pass_, cal_);
       std::string name = "merge";
       if (const auto* a = std::get_if<Attend>(&ins)) name = fmt::format("attend stage {} ({} tiles)", a->stage, a->tiles.size());
       else if (std::holds_alternative<Copy>(ins)) name = "copy";
@@ -278,7 +284,7 @@ void Calibration::validate(const std::string& where) const {
   positive(attn_fwd_flops, "attn_fwd_tflops");
   positive(attn_bwd_flops, "attn_bwd_tflops");
   positive(memory_bw, "memory_bw_GBps");
-  if (tile_overhead_s < 0 || launch_overhead_s < 0)
+  if (tile_overhead_s < 0 || launch_overhead_s < 0 || message_overhead_s < 0)
     raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
   auto fraction = [&](double v, const char* field) {
     if (!(v > 0 && v <= 1))
@@ -288,6 +294,16 @@ void Calibration::validate(const std::string& where) const {
   fraction(fwd_partial_efficiency, "fwd_partial_efficiency");
   fraction(bwd_diagonal_efficiency, "bwd_diagonal_efficiency");
   fraction(bwd_partial_efficiency, "bwd_partial_efficiency");
+  auto at_least_one = [&](double v, const char* field) {
+    if (!(v >= 1) || !std::isfinite(v))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be >= 1 (got " + std::to_string(v) + ")");
+  };
+  at_least_one(fwd_diagonal_masked_cost, "fwd_diagonal_masked_cost");
+  at_least_one(fwd_partial_masked_cost, "fwd_partial_masked_cost");
+  at_least_one(bwd_diagonal_masked_cost, "bwd_diagonal_masked_cost");
+  at_least_one(bwd_partial_masked_cost, "bwd_partial_masked_cost");
+  if (!(fwd_empty_subtile_cost >= 0) || !(bwd_empty_subtile_cost >= 0))
+    raise(ErrorKind::InvalidInput, where + ": (fwd|bwd)_empty_subtile_cost must be >= 0");
 }
 
 Calibration calibration_from_cluster(const Cluster& cluster) {
@@ -301,17 +317,9 @@ Calibration calibration_from_cluster(const Cluster& cluster) {
 double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& cal) {
   const BlockTable& t = plan.table;
   if (const auto* a = std::get_if<Attend>(&ins)) {
-    const bool fwd = pass == Pass::Forward;
-    const double diagonal = fwd ? cal.fwd_diagonal_efficiency : cal.bwd_diagonal_efficiency;
-    const double partial = fwd ? cal.fwd_partial_efficiency : cal.bwd_partial_efficiency;
-    double flops = 0;  // full-tile-rate equivalent
-    for (const TileOp& op : a->tiles) {
-      const Tile& tile = t.tiles[op.tile];
-      const double f = fwd ? t.tile_flops_fwd(tile) : t.tile_flops_bwd(tile);
-      flops += tile.kind == TileKind::Full ? f : f / (tile.kind == TileKind::CausalDiagonal ? diagonal : partial);
-    }
-    return flops / (fwd ? cal.attn_fwd_flops : cal.attn_bwd_flops) +
-           cal.tile_overhead_s * static_cast<double>(a->tiles.size()) + cal.launch_overhead_s;
+    sim_detail::AttendCost cost(t, cal);
+    return cost.seconds(*a, pass) + cal.tile_overhead_s * static_cast<double>(a->tiles.size()) +
+           cal.launch_overhead_s;
   }
   if (const auto* m = std::get_if<Merge>(&ins)) {
     const int64_t tokens = t.token_blocks[m->token_block].length;
@@ -344,9 +352,12 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   };
   for (auto& [key, value] : j.items()) {
     static const char* known[] = {"name", "attn_fwd_tflops", "attn_bwd_tflops", "tile_overhead_us",
-                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes",
+                                  "launch_overhead_us", "message_overhead_us", "memory_bw_GBps", "source", "notes",
                                   "fwd_diagonal_efficiency", "fwd_partial_efficiency",
-                                  "bwd_diagonal_efficiency", "bwd_partial_efficiency"};
+                                  "bwd_diagonal_efficiency", "bwd_partial_efficiency", "attention_cost_model",
+                                  "fwd_diagonal_masked_cost", "fwd_partial_masked_cost",
+                                  "bwd_diagonal_masked_cost", "bwd_partial_masked_cost",
+                                  "fwd_empty_subtile_cost", "bwd_empty_subtile_cost"};
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
       raise(ErrorKind::InvalidInput, source + ": unknown field '" + key + "'");
     (void)value;
@@ -356,11 +367,24 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   num("attn_bwd_tflops", 1e12, c.attn_bwd_flops);
   num("tile_overhead_us", 1e-6, c.tile_overhead_s);
   num("launch_overhead_us", 1e-6, c.launch_overhead_s);
+  num("message_overhead_us", 1e-6, c.message_overhead_s);
   num("memory_bw_GBps", 1e9, c.memory_bw);
   num("fwd_diagonal_efficiency", 1.0, c.fwd_diagonal_efficiency);
   num("fwd_partial_efficiency", 1.0, c.fwd_partial_efficiency);
   num("bwd_diagonal_efficiency", 1.0, c.bwd_diagonal_efficiency);
   num("bwd_partial_efficiency", 1.0, c.bwd_partial_efficiency);
+  num("fwd_diagonal_masked_cost", 1.0, c.fwd_diagonal_masked_cost);
+  num("fwd_partial_masked_cost", 1.0, c.fwd_partial_masked_cost);
+  num("bwd_diagonal_masked_cost", 1.0, c.bwd_diagonal_masked_cost);
+  num("bwd_partial_masked_cost", 1.0, c.bwd_partial_masked_cost);
+  num("fwd_empty_subtile_cost", 1.0, c.fwd_empty_subtile_cost);
+  num("bwd_empty_subtile_cost", 1.0, c.bwd_empty_subtile_cost);
+  if (j.contains("attention_cost_model")) {
+    const auto& m = j["attention_cost_model"];
+    if (!m.is_string() || (m.get<std::string>() != "area" && m.get<std::string>() != "subtiles"))
+      raise(ErrorKind::InvalidInput, source + ": attention_cost_model must be \"area\" or \"subtiles\"");
+    c.subtile_model = m.get<std::string>() == "subtiles";
+  }
   c.validate(source);
   return c;
 }

@@ -8,6 +8,7 @@
 #include "dcp/plan_svg.h"
 #include "dcp/sim.h"
 #include "plan/plan_fixtures.h"
+#include "sim/kernel_cost.h"
 
 namespace dcp {
 namespace {
@@ -130,6 +131,89 @@ TEST(Svg, DrawsEveryTileOfTheShownGroupAndEveryDevice) {
   for (const Tile& t : pb.table.tiles) tiles_g0 += t.head_group == 0;
   // Tiles + 2 home strips per token block + 1 frame per sequence + background + 5 bars per device.
   EXPECT_EQ(shapes, tiles_g0 + 2 * pb.table.token_blocks.size() + pb.table.seq_length.size() + 1 + 5 * 4);
+}
+
+}  // namespace
+}  // namespace dcp
+
+namespace dcp {
+namespace {
+
+// Sub-tile counts against a per-pair brute force (every mask kind, both sub-tile shapes, block
+// sizes that do not divide the sub-tile grid), and the closed forms of full and diagonal tiles.
+TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
+  Batch batch;
+  batch.shape = AttentionShape{4, 2, 64, DType::BF16};
+  const int64_t lengths[] = {700, 333, 900, 257};
+  const Mask masks[] = {Mask::causal(), Mask::lambda(16, 200), Mask::causal_blockwise(96, 2, 1),
+                        Mask::shared_question_for(257, 0.3, 3)};
+  for (int i = 0; i < 4; ++i) {
+    Sequence s;
+    s.length = lengths[i];
+    s.mask = masks[i];
+    batch.sequences.push_back(s);
+  }
+  for (int64_t block : {256, 320}) {
+    BlockOptions bo;
+    bo.block_size = block;
+    const BlockTable t = build_block_table(batch, bo);
+    std::vector<Range> ranges;
+    for (const Tile& tile : t.tiles) {
+      if (tile.head_group != 0) continue;
+      const TokenBlock& qb = t.token_blocks[static_cast<size_t>(tile.q_block)];
+      const TokenBlock& kb = t.token_blocks[static_cast<size_t>(tile.kv_block)];
+      for (int64_t rows_per : {sim_detail::kFwdSubRows, sim_detail::kBwdSubRows}) {
+        const int64_t keys_per = sim_detail::kSubKeys;
+        sim_detail::SubtileCount want;
+        for (int64_t r0 = 0; r0 < qb.length; r0 += rows_per)
+          for (int64_t k0 = 0; k0 < kb.length; k0 += keys_per) {
+            int64_t allowed = 0, pairs = 0;
+            for (int64_t r = r0; r < std::min(qb.length, r0 + rows_per); ++r) {
+              t.tile_row_ranges(tile, qb.begin + r, ranges);
+              for (int64_t k = k0; k < std::min(kb.length, k0 + keys_per); ++k) {
+                ++pairs;
+                for (const Range& g : ranges) allowed += (kb.begin + k >= g.begin && kb.begin + k < g.end) ? 1 : 0;
+              }
+            }
+            if (allowed == pairs) ++want.full;
+            else if (allowed > 0) ++want.masked;
+          }
+        const sim_detail::SubtileCount got = sim_detail::count_subtiles(t, tile, rows_per, keys_per);
+        EXPECT_EQ(got.full, want.full) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
+        EXPECT_EQ(got.masked, want.masked) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
+      }
+    }
+  }
+}
+
+// With masked cost 1 and only full tiles, the sub-tile model equals the area model; a masked
+// cost of m adds exactly (m - 1) x the masked sub-tiles' dense time.
+TEST(SimKernelCost, SubtileModelMatchesAreaOnFullTilesAndScalesMaskedOnes) {
+  Plan p = plan_for(placed(BaselineKind::Ring, skewed_batch("causal"), 1), 1);
+  Calibration area;
+  area.tile_overhead_s = 0;
+  area.launch_overhead_s = 0;
+  Calibration sub = area;
+  sub.subtile_model = true;
+  Calibration sub2 = sub;
+  sub2.fwd_diagonal_masked_cost = 3;
+  double extra = 0;
+  for (const Tile& t : p.table.tiles) {
+    if (t.kind != TileKind::CausalDiagonal) continue;
+    const auto c = sim_detail::count_subtiles(p.table, t, sim_detail::kFwdSubRows, sim_detail::kSubKeys);
+    extra += 2.0 * static_cast<double>(c.masked) * 4.0 * 128 * 128 * p.table.shape.head_dim *
+             p.table.groups.q_heads_per_group / sub.attn_fwd_flops;
+  }
+  ASSERT_GT(extra, 0);
+  double t1 = 0, t2 = 0;
+  for (const Instruction& ins : p.devices[0].fwd.code) {
+    t1 += instruction_time_s(p, ins, Pass::Forward, sub);
+    t2 += instruction_time_s(p, ins, Pass::Forward, sub2);
+  }
+  EXPECT_NEAR(t2 - t1, extra, 1e-9 * t2);
+  EXPECT_THROW(parse_calibration(R"({"attention_cost_model":"dense"})", "x.json"), Error);
+  EXPECT_THROW(parse_calibration(R"({"fwd_partial_masked_cost":0.5})", "x.json"), Error);
+  EXPECT_TRUE(parse_calibration(R"({"attention_cost_model":"subtiles"})", "x.json").subtile_model);
 }
 
 }  // namespace
