@@ -52,8 +52,8 @@ if has checks; then
   check1() { say "check 1 GPU (fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto})"
              CUDA_VISIBLE_DEVICES=0 timeout 150 $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
              return "${PIPESTATUS[0]}"; }
-  # FORWARD FORWARD_VARIANT BACKWARD BACKWARD_DQ ("-": empty = the kernels' default)
-  for routes in "- - - -" "- basic - -" "- - - atomic" "- basic - atomic" "- - mma -" "- basic mma -" "mma - mma -"; do
+  # FORWARD FORWARD_VARIANT BACKWARD BACKWARD_DQ ("-": empty = the kernels' default); ws (warp-specialised forward) first
+  for routes in "- ws - -" "- - - -" "- basic - -" "- - - atomic" "- basic - atomic" "- - mma -" "- basic mma -" "mma - mma -"; do
     read -r f v bw dq <<<"$routes"
     export DCP_ATTN_FORWARD=${f#-} DCP_ATTN_FORWARD_VARIANT=${v#-} DCP_ATTN_BACKWARD=${bw#-} DCP_ATTN_BACKWARD_DQ=${dq#-}
     check1 && break

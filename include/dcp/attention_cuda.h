@@ -33,8 +33,9 @@
 //   forward: one CTA = 128 q rows x one q head, 4 warps x 32 rows; loops over 64-key sub-tiles.
 //   forward on Hopper (route Wgmma): one CTA = the same 128 q rows x one q head, 2 warpgroups x
 //   64 rows, wgmma m64n128k16 (S = Q K^T from shared memory, O += P V with P in registers),
-//   128-key sub-tiles; same work items, masks and outputs. Two variants (AttnKernelRoute): basic,
-//   and pipelined (the softmax of sub-tile j overlaps the P V product of sub-tile j - 1).
+//   128-key sub-tiles; same work items, masks and outputs. Three variants (AttnKernelRoute): basic,
+//   pipelined (the softmax of sub-tile j overlaps the P V product of sub-tile j - 1), and
+//   warp-specialised (pipelined, plus a producer warpgroup for loads and masks; ping-pong).
 //   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   backward on Hopper (route Wgmma): the same work items, 2 warpgroups x 64 keys, wgmma m64n64k16
@@ -129,7 +130,7 @@ struct AttnTileList {
 // Which forward kernel runs. Auto: Wgmma on an sm_90 device (Hopper; head_dim 64 or 128),
 // else Mma; the environment variable DCP_ATTN_FORWARD=mma|wgmma (read once per process)
 // replaces Auto, so executor-level runs compare both without rebuilding. Wgmma runs the wgmma
-// kernel named by DCP_ATTN_FORWARD_VARIANT=basic|pipelined (read once; default pipelined), so a
+// kernel named by DCP_ATTN_FORWARD_VARIANT=basic|pipelined|ws (read once; default pipelined), so a
 // variant that misbehaves on some GPU can be set aside without rebuilding. WgmmaBasic and
 // WgmmaPipelined name a variant explicitly (checks and benchmarks run each). Explicit routes
 // ignore DCP_ATTN_FORWARD. A wgmma route on a device that is not sm_90 raises Unsupported.
@@ -139,8 +140,19 @@ struct AttnTileList {
 //   WgmmaPipelined the same tiles (attention_forward_sm90_pipe.cu); S_j = Q K_j^T and
 //                  O += P_{j-1} V_{j-1} are issued together and the softmax of S_j runs while
 //                  the P V product does.
-// Both wgmma kernels need the sm_90a build.
-enum class AttnKernelRoute : int32_t { Auto = 0, Mma = 1, Wgmma = 2, WgmmaBasic = 3, WgmmaPipelined = 4 };
+//   WgmmaWarpSpecialized  the pipelined schedule (attention_forward_sm90_ws.cu) with a producer
+//                  warpgroup that walks the sub-tiles, builds Partial masks and loads K/V into an
+//                  mbarrier-guarded ring; the two consumer warpgroups (setmaxnreg 232 registers)
+//                  only compute, their wgmma issues alternated by named barriers (ping-pong).
+// Every wgmma kernel needs the sm_90a build.
+enum class AttnKernelRoute : int32_t {
+  Auto = 0,
+  Mma = 1,
+  Wgmma = 2,
+  WgmmaBasic = 3,
+  WgmmaPipelined = 4,
+  WgmmaWarpSpecialized = 5
+};
 
 struct AttnForwardParams {
   AttnShape shape;
@@ -166,8 +178,8 @@ struct AttnBackwardParams {
   float* dk = nullptr;                   // accumulated (atomicAdd)
   float* dv = nullptr;                   // accumulated (atomicAdd)
   // Which backward kernel runs; as AttnForwardParams::route, with the environment variable
-  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto. There is one wgmma backward kernel: WgmmaBasic
-  // and WgmmaPipelined mean Wgmma here. Both give the same outputs (up to summation order).
+  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto. There is one wgmma backward kernel: WgmmaBasic,
+  // WgmmaPipelined and WgmmaWarpSpecialized mean Wgmma here. Both give the same outputs (up to summation order).
   //   Mma     mma.sync (attention_backward.cu), any sm_80+ device.
   //   Wgmma   warpgroup MMA (attention_backward_sm90.cu): 2 warpgroups x 64 of the CTA's 128
   //           keys, S^T / dP^T and dQ from shared memory, dV / dK with P^T / dS^T in registers;
@@ -178,8 +190,8 @@ struct AttnBackwardParams {
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
-// The kernel attention_forward() runs for `params` on the current device: Mma, WgmmaBasic or
-// WgmmaPipelined (never Auto or Wgmma).
+// The kernel attention_forward() runs for `params` on the current device: Mma, WgmmaBasic,
+// WgmmaPipelined or WgmmaWarpSpecialized (never Auto or Wgmma).
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params);
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream);
 // The route attention_backward() takes for `params` on the current device (Mma or Wgmma).

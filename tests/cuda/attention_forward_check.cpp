@@ -138,6 +138,7 @@ std::vector<AttnKernelRoute> forward_routes() {
   if (wgmma_available()) {
     routes.push_back(AttnKernelRoute::WgmmaBasic);
     routes.push_back(AttnKernelRoute::WgmmaPipelined);
+    routes.push_back(AttnKernelRoute::WgmmaWarpSpecialized);
   }
   return routes;
 }

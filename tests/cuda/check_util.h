@@ -108,6 +108,7 @@ inline const char* route_name(AttnKernelRoute r) {
     case AttnKernelRoute::Wgmma: return "wgmma";
     case AttnKernelRoute::WgmmaBasic: return "wgmma-basic";
     case AttnKernelRoute::WgmmaPipelined: return "wgmma-pipelined";
+    case AttnKernelRoute::WgmmaWarpSpecialized: return "wgmma-ws";
     default: return "auto";
   }
 }

@@ -354,7 +354,8 @@ AttnKernelRoute environment_wgmma_variant() {
     const std::string value = env != nullptr ? env : "";
     if (value.empty() || value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
     if (value == "basic") return AttnKernelRoute::WgmmaBasic;
-    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD_VARIANT: expected basic or pipelined, got '" + value + "'");
+    if (value == "ws") return AttnKernelRoute::WgmmaWarpSpecialized;
+    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD_VARIANT: expected basic, pipelined or ws, got '" + value + "'");
   }();
   return route;
 }
@@ -378,6 +379,7 @@ void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
   switch (attention_forward_route(params)) {
     case AttnKernelRoute::WgmmaBasic: detail::attention_forward_wgmma_basic(params, stream); break;
     case AttnKernelRoute::WgmmaPipelined: detail::attention_forward_wgmma_pipelined(params, stream); break;
+    case AttnKernelRoute::WgmmaWarpSpecialized: detail::attention_forward_wgmma_ws(params, stream); break;
     default: detail::attention_forward_mma(params, stream); break;
   }
 }
