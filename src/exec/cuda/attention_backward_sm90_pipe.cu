@@ -7,21 +7,29 @@
 //
 // What basic does per step s: barrier (Q(s) in) | S^T, dP^T | P, dS | dS^T stores, dV, dK |
 // barrier | dQ | wait all | dQ epilogue | barrier; the tensor cores idle through the epilogue,
-// the two barriers around it and the S^T latency of the next step. Here:
-//   - S^T(s + 1) is issued right behind dQ(s), so the dQ epilogue (shared tile, bulk reduction)
-//     runs while the tensor cores compute S^T(s + 1);
-//   - Q / dO / LSE / Delta / mask have three buffers: step s + 2 is loaded while step s computes
-//     (issued after the first barrier of step s, needed by the second barrier of step s + 1);
+// the two barriers around it, the S^T latency of the next step, and the LSE / Delta loads (plain
+// loads into registers: the issuing warps wait a global-memory latency each step). Here, step s:
+//   dP^T(s) [S^T(s) was issued in step s - 1] | P, dS (no wgmma in flight: the loop turns here) |
+//   dV, dK (s) | barrier X | classify + load step s + 2 | dS^T stores | barrier Y | dQ(s) |
+//   S^T(s + 1) | dQ epilogue (s) under S^T(s + 1)
+//   - Q / dO / LSE / Delta / mask have three buffers; step s + 2 is loaded (after X of step s)
+//     into the buffer of step s - 1 and needed at Y of step s + 1: a step of latency to hide.
+//     LSE and Delta come by 4-byte cp.async too (the log2 conversion moves to the reader).
 //   - two CTA barriers per step instead of three:
-//       X (before the dS^T stores): every dQ(s - 1) read of dS^T is done and the buffer of step
-//         s - 1 is free (both warpgroups waited for their dV / dK (s - 1) and dQ (s - 1));
-//       Y (after the dS^T stores): dS^T(s) is complete and Q(s + 1) / dO(s + 1) have arrived.
-// Wgmma groups per warpgroup, in issue order: S^T(s) [issued in step s - 1], dP^T(s),
-// dV+dK(s), dQ(s), S^T(s + 1); the waits: wait<1> after dP^T (S^T ready), wait<0> (dP^T ready),
-// wait<1> after dQ (dV / dK done: the P^T / dS^T A fragments are free, so S^T(s + 1) fits in
-// their registers), wait<1> after S^T(s + 1) (dQ ready).
-// Registers (D = 128): dK, dV 128 + S^T(s + 1) 32 + dQ 32 at the peak, the same as basic.
-// Shared memory: D = 128 217 KB, D = 64 145 KB, +1 KB alignment slack.
+//       X: every dQ(s - 1) read of dS^T is done and the buffer of step s - 1 is free (both
+//          warpgroups waited for their dV / dK (s - 1) and dQ (s - 1) before it);
+//       Y: dS^T(s) is complete and Q(s + 1) / dO(s + 1) / LSE / Delta have arrived.
+//     dV / dK(s) are issued before X, so the tensor cores have work queued through X, the
+//     classification (Partial tiles read their ranges from global memory) and the load issue.
+// Wgmma groups per warpgroup, in issue order: S^T(s), dP^T(s), dV+dK(s), dQ(s), S^T(s + 1); waits:
+// wait<1> after dP^T (S^T ready), wait<0> (dP^T ready), wait<1> after dQ (dV / dK done: the P^T /
+// dS^T A fragments are free, so S^T(s + 1) fits in their registers), wait<1> after S^T(s + 1)
+// (dQ ready). Every wgmma sits outside data-dependent branches (a step past the last gets a
+// dropped S^T and dP^T on a stale buffer instead of a test): with an accumulator in flight
+// across such a branch ptxas serializes every wgmma of the kernel (C7518).
+// Registers (ptxas -v, sm_90a): D = 128 255, 12 bytes of spill stores / loads (the bf16 A fragments
+// stay live through the classification and load issue); D = 64 212, none.
+// Shared memory: D = 128 216.5 KB, D = 64 136.5 KB, +1 KB alignment slack.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -81,6 +89,11 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat
   }
 }
 
+// 4-byte cp.async (LSE, Delta); the source must be 4-byte aligned.
+__device__ __forceinline__ void cp_async4(uint32_t dst, const float* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
 template <int kN>
 __device__ __forceinline__ void zero(float (&r)[kN]) {
 #pragma unroll
@@ -114,7 +127,9 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_pipe_ke
   const uint32_t s_ds = raw_addr + pad + Smem::kDs;
   const uint32_t s_dqt = raw_addr + pad + Smem::kDqT;
   unsigned char* s_ds_ptr = smem + Smem::kDs;
-  auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
+  auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);  // natural-log LSE as given (+inf: padding row)
+  const uint32_t s_lse_addr = raw_addr + pad + Smem::kLse;
+  const uint32_t s_delta_addr = raw_addr + pad + Smem::kDelta;
   auto* s_delta = reinterpret_cast<float*>(smem + Smem::kDelta);
   auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
 
@@ -194,16 +209,18 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_pipe_ke
     const uint32_t boff = static_cast<uint32_t>(buf * Smem::kQBytes);
     load_rows_sw128<kBwRows, kD>(s_q + boff, qp + off, q_stride, rows);
     load_rows_sw128<kBwRows, kD>(s_do + boff, dop + do_off, q_stride, rows);
+    // LSE and Delta by cp.async as well (basic loads them into registers first, which stalls the
+    // issuing warps for a global-memory latency); the LSE -> log2 conversion moves to the reader.
     if (tid < kBwRows) {
-      float lse2 = INFINITY;
-      float delta = 0.0F;
+      const int i = buf * kBwRows + tid;
       if (tid < rows) {
-        const float lse = p.lse[static_cast<int64_t>(lse_row0 + rq0 + tid) * hq + qh];
-        lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-        delta = p.delta[static_cast<int64_t>(delta_row0 + rq0 + tid) * hq + qh];
+        cp_async4(s_lse_addr + static_cast<uint32_t>(i * 4), p.lse + static_cast<int64_t>(lse_row0 + rq0 + tid) * hq + qh);
+        cp_async4(s_delta_addr + static_cast<uint32_t>(i * 4),
+                  p.delta + static_cast<int64_t>(delta_row0 + rq0 + tid) * hq + qh);
+      } else {
+        s_lse[i] = INFINITY;
+        s_delta[i] = 0.0F;
       }
-      s_lse[buf * kBwRows + tid] = lse2;
-      s_delta[buf * kBwRows + tid] = delta;
     }
   };
 
@@ -260,12 +277,15 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_pipe_ke
     // st becomes P^T (columns are q rows: LSE per column).
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse_b + 8 * j + 2 * tq);
+      const float2 lse = *reinterpret_cast<const float2*>(lse_b + 8 * j + 2 * tq);
+      // Rows without any allowed key (LSE = -inf) get P = 0 like padding rows.
+      const float l2x = lse.x == -INFINITY ? INFINITY : lse.x * kLog2e;
+      const float l2y = lse.y == -INFINITY ? INFINITY : lse.y * kLog2e;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = key_lo + 8 * (e >> 1);
         const int col = 8 * j + 2 * tq + (e & 1);
-        float pv = exp2f(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
+        float pv = exp2f(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2y : l2x)));
         if (step_cls == kMasked) {
           bool ok = key < keys;
           if (t.kind == TileKind::Partial) {
@@ -313,7 +333,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_pipe_ke
   // Unconditional (also when there is no step, and for a step past the last in the loop): a
   // product nobody needs reads a stale buffer and is dropped, but keeps the wgmma out of branches.
   issue_st(0);
-  p_and_ds(0, sub_tile_row(step < num_steps ? step : 0), cls);
+  p_and_ds(0, step < num_steps ? sub_tile_row(step) : 0, cls);
 
   int buf = 0;
   while (step < num_steps) {
@@ -323,6 +343,27 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_pipe_ke
     const int rq0 = sub_tile_row(step);
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
+
+    // dV += P^T dO, dK += dS^T Q (B operands MN-major); they need no barrier, so the tensor
+    // cores have them queued while the barrier, the classification and the loads below run.
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (kD == 128) {
+        wgmma_m64n128k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
+      } else {
+        wgmma_m64n64k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if constexpr (kD == 128) {
+        wgmma_m64n128k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
+      } else {
+        wgmma_m64n64k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
+      }
+    }
+    wgmma_commit();
 
     // Barrier X: every dQ(step - 1) is done (dS^T free) and nobody reads the buffer of step - 1
     // any more: load the step after next into it (classification may vote: all threads are here).
@@ -343,26 +384,6 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_pipe_ke
         *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(key_lo + 8, col)) = da[kk][2 * h + 1];
       }
     }
-
-    // dV += P^T dO, dK += dS^T Q (B operands MN-major).
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kD == 128) {
-        wgmma_m64n128k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
-      } else {
-        wgmma_m64n64k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kD == 128) {
-        wgmma_m64n128k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
-      } else {
-        wgmma_m64n64k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
-      }
-    }
-    wgmma_commit();
 
     // Barrier Y: dS^T(step) complete; Q / dO of the next step arrived (its group is the second
     // newest: the newest is the one just committed); this thread's last bulk reduction has read
@@ -422,7 +443,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_pipe_ke
     nstep = nnstep;
     ncls = nncls;
     buf = nbuf;
-    p_and_ds(buf, sub_tile_row(step < num_steps ? step : 0), cls);
+    p_and_ds(buf, step < num_steps ? sub_tile_row(step) : 0, cls);
   }
   cp_async_wait<0>();
   bulk_wait<0>();
