@@ -20,10 +20,11 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
 export DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-}  # empty: the best wgmma variant (pipelined)
 export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}  # empty: the kernels choose (wgmma on sm_90)
-export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ
+export DCP_ATTN_BACKWARD_VARIANT=${DCP_ATTN_BACKWARD_VARIANT:-}  # empty: the best wgmma variant (pipelined)
+export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ (atomic: basic variant only)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_FORWARD_VARIANT -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_FORWARD_VARIANT -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_VARIANT -x DCP_ATTN_BACKWARD_DQ"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -40,25 +41,28 @@ if has kernels; then
   say "kernel tests"
   # Every route is checked here (the binary fails if any does); which routes the executor uses
   # is decided by the whole-plan checks below.
-  CUDA_VISIBLE_DEVICES=0 timeout 200 $b/tests/cuda/dcp_test_cuda >"$out/kernel_tests.log" 2>&1
+  CUDA_VISIBLE_DEVICES=0 timeout ${KTEST_TIMEOUT:-200} $b/tests/cuda/dcp_test_cuda >"$out/kernel_tests.log" 2>&1
   echo "kernel tests: rc=$?" | tee -a "$log"
   grep -E "^\[  (FAILED|PASSED) |Failure|mismatch" "$out/kernel_tests.log" | head -n 60 | tee -a "$log"
   say "kernel bench"
-  CUDA_VISIBLE_DEVICES=0 timeout 200 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"
+  CUDA_VISIBLE_DEVICES=0 timeout ${KBENCH_TIMEOUT:-200} $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"
 fi
 if has checks; then
   # Whole plans on 1 GPU against the CPU backend; on a failure fall back route by route (newest
   # kernels first) so that the benchmarks below only time kernels that computed right.
-  check1() { say "check 1 GPU (fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto})"
-             CUDA_VISIBLE_DEVICES=0 timeout 150 $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
+  check1() { say "check 1 GPU (fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_VARIANT:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto})"
+             CUDA_VISIBLE_DEVICES=0 timeout ${CHECK_TIMEOUT:-150} $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
              return "${PIPESTATUS[0]}"; }
-  # FORWARD FORWARD_VARIANT BACKWARD BACKWARD_DQ ("-": empty = the kernels' default); ws (warp-specialised forward) first
-  for routes in "- ws - -" "- - - -" "- basic - -" "- - - atomic" "- basic - atomic" "- - mma -" "- basic mma -" "mma - mma -"; do
-    read -r f v bw dq <<<"$routes"
-    export DCP_ATTN_FORWARD=${f#-} DCP_ATTN_FORWARD_VARIANT=${v#-} DCP_ATTN_BACKWARD=${bw#-} DCP_ATTN_BACKWARD_DQ=${dq#-}
+  # FORWARD FORWARD_VARIANT BACKWARD BACKWARD_VARIANT BACKWARD_DQ ("-": empty = the kernels'
+  # default); ws (warp-specialised forward) first; a failing new variant falls back first.
+  for routes in "- ws - - -" "- - - - -" "- - - basic -" "- basic - - -" "- basic - basic -" "- - - basic atomic" \
+                "- basic - basic atomic" "- - mma - -" "- basic mma - -" "mma - mma - -"; do
+    read -r f v bw bv dq <<<"$routes"
+    export DCP_ATTN_FORWARD=${f#-} DCP_ATTN_FORWARD_VARIANT=${v#-} DCP_ATTN_BACKWARD=${bw#-} \
+           DCP_ATTN_BACKWARD_VARIANT=${bv#-} DCP_ATTN_BACKWARD_DQ=${dq#-}
     check1 && break
   done
-  say "routes used from here on: fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto}"
+  say "routes used from here on: fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_VARIANT:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto}"
   say "check 2 GPUs"
   timeout 150 $MPIRUN -np 2 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
   say "peer dies (expect non-zero within the 5 s comm timeout)"

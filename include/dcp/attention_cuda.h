@@ -40,6 +40,7 @@
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   backward on Hopper (route Wgmma): the same work items, 2 warpgroups x 64 keys, wgmma m64n64k16
 //   for S^T, dP^T and dQ (dS^T through shared memory), m64nDk16 for dV, dK (A in registers).
+//   Two variants: basic, and pipelined (S^T of the next q sub-tile overlaps the dQ epilogue).
 //   Sub-tiles with no allowed (row, key) pair are skipped without loading or computing them.
 // FLOPs (mask-area convention): forward 4 * area * head_dim * num_q_heads, backward 2.5x that,
 //   area = number of allowed (i, j) pairs. Bytes (minimum): forward reads Q, K, V once
@@ -178,14 +179,20 @@ struct AttnBackwardParams {
   float* dk = nullptr;                   // accumulated (atomicAdd)
   float* dv = nullptr;                   // accumulated (atomicAdd)
   // Which backward kernel runs; as AttnForwardParams::route, with the environment variable
-  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto. There is one wgmma backward kernel: WgmmaBasic,
-  // WgmmaPipelined and WgmmaWarpSpecialized mean Wgmma here. Both give the same outputs (up to summation order).
-  //   Mma     mma.sync (attention_backward.cu), any sm_80+ device.
-  //   Wgmma   warpgroup MMA (attention_backward_sm90.cu): 2 warpgroups x 64 of the CTA's 128
-  //           keys, S^T / dP^T and dQ from shared memory, dV / dK with P^T / dS^T in registers;
-  //           dQ reaches global memory by bulk asynchronous reductions (cp.reduce.async.bulk,
-  //           element-wise atomic adds like atomicAdd), or with DCP_ATTN_BACKWARD_DQ=atomic by
-  //           atomicAdd from registers.
+  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto, and DCP_ATTN_BACKWARD_VARIANT=basic|pipelined
+  // (read once; default pipelined) naming the kernel behind Wgmma (forward-only routes such as
+  // WgmmaWarpSpecialized mean the default backward variant). All give the same outputs (up
+  // to summation order).
+  //   Mma            mma.sync (attention_backward.cu), any sm_80+ device.
+  //   WgmmaBasic     warpgroup MMA (attention_backward_sm90.cu): 2 warpgroups x 64 of the CTA's
+  //                  128 keys, S^T / dP^T and dQ from shared memory, dV / dK with P^T / dS^T in
+  //                  registers; dQ reaches global memory by bulk asynchronous reductions
+  //                  (cp.reduce.async.bulk, element-wise atomic adds like atomicAdd), or with
+  //                  DCP_ATTN_BACKWARD_DQ=atomic by atomicAdd from registers.
+  //   WgmmaPipelined the same tiles and products (attention_backward_sm90_pipe.cu); S^T of the
+  //                  next q sub-tile is issued behind dQ so that the dQ epilogue overlaps it,
+  //                  Q / dO are loaded two sub-tiles ahead, two CTA barriers per sub-tile instead
+  //                  of three; dQ always by bulk reductions.
   AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 
@@ -194,7 +201,8 @@ void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
 // WgmmaPipelined or WgmmaWarpSpecialized (never Auto or Wgmma).
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params);
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream);
-// The route attention_backward() takes for `params` on the current device (Mma or Wgmma).
+// The kernel attention_backward() runs for `params` on the current device: Mma, WgmmaBasic or
+// WgmmaPipelined (never Auto or Wgmma).
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params);
 
 // LSE merge: for each output row r and q head h, combine partial rows

@@ -138,7 +138,10 @@ int row_of(int begin, int fallback) { return begin >= 0 ? begin : fallback; }
 
 std::vector<AttnKernelRoute> backward_routes() {
   std::vector<AttnKernelRoute> routes{AttnKernelRoute::Mma};
-  if (wgmma_available()) routes.push_back(AttnKernelRoute::Wgmma);
+  if (wgmma_available()) {
+    routes.push_back(AttnKernelRoute::WgmmaBasic);
+    routes.push_back(AttnKernelRoute::WgmmaPipelined);
+  }
   return routes;
 }
 

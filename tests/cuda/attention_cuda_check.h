@@ -81,7 +81,7 @@ inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 
 }
 // Mma, plus every wgmma variant (WgmmaBasic, WgmmaPipelined) when the device is sm_90.
 std::vector<AttnKernelRoute> forward_routes();
-// Mma, plus Wgmma when the device is sm_90 (the backward has one wgmma kernel).
+// Mma, plus every wgmma backward variant (WgmmaBasic, WgmmaPipelined) when the device is sm_90.
 std::vector<AttnKernelRoute> backward_routes();
 
 // ---- Targeted backward checks (attention_backward_check.cpp): tile lists of one scenario run

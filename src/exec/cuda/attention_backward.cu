@@ -11,14 +11,16 @@
 //            dS^T goes through shared memory for dQ = dS K, which each warp adds (16 rows x
 //            D/2 columns) to global memory with fp32 atomics.
 //   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
-// The Hopper version (attention_backward_sm90.cu) keeps this interface; attention_backward() at
-// the end of this file picks the route (AttnBackwardParams::route, DCP_ATTN_BACKWARD).
+// The Hopper versions (attention_backward_sm90.cu "basic", attention_backward_sm90_pipe.cu
+// "pipelined") keep this interface; attention_backward() at the end of this file picks the route
+// (AttnBackwardParams::route, DCP_ATTN_BACKWARD, DCP_ATTN_BACKWARD_VARIANT).
 // Per 128-key x 64-row step: 10 * 128 * 64 * D FLOPs of MMA (2.5x the forward's 4); 64 * D dQ
 // atomics.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "attention_common.cuh"
@@ -339,6 +341,18 @@ AttnKernelRoute environment_route() {
   return route;
 }
 
+// DCP_ATTN_BACKWARD_VARIANT, read once: the wgmma kernel behind route Wgmma (default pipelined).
+AttnKernelRoute environment_wgmma_variant() {
+  static const AttnKernelRoute route = [] {
+    const char* env = std::getenv("DCP_ATTN_BACKWARD_VARIANT");
+    const std::string value = env != nullptr ? env : "";
+    if (value.empty() || value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
+    if (value == "basic") return AttnKernelRoute::WgmmaBasic;
+    raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_VARIANT: expected basic or pipelined, got '" + value + "'");
+  }();
+  return route;
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -346,19 +360,19 @@ AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
   AttnKernelRoute route = params.route;
   if (route == AttnKernelRoute::Auto) route = detail::environment_route();
   const bool head_dim_ok = params.shape.head_dim == 64 || params.shape.head_dim == 128;
-  if (route == AttnKernelRoute::Auto) return detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
+  if (route == AttnKernelRoute::Auto) route = detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
   if (route == AttnKernelRoute::Mma) return route;
   if (!detail::device_is_sm90())
-    raise(ErrorKind::Unsupported, "attention_backward: the wgmma route needs an sm_90 (Hopper) device");
-  return AttnKernelRoute::Wgmma;  // WgmmaBasic / WgmmaPipelined: the one wgmma backward
+    raise(ErrorKind::Unsupported, "attention_backward: the wgmma routes need an sm_90 (Hopper) device");
+  return route == AttnKernelRoute::Wgmma ? detail::environment_wgmma_variant() : route;
 }
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
-  if (attention_backward_route(params) == AttnKernelRoute::Wgmma) {
-    detail::attention_backward_wgmma(params, stream);
-  } else {
-    detail::attention_backward_mma(params, stream);
+  switch (attention_backward_route(params)) {
+    case AttnKernelRoute::WgmmaBasic: detail::attention_backward_wgmma(params, stream); break;
+    case AttnKernelRoute::WgmmaPipelined: detail::attention_backward_wgmma_pipelined(params, stream); break;
+    default: detail::attention_backward_mma(params, stream); break;
   }
 }
 

@@ -246,3 +246,9 @@ bool device_is_sm90();
 AttnKernelRoute route_from_environment(const char* name);
 
 }  // namespace dcp::cuda::detail
+
+namespace dcp::cuda::detail {
+// The pipelined wgmma backward (attention_backward_sm90_pipe.cu); attention_backward_wgmma above
+// is the basic one (attention_backward_sm90.cu).
+void attention_backward_wgmma_pipelined(const AttnBackwardParams& params, cudaStream_t stream);
+}  // namespace dcp::cuda::detail
