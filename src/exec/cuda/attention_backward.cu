@@ -341,13 +341,16 @@ AttnKernelRoute environment_route() {
   return route;
 }
 
-// DCP_ATTN_BACKWARD_VARIANT, read once: the wgmma kernel behind route Wgmma (default pipelined).
+// DCP_ATTN_BACKWARD_VARIANT, read once: the wgmma kernel behind route Wgmma. Default basic: on
+// an H200 (bench/results/cuda_attention_2026-11-29e_h200.md) pipelined was 2% faster on full
+// tiles but 3-5% slower on causal-diagonal and partial ones, and a whole causal plan ran 4.5%
+// slower with it.
 AttnKernelRoute environment_wgmma_variant() {
   static const AttnKernelRoute route = [] {
     const char* env = std::getenv("DCP_ATTN_BACKWARD_VARIANT");
     const std::string value = env != nullptr ? env : "";
-    if (value.empty() || value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
-    if (value == "basic") return AttnKernelRoute::WgmmaBasic;
+    if (value.empty() || value == "basic") return AttnKernelRoute::WgmmaBasic;
+    if (value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
     raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_VARIANT: expected basic or pipelined, got '" + value + "'");
   }();
   return route;
