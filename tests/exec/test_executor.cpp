@@ -14,24 +14,16 @@
 #include "dcp/partition.h"
 #include "dcp/plan.h"
 #include "dcp/validate.h"
+#include "common/batches.h"
 #include "exec/reference_attention.h"
 
 namespace dcp::test {
 namespace {
 
 Batch test_batch(int q_heads, int kv_heads, int head_dim, DType dtype = DType::FP32) {
-  Batch batch;
-  batch.shape = AttentionShape{q_heads, kv_heads, head_dim, dtype};
-  const int64_t lengths[] = {150, 70, 200, 33};
-  const Mask masks[] = {Mask::causal(), Mask::lambda(8, 40), Mask::causal_blockwise(32, 2, 1),
-                        Mask::shared_question_for(33, 0.2, 2)};
-  for (int i = 0; i < 4; ++i) {
-    Sequence s;
-    s.length = lengths[i];
-    s.mask = masks[i];
-    batch.sequences.push_back(s);
-  }
-  return batch;
+  return batch_of(AttentionShape{q_heads, kv_heads, head_dim, dtype},
+                  {{150, Mask::causal()}, {70, Mask::lambda(8, 40)}, {200, Mask::causal_blockwise(32, 2, 1)},
+                   {33, Mask::shared_question_for(33, 0.2, 2)}});
 }
 
 struct Global {

@@ -14,6 +14,7 @@
 #include "dcp/batch.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
+#include "common/batches.h"
 #include "dcp/comm_order.h"
 
 namespace dcp::test {
@@ -153,17 +154,9 @@ void check_program(const Program& p) {
 }
 
 TEST(CommOrder, EveryCommStartOfRealPlansFollowsExactlyItsLastConflict) {
-  Batch batch;
-  batch.shape = AttentionShape{4, 2, 64, DType::FP32};
-  const int64_t lengths[] = {300, 70, 200, 33, 129};
-  const Mask masks[] = {Mask::causal(), Mask::lambda(8, 40), Mask::causal_blockwise(32, 2, 1),
-                        Mask::shared_question_for(33, 0.2, 2), Mask::causal()};
-  for (int i = 0; i < 5; ++i) {
-    Sequence s;
-    s.length = lengths[i];
-    s.mask = masks[i];
-    batch.sequences.push_back(s);
-  }
+  const Batch batch = batch_of(AttentionShape{4, 2, 64, DType::FP32},
+                               {{300, Mask::causal()}, {70, Mask::lambda(8, 40)}, {200, Mask::causal_blockwise(32, 2, 1)},
+                                {33, Mask::shared_question_for(33, 0.2, 2)}, {129, Mask::causal()}});
   BlockOptions opts;
   opts.block_size = 32;
   int programs = 0;

@@ -7,6 +7,7 @@
 #include "dcp/error.h"
 #include "dcp/plan_svg.h"
 #include "dcp/sim.h"
+#include "common/batches.h"
 #include "plan/plan_fixtures.h"
 #include "sim/kernel_cost.h"
 
@@ -142,17 +143,9 @@ namespace {
 // Sub-tile counts against a per-pair brute force (every mask kind, both sub-tile shapes, block
 // sizes that do not divide the sub-tile grid), and the closed forms of full and diagonal tiles.
 TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
-  Batch batch;
-  batch.shape = AttentionShape{4, 2, 64, DType::BF16};
-  const int64_t lengths[] = {700, 333, 900, 257};
-  const Mask masks[] = {Mask::causal(), Mask::lambda(16, 200), Mask::causal_blockwise(96, 2, 1),
-                        Mask::shared_question_for(257, 0.3, 3)};
-  for (int i = 0; i < 4; ++i) {
-    Sequence s;
-    s.length = lengths[i];
-    s.mask = masks[i];
-    batch.sequences.push_back(s);
-  }
+  const Batch batch = test::batch_of(AttentionShape{4, 2, 64, DType::BF16},
+                                     {{700, Mask::causal()}, {333, Mask::lambda(16, 200)},
+                                      {900, Mask::causal_blockwise(96, 2, 1)}, {257, Mask::shared_question_for(257, 0.3, 3)}});
   for (int64_t block : {256, 320}) {
     BlockOptions bo;
     bo.block_size = block;
