@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
 #include "dcp/attention_cuda.h"
 #include "dcp/error.h"
@@ -47,13 +48,6 @@ namespace dcp::cuda::detail {
 namespace {
 
 inline constexpr int kBwThreads = 256;                    // 2 warpgroups
-inline constexpr int kBwKeys = kAttnBackwardChunkRows;    // keys per CTA
-inline constexpr int kBwRows = kRows;                     // q rows per sub-tile (64)
-static_assert(kBwKeys == 128 && kBwRows == 64, "2 warpgroups x 64 keys, 64-row q sub-tiles");
-
-// dQ tile of one warpgroup (bulk route): 64 q rows x 64 fp32 columns, rows padded by 32 bytes so
-// that a warp's float2 stores touch every bank exactly twice (the minimum for 256 bytes).
-inline constexpr int kDqRowBytes = 64 * 4 + 32;
 
 template <int kD, bool kBulkDq>
 struct BwSmem {
@@ -90,12 +84,6 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat
     const bool valid = row < valid_rows;
     cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
   }
-}
-
-template <int kN>
-__device__ __forceinline__ void zero(float (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) r[i] = 0.0F;
 }
 
 // kBulkDq: dQ leaves through a shared-memory tile and one bulk asynchronous reduction per row
