@@ -17,8 +17,8 @@
 // Partial masks and a stage record (step, class, or the end of the walk). The producer waits for
 // "empty" slot j & 1 (the consumers finished iteration j - 2), classifies into it, loads, waits
 // for its own cp.async group, fences to the async proxy and arrives on "full" (128 arrivals; K
-// and V travel with iteration 0). Every consumer thread arrives on "empty" once its last wgmma
-// of the iteration (which reads Q and dO) is complete.
+// and V travel with iteration 0). Every consumer thread arrives on "empty" once the last wgmma
+// group of the iteration that reads the slot (dV / dK: Q and dO) is complete, while dQ still runs.
 //
 // Between the consumers: dS^T is double-buffered by j & 1, so one named barrier of the 256
 // consumer threads per step (the dS^T stores of both warpgroups before either dQ product) is the
@@ -285,12 +285,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 
     float dq[32];
     bw_issue_dq<kD>(dq, dsb, s_k, wg);
+    // dV / dK (the group before dQ) complete: Q, dO, LSE, Delta, the masks and the record of this
+    // slot are no longer read, so the producer may refill it while dQ runs.
+    wgmma_wait<1>();
+    mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
     wgmma_wait<0>();
     fence_regs(dv);
     fence_regs(dk);
     fence_regs(dq);
-    // Q, dO (read by dK / dV), LSE, Delta, the masks and the record of this slot are free.
-    mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
 
     // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 jb + 2 tq (+ 64 wg at D = 128).
     // D = 64: each warpgroup's partial sum over its 64 keys reduces separately.
