@@ -12,7 +12,8 @@
 // backward. Time: CUDA events, median of the timed runs after warm-up. The forward is timed per
 // route side by side: mma (mma.sync) and, on sm_90, each wgmma variant: basic, pipelined and ws
 // (AttnForwardParams::route WgmmaBasic / WgmmaPipelined / WgmmaWarpSpecialized); the backward likewise: mma and, on
-// sm_90, each wgmma variant: basic and pipelined (AttnBackwardParams::route).
+// sm_90, each wgmma variant: basic, pipelined and ws (AttnBackwardParams::route WgmmaBasic /
+// WgmmaPipelined / WgmmaBackwardWarpSpecialized).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -181,6 +182,7 @@ int main(int argc, char** argv) {
     double ws_ms, ws_tflops;  // wgmma warp-specialised forward (0: not available)
     double bwg_ms, bwg_tflops;  // wgmma basic backward (0: not available)
     double bwp_ms, bwp_tflops;  // wgmma pipelined backward (0: not available)
+    double bws_ms, bws_tflops;  // wgmma warp-specialised backward (0: not available)
   };
   int major = 0, minor = 0;
   ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cc");
@@ -188,9 +190,9 @@ int main(int argc, char** argv) {
   const bool have_wgmma = major == 9 && minor == 0;
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-  std::printf("%-6s %-5s %-9s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "S", "B", "list",
+  std::printf("%-6s %-5s %-9s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "S", "B", "list",
               "tiles", "mma ms", "mma TF/s", "basic ms", "basic TF/s", "pipe ms", "pipe TF/s", "ws ms", "ws TF/s", "bwd ms", "bwd TF/s",
-              "bwd wg ms", "bwd wg TF/s", "bwd wp ms", "bwd wp TF/s");
+              "bwd wg ms", "bwd wg TF/s", "bwd wp ms", "bwd wp TF/s", "bwd ws ms", "bwd ws TF/s");
   for (int seq : {16384, 32768}) {
     for (int block : {1024, 2048, 4096}) {
       for (const char* name : {"full", "causal", "sequence", "partial", "window"}) {
@@ -239,22 +241,24 @@ int main(int argc, char** argv) {
         }
         bp.route = AttnKernelRoute::Mma;
         const float b_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
-        float bw_ms = 0, bwp_ms = 0;
+        float bw_ms = 0, bwp_ms = 0, bws_ms = 0;
         if (have_wgmma) {
           bp.route = AttnKernelRoute::WgmmaBasic;
           bw_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
           bp.route = AttnKernelRoute::WgmmaPipelined;
           bwp_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
+          bp.route = AttnKernelRoute::WgmmaBackwardWarpSpecialized;
+          bws_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
         }
         ck(cudaGetLastError(), "kernels");
         Row r{seq, block, name, static_cast<int>(c.tiles.size()), f_ms, b_ms, flops / (f_ms * 1e9),
               2.5 * flops / (b_ms * 1e9), w_ms, w_ms > 0 ? flops / (w_ms * 1e9) : 0.0,
               wp_ms, wp_ms > 0 ? flops / (wp_ms * 1e9) : 0.0, ws_ms, ws_ms > 0 ? flops / (ws_ms * 1e9) : 0.0, bw_ms, bw_ms > 0 ? 2.5 * flops / (bw_ms * 1e9) : 0.0,
-              bwp_ms, bwp_ms > 0 ? 2.5 * flops / (bwp_ms * 1e9) : 0.0};
+              bwp_ms, bwp_ms > 0 ? 2.5 * flops / (bwp_ms * 1e9) : 0.0, bws_ms, bws_ms > 0 ? 2.5 * flops / (bws_ms * 1e9) : 0.0};
         rows.push_back(r);
-        std::printf("%-6d %-5d %-9s %6d %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f\n",
+        std::printf("%-6d %-5d %-9s %6d %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f\n",
                     seq, block, name, r.tiles, f_ms, r.fwd_tflops, w_ms, r.wg_tflops, wp_ms, r.wp_tflops, ws_ms, r.ws_tflops, b_ms,
-                    r.bwd_tflops, bw_ms, r.bwg_tflops, bwp_ms, r.bwp_tflops);
+                    r.bwd_tflops, bw_ms, r.bwg_tflops, bwp_ms, r.bwp_tflops, bws_ms, r.bws_tflops);
         std::fflush(stdout);
         cudaFree(o);
         cudaFree(lse_part);
@@ -281,8 +285,9 @@ int main(int argc, char** argv) {
     std::fprintf(m,
                  "| S | B | list | tiles | fwd mma ms | fwd mma TFLOP/s | fwd wgmma basic ms | fwd wgmma basic TFLOP/s | "
                  "fwd wgmma pipelined ms | fwd wgmma pipelined TFLOP/s | fwd wgmma ws ms | fwd wgmma ws TFLOP/s | bwd mma ms | bwd mma TFLOP/s | bwd wgmma basic ms | "
-                 "bwd wgmma basic TFLOP/s | bwd wgmma pipelined ms | bwd wgmma pipelined TFLOP/s |\n"
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+                 "bwd wgmma basic TFLOP/s | bwd wgmma pipelined ms | bwd wgmma pipelined TFLOP/s | bwd wgmma ws ms | "
+                 "bwd wgmma ws TFLOP/s |\n"
+                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       std::fprintf(j,
@@ -291,15 +296,16 @@ int main(int argc, char** argv) {
                    "\"fwd_wgmma_basic_tflops\": %.1f, \"fwd_wgmma_pipelined_ms\": %.4f, \"fwd_wgmma_pipelined_tflops\": %.1f, "
                    "\"fwd_wgmma_ws_ms\": %.4f, \"fwd_wgmma_ws_tflops\": %.1f, "
                    "\"bwd_wgmma_basic_ms\": %.4f, \"bwd_wgmma_basic_tflops\": %.1f, \"bwd_wgmma_pipelined_ms\": %.4f, "
-                   "\"bwd_wgmma_pipelined_tflops\": %.1f}%s\n",
+                   "\"bwd_wgmma_pipelined_tflops\": %.1f, \"bwd_wgmma_ws_ms\": %.4f, \"bwd_wgmma_ws_tflops\": %.1f}%s\n",
                    r.seq, r.block, r.list.c_str(), r.tiles, r.fwd_ms, r.bwd_ms, r.fwd_tflops, r.bwd_tflops, r.wg_ms,
                    r.wg_tflops, r.wp_ms, r.wp_tflops, r.ws_ms, r.ws_tflops, r.bwg_ms, r.bwg_tflops, r.bwp_ms, r.bwp_tflops,
-                   i + 1 < rows.size() ? "," : "");
+                   r.bws_ms, r.bws_tflops, i + 1 < rows.size() ? "," : "");
       std::fprintf(m,
                    "| %d | %d | %s | %d | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | "
-                   "%.1f | %.3f | %.1f |\n",
+                   "%.1f | %.3f | %.1f | %.3f | %.1f |\n",
                    r.seq, r.block, r.list.c_str(), r.tiles, r.fwd_ms, r.fwd_tflops, r.wg_ms, r.wg_tflops, r.wp_ms,
-                   r.wp_tflops, r.ws_ms, r.ws_tflops, r.bwd_ms, r.bwd_tflops, r.bwg_ms, r.bwg_tflops, r.bwp_ms, r.bwp_tflops);
+                   r.wp_tflops, r.ws_ms, r.ws_tflops, r.bwd_ms, r.bwd_tflops, r.bwg_ms, r.bwg_tflops, r.bwp_ms, r.bwp_tflops,
+                   r.bws_ms, r.bws_tflops);
     }
     std::fprintf(j, "]}\n");
     std::fclose(j);

@@ -40,7 +40,8 @@
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   backward on Hopper (route Wgmma): the same work items, 2 warpgroups x 64 keys, wgmma m64n64k16
 //   for S^T, dP^T and dQ (dS^T through shared memory), m64nDk16 for dV, dK (A in registers).
-//   Two variants: basic, and pipelined (S^T of the next q sub-tile overlaps the dQ epilogue).
+//   Three variants: basic, pipelined (S^T of the next q sub-tile overlaps the dQ epilogue), and
+//   warp-specialised (a producer warpgroup loads; the MMA warpgroups meet at no CTA barrier).
 //   Sub-tiles with no allowed (row, key) pair are skipped without loading or computing them.
 // FLOPs (mask-area convention): forward 4 * area * head_dim * num_q_heads, backward 2.5x that,
 //   area = number of allowed (i, j) pairs. Bytes (minimum): forward reads Q, K, V once
@@ -145,6 +146,8 @@ struct AttnTileList {
 //                  warpgroup that walks the sub-tiles, builds Partial masks and loads K/V into an
 //                  mbarrier-guarded ring; the two consumer warpgroups (setmaxnreg 232 registers)
 //                  only compute, their wgmma issues alternated by named barriers (ping-pong).
+//   WgmmaBackwardWarpSpecialized  backward only (AttnBackwardParams::route); as a forward route
+//                  it means the default forward variant, as Wgmma does.
 // Every wgmma kernel needs the sm_90a build.
 enum class AttnKernelRoute : int32_t {
   Auto = 0,
@@ -152,7 +155,8 @@ enum class AttnKernelRoute : int32_t {
   Wgmma = 2,
   WgmmaBasic = 3,
   WgmmaPipelined = 4,
-  WgmmaWarpSpecialized = 5
+  WgmmaWarpSpecialized = 5,
+  WgmmaBackwardWarpSpecialized = 6
 };
 
 struct AttnForwardParams {
@@ -179,7 +183,7 @@ struct AttnBackwardParams {
   float* dk = nullptr;                   // accumulated (atomicAdd)
   float* dv = nullptr;                   // accumulated (atomicAdd)
   // Which backward kernel runs; as AttnForwardParams::route, with the environment variable
-  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto, and DCP_ATTN_BACKWARD_VARIANT=basic|pipelined
+  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto, and DCP_ATTN_BACKWARD_VARIANT=basic|pipelined|ws
   // (read once; default basic, measured faster on whole plans) naming the kernel behind Wgmma (forward-only routes such as
   // WgmmaWarpSpecialized mean the default backward variant). All give the same outputs (up
   // to summation order).
@@ -193,6 +197,12 @@ struct AttnBackwardParams {
   //                  next q sub-tile is issued behind dQ so that the dQ epilogue overlaps it,
   //                  Q / dO are loaded two sub-tiles ahead, two CTA barriers per sub-tile instead
   //                  of three; dQ always by bulk reductions.
+  //   WgmmaBackwardWarpSpecialized  the basic kernel's products and math (attention_backward_sm90_ws.cu)
+  //                  with a producer warpgroup that walks and classifies the q sub-tiles and loads
+  //                  Q / dO / LSE / Delta into an mbarrier-guarded 2-slot ring; the two MMA
+  //                  warpgroups (setmaxnreg) meet only at one named barrier per sub-tile (dS^T
+  //                  double-buffered); no CTA barrier per sub-tile; dQ always by bulk reductions.
+  //                  Opt-in (DCP_ATTN_BACKWARD_VARIANT=ws) until measured on whole plans.
   AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 
@@ -201,8 +211,8 @@ void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
 // WgmmaPipelined or WgmmaWarpSpecialized (never Auto or Wgmma).
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params);
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream);
-// The kernel attention_backward() runs for `params` on the current device: Mma, WgmmaBasic or
-// WgmmaPipelined (never Auto or Wgmma).
+// The kernel attention_backward() runs for `params` on the current device: Mma, WgmmaBasic,
+// WgmmaPipelined or WgmmaBackwardWarpSpecialized (never Auto, Wgmma or WgmmaWarpSpecialized).
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params);
 
 // LSE merge: for each output row r and q head h, combine partial rows

@@ -141,6 +141,7 @@ std::vector<AttnKernelRoute> backward_routes() {
   if (wgmma_available()) {
     routes.push_back(AttnKernelRoute::WgmmaBasic);
     routes.push_back(AttnKernelRoute::WgmmaPipelined);
+    routes.push_back(AttnKernelRoute::WgmmaBackwardWarpSpecialized);
   }
   return routes;
 }

@@ -21,7 +21,7 @@ struct Shape {
 class CudaAttention : public ::testing::TestWithParam<Shape> {};
 
 // Every forward route the device has (mma; each wgmma variant on sm_90); the backward takes the
-// variant of the same name (mma, wgmma basic, wgmma pipelined).
+// variant of the same name (mma, wgmma basic, wgmma pipelined, wgmma ws), so every backward route runs.
 TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   const Shape s = GetParam();
@@ -33,7 +33,10 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
       cfg.num_kv_heads = s.hkv;
       cfg.head_dim = s.dim;
       cfg.forward_route = route;
-      cfg.backward_route = route;  // the same variant name: mma, basic or pipelined on both sides
+      // The same variant name on both sides: mma, basic, pipelined or ws.
+      cfg.backward_route = route == dcp::cuda::AttnKernelRoute::WgmmaWarpSpecialized
+                               ? dcp::cuda::AttnKernelRoute::WgmmaBackwardWarpSpecialized
+                               : route;
       const auto r = dcp::cuda::check::run_case(cfg);
       ASSERT_TRUE(r.ran);
       EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);

@@ -109,6 +109,7 @@ inline const char* route_name(AttnKernelRoute r) {
     case AttnKernelRoute::WgmmaBasic: return "wgmma-basic";
     case AttnKernelRoute::WgmmaPipelined: return "wgmma-pipelined";
     case AttnKernelRoute::WgmmaWarpSpecialized: return "wgmma-ws";
+    case AttnKernelRoute::WgmmaBackwardWarpSpecialized: return "wgmma-bwd-ws";
     default: return "auto";
   }
 }

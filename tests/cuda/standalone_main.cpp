@@ -53,7 +53,10 @@ int main(int argc, char** argv) {
         cfg.num_kv_heads = s[1];
         cfg.head_dim = s[2];
         cfg.forward_route = route;
-        cfg.backward_route = route;  // the same variant name: mma, basic or pipelined on both sides
+        // The same variant name on both sides: mma, basic, pipelined or ws.
+        cfg.backward_route = route == dcp::cuda::AttnKernelRoute::WgmmaWarpSpecialized
+                                 ? dcp::cuda::AttnKernelRoute::WgmmaBackwardWarpSpecialized
+                                 : route;
         const auto r = chk::run_case(cfg);
         const bool ok = chk::passed(r) && r.num_empty_rows > 0;
         failures += ok ? 0 : 1;

@@ -12,7 +12,7 @@
 //            D/2 columns) to global memory with fp32 atomics.
 //   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
 // The Hopper versions (attention_backward_sm90.cu "basic", attention_backward_sm90_pipe.cu
-// "pipelined") keep this interface; attention_backward() at the end of this file picks the route
+// "pipelined", attention_backward_sm90_ws.cu "ws") keep this interface; attention_backward() at the end of this file picks the route
 // (AttnBackwardParams::route, DCP_ATTN_BACKWARD, DCP_ATTN_BACKWARD_VARIANT).
 // Per 128-key x 64-row step: 10 * 128 * 64 * D FLOPs of MMA (2.5x the forward's 4); 64 * D dQ
 // atomics.
@@ -344,14 +344,15 @@ AttnKernelRoute environment_route() {
 // DCP_ATTN_BACKWARD_VARIANT, read once: the wgmma kernel behind route Wgmma. Default basic: on
 // an H200 (bench/results/cuda_attention_2026-11-29e_h200.md) pipelined was 2% faster on full
 // tiles but 3-5% slower on causal-diagonal and partial ones, and a whole causal plan ran 4.5%
-// slower with it.
+// slower with it. ws (warp-specialised) is opt-in until a whole-plan run measures it.
 AttnKernelRoute environment_wgmma_variant() {
   static const AttnKernelRoute route = [] {
     const char* env = std::getenv("DCP_ATTN_BACKWARD_VARIANT");
     const std::string value = env != nullptr ? env : "";
     if (value.empty() || value == "basic") return AttnKernelRoute::WgmmaBasic;
     if (value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
-    raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_VARIANT: expected basic or pipelined, got '" + value + "'");
+    if (value == "ws") return AttnKernelRoute::WgmmaBackwardWarpSpecialized;
+    raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_VARIANT: expected basic, pipelined or ws, got '" + value + "'");
   }();
   return route;
 }
@@ -367,7 +368,9 @@ AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
   if (route == AttnKernelRoute::Mma) return route;
   if (!detail::device_is_sm90())
     raise(ErrorKind::Unsupported, "attention_backward: the wgmma routes need an sm_90 (Hopper) device");
-  return route == AttnKernelRoute::Wgmma ? detail::environment_wgmma_variant() : route;
+  // The forward-only route means the default backward variant, as Wgmma does.
+  const bool default_variant = route == AttnKernelRoute::Wgmma || route == AttnKernelRoute::WgmmaWarpSpecialized;
+  return default_variant ? detail::environment_wgmma_variant() : route;
 }
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
@@ -375,6 +378,7 @@ void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   switch (attention_backward_route(params)) {
     case AttnKernelRoute::WgmmaBasic: detail::attention_backward_wgmma(params, stream); break;
     case AttnKernelRoute::WgmmaPipelined: detail::attention_backward_wgmma_pipelined(params, stream); break;
+    case AttnKernelRoute::WgmmaBackwardWarpSpecialized: detail::attention_backward_wgmma_ws(params, stream); break;
     default: detail::attention_backward_mma(params, stream); break;
   }
 }

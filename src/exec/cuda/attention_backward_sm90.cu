@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
 #include "dcp/attention_cuda.h"
 #include "dcp/error.h"
@@ -47,13 +48,6 @@ namespace dcp::cuda::detail {
 namespace {
 
 inline constexpr int kBwThreads = 256;                    // 2 warpgroups
-inline constexpr int kBwKeys = kAttnBackwardChunkRows;    // keys per CTA
-inline constexpr int kBwRows = kRows;                     // q rows per sub-tile (64)
-static_assert(kBwKeys == 128 && kBwRows == 64, "2 warpgroups x 64 keys, 64-row q sub-tiles");
-
-// dQ tile of one warpgroup (bulk route): 64 q rows x 64 fp32 columns, rows padded by 32 bytes so
-// that a warp's float2 stores touch every bank exactly twice (the minimum for 256 bytes).
-inline constexpr int kDqRowBytes = 64 * 4 + 32;
 
 template <int kD, bool kBulkDq>
 struct BwSmem {
@@ -90,12 +84,6 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat
     const bool valid = row < valid_rows;
     cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
   }
-}
-
-template <int kN>
-__device__ __forceinline__ void zero(float (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) r[i] = 0.0F;
 }
 
 // kBulkDq: dQ leaves through a shared-memory tile and one bulk asynchronous reduction per row
@@ -213,9 +201,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     }
   };
 
-  // Accumulator fragments (m64nN f32, wgmma_sm90.cuh / attention_forward_sm90.cu): acc[4 j + e]
-  // = element (16 warp_in_wg + g + 8 (e >> 1), 8 j + 2 tq + (e & 1)) of the warpgroup's result;
-  // here rows are the warpgroup's keys, so key_lo / key_lo + 8 are this thread's two keys.
+  // Accumulator fragments: attention_backward_sm90.cuh.
   float dk[kD / 2];
   float dv[kD / 2];
   zero(dk);
@@ -251,114 +237,26 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     const float* lse_b = s_lse + buf * kBwRows;
     const float* delta_b = s_delta + buf * kBwRows;
 
-    // S^T = K Q^T and dP^T = V dO^T (two commit groups: P is computed while dP^T runs).
+    // Per-sub-tile math: attention_backward_sm90.cuh.
     float st[32];
     float dpt[32];
-    zero(st);
-    zero(dpt);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma_m64n64k16_ss(st, desc_k_major<kBwKeys>(s_k, wg * 64, kk), desc_k_major<kBwRows>(qb, 0, kk), kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      wgmma_m64n64k16_ss(dpt, desc_k_major<kBwKeys>(s_v, wg * 64, kk), desc_k_major<kBwRows>(dob, 0, kk), kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
+    bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
     wgmma_wait<1>();
     fence_regs(st);
-
-    // st becomes P^T (columns are q rows: LSE per column).
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 l2 = *reinterpret_cast<const float2*>(lse_b + 8 * j + 2 * tq);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int key = key_lo + 8 * (e >> 1);
-        const int col = 8 * j + 2 * tq + (e & 1);
-        float pv = exp2f(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
-        if (cls == kMasked) {
-          bool ok = key < keys;
-          if (t.kind == TileKind::Partial) {
-            ok = ok && ((s_mask[(buf * 2 + (key >> 6)) * kBwRows + col] >> (key & 63)) & 1U) != 0;
-          } else if (t.kind == TileKind::CausalDiagonal) {
-            ok = ok && c0 + key <= rq0 + col;
-          }
-          if (!ok) pv = 0.0F;
-        }
-        st[4 * j + e] = pv;
-      }
-    }
+    bw_probabilities(st, lse_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0, key_lo, tq, scale_log2);
     wgmma_wait<0>();
     fence_regs(dpt);
-    // dpt becomes dS^T.
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float2 d2 = *reinterpret_cast<const float2*>(delta_b + 8 * j + 2 * tq);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dpt[4 * j + e] = st[4 * j + e] * (dpt[4 * j + e] - ((e & 1) != 0 ? d2.y : d2.x));
-    }
-
-    // A fragments of m64k16 (k step kk = q columns 16 kk .. + 15): accumulator blocks 2 kk and
-    // 2 kk + 1, in order (as P in the forward).
+    bw_ds(dpt, st, delta_b, tq);
     uint32_t pa[4][4];
     uint32_t da[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        pa[kk][i] = pack_bf16(st[8 * kk + 2 * i], st[8 * kk + 2 * i + 1]);
-        da[kk][i] = pack_bf16(dpt[8 * kk + 2 * i], dpt[8 * kk + 2 * i + 1]);
-      }
-      // dS^T (keys x q) into shared memory for dQ: da[kk][2 h] = (key_lo, 16 kk + 8 h + 2 tq ..+1),
-      // da[kk][2 h + 1] = (key_lo + 8, same columns).
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int col = 16 * kk + 8 * h + 2 * tq;
-        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(key_lo, col)) = da[kk][2 * h];
-        *reinterpret_cast<uint32_t*>(s_ds_ptr + sw128_offset<kBwKeys>(key_lo + 8, col)) = da[kk][2 * h + 1];
-      }
-    }
-
-    // dV += P^T dO, dK += dS^T Q (B operands [q][d]: q = K rows, d contiguous -> MN-major).
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kD == 128) {
-        wgmma_m64n128k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
-      } else {
-        wgmma_m64n64k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if constexpr (kD == 128) {
-        wgmma_m64n128k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
-      } else {
-        wgmma_m64n64k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
-      }
-    }
-    wgmma_commit();
+    bw_pack_fragments(pa, da, st, dpt, s_ds_ptr, key_lo, tq);
+    bw_issue_dv_dk<kD>(dv, dk, pa, da, qb, dob);
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     if constexpr (kBulkDq) bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     __syncthreads();
 
-    // dQ (64 q x 64 columns) = dS K: A = dS^T tile read MN-major (q contiguous), B = K tile read
-    // MN-major (d contiguous); k steps of 16 keys.
-    constexpr int kDqSteps = kD == 128 ? kBwKeys / 16 : 4;
-    const int kk0 = kD == 128 ? 0 : 4 * wg;
-    const uint32_t kcols = kD == 128 ? s_k + static_cast<uint32_t>(wg * kBwKeys * 128) : s_k;  // column block
     float dq[32];
-    zero(dq);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDqSteps; ++kk) {
-      wgmma_m64n64k16_ss_tt(dq, desc_mn_major<kBwKeys>(s_ds, kk0 + kk), desc_mn_major<kBwKeys>(kcols, kk0 + kk),
-                            kk > 0 ? 1 : 0);
-    }
-    wgmma_commit();
+    bw_issue_dq<kD>(dq, s_ds, s_k, wg);
     wgmma_wait<0>();
     fence_regs(dv);
     fence_regs(dk);
@@ -369,15 +267,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     if constexpr (kBulkDq) {
       // D = 128: the warpgroup's 64 columns; D = 64: its partial sum over its 64 keys (the two
       // warpgroups' reductions add up in global memory).
-      unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float* trow = reinterpret_cast<float*>(tile + (row_lo + 8 * r) * kDqRowBytes) + 2 * tq;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          *reinterpret_cast<float2*>(trow + 8 * j) = make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
-        }
-      }
+      bw_write_dq_tile(smem + Smem::kDqT + wg * Smem::kDqTileBytes, dq, row_lo, tq, scale);
       fence_proxy_async();  // the tile -> visible to the bulk reduction after the barrier
       if (wg == 0) {
         named_barrier_sync<1, 128>();
@@ -428,17 +318,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   cp_async_wait<0>();
   if constexpr (kBulkDq) bulk_wait<0>();  // the tile stays alive until the reductions are done
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key_lo + 8 * r;
-    if (key >= keys) continue;
-    const int64_t off = (static_cast<int64_t>(dkv_row0 + c0 + key) * hkv + kvh) * kD + 2 * tq;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      atomicAdd(reinterpret_cast<float2*>(p.dk + off + 8 * j), make_float2(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale));
-      atomicAdd(reinterpret_cast<float2*>(p.dv + off + 8 * j), make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]));
-    }
-  }
+  bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
 #endif
 }
 

@@ -35,6 +35,7 @@
 
 #include <cmath>
 
+#include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
 #include "dcp/attention_cuda.h"
 #include "dcp/error.h"
@@ -45,13 +46,7 @@ namespace dcp::cuda::detail {
 namespace {
 
 inline constexpr int kBwThreads = 256;                    // 2 warpgroups
-inline constexpr int kBwKeys = kAttnBackwardChunkRows;    // keys per CTA
-inline constexpr int kBwRows = kRows;                     // q rows per sub-tile (64)
 inline constexpr int kStages = 3;                         // Q / dO / LSE / Delta / mask buffers
-static_assert(kBwKeys == 128 && kBwRows == 64, "2 warpgroups x 64 keys, 64-row q sub-tiles");
-
-// dQ tile of one warpgroup: 64 q rows x 64 fp32 columns, rows padded by 32 bytes (as basic).
-inline constexpr int kDqRowBytes = 64 * 4 + 32;
 
 template <int kD>
 struct BwPipeSmem {
@@ -92,12 +87,6 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat
 // 4-byte cp.async (LSE, Delta); the source must be 4-byte aligned.
 __device__ __forceinline__ void cp_async4(uint32_t dst, const float* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(src) : "memory");
-}
-
-template <int kN>
-__device__ __forceinline__ void zero(float (&r)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) r[i] = 0.0F;
 }
 
 // fence_regs for the bf16 A fragments: they must stay put until their wgmma group completed.

@@ -251,4 +251,6 @@ namespace dcp::cuda::detail {
 // The pipelined wgmma backward (attention_backward_sm90_pipe.cu); attention_backward_wgmma above
 // is the basic one (attention_backward_sm90.cu).
 void attention_backward_wgmma_pipelined(const AttnBackwardParams& params, cudaStream_t stream);
+// The warp-specialised wgmma backward (attention_backward_sm90_ws.cu).
+void attention_backward_wgmma_ws(const AttnBackwardParams& params, cudaStream_t stream);
 }  // namespace dcp::cuda::detail

@@ -371,7 +371,9 @@ AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
   if (route == AttnKernelRoute::Mma) return route;
   if (!detail::device_is_sm90())
     raise(ErrorKind::Unsupported, "attention_forward: the wgmma routes need an sm_90 (Hopper) device");
-  return route == AttnKernelRoute::Wgmma ? detail::environment_wgmma_variant() : route;
+  // The backward-only route means the default forward variant, as Wgmma does.
+  const bool default_variant = route == AttnKernelRoute::Wgmma || route == AttnKernelRoute::WgmmaBackwardWarpSpecialized;
+  return default_variant ? detail::environment_wgmma_variant() : route;
 }
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {

@@ -34,6 +34,7 @@
 #include "attention_common.cuh"
 #include "attention_forward_sm90.cuh"
 #include "dcp/attention_cuda.h"
+#include "sync_sm90.cuh"
 #include "wgmma_sm90.cuh"
 
 namespace dcp::cuda::detail {
@@ -82,44 +83,17 @@ __device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[kN][4]) {
   }
 }
 
-__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-// Release at CTA scope (the default semantics of mbarrier.arrive).
-__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
-}
-// Acquire at CTA scope: returns once phase `parity` of the barrier has completed.
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nWS_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra WS_WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-
 template <int kId>
 __device__ __forceinline__ void bar_sync_consumers() {
-  asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kConsumerThreads) : "memory");
+  bar_sync_n<kId, kConsumerThreads>();
 }
 template <int kId>
 __device__ __forceinline__ void bar_arrive_consumers() {
-  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kConsumerThreads) : "memory");
+  bar_arrive_n<kId, kConsumerThreads>();
 }
 
 // OR of `v` over the producer warpgroup (a barrier among its 128 threads).
-__device__ __forceinline__ bool producer_any(bool v) {
-  uint32_t r;
-  asm volatile(
-      "{\n.reg .pred q, p;\nsetp.ne.u32 q, %1, 0;\n"
-      "bar.red.or.pred p, %2, 128, q;\n"
-      "selp.u32 %0, 1, 0, p;\n}\n"
-      : "=r"(r)
-      : "r"(static_cast<uint32_t>(v)), "n"(kBarProducer)
-      : "memory");
-  return r != 0;
-}
+__device__ __forceinline__ bool producer_any(bool v) { return bar_any_n<kBarProducer, 128>(v); }
 
 // 128 rows of a [tokens][heads][kD] buffer into a swizzled tile by the 128 producer threads
 // (rows at or past valid_rows zero-filled); a thread's rows share their swizzle phase.

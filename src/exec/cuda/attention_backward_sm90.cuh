@@ -1,0 +1,191 @@
+// attention_backward_sm90.cuh — pieces shared by the Hopper (sm_90a) backward kernels
+// (attention_backward_sm90.cu: basic; attention_backward_sm90_pipe.cu: pipelined;
+// attention_backward_sm90_ws.cu: warp-specialised): CTA shape, the dQ tile row pitch, and the
+// per-q-sub-tile math of the basic and warp-specialised kernels (one warpgroup = 64 keys of the
+// CTA, transposed products: accumulator rows are its keys, columns the sub-tile's 64 q rows).
+//
+// Accumulator fragments (m64nN f32, wgmma_sm90.cuh): acc[4 j + e] = element
+// (16 warp_in_wg + g + 8 (e >> 1), 8 j + 2 tq + (e & 1)) of the warpgroup's result, so
+// key_lo = 64 wg + 16 warp_in_wg + g and key_lo + 8 are a thread's two keys.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "attention_common.cuh"
+#include "dcp/attention_cuda.h"
+#include "wgmma_sm90.cuh"
+#include "wgmma_sm90_bwd.cuh"
+
+namespace dcp::cuda::detail {
+
+inline constexpr int kBwKeys = kAttnBackwardChunkRows;  // keys per CTA (2 warpgroups x 64)
+inline constexpr int kBwRows = kRows;                   // q rows per sub-tile (64)
+static_assert(kBwKeys == 128 && kBwRows == 64, "2 warpgroups x 64 keys, 64-row q sub-tiles");
+
+// dQ tile of one warpgroup (bulk route): 64 q rows x 64 fp32 columns, rows padded by 32 bytes so
+// that a warp's float2 stores touch every bank exactly twice (the minimum for 256 bytes).
+inline constexpr int kDqRowBytes = 64 * 4 + 32;
+
+template <int kN>
+__device__ __forceinline__ void zero(float (&r)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) r[i] = 0.0F;
+}
+
+// S^T = K Q^T and dP^T = V dO^T for warpgroup wg's keys (both operands K-major from shared
+// memory); two commit groups, S^T first, so that P^T is computed while dP^T runs.
+template <int kD>
+__device__ __forceinline__ void bw_issue_st_dpt(float (&st)[32], float (&dpt)[32], uint32_t s_k, uint32_t s_v, uint32_t qb,
+                                                uint32_t dob, int wg) {
+  zero(st);
+  zero(dpt);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    wgmma_m64n64k16_ss(st, desc_k_major<kBwKeys>(s_k, wg * 64, kk), desc_k_major<kBwRows>(qb, 0, kk), kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    wgmma_m64n64k16_ss(dpt, desc_k_major<kBwKeys>(s_v, wg * 64, kk), desc_k_major<kBwRows>(dob, 0, kk), kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// st (S^T) becomes P^T = exp2(S^T scale log2e - LSE log2e) (columns are q rows: `lse2` holds
+// LSE log2e per column). cls == kMasked: zero for keys at or past `keys`, for Partial keys whose
+// bit in masks[key half * kBwRows + column] is clear, and for causal-diagonal keys past the row.
+__device__ __forceinline__ void bw_probabilities(float (&st)[32], const float* lse2, const uint64_t* masks, int cls,
+                                                 TileKind kind, int keys, int c0, int rq0, int key_lo, int tq,
+                                                 float scale_log2) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * tq);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key_lo + 8 * (e >> 1);
+      const int col = 8 * j + 2 * tq + (e & 1);
+      float pv = exp2f(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
+      if (cls == kMasked) {
+        bool ok = key < keys;
+        if (kind == TileKind::Partial) {
+          ok = ok && ((masks[(key >> 6) * kBwRows + col] >> (key & 63)) & 1U) != 0;
+        } else if (kind == TileKind::CausalDiagonal) {
+          ok = ok && c0 + key <= rq0 + col;
+        }
+        if (!ok) pv = 0.0F;
+      }
+      st[4 * j + e] = pv;
+    }
+  }
+}
+
+// dpt (dP^T) becomes dS^T = P^T (dP^T - Delta), Delta per column.
+__device__ __forceinline__ void bw_ds(float (&dpt)[32], const float (&pt)[32], const float* delta, int tq) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const float2 d2 = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * tq);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dpt[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - ((e & 1) != 0 ? d2.y : d2.x));
+  }
+}
+
+// A fragments of m64k16 (k step kk = q columns 16 kk .. + 15) for P^T and dS^T: accumulator
+// blocks 2 kk and 2 kk + 1, in order (as P in the forward); dS^T (keys x q, bf16) also goes
+// to the swizzled shared tile `ds` (kBwKeys rows) for dQ.
+__device__ __forceinline__ void bw_pack_fragments(uint32_t (&pa)[4][4], uint32_t (&da)[4][4], const float (&pt)[32],
+                                                  const float (&dst)[32], unsigned char* ds, int key_lo, int tq) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      pa[kk][i] = pack_bf16(pt[8 * kk + 2 * i], pt[8 * kk + 2 * i + 1]);
+      da[kk][i] = pack_bf16(dst[8 * kk + 2 * i], dst[8 * kk + 2 * i + 1]);
+    }
+    // da[kk][2 h] = (key_lo, 16 kk + 8 h + 2 tq ..+1), da[kk][2 h + 1] = (key_lo + 8, same columns).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = 16 * kk + 8 * h + 2 * tq;
+      *reinterpret_cast<uint32_t*>(ds + sw128_offset<kBwKeys>(key_lo, col)) = da[kk][2 * h];
+      *reinterpret_cast<uint32_t*>(ds + sw128_offset<kBwKeys>(key_lo + 8, col)) = da[kk][2 * h + 1];
+    }
+  }
+}
+
+// dV += P^T dO, dK += dS^T Q (A from registers; B operands [q][d]: q = K rows, d contiguous ->
+// MN-major); one commit group.
+template <int kD>
+__device__ __forceinline__ void bw_issue_dv_dk(float (&dv)[kD / 2], float (&dk)[kD / 2], const uint32_t (&pa)[4][4],
+                                               const uint32_t (&da)[4][4], uint32_t qb, uint32_t dob) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (kD == 128) {
+      wgmma_m64n128k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
+    } else {
+      wgmma_m64n64k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if constexpr (kD == 128) {
+      wgmma_m64n128k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
+    } else {
+      wgmma_m64n64k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
+    }
+  }
+  wgmma_commit();
+}
+
+// dQ (64 q x 64 columns) = dS K: A = the dS^T tile `ds` read MN-major (q contiguous), B = the K
+// tile read MN-major (d contiguous); k steps of 16 keys. D = 128: warpgroup wg computes columns
+// [64 wg, 64 wg + 64) over all 128 keys; D = 64: all 64 columns over its own 64 keys (a partial
+// sum). One commit group.
+template <int kD>
+__device__ __forceinline__ void bw_issue_dq(float (&dq)[32], uint32_t ds, uint32_t s_k, int wg) {
+  constexpr int kDqSteps = kD == 128 ? kBwKeys / 16 : 4;
+  const int kk0 = kD == 128 ? 0 : 4 * wg;
+  const uint32_t kcols = kD == 128 ? s_k + static_cast<uint32_t>(wg * kBwKeys * 128) : s_k;  // column block
+  zero(dq);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kDqSteps; ++kk) {
+    wgmma_m64n64k16_ss_tt(dq, desc_mn_major<kBwKeys>(ds, kk0 + kk), desc_mn_major<kBwKeys>(kcols, kk0 + kk), kk > 0 ? 1 : 0);
+  }
+  wgmma_commit();
+}
+
+// dQ * scale into the warpgroup's fp32 tile (rows kDqRowBytes apart): thread rows row_lo, row_lo + 8.
+__device__ __forceinline__ void bw_write_dq_tile(unsigned char* tile, const float (&dq)[32], int row_lo, int tq, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float* trow = reinterpret_cast<float*>(tile + (row_lo + 8 * r) * kDqRowBytes) + 2 * tq;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      *reinterpret_cast<float2*>(trow + 8 * j) = make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
+    }
+  }
+}
+
+// Finish: dK * scale and dV atomically added (fp32) for this thread's keys below `keys`;
+// `row0` is the output row of CTA key 0, kvh its kv head.
+template <int kD>
+__device__ __forceinline__ void bw_add_dk_dv(float* dk_out, float* dv_out, const float (&dk)[kD / 2], const float (&dv)[kD / 2],
+                                             int row0, int num_kv_heads, int kvh, int key_lo, int keys, int tq, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int key = key_lo + 8 * r;
+    if (key >= keys) continue;
+    const int64_t off = (static_cast<int64_t>(row0 + key) * num_kv_heads + kvh) * kD + 2 * tq;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      atomicAdd(reinterpret_cast<float2*>(dk_out + off + 8 * j), make_float2(dk[4 * j + 2 * r] * scale, dk[4 * j + 2 * r + 1] * scale));
+      atomicAdd(reinterpret_cast<float2*>(dv_out + off + 8 * j), make_float2(dv[4 * j + 2 * r], dv[4 * j + 2 * r + 1]));
+    }
+  }
+}
+
+}  // namespace dcp::cuda::detail

@@ -1,0 +1,336 @@
+// attention_backward_sm90_ws.cu — the warp-specialised Hopper (sm_90a) backward kernel (route
+// WgmmaBackwardWarpSpecialized, DCP_ATTN_BACKWARD_VARIANT=ws): the basic kernel's products and
+// math per q sub-tile (attention_backward_sm90.cu: S^T, dP^T, P^T, dS^T, dV += P^T dO,
+// dK += dS^T Q, dQ = dS K by bulk reductions), with the loads, the step walk and the Partial
+// classification moved to a producer warpgroup. Same contract as the other backward kernels
+// (dcp/attention_cuda.h); dQ always leaves by bulk reductions.
+//
+// CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: it loads K and V once, then walks
+// the steps (q head, 64-row q sub-tile) as the basic kernel does, classifies each (Partial: one
+// thread per (q row, 64-key half), votes by bar.red among its 128 threads), skips empty ones, and
+// loads Q, dO, LSE and Delta of the next non-empty step into a 2-slot ring with cp.async.
+// Warpgroups 1 and 2 are the consumers (keys [0, 64) and [64, 128) of the CTA, as warpgroups 0
+// and 1 of the basic kernel); they never load or classify. setmaxnreg moves registers from the
+// producer (kProducerRegs) to the consumers (kConsumerRegs).
+//
+// Hand-off (sync_sm90.cuh): ring iteration j uses slot j & 1, which holds Q, dO, LSE, Delta, the
+// Partial masks and a stage record (step, class, or the end of the walk). The producer waits for
+// "empty" slot j & 1 (the consumers finished iteration j - 2), classifies into it, loads, waits
+// for its own cp.async group, fences to the async proxy and arrives on "full" (128 arrivals; K
+// and V travel with iteration 0). Every consumer thread arrives on "empty" once the last wgmma
+// group of the iteration that reads the slot (dV / dK: Q and dO) is complete, while dQ still runs.
+//
+// Between the consumers: dS^T is double-buffered by j & 1, so one named barrier of the 256
+// consumer threads per step (the dS^T stores of both warpgroups before either dQ product) is the
+// only meeting point: warpgroup A can write dS^T buffer j & 1 again (iteration j + 2) only after
+// passing iteration j + 1's barrier, which warpgroup B reaches after its iteration-j dQ completed.
+// Each consumer's dQ tile is its own, guarded by its bulk_wait_read before that barrier and a
+// barrier of its 128 threads before the reductions issue. No CTA-wide barrier after the start.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention_backward_sm90.cuh"
+#include "attention_common.cuh"
+#include "dcp/attention_cuda.h"
+#include "sync_sm90.cuh"
+#include "wgmma_sm90.cuh"
+#include "wgmma_sm90_bwd.cuh"
+
+namespace dcp::cuda::detail {
+namespace {
+
+inline constexpr int kWsThreads = 384;  // producer + 2 consumer warpgroups
+inline constexpr int kConsumerThreads = 256;
+inline constexpr int kProducerRegs = 40;
+inline constexpr int kConsumerRegs = 232;
+enum : int {  // named barriers
+  kBarDsReady = 1,   // 256 consumer threads: dS^T stored, dQ may read it
+  kBarDq0 = 2,       // consumer warpgroup 0: its dQ tile is written
+  kBarDq1 = 3,       // consumer warpgroup 1
+  kBarProducer = 4,  // producer-only votes
+};
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
+
+struct BwStageInfo {
+  int32_t step;  // the step's index in the walk (q head and q sub-tile follow from it)
+  int32_t cls;   // kFull or kMasked
+  int32_t end;   // 1: no step left (nothing else in the slot is valid)
+  int32_t pad_;
+};
+
+template <int kD>
+struct BwWsSmem {
+  static constexpr int kKvBytes = kBwKeys * kD * 2;
+  static constexpr int kQBytes = kBwRows * kD * 2;
+  static constexpr int kDsBytes = kBwKeys * kBwRows * 2;
+  static constexpr int kDqTileBytes = kBwRows * kDqRowBytes;
+  static constexpr int kK = 0;
+  static constexpr int kV = kK + kKvBytes;
+  static constexpr int kQ = kV + kKvBytes;                // 2 slots
+  static constexpr int kDo = kQ + 2 * kQBytes;            // 2 slots
+  static constexpr int kDs = kDo + 2 * kQBytes;           // 2 x [128 keys][64 q] bf16
+  static constexpr int kDqT = kDs + 2 * kDsBytes;         // one dQ tile per consumer warpgroup
+  static constexpr int kLse = kDqT + 2 * kDqTileBytes;    // 2 x 64 floats
+  static constexpr int kDelta = kLse + 2 * kBwRows * 4;   // 2 x 64 floats
+  static constexpr int kMask = kDelta + 2 * kBwRows * 4;  // [slot][key half][64 rows] uint64
+  static constexpr int kInfo = kMask + 2 * 2 * kBwRows * 8;
+  static constexpr int kFull = kInfo + 2 * static_cast<int>(sizeof(BwStageInfo));  // uint64 mbarrier[2]
+  static constexpr int kEmpty = kFull + 16;                                         // uint64 mbarrier[2]
+  static constexpr int kBytes = kEmpty + 16;
+  static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
+  static_assert(kKvBytes % kSw128AtomBytes == 0 && kQBytes % kSw128AtomBytes == 0 && kDsBytes % kSw128AtomBytes == 0,
+                "tiles stay atom aligned");
+  static_assert(kFull % 8 == 0, "mbarriers are 8-byte aligned");
+};
+
+// kR rows of a [tokens][heads][kD] bf16 buffer (rows at or past valid_rows zero-filled) into a
+// swizzled kR-row tile by the 128 producer threads, 16 bytes per cp.async. Not unrolled: the
+// producer lives on few registers and has time to spare.
+template <int kR, int kD>
+__device__ __forceinline__ void producer_load_rows(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                   int valid_rows, int ptid) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kStep = 128 / kChunks;
+  const int col = (ptid % kChunks) * 8;
+#pragma unroll 1
+  for (int row = ptid / kChunks; row < kR; row += kStep) {
+    const bool valid = row < valid_rows;
+    cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
+  }
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const AttnBackwardParams p) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  (void)p;  // built for a target without wgmma: never selected there, fail loudly if run
+  __trap();
+#else
+  using Smem = BwWsSmem<kD>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
+  unsigned char* smem = smem_raw + pad;
+  const uint32_t base = raw_addr + pad;
+  const uint32_t s_k = base + Smem::kK;
+  const uint32_t s_v = base + Smem::kV;
+  const uint32_t s_q = base + Smem::kQ;
+  const uint32_t s_do = base + Smem::kDo;
+  auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
+  auto* s_delta = reinterpret_cast<float*>(smem + Smem::kDelta);
+  auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+  auto* s_info = reinterpret_cast<BwStageInfo*>(smem + Smem::kInfo);
+  const uint32_t full_bar = base + Smem::kFull;    // + 8 * slot
+  const uint32_t empty_bar = base + Smem::kEmpty;  // + 8 * slot
+
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    mbar_init(full_bar, 128);
+    mbar_init(full_bar + 8, 128);
+    mbar_init(empty_bar, kConsumerThreads);
+    mbar_init(empty_bar + 8, kConsumerThreads);
+  }
+  __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before anyone uses them
+
+  const AttnWorkItem w = p.list.work[blockIdx.x];
+  const AttnTile t = p.list.tiles[w.tile];
+  const int hq = p.shape.num_q_heads;
+  const int hkv = p.shape.num_kv_heads;
+  const int group = hq / hkv;
+  const int kvh = w.head;
+  const int c0 = w.chunk * kBwKeys;
+  const int keys = min(kBwKeys, t.kv_len - c0);
+  const int num_q_sub = (t.q_len + kBwRows - 1) / kBwRows;
+  const int q_sub_begin = t.kind == TileKind::CausalDiagonal ? c0 / kBwRows : 0;
+  const int per_head = num_q_sub - q_sub_begin;
+  const int num_steps = per_head * group;
+  // Step s: q head kvh * group + s / per_head, q sub-tile q_sub_begin + s % per_head (as basic).
+
+  if (tid < 128) {
+    // ---------------- producer warpgroup ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+    const int ptid = tid;
+    const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+    const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
+    const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
+    producer_load_rows<kBwKeys, kD>(s_k, static_cast<const __nv_bfloat16*>(p.k) + kv_off, kv_stride, keys, ptid);
+    producer_load_rows<kBwKeys, kD>(s_v, static_cast<const __nv_bfloat16*>(p.v) + kv_off, kv_stride, keys, ptid);
+
+    // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
+    // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
+    auto classify = [&](int step, int slot) -> int {
+      const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+      const int rows = min(kBwRows, t.q_len - rq0);
+      // Keys past kv_len are masked too: with an extreme LSE exp(0 - LSE) could overflow.
+      const bool all_keys = keys == kBwKeys;
+      if (t.kind == TileKind::Full) return all_keys ? kFull : kMasked;
+      if (t.kind == TileKind::CausalDiagonal) {
+        if (rq0 + rows - 1 < c0) return kEmpty;
+        return rq0 >= c0 + kBwKeys - 1 && all_keys ? kFull : kMasked;
+      }
+      const int row = ptid & (kBwRows - 1);
+      const int half = ptid >> 6;
+      const bool row_valid = row < rows;
+      uint64_t mask = 0;
+      if (row_valid) {
+        mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
+      }
+      s_mask[(slot * 2 + half) * kBwRows + row] = mask;
+      if (!bar_any_n<kBarProducer, 128>(mask != 0)) return kEmpty;
+      const bool full = !bar_any_n<kBarProducer, 128>(row_valid && mask != ~uint64_t{0});
+      return full && all_keys ? kFull : kMasked;
+    };
+
+    int step = 0;
+    for (int j = 0;; ++j, ++step) {
+      const int slot = j & 1;
+      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
+      int cls = kEmpty;
+      while (step < num_steps && (cls = classify(step, slot)) == kEmpty) ++step;
+      const bool end = step >= num_steps;
+      if (ptid == 0) s_info[slot] = BwStageInfo{step, cls, end ? 1 : 0, 0};
+      if (!end) {
+        // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
+        const int qh = kvh * group + step / per_head;
+        const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+        const int rows = min(kBwRows, t.q_len - rq0);
+        const int dout_row0 = t.dout_begin >= 0 ? t.dout_begin : t.q_begin;
+        const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
+        const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
+        const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
+        producer_load_rows<kBwRows, kD>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
+        producer_load_rows<kBwRows, kD>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
+                                        ptid);
+        if (ptid < kBwRows) {
+          float lse2 = INFINITY;
+          float delta = 0.0F;
+          if (ptid < rows) {
+            const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
+            const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
+            const float lse = p.lse[static_cast<int64_t>(lse_row0 + rq0 + ptid) * hq + qh];
+            lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
+            delta = p.delta[static_cast<int64_t>(delta_row0 + rq0 + ptid) * hq + qh];
+          }
+          s_lse[slot * kBwRows + ptid] = lse2;
+          s_delta[slot * kBwRows + ptid] = delta;
+        }
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      fence_proxy_async();  // this thread's cp.async bytes -> visible to wgmma after the consumers' wait
+      mbar_arrive(full_bar + static_cast<uint32_t>(slot * 8));
+      if (end) break;
+    }
+    return;
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+  const int ctid = tid - 128;
+  const int wg = ctid >> 7;               // keys [64 wg, 64 wg + 64)
+  const int tw = ctid & 127;              // thread in the warpgroup
+  const int warp_in_wg = tw >> 5;         // 16 keys of the warpgroup's 64
+  const int lane = ctid & 31;
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const float scale = p.shape.softmax_scale;
+  const float scale_log2 = scale * kLog2e;
+  const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
+  const int dkv_row0 = t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin;
+  unsigned char* s_ds_ptr = smem + Smem::kDs;
+  const uint32_t s_ds = base + Smem::kDs;
+  const uint32_t s_dqt = base + Smem::kDqT;
+
+  // Accumulator fragments: attention_backward_sm90.cuh.
+  float dk[kD / 2];
+  float dv[kD / 2];
+  zero(dk);
+  zero(dv);
+  const int row_lo = warp_in_wg * 16 + g;  // accumulator row of e < 2 (dQ: q row)
+  const int key_lo = wg * 64 + row_lo;     // CTA-local key of accumulator rows e < 2
+
+  for (int j = 0;; ++j) {
+    const int buf = j & 1;
+    mbar_wait(full_bar + static_cast<uint32_t>(buf * 8), static_cast<uint32_t>((j >> 1) & 1));
+    const BwStageInfo info = s_info[buf];
+    if (info.end != 0) break;
+    const int step = info.step;
+    const int cls = info.cls;
+    const int qh = kvh * group + step / per_head;
+    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
+    const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
+    const uint32_t dsb = s_ds + static_cast<uint32_t>(buf * Smem::kDsBytes);
+    unsigned char* ds_ptr = s_ds_ptr + buf * Smem::kDsBytes;
+    const float* lse_b = s_lse + buf * kBwRows;
+    const float* delta_b = s_delta + buf * kBwRows;
+
+    float st[32];
+    float dpt[32];
+    bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
+    wgmma_wait<1>();
+    fence_regs(st);
+    bw_probabilities(st, lse_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0, key_lo, tq, scale_log2);
+    wgmma_wait<0>();
+    fence_regs(dpt);
+    bw_ds(dpt, st, delta_b, tq);
+    uint32_t pa[4][4];
+    uint32_t da[4][4];
+    bw_pack_fragments(pa, da, st, dpt, ds_ptr, key_lo, tq);  // dS^T into buffer j & 1
+    bw_issue_dv_dk<kD>(dv, dk, pa, da, qb, dob);
+    fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
+    bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
+    bar_sync_n<kBarDsReady, kConsumerThreads>();
+
+    float dq[32];
+    bw_issue_dq<kD>(dq, dsb, s_k, wg);
+    // dV / dK (the group before dQ) complete: Q, dO, LSE, Delta, the masks and the record of this
+    // slot are no longer read, so the producer may refill it while dQ runs.
+    wgmma_wait<1>();
+    mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
+    wgmma_wait<0>();
+    fence_regs(dv);
+    fence_regs(dk);
+    fence_regs(dq);
+
+    // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 jb + 2 tq (+ 64 wg at D = 128).
+    // D = 64: each warpgroup's partial sum over its 64 keys reduces separately.
+    const int q_rows = min(kBwRows, t.q_len - rq0);
+    bw_write_dq_tile(smem + Smem::kDqT + wg * Smem::kDqTileBytes, dq, row_lo, tq, scale);
+    fence_proxy_async();  // the tile -> visible to the bulk reduction after the barrier
+    if (wg == 0) {
+      bar_sync_n<kBarDq0, 128>();
+    } else {
+      bar_sync_n<kBarDq1, 128>();
+    }
+    const int row = tw;
+    if (row < q_rows) {
+      float* dst = p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0);
+      bulk_reduce_add_f32(dst, s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes + row * kDqRowBytes), 64 * 4);
+      bulk_commit();
+    }
+  }
+  bulk_wait<0>();  // the tile stays alive until the reductions are done
+
+  bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
+#endif
+}
+
+template <int kD>
+void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = BwWsSmem<kD>::kAlloc;
+  static const bool ready =
+      (allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD>, kSmem), true);
+  (void)ready;
+  attention_backward_sm90_ws_kernel<kD><<<p.list.num_work, kWsThreads, kSmem, stream>>>(p);
+}
+
+}  // namespace
+
+void attention_backward_wgmma_ws(const AttnBackwardParams& params, cudaStream_t stream) {
+  launch_for_head_dim("attention_backward_sm90_ws", params.shape,
+                      [&]<int kD>() { launch_backward_sm90_ws<kD>(params, stream); });
+}
+
+}  // namespace dcp::cuda::detail
