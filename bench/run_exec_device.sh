@@ -20,7 +20,7 @@ export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIR
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
 export DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-}  # empty: the best wgmma variant (pipelined)
 export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}  # empty: the kernels choose (wgmma on sm_90)
-export DCP_ATTN_BACKWARD_VARIANT=${DCP_ATTN_BACKWARD_VARIANT:-}  # empty: the default wgmma variant (basic); pipelined, ws
+export DCP_ATTN_BACKWARD_VARIANT=${DCP_ATTN_BACKWARD_VARIANT:-}  # empty: the default wgmma variant (ws); pipelined, ws
 export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ (atomic: basic variant only)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
@@ -54,9 +54,8 @@ if has checks; then
              CUDA_VISIBLE_DEVICES=0 timeout ${CHECK_TIMEOUT:-150} $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
              return "${PIPESTATUS[0]}"; }
   # FORWARD FORWARD_VARIANT BACKWARD BACKWARD_VARIANT BACKWARD_DQ ("-": empty = the kernels'
-  # default: pipelined forward, basic backward); a failing variant falls back to the older one.
-  # First the opt-in warp-specialised backward (ws): it is used from here on if it computes right.
-  for routes in "- - - ws -" "- - - - -" "- - - pipelined -" "- basic - - -" "- basic - pipelined -" "- - - - atomic" \
+  # default: pipelined forward, ws backward); a failing variant falls back to the older one.
+  for routes in "- - - - -" "- - - basic -" "- basic - - -" "- basic - basic -" "- - - basic atomic" \
                 "- basic - basic atomic" "- - mma - -" "- basic mma - -" "mma - mma - -"; do
     read -r f v bw bv dq <<<"$routes"
     export DCP_ATTN_FORWARD=${f#-} DCP_ATTN_FORWARD_VARIANT=${v#-} DCP_ATTN_BACKWARD=${bw#-} \

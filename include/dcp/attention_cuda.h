@@ -184,7 +184,7 @@ struct AttnBackwardParams {
   float* dv = nullptr;                   // accumulated (atomicAdd)
   // Which backward kernel runs; as AttnForwardParams::route, with the environment variable
   // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto, and DCP_ATTN_BACKWARD_VARIANT=basic|pipelined|ws
-  // (read once; default basic, measured faster on whole plans) naming the kernel behind Wgmma (forward-only routes such as
+  // (read once; default ws, measured fastest on whole plans) naming the kernel behind Wgmma (forward-only routes such as
   // WgmmaWarpSpecialized mean the default backward variant). All give the same outputs (up
   // to summation order).
   //   Mma            mma.sync (attention_backward.cu), any sm_80+ device.

@@ -341,17 +341,17 @@ AttnKernelRoute environment_route() {
   return route;
 }
 
-// DCP_ATTN_BACKWARD_VARIANT, read once: the wgmma kernel behind route Wgmma. Default basic: on
-// an H200 (bench/results/cuda_attention_2026-11-29e_h200.md) pipelined was 2% faster on full
-// tiles but 3-5% slower on causal-diagonal and partial ones, and a whole causal plan ran 4.5%
-// slower with it. ws (warp-specialised) is opt-in until a whole-plan run measures it.
+// DCP_ATTN_BACKWARD_VARIANT, read once: the wgmma kernel behind route Wgmma. Default ws (warp-
+// specialised): on an H200 (bench/results/cuda_attention_2026-11-29f_h200.md) it ran 1.25-1.35x
+// basic on every tile list and a whole causal plan 1.16x faster; basic stays as the fallback
+// (pipelined was no faster than basic).
 AttnKernelRoute environment_wgmma_variant() {
   static const AttnKernelRoute route = [] {
     const char* env = std::getenv("DCP_ATTN_BACKWARD_VARIANT");
     const std::string value = env != nullptr ? env : "";
-    if (value.empty() || value == "basic") return AttnKernelRoute::WgmmaBasic;
+    if (value.empty() || value == "ws") return AttnKernelRoute::WgmmaBackwardWarpSpecialized;
+    if (value == "basic") return AttnKernelRoute::WgmmaBasic;
     if (value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
-    if (value == "ws") return AttnKernelRoute::WgmmaBackwardWarpSpecialized;
     raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_VARIANT: expected basic, pipelined or ws, got '" + value + "'");
   }();
   return route;
