@@ -2,7 +2,7 @@
 # One device call (GPU machine, 2 x H200): build dcp + the GPU executor checks with CMake (the
 # header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
-# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels checks single pair nodes trace scaling
+# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels ncu checks single pair nodes trace scaling
 # Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), BENCH_EXTRA (added to every bench,
 # e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT, JSON_DIR (where
 # the bench JSON files go before they are tarred into $OUT/json.tar), NO_REFERENCE (single: skip
@@ -47,6 +47,14 @@ if has kernels; then
   say "kernel bench"
   CUDA_VISIBLE_DEVICES=0 timeout ${KBENCH_TIMEOUT:-200} $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"
 fi
+if has ncu; then  # Nsight Compute on the default kernels: one 32K-causal-list launch of each
+  say "ncu: attention_forward_sm90_pipe_kernel, attention_backward_sm90_ws_kernel"
+  CUDA_VISIBLE_DEVICES=0 timeout ${NCU_TIMEOUT:-240} ncu --kernel-name regex:"attention_(forward_sm90_pipe|backward_sm90_ws)_kernel" \
+    --launch-skip 40 --launch-count 2 --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis $b/bench/bench_cuda_attention >"$out/ncu.txt" 2>&1
+  grep -E "attention_|Duration|Throughput|Achieved Occupancy|Registers Per|Stall|Issued Ipc|Executed Ipc" "$out/ncu.txt" \
+    | head -60 | tee -a "$log"
+fi
 if has checks; then
   # Whole plans on 1 GPU against the CPU backend; on a failure fall back route by route (newest
   # kernels first) so that the benchmarks below only time kernels that computed right.
@@ -63,6 +71,9 @@ if has checks; then
     check1 && break
   done
   say "routes used from here on: fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_VARIANT:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto}"
+  # For other scripts of the same call (bench/run_multi_gpu.sh sources it).
+  declare -p DCP_ATTN_FORWARD DCP_ATTN_FORWARD_VARIANT DCP_ATTN_BACKWARD DCP_ATTN_BACKWARD_VARIANT DCP_ATTN_BACKWARD_DQ \
+    | sed 's/^declare -x /export /' >"$out/routes.env"
   say "check 2 GPUs"
   timeout 150 $MPIRUN -np 2 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
   say "peer dies (expect non-zero within the 5 s comm timeout)"

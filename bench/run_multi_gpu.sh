@@ -9,13 +9,20 @@
 #   layouts : the GPUs as one node, and as 2 (4 GPUs) or 2 and 4 (8 GPUs) "nodes" of the cluster
 #             model, to exercise hierarchical placement on real links
 # Usage (on the device machine, repository root): bench/run_multi_gpu.sh DEPS_DIR
-# Results: $OUT/multi_gpu.log and $OUT/json.tar (one JSON per run).
+#   SHAPES="64x8" or "32x8" (query x KV heads; default both) splits the study over two device calls (a call may run
+#   10 minutes; the whole study is about 64-96 runs of ~10 s). The build and the whole-plan checks
+#   (which choose the kernel routes, bench/run_exec_device.sh) run first.
+# Results: $OUT/multi_gpu.log, $OUT/json.tar (one JSON per run), $OUT/trace/ (one timeline);
+# tables: bench/exec_tables.py $OUT/json.tar, bench/sim_vs_measured.py.
 set -u
 cd "$(dirname "$0")/.."
 deps=$(realpath "$1")
 out=${OUT:-/tmp/dcp_out}
 mkdir -p "$out" /tmp/dcp_json
-bash bench/run_exec_device.sh "$deps" build >/dev/null 2>&1 || { echo "build failed"; exit 1; }
+CHECK_TIMEOUT=${CHECK_TIMEOUT:-60} bash bench/run_exec_device.sh "$deps" build checks >/dev/null 2>&1 || { echo "build failed"; exit 1; }
+grep -E "^== |die test" "$out/device.log"
+# The kernel routes the whole-plan checks chose.
+[ -f "$out/routes.env" ] && source "$out/routes.env"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
@@ -24,15 +31,22 @@ log=$out/multi_gpu.log
 run() {  # name nodes args...
   local name=$1 nodes=$2; shift 2
   echo "== $(date +%T) $name" | tee -a "$log"
-  timeout ${BENCH_TIMEOUT:-150} mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np "$gpus" \
+  timeout ${BENCH_TIMEOUT:-150} mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD \
+    -x DCP_ATTN_FORWARD_VARIANT -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_VARIANT -x DCP_ATTN_BACKWARD_DQ -np "$gpus" \
     /tmp/dcp_build/dcp bench --cluster h200-nvl --nodes "$nodes" --devices-per-node $((gpus / nodes)) \
     --json "/tmp/dcp_json/$name.json" "$@" 2>&1 | tee -a "$log"
   tar -cf "$out/json.tar" -C /tmp/dcp_json .
 }
 node_layouts="1 2"
 [ "$gpus" -ge 8 ] && node_layouts="1 2 4"
-for shape in "64 8" "32 8"; do
-  set -- $shape
+export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-} DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-} \
+       DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-} DCP_ATTN_BACKWARD_VARIANT=${DCP_ATTN_BACKWARD_VARIANT:-} \
+       DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}
+mkdir -p "$out/trace"
+run "${gpus}gpu_trace_ldc131072_causal" 1 --profile ldc --tokens 131072 --mask causal --layers 1 --iters 1 \
+  --method dcp --method zigzag --trace "$out/trace/${gpus}gpu_ldc131072_causal"
+for shape in ${SHAPES:-64x8 32x8}; do
+  set -- ${shape/x/ }
   for profile in ldc longalign; do
     for tokens in $((8192 * gpus)) 131072; do
       for mask in causal lambda causal_blockwise shared_question; do
