@@ -220,8 +220,8 @@ void PlacementOptions::validate() const {
         std::to_string(node_compute_eps_factor) + ")");
   if (refine_passes < 0)
     bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
-  if (initial_starts < 1 || initial_starts > 3)
-    bad("initial_starts must be in [1, 3] (got " + std::to_string(initial_starts) + ")");
+  if (initial_starts < 0 || initial_starts > 3)
+    bad("initial_starts must be in [0, 3], 0 = auto (got " + std::to_string(initial_starts) + ")");
   for (size_t k = 0; k < 3; ++k)
     for (double c : {tile_cost.fwd[k], tile_cost.bwd[k]})
       if (!(c > 0) || !std::isfinite(c))

@@ -245,7 +245,8 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   DcpPlacement out;
   PlacementReport& rep = out.report;
   rep.partitioner = to_string(opts.partitioner);
-  const auto backend = placement::make_partitioner(opts.partitioner, opts.initial_starts);
+  const int starts = opts.initial_starts > 0 ? opts.initial_starts : cluster.num_devices() <= 16 ? 3 : 2;
+  const auto backend = placement::make_partitioner(opts.partitioner, starts);
 
   const PlacementHypergraph h = build_placement_hypergraph(table, opts.tile_cost);
   rep.build_s = seconds_since(t_start);

@@ -382,7 +382,7 @@ TEST(Placement, BadInput) {
   EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("node_compute_eps_factor"),
             std::string::npos);
   bad = {};
-  bad.initial_starts = 0;
+  bad.initial_starts = 4;
   EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("initial_starts"),
             std::string::npos);
   EXPECT_FALSE(error_of([&] { place_dcp(table, make_cluster(4, 0)); }).empty());
