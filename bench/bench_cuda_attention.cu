@@ -9,11 +9,9 @@
 //   window    causal sliding window of 4096 keys, every tile that meets the band as a Partial
 //             tile: time should follow the unmasked area (sub-tiles outside the band are skipped)
 // 32 q heads / 8 kv heads, head dim 128, bf16. FLOPs: mask area x 4 x D x Hq forward, 2.5x
-// backward. Time: CUDA events, median of the timed runs after warm-up. The forward is timed per
-// route side by side: mma (mma.sync) and, on sm_90, each wgmma variant: basic, pipelined and ws
-// (AttnForwardParams::route WgmmaBasic / WgmmaPipelined / WgmmaWarpSpecialized); the backward likewise: mma and, on
-// sm_90, each wgmma variant: basic, pipelined and ws (AttnBackwardParams::route WgmmaBasic /
-// WgmmaPipelined / WgmmaBackwardWarpSpecialized).
+// backward. Time: CUDA events, median of the timed runs after warm-up. Forward and backward are
+// timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic and
+// wgmma (the default Hopper kernels).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -172,27 +170,31 @@ int main(int argc, char** argv) {
   ck(cudaMemset(dv, 0, kv_elems * 4), "memset");
   ck(cudaDeviceSynchronize(), "init");
 
+  // Routes timed on this device, in column order.
+  int major = 0, minor = 0;
+  ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cc");
+  ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cc");
+  struct Route {
+    AttnKernelRoute route;
+    const char* name;
+  };
+  std::vector<Route> routes{{AttnKernelRoute::Mma, "mma"}};
+  if (major == 9 && minor == 0) {
+    routes.push_back({AttnKernelRoute::WgmmaBasic, "wgmma-basic"});
+    routes.push_back({AttnKernelRoute::Wgmma, "wgmma"});
+  }
   struct Row {
     int seq, block;
     std::string list;
     int tiles;
-    double fwd_ms, bwd_ms, fwd_tflops, bwd_tflops;
-    double wg_ms, wg_tflops;  // wgmma basic forward (0: not available)
-    double wp_ms, wp_tflops;  // wgmma pipelined forward (0: not available)
-    double ws_ms, ws_tflops;  // wgmma warp-specialised forward (0: not available)
-    double bwg_ms, bwg_tflops;  // wgmma basic backward (0: not available)
-    double bwp_ms, bwp_tflops;  // wgmma pipelined backward (0: not available)
-    double bws_ms, bws_tflops;  // wgmma warp-specialised backward (0: not available)
+    double flops;                       // forward mask-area FLOPs (backward: 2.5x)
+    std::vector<double> fwd_ms, bwd_ms;  // per route
   };
-  int major = 0, minor = 0;
-  ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), "cc");
-  ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0), "cc");
-  const bool have_wgmma = major == 9 && minor == 0;
   std::vector<Row> rows;
-  std::printf("GPU: %s (%d SMs)\n", prop.name, prop.multiProcessorCount);
-  std::printf("%-6s %-5s %-9s %6s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s %10s\n", "S", "B", "list",
-              "tiles", "mma ms", "mma TF/s", "basic ms", "basic TF/s", "pipe ms", "pipe TF/s", "ws ms", "ws TF/s", "bwd ms", "bwd TF/s",
-              "bwd wg ms", "bwd wg TF/s", "bwd wp ms", "bwd wp TF/s", "bwd ws ms", "bwd ws TF/s");
+  std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
+  for (const char* pass : {"fwd", "bwd"})
+    for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
+  std::printf("\n");
   for (int seq : {16384, 32768}) {
     for (int block : {1024, 2048, 4096}) {
       for (const char* name : {"full", "causal", "sequence", "partial", "window"}) {
@@ -228,37 +230,21 @@ int main(int argc, char** argv) {
         bp.dq = dq;
         bp.dk = dk;
         bp.dv = dv;
-        fp.route = AttnKernelRoute::Mma;
-        const float f_ms = median_ms([&] { attention_forward(fp, nullptr); }, 2, 7);
-        float w_ms = 0, wp_ms = 0, ws_ms = 0;
-        if (have_wgmma) {
-          fp.route = AttnKernelRoute::WgmmaBasic;
-          w_ms = median_ms([&] { attention_forward(fp, nullptr); }, 2, 7);
-          fp.route = AttnKernelRoute::WgmmaPipelined;
-          wp_ms = median_ms([&] { attention_forward(fp, nullptr); }, 2, 7);
-          fp.route = AttnKernelRoute::WgmmaWarpSpecialized;
-          ws_ms = median_ms([&] { attention_forward(fp, nullptr); }, 2, 7);
+        Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}};
+        for (const Route& r : routes) {
+          fp.route = r.route;
+          row.fwd_ms.push_back(median_ms([&] { attention_forward(fp, nullptr); }, 2, 7));
         }
-        bp.route = AttnKernelRoute::Mma;
-        const float b_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
-        float bw_ms = 0, bwp_ms = 0, bws_ms = 0;
-        if (have_wgmma) {
-          bp.route = AttnKernelRoute::WgmmaBasic;
-          bw_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
-          bp.route = AttnKernelRoute::WgmmaPipelined;
-          bwp_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
-          bp.route = AttnKernelRoute::WgmmaBackwardWarpSpecialized;
-          bws_ms = median_ms([&] { attention_backward(bp, nullptr); }, 1, 5);
+        for (const Route& r : routes) {
+          bp.route = r.route;
+          row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
         }
         ck(cudaGetLastError(), "kernels");
-        Row r{seq, block, name, static_cast<int>(c.tiles.size()), f_ms, b_ms, flops / (f_ms * 1e9),
-              2.5 * flops / (b_ms * 1e9), w_ms, w_ms > 0 ? flops / (w_ms * 1e9) : 0.0,
-              wp_ms, wp_ms > 0 ? flops / (wp_ms * 1e9) : 0.0, ws_ms, ws_ms > 0 ? flops / (ws_ms * 1e9) : 0.0, bw_ms, bw_ms > 0 ? 2.5 * flops / (bw_ms * 1e9) : 0.0,
-              bwp_ms, bwp_ms > 0 ? 2.5 * flops / (bwp_ms * 1e9) : 0.0, bws_ms, bws_ms > 0 ? 2.5 * flops / (bws_ms * 1e9) : 0.0};
-        rows.push_back(r);
-        std::printf("%-6d %-5d %-9s %6d %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f %10.3f %10.1f\n",
-                    seq, block, name, r.tiles, f_ms, r.fwd_tflops, w_ms, r.wg_tflops, wp_ms, r.wp_tflops, ws_ms, r.ws_tflops, b_ms,
-                    r.bwd_tflops, bw_ms, r.bwg_tflops, bwp_ms, r.bwp_tflops, bws_ms, r.bws_tflops);
+        std::printf("%-6d %-5d %-9s %6d", seq, block, name, row.tiles);
+        for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
+        for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
+        std::printf("\n");
+        rows.push_back(row);
         std::fflush(stdout);
         cudaFree(o);
         cudaFree(lse_part);
@@ -282,30 +268,29 @@ int main(int argc, char** argv) {
                  hkv, dim);
     std::fprintf(m, "GPU: %s; 32 q / 8 kv heads, head dim 128, bf16; mask-area TFLOP/s (bwd = 2.5x fwd FLOPs)\n\n",
                  prop.name);
-    std::fprintf(m,
-                 "| S | B | list | tiles | fwd mma ms | fwd mma TFLOP/s | fwd wgmma basic ms | fwd wgmma basic TFLOP/s | "
-                 "fwd wgmma pipelined ms | fwd wgmma pipelined TFLOP/s | fwd wgmma ws ms | fwd wgmma ws TFLOP/s | bwd mma ms | bwd mma TFLOP/s | bwd wgmma basic ms | "
-                 "bwd wgmma basic TFLOP/s | bwd wgmma pipelined ms | bwd wgmma pipelined TFLOP/s | bwd wgmma ws ms | "
-                 "bwd wgmma ws TFLOP/s |\n"
-                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::fprintf(m, "| S | B | list | tiles |");
+    std::string rule = "|---|---|---|---|";
+    for (const char* pass : {"fwd", "bwd"})
+      for (const Route& r : routes) {
+        std::fprintf(m, " %s %s ms | %s %s TFLOP/s |", pass, r.name, pass, r.name);
+        rule += "---|---|";
+      }
+    std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
-      std::fprintf(j,
-                   "  {\"seq\": %d, \"block\": %d, \"list\": \"%s\", \"tiles\": %d, \"fwd_ms\": %.4f, \"bwd_ms\": %.4f, "
-                   "\"fwd_tflops\": %.1f, \"bwd_tflops\": %.1f, \"fwd_wgmma_basic_ms\": %.4f, "
-                   "\"fwd_wgmma_basic_tflops\": %.1f, \"fwd_wgmma_pipelined_ms\": %.4f, \"fwd_wgmma_pipelined_tflops\": %.1f, "
-                   "\"fwd_wgmma_ws_ms\": %.4f, \"fwd_wgmma_ws_tflops\": %.1f, "
-                   "\"bwd_wgmma_basic_ms\": %.4f, \"bwd_wgmma_basic_tflops\": %.1f, \"bwd_wgmma_pipelined_ms\": %.4f, "
-                   "\"bwd_wgmma_pipelined_tflops\": %.1f, \"bwd_wgmma_ws_ms\": %.4f, \"bwd_wgmma_ws_tflops\": %.1f}%s\n",
-                   r.seq, r.block, r.list.c_str(), r.tiles, r.fwd_ms, r.bwd_ms, r.fwd_tflops, r.bwd_tflops, r.wg_ms,
-                   r.wg_tflops, r.wp_ms, r.wp_tflops, r.ws_ms, r.ws_tflops, r.bwg_ms, r.bwg_tflops, r.bwp_ms, r.bwp_tflops,
-                   r.bws_ms, r.bws_tflops, i + 1 < rows.size() ? "," : "");
-      std::fprintf(m,
-                   "| %d | %d | %s | %d | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | %.1f | %.3f | "
-                   "%.1f | %.3f | %.1f | %.3f | %.1f |\n",
-                   r.seq, r.block, r.list.c_str(), r.tiles, r.fwd_ms, r.fwd_tflops, r.wg_ms, r.wg_tflops, r.wp_ms,
-                   r.wp_tflops, r.ws_ms, r.ws_tflops, r.bwd_ms, r.bwd_tflops, r.bwg_ms, r.bwg_tflops, r.bwp_ms, r.bwp_tflops,
-                   r.bws_ms, r.bws_tflops);
+      std::fprintf(j, "  {\"seq\": %d, \"block\": %d, \"list\": \"%s\", \"tiles\": %d", r.seq, r.block, r.list.c_str(),
+                   r.tiles);
+      std::fprintf(m, "| %d | %d | %s | %d |", r.seq, r.block, r.list.c_str(), r.tiles);
+      for (int pass = 0; pass < 2; ++pass)
+        for (size_t ri = 0; ri < routes.size(); ++ri) {
+          const double ms = pass == 0 ? r.fwd_ms[ri] : r.bwd_ms[ri];
+          const double tflops = (pass == 0 ? 1.0 : 2.5) * r.flops / (ms * 1e9);
+          const char* p = pass == 0 ? "fwd" : "bwd";
+          std::fprintf(j, ", \"%s_%s_ms\": %.4f, \"%s_%s_tflops\": %.1f", p, routes[ri].name, ms, p, routes[ri].name, tflops);
+          std::fprintf(m, " %.3f | %.1f |", ms, tflops);
+        }
+      std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
+      std::fprintf(m, "\n");
     }
     std::fprintf(j, "]}\n");
     std::fclose(j);

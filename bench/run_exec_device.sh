@@ -7,8 +7,8 @@
 # e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT, JSON_DIR (where
 # the bench JSON files go before they are tarred into $OUT/json.tar), NO_REFERENCE (single: skip
 # the PyTorch varlen reference). Phase trace: timelines of ldc 131072 causal into $OUT/trace.
-# (kernels: the kernel tests, e.g. the wgmma forward against fp64, then bench_cuda_attention; if
-# the kernel tests fail, later phases run with DCP_ATTN_FORWARD=mma)
+# (kernels: the kernel tests of every route against fp64, then bench_cuda_attention; the checks
+# phase picks the routes later phases use: the first whose whole-plan check passes)
 set -u
 cd "$(dirname "$0")/.."
 deps=$(realpath "$1"); shift
@@ -18,13 +18,11 @@ json_dir=${JSON_DIR:-/tmp/dcp_json}
 mkdir -p "$out" "$json_dir"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
-export DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-}  # empty: the best wgmma variant (pipelined)
 export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}  # empty: the kernels choose (wgmma on sm_90)
-export DCP_ATTN_BACKWARD_VARIANT=${DCP_ATTN_BACKWARD_VARIANT:-}  # empty: the default wgmma variant (ws); pipelined, ws
-export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ (atomic: basic variant only)
+export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ (atomic: wgmma-basic only)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_FORWARD_VARIANT -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_VARIANT -x DCP_ATTN_BACKWARD_DQ"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -58,21 +56,20 @@ fi
 if has checks; then
   # Whole plans on 1 GPU against the CPU backend; on a failure fall back route by route (newest
   # kernels first) so that the benchmarks below only time kernels that computed right.
-  check1() { say "check 1 GPU (fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_VARIANT:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto})"
+  check1() { say "check 1 GPU (fwd ${DCP_ATTN_FORWARD:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_DQ:-bulk})"
              CUDA_VISIBLE_DEVICES=0 timeout ${CHECK_TIMEOUT:-150} $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
              return "${PIPESTATUS[0]}"; }
-  # FORWARD FORWARD_VARIANT BACKWARD BACKWARD_VARIANT BACKWARD_DQ ("-": empty = the kernels'
-  # default: pipelined forward, ws backward); a failing variant falls back to the older one.
-  for routes in "- - - - -" "- - - basic -" "- basic - - -" "- basic - basic -" "- - - basic atomic" \
-                "- basic - basic atomic" "- - mma - -" "- basic mma - -" "mma - mma - -"; do
-    read -r f v bw bv dq <<<"$routes"
-    export DCP_ATTN_FORWARD=${f#-} DCP_ATTN_FORWARD_VARIANT=${v#-} DCP_ATTN_BACKWARD=${bw#-} \
-           DCP_ATTN_BACKWARD_VARIANT=${bv#-} DCP_ATTN_BACKWARD_DQ=${dq#-}
+  # FORWARD BACKWARD BACKWARD_DQ ("-": empty = the kernels' default route); a failing route falls
+  # back to the older kernels: wgmma-basic, then mma.
+  for routes in "- - -" "- wgmma-basic -" "wgmma-basic - -" "wgmma-basic wgmma-basic -" \
+                "wgmma-basic wgmma-basic atomic" "- mma -" "wgmma-basic mma -" "mma mma -"; do
+    read -r f bw dq <<<"$routes"
+    export DCP_ATTN_FORWARD=${f#-} DCP_ATTN_BACKWARD=${bw#-} DCP_ATTN_BACKWARD_DQ=${dq#-}
     check1 && break
   done
-  say "routes used from here on: fwd ${DCP_ATTN_FORWARD:-auto}/${DCP_ATTN_FORWARD_VARIANT:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_VARIANT:-auto}/${DCP_ATTN_BACKWARD_DQ:-auto}"
+  say "routes used from here on: fwd ${DCP_ATTN_FORWARD:-auto}, bwd ${DCP_ATTN_BACKWARD:-auto}/${DCP_ATTN_BACKWARD_DQ:-bulk}"
   # For other scripts of the same call (bench/run_multi_gpu.sh sources it).
-  declare -p DCP_ATTN_FORWARD DCP_ATTN_FORWARD_VARIANT DCP_ATTN_BACKWARD DCP_ATTN_BACKWARD_VARIANT DCP_ATTN_BACKWARD_DQ \
+  declare -p DCP_ATTN_FORWARD DCP_ATTN_BACKWARD DCP_ATTN_BACKWARD_DQ \
     | sed 's/^declare -x /export /' >"$out/routes.env"
   say "check 2 GPUs"
   timeout 150 $MPIRUN -np 2 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"

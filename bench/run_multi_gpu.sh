@@ -32,15 +32,14 @@ run() {  # name nodes args...
   local name=$1 nodes=$2; shift 2
   echo "== $(date +%T) $name" | tee -a "$log"
   timeout ${BENCH_TIMEOUT:-150} mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD \
-    -x DCP_ATTN_FORWARD_VARIANT -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_VARIANT -x DCP_ATTN_BACKWARD_DQ -np "$gpus" \
+    -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -np "$gpus" \
     /tmp/dcp_build/dcp bench --cluster h200-nvl --nodes "$nodes" --devices-per-node $((gpus / nodes)) \
     --json "/tmp/dcp_json/$name.json" "$@" 2>&1 | tee -a "$log"
   tar -cf "$out/json.tar" -C /tmp/dcp_json .
 }
 node_layouts="1 2"
 [ "$gpus" -ge 8 ] && node_layouts="1 2 4"
-export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-} DCP_ATTN_FORWARD_VARIANT=${DCP_ATTN_FORWARD_VARIANT:-} \
-       DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-} DCP_ATTN_BACKWARD_VARIANT=${DCP_ATTN_BACKWARD_VARIANT:-} \
+export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-} DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-} \
        DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}
 mkdir -p "$out/trace"
 run "${gpus}gpu_trace_ldc131072_causal" 1 --profile ldc --tokens 131072 --mask causal --layers 1 --iters 1 \

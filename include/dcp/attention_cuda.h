@@ -33,15 +33,14 @@
 //   forward: one CTA = 128 q rows x one q head, 4 warps x 32 rows; loops over 64-key sub-tiles.
 //   forward on Hopper (route Wgmma): one CTA = the same 128 q rows x one q head, 2 warpgroups x
 //   64 rows, wgmma m64n128k16 (S = Q K^T from shared memory, O += P V with P in registers),
-//   128-key sub-tiles; same work items, masks and outputs. Three variants (AttnKernelRoute): basic,
-//   pipelined (the softmax of sub-tile j overlaps the P V product of sub-tile j - 1), and
-//   warp-specialised (pipelined, plus a producer warpgroup for loads and masks; ping-pong).
+//   128-key sub-tiles; same work items, masks and outputs. Two kernels (AttnKernelRoute): basic,
+//   and pipelined (the softmax of sub-tile j overlaps the P V product of sub-tile j - 1).
 //   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   backward on Hopper (route Wgmma): the same work items, 2 warpgroups x 64 keys, wgmma m64n64k16
 //   for S^T, dP^T and dQ (dS^T through shared memory), m64nDk16 for dV, dK (A in registers).
-//   Three variants: basic, pipelined (S^T of the next q sub-tile overlaps the dQ epilogue), and
-//   warp-specialised (a producer warpgroup loads; the MMA warpgroups meet at no CTA barrier).
+//   Two kernels: basic, and warp-specialised (a producer warpgroup loads; the MMA warpgroups
+//   meet at no CTA barrier).
 //   Sub-tiles with no allowed (row, key) pair are skipped without loading or computing them.
 // FLOPs (mask-area convention): forward 4 * area * head_dim * num_q_heads, backward 2.5x that,
 //   area = number of allowed (i, j) pairs. Bytes (minimum): forward reads Q, K, V once
@@ -129,35 +128,28 @@ struct AttnTileList {
   const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
 };
 
-// Which forward kernel runs. Auto: Wgmma on an sm_90 device (Hopper; head_dim 64 or 128),
-// else Mma; the environment variable DCP_ATTN_FORWARD=mma|wgmma (read once per process)
-// replaces Auto, so executor-level runs compare both without rebuilding. Wgmma runs the wgmma
-// kernel named by DCP_ATTN_FORWARD_VARIANT=basic|pipelined|ws (read once; default pipelined), so a
-// variant that misbehaves on some GPU can be set aside without rebuilding. WgmmaBasic and
-// WgmmaPipelined name a variant explicitly (checks and benchmarks run each). Explicit routes
-// ignore DCP_ATTN_FORWARD. A wgmma route on a device that is not sm_90 raises Unsupported.
-//   Mma            mma.sync m16n8k16 (FA2 style, attention_forward.cu): any sm_80+ device.
-//   WgmmaBasic     warpgroup MMA (attention_forward_sm90.cu): 2 warpgroups x 64 q rows, 128-key
-//                  sub-tiles, P kept in registers; S, softmax, P V one after the other.
-//   WgmmaPipelined the same tiles (attention_forward_sm90_pipe.cu); S_j = Q K_j^T and
-//                  O += P_{j-1} V_{j-1} are issued together and the softmax of S_j runs while
-//                  the P V product does.
-//   WgmmaWarpSpecialized  the pipelined schedule (attention_forward_sm90_ws.cu) with a producer
-//                  warpgroup that walks the sub-tiles, builds Partial masks and loads K/V into an
-//                  mbarrier-guarded ring; the two consumer warpgroups (setmaxnreg 232 registers)
-//                  only compute, their wgmma issues alternated by named barriers (ping-pong).
-//   WgmmaBackwardWarpSpecialized  backward only (AttnBackwardParams::route); as a forward route
-//                  it means the default forward variant, as Wgmma does.
+// Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
+// head_dim 64 or 128), else Mma; the environment variables DCP_ATTN_FORWARD and
+// DCP_ATTN_BACKWARD = mma | wgmma | wgmma-basic (read once per process) replace Auto, so
+// executor-level runs compare routes without rebuilding and a kernel that misbehaves on some GPU
+// can be set aside. Explicit routes ignore them. A wgmma route off sm_90 raises Unsupported.
+// Every route gives the same outputs (the backward's up to summation order).
+//   Mma         mma.sync m16n8k16, FA2 style (attention_forward.cu, attention_backward.cu): any
+//               sm_80+ device.
+//   Wgmma       the fastest Hopper kernels measured (bench/results/cuda_attention_2026-11-29f_h200.md):
+//               forward pipelined (attention_forward_sm90_pipe.cu: S_j = Q K_j^T and
+//               O += P_{j-1} V_{j-1} issued together, the softmax of S_j under the P V product);
+//               backward warp-specialised (attention_backward_sm90_ws.cu: a producer warpgroup
+//               walks and classifies the q sub-tiles and loads Q / dO / LSE / Delta into an
+//               mbarrier-guarded 2-slot ring; the two MMA warpgroups (setmaxnreg) meet only at
+//               one named barrier per sub-tile; dQ by bulk reductions).
+//   WgmmaBasic  the plain Hopper kernels those were built from, kept as the fallback
+//               (attention_forward_sm90.cu: S, softmax, P V one after the other;
+//               attention_backward_sm90.cu: the same products with loads by every thread and
+//               CTA barriers; dQ by bulk asynchronous reductions, or with
+//               DCP_ATTN_BACKWARD_DQ=atomic by atomicAdd from registers).
 // Every wgmma kernel needs the sm_90a build.
-enum class AttnKernelRoute : int32_t {
-  Auto = 0,
-  Mma = 1,
-  Wgmma = 2,
-  WgmmaBasic = 3,
-  WgmmaPipelined = 4,
-  WgmmaWarpSpecialized = 5,
-  WgmmaBackwardWarpSpecialized = 6
-};
+enum class AttnKernelRoute : int32_t { Auto = 0, Mma = 1, Wgmma = 2, WgmmaBasic = 3 };
 
 struct AttnForwardParams {
   AttnShape shape;
@@ -182,37 +174,16 @@ struct AttnBackwardParams {
   float* dq = nullptr;                   // accumulated (atomicAdd)
   float* dk = nullptr;                   // accumulated (atomicAdd)
   float* dv = nullptr;                   // accumulated (atomicAdd)
-  // Which backward kernel runs; as AttnForwardParams::route, with the environment variable
-  // DCP_ATTN_BACKWARD=mma|wgmma replacing Auto, and DCP_ATTN_BACKWARD_VARIANT=basic|pipelined|ws
-  // (read once; default ws, measured fastest on whole plans) naming the kernel behind Wgmma (forward-only routes such as
-  // WgmmaWarpSpecialized mean the default backward variant). All give the same outputs (up
-  // to summation order).
-  //   Mma            mma.sync (attention_backward.cu), any sm_80+ device.
-  //   WgmmaBasic     warpgroup MMA (attention_backward_sm90.cu): 2 warpgroups x 64 of the CTA's
-  //                  128 keys, S^T / dP^T and dQ from shared memory, dV / dK with P^T / dS^T in
-  //                  registers; dQ reaches global memory by bulk asynchronous reductions
-  //                  (cp.reduce.async.bulk, element-wise atomic adds like atomicAdd), or with
-  //                  DCP_ATTN_BACKWARD_DQ=atomic by atomicAdd from registers.
-  //   WgmmaPipelined the same tiles and products (attention_backward_sm90_pipe.cu); S^T of the
-  //                  next q sub-tile is issued behind dQ so that the dQ epilogue overlaps it,
-  //                  Q / dO are loaded two sub-tiles ahead, two CTA barriers per sub-tile instead
-  //                  of three; dQ always by bulk reductions.
-  //   WgmmaBackwardWarpSpecialized  the basic kernel's products and math (attention_backward_sm90_ws.cu)
-  //                  with a producer warpgroup that walks and classifies the q sub-tiles and loads
-  //                  Q / dO / LSE / Delta into an mbarrier-guarded 2-slot ring; the two MMA
-  //                  warpgroups (setmaxnreg) meet only at one named barrier per sub-tile (dS^T
-  //                  double-buffered); no CTA barrier per sub-tile; dQ always by bulk reductions.
-  //                  Opt-in (DCP_ATTN_BACKWARD_VARIANT=ws) until measured on whole plans.
+  // Which backward kernel runs (see AttnKernelRoute).
   AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
-// The kernel attention_forward() runs for `params` on the current device: Mma, WgmmaBasic,
-// WgmmaPipelined or WgmmaWarpSpecialized (never Auto or Wgmma).
+// The kernel attention_forward() runs for `params` on the current device: Mma, Wgmma or
+// WgmmaBasic (never Auto).
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params);
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream);
-// The kernel attention_backward() runs for `params` on the current device: Mma, WgmmaBasic,
-// WgmmaPipelined or WgmmaBackwardWarpSpecialized (never Auto, Wgmma or WgmmaWarpSpecialized).
+// Likewise for attention_backward().
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params);
 
 // LSE merge: for each output row r and q head h, combine partial rows

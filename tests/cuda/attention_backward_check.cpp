@@ -136,16 +136,6 @@ int row_of(int begin, int fallback) { return begin >= 0 ? begin : fallback; }
 
 }  // namespace
 
-std::vector<AttnKernelRoute> backward_routes() {
-  std::vector<AttnKernelRoute> routes{AttnKernelRoute::Mma};
-  if (wgmma_available()) {
-    routes.push_back(AttnKernelRoute::WgmmaBasic);
-    routes.push_back(AttnKernelRoute::WgmmaPipelined);
-    routes.push_back(AttnKernelRoute::WgmmaBackwardWarpSpecialized);
-  }
-  return routes;
-}
-
 std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
   std::vector<BackwardCase> out;
   const int shapes[3][2] = {{8, 8}, {8, 2}, {8, 1}};

@@ -79,10 +79,9 @@ std::string describe(const ForwardCase& c, const ForwardResult& r);
 inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 1e-4) {
   return r.error.empty() && !r.any_nan && r.empty_rows_ok && r.num_bad == 0 && r.o_rel < tol && r.lse_rel < fp32_tol;
 }
-// Mma, plus every wgmma variant (WgmmaBasic, WgmmaPipelined) when the device is sm_90.
-std::vector<AttnKernelRoute> forward_routes();
-// Mma, plus every wgmma backward variant (WgmmaBasic, WgmmaPipelined) when the device is sm_90.
-std::vector<AttnKernelRoute> backward_routes();
+
+// Every route the device has, forward and backward alike: Mma, plus Wgmma and WgmmaBasic on sm_90.
+std::vector<AttnKernelRoute> kernel_routes();
 
 // ---- Targeted backward checks (attention_backward_check.cpp): tile lists of one scenario run
 // through a chosen backward route, dQ / dK / dV compared with fp64 per element. accumulate: the

@@ -20,12 +20,11 @@ struct Shape {
 
 class CudaAttention : public ::testing::TestWithParam<Shape> {};
 
-// Every forward route the device has (mma; each wgmma variant on sm_90); the backward takes the
-// variant of the same name (mma, wgmma basic, wgmma pipelined, wgmma ws), so every backward route runs.
+// Every route the device has (mma; on sm_90 wgmma and wgmma-basic), forward and backward alike.
 TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   const Shape s = GetParam();
-  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::forward_routes()) {
+  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::kernel_routes()) {
     for (uint64_t seed = 1; seed <= 2; ++seed) {
       CaseConfig cfg;
       cfg.seed = seed * 1000 + static_cast<uint64_t>(s.hkv * 10 + s.dim);
@@ -33,10 +32,7 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
       cfg.num_kv_heads = s.hkv;
       cfg.head_dim = s.dim;
       cfg.forward_route = route;
-      // The same variant name on both sides: mma, basic, pipelined or ws.
-      cfg.backward_route = route == dcp::cuda::AttnKernelRoute::WgmmaWarpSpecialized
-                               ? dcp::cuda::AttnKernelRoute::WgmmaBackwardWarpSpecialized
-                               : route;
+      cfg.backward_route = route;
       const auto r = dcp::cuda::check::run_case(cfg);
       ASSERT_TRUE(r.ran);
       EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
@@ -49,7 +45,7 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
 // items with accumulate; odd lengths) through every route, per element against fp64.
 TEST(CudaAttentionForward, TargetedScenariosEveryRoute) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
-  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::forward_routes()) {
+  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::kernel_routes()) {
     for (const auto& c : dcp::cuda::check::forward_cases(route)) {
       const auto r = dcp::cuda::check::run_forward_case(c);
       ASSERT_TRUE(r.ran);
@@ -63,7 +59,7 @@ TEST(CudaAttentionForward, TargetedScenariosEveryRoute) {
 // non-zero) through every route, per element against fp64.
 TEST(CudaAttentionBackward, TargetedScenariosEveryRoute) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
-  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::backward_routes()) {
+  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::kernel_routes()) {
     int empty_rows = 0;
     for (const auto& c : dcp::cuda::check::backward_cases(route)) {
       const auto r = dcp::cuda::check::run_backward_case(c);

@@ -133,12 +133,11 @@ Lists build(const ForwardCase& c, Rng& rng) {
 
 }  // namespace
 
-std::vector<AttnKernelRoute> forward_routes() {
+std::vector<AttnKernelRoute> kernel_routes() {
   std::vector<AttnKernelRoute> routes{AttnKernelRoute::Mma};
   if (wgmma_available()) {
+    routes.push_back(AttnKernelRoute::Wgmma);
     routes.push_back(AttnKernelRoute::WgmmaBasic);
-    routes.push_back(AttnKernelRoute::WgmmaPipelined);
-    routes.push_back(AttnKernelRoute::WgmmaWarpSpecialized);
   }
   return routes;
 }

@@ -107,9 +107,6 @@ inline const char* route_name(AttnKernelRoute r) {
     case AttnKernelRoute::Mma: return "mma";
     case AttnKernelRoute::Wgmma: return "wgmma";
     case AttnKernelRoute::WgmmaBasic: return "wgmma-basic";
-    case AttnKernelRoute::WgmmaPipelined: return "wgmma-pipelined";
-    case AttnKernelRoute::WgmmaWarpSpecialized: return "wgmma-ws";
-    case AttnKernelRoute::WgmmaBackwardWarpSpecialized: return "wgmma-bwd-ws";
     default: return "auto";
   }
 }

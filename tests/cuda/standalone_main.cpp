@@ -1,7 +1,7 @@
 // Standalone driver of the GPU checks for machines without GoogleTest/CMake dependencies
 // (bench/run_cuda_device.sh builds it with plain nvcc). Runs the random tile-list cases and the
-// targeted forward cases through every forward route the device has (mma; each wgmma variant on
-// sm_90), the targeted backward cases through every backward route (mma; wgmma on sm_90);
+// targeted forward and backward cases through every route the device has (mma; on sm_90 wgmma
+// and wgmma-basic);
 // a failing case prints its first mismatching (tile, row, head, col) with expected / actual.
 // Usage: dcp_check [max_random_cases_per_route] [forward_only]
 // Exit code 0 when every case passes (or when there is no GPU: prints SKIP), 1 otherwise.
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   int failures = 0;
   int total = 0;
   if (!forward_only) {
-    for (const dcp::cuda::AttnKernelRoute route : chk::backward_routes()) {
+    for (const dcp::cuda::AttnKernelRoute route : chk::kernel_routes()) {
       for (const chk::BackwardCase& c : chk::backward_cases(route)) {
         const auto r = chk::run_backward_case(c);
         const bool ok = chk::passed(r);
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  for (const dcp::cuda::AttnKernelRoute route : chk::forward_routes()) {
+  for (const dcp::cuda::AttnKernelRoute route : chk::kernel_routes()) {
     // Targeted forward cases first: they are the quickest way to localise a kernel bug.
     for (const chk::ForwardCase& c : chk::forward_cases(route)) {
       const auto r = chk::run_forward_case(c);
@@ -54,9 +54,7 @@ int main(int argc, char** argv) {
         cfg.head_dim = s[2];
         cfg.forward_route = route;
         // The same variant name on both sides: mma, basic, pipelined or ws.
-        cfg.backward_route = route == dcp::cuda::AttnKernelRoute::WgmmaWarpSpecialized
-                                 ? dcp::cuda::AttnKernelRoute::WgmmaBackwardWarpSpecialized
-                                 : route;
+        cfg.backward_route = route;
         const auto r = chk::run_case(cfg);
         const bool ok = chk::passed(r) && r.num_empty_rows > 0;
         failures += ok ? 0 : 1;

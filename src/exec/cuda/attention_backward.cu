@@ -11,9 +11,9 @@
 //            dS^T goes through shared memory for dQ = dS K, which each warp adds (16 rows x
 //            D/2 columns) to global memory with fp32 atomics.
 //   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
-// The Hopper versions (attention_backward_sm90.cu "basic", attention_backward_sm90_pipe.cu
-// "pipelined", attention_backward_sm90_ws.cu "ws") keep this interface; attention_backward() at the end of this file picks the route
-// (AttnBackwardParams::route, DCP_ATTN_BACKWARD, DCP_ATTN_BACKWARD_VARIANT).
+// The Hopper versions (attention_backward_sm90.cu: route WgmmaBasic; attention_backward_sm90_ws.cu:
+// route Wgmma) keep this interface; attention_backward() at the end of this file picks the route
+// (AttnBackwardParams::route, DCP_ATTN_BACKWARD).
 // Per 128-key x 64-row step: 10 * 128 * 64 * D FLOPs of MMA (2.5x the forward's 4); 64 * D dQ
 // atomics.
 #include <cuda_bf16.h>
@@ -333,52 +333,18 @@ void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t strea
   launch_for_head_dim("attention_backward", params.shape, [&]<int kD>() { launch_backward<kD>(params, stream); });
 }
 
-namespace {
-
-// DCP_ATTN_BACKWARD, read once.
-AttnKernelRoute environment_route() {
-  static const AttnKernelRoute route = route_from_environment("DCP_ATTN_BACKWARD");
-  return route;
-}
-
-// DCP_ATTN_BACKWARD_VARIANT, read once: the wgmma kernel behind route Wgmma. Default ws (warp-
-// specialised): on an H200 (bench/results/cuda_attention_2026-11-29f_h200.md) it ran 1.25-1.35x
-// basic on every tile list and a whole causal plan 1.16x faster; basic stays as the fallback
-// (pipelined was no faster than basic).
-AttnKernelRoute environment_wgmma_variant() {
-  static const AttnKernelRoute route = [] {
-    const char* env = std::getenv("DCP_ATTN_BACKWARD_VARIANT");
-    const std::string value = env != nullptr ? env : "";
-    if (value.empty() || value == "ws") return AttnKernelRoute::WgmmaBackwardWarpSpecialized;
-    if (value == "basic") return AttnKernelRoute::WgmmaBasic;
-    if (value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
-    raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_VARIANT: expected basic, pipelined or ws, got '" + value + "'");
-  }();
-  return route;
-}
-
-}  // namespace
 }  // namespace detail
 
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
-  AttnKernelRoute route = params.route;
-  if (route == AttnKernelRoute::Auto) route = detail::environment_route();
-  const bool head_dim_ok = params.shape.head_dim == 64 || params.shape.head_dim == 128;
-  if (route == AttnKernelRoute::Auto) route = detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
-  if (route == AttnKernelRoute::Mma) return route;
-  if (!detail::device_is_sm90())
-    raise(ErrorKind::Unsupported, "attention_backward: the wgmma routes need an sm_90 (Hopper) device");
-  // The forward-only route means the default backward variant, as Wgmma does.
-  const bool default_variant = route == AttnKernelRoute::Wgmma || route == AttnKernelRoute::WgmmaWarpSpecialized;
-  return default_variant ? detail::environment_wgmma_variant() : route;
+  static const AttnKernelRoute environment = detail::route_from_environment("DCP_ATTN_BACKWARD");
+  return detail::resolve_route(params.route, environment, params.shape.head_dim, "attention_backward");
 }
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
   switch (attention_backward_route(params)) {
+    case AttnKernelRoute::Wgmma: detail::attention_backward_wgmma_ws(params, stream); break;
     case AttnKernelRoute::WgmmaBasic: detail::attention_backward_wgmma(params, stream); break;
-    case AttnKernelRoute::WgmmaPipelined: detail::attention_backward_wgmma_pipelined(params, stream); break;
-    case AttnKernelRoute::WgmmaBackwardWarpSpecialized: detail::attention_backward_wgmma_ws(params, stream); break;
     default: detail::attention_backward_mma(params, stream); break;
   }
 }

@@ -1,6 +1,5 @@
 // attention_backward_sm90.cuh — pieces shared by the Hopper (sm_90a) backward kernels
-// (attention_backward_sm90.cu: basic; attention_backward_sm90_pipe.cu: pipelined;
-// attention_backward_sm90_ws.cu: warp-specialised): CTA shape, the dQ tile row pitch, and the
+// (attention_backward_sm90.cu: basic; attention_backward_sm90_ws.cu: warp-specialised): CTA shape, the dQ tile row pitch, and the
 // per-q-sub-tile math of the basic and warp-specialised kernels (one warpgroup = 64 keys of the
 // CTA, transposed products: accumulator rows are its keys, columns the sub-tile's 64 q rows).
 //

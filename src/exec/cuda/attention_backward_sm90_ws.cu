@@ -1,5 +1,5 @@
 // attention_backward_sm90_ws.cu — the warp-specialised Hopper (sm_90a) backward kernel (route
-// WgmmaBackwardWarpSpecialized, DCP_ATTN_BACKWARD_VARIANT=ws): the basic kernel's products and
+// Wgmma, the default on Hopper): the basic kernel's products and
 // math per q sub-tile (attention_backward_sm90.cu: S^T, dP^T, P^T, dS^T, dV += P^T dO,
 // dK += dS^T Q, dQ = dS K by bulk reductions), with the loads, the step walk and the Partial
 // classification moved to a producer warpgroup. Same contract as the other backward kernels

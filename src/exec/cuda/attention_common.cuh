@@ -228,29 +228,24 @@ void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
   if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
 }
 
-// Forward launchers by route (attention_forward() picks one): mma.sync, and the two sm_90a
-// wgmma kernels (basic: attention_forward_sm90.cu; pipelined: attention_forward_sm90_pipe.cu).
+// Launchers by route (attention_forward() / attention_backward() pick one): mma.sync; the plain
+// Hopper kernels (route WgmmaBasic: attention_forward_sm90.cu, attention_backward_sm90.cu); the
+// fastest Hopper kernels measured (route Wgmma: the pipelined forward attention_forward_sm90_pipe.cu,
+// the warp-specialised backward attention_backward_sm90_ws.cu).
 void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_basic(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_pipelined(const AttnForwardParams& params, cudaStream_t stream);
-// Warp-specialised wgmma forward (attention_forward_sm90_ws.cu).
-void attention_forward_wgmma_ws(const AttnForwardParams& params, cudaStream_t stream);
-// Backward launchers by route (attention_backward() picks one).
 void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream);
-
-// Route selection shared by forward and backward (attention_forward.cu): whether the current
-// device is sm_90 (cached per device), and the route named by environment variable `name`
-// (mma|wgmma; Auto when unset or empty; InvalidInput otherwise). Callers cache the latter.
-bool device_is_sm90();
-AttnKernelRoute route_from_environment(const char* name);
-
-}  // namespace dcp::cuda::detail
-
-namespace dcp::cuda::detail {
-// The pipelined wgmma backward (attention_backward_sm90_pipe.cu); attention_backward_wgmma above
-// is the basic one (attention_backward_sm90.cu).
-void attention_backward_wgmma_pipelined(const AttnBackwardParams& params, cudaStream_t stream);
-// The warp-specialised wgmma backward (attention_backward_sm90_ws.cu).
 void attention_backward_wgmma_ws(const AttnBackwardParams& params, cudaStream_t stream);
+
+// Route selection shared by forward and backward (attention_forward.cu). `environment` is the
+// route named by the pass's environment variable (route_from_environment: mma | wgmma |
+// wgmma-basic; Auto when unset or empty; InvalidInput otherwise; callers read it once). Returns
+// Mma, Wgmma or WgmmaBasic: an explicit request first, else the environment, else Wgmma on an
+// sm_90 device for head_dim 64 / 128 and Mma elsewhere; a wgmma route off sm_90 raises Unsupported.
+AttnKernelRoute route_from_environment(const char* name);
+AttnKernelRoute resolve_route(AttnKernelRoute requested, AttnKernelRoute environment, int head_dim, const char* who);
+
+
 }  // namespace dcp::cuda::detail

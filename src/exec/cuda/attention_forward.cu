@@ -322,8 +322,11 @@ AttnKernelRoute route_from_environment(const char* name) {
   if (value.empty()) return AttnKernelRoute::Auto;
   if (value == "mma") return AttnKernelRoute::Mma;
   if (value == "wgmma") return AttnKernelRoute::Wgmma;
-  raise(ErrorKind::InvalidInput, std::string(name) + ": expected mma or wgmma, got '" + value + "'");
+  if (value == "wgmma-basic") return AttnKernelRoute::WgmmaBasic;
+  raise(ErrorKind::InvalidInput, std::string(name) + ": expected mma, wgmma or wgmma-basic, got '" + value + "'");
 }
+
+namespace {
 
 bool device_is_sm90() {
   constexpr int kMaxDevices = 64;
@@ -339,49 +342,29 @@ bool device_is_sm90() {
   return yes;
 }
 
-namespace {
-
-// DCP_ATTN_FORWARD, read once.
-AttnKernelRoute environment_route() {
-  static const AttnKernelRoute route = route_from_environment("DCP_ATTN_FORWARD");
-  return route;
-}
-
-// DCP_ATTN_FORWARD_VARIANT, read once: the wgmma kernel behind route Wgmma (default pipelined).
-AttnKernelRoute environment_wgmma_variant() {
-  static const AttnKernelRoute route = [] {
-    const char* env = std::getenv("DCP_ATTN_FORWARD_VARIANT");
-    const std::string value = env != nullptr ? env : "";
-    if (value.empty() || value == "pipelined") return AttnKernelRoute::WgmmaPipelined;
-    if (value == "basic") return AttnKernelRoute::WgmmaBasic;
-    if (value == "ws") return AttnKernelRoute::WgmmaWarpSpecialized;
-    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD_VARIANT: expected basic, pipelined or ws, got '" + value + "'");
-  }();
-  return route;
-}
-
 }  // namespace
+
+AttnKernelRoute resolve_route(AttnKernelRoute requested, AttnKernelRoute environment, int head_dim, const char* who) {
+  AttnKernelRoute route = requested != AttnKernelRoute::Auto ? requested : environment;
+  const bool head_dim_ok = head_dim == 64 || head_dim == 128;
+  if (route == AttnKernelRoute::Auto) route = device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
+  if (route != AttnKernelRoute::Mma && !device_is_sm90())
+    raise(ErrorKind::Unsupported, std::string(who) + ": the wgmma routes need an sm_90 (Hopper) device");
+  return route;
+}
+
 }  // namespace detail
 
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
-  AttnKernelRoute route = params.route;
-  if (route == AttnKernelRoute::Auto) route = detail::environment_route();
-  const bool head_dim_ok = params.shape.head_dim == 64 || params.shape.head_dim == 128;
-  if (route == AttnKernelRoute::Auto) route = detail::device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
-  if (route == AttnKernelRoute::Mma) return route;
-  if (!detail::device_is_sm90())
-    raise(ErrorKind::Unsupported, "attention_forward: the wgmma routes need an sm_90 (Hopper) device");
-  // The backward-only route means the default forward variant, as Wgmma does.
-  const bool default_variant = route == AttnKernelRoute::Wgmma || route == AttnKernelRoute::WgmmaBackwardWarpSpecialized;
-  return default_variant ? detail::environment_wgmma_variant() : route;
+  static const AttnKernelRoute environment = detail::route_from_environment("DCP_ATTN_FORWARD");
+  return detail::resolve_route(params.route, environment, params.shape.head_dim, "attention_forward");
 }
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
   switch (attention_forward_route(params)) {
+    case AttnKernelRoute::Wgmma: detail::attention_forward_wgmma_pipelined(params, stream); break;
     case AttnKernelRoute::WgmmaBasic: detail::attention_forward_wgmma_basic(params, stream); break;
-    case AttnKernelRoute::WgmmaPipelined: detail::attention_forward_wgmma_pipelined(params, stream); break;
-    case AttnKernelRoute::WgmmaWarpSpecialized: detail::attention_forward_wgmma_ws(params, stream); break;
     default: detail::attention_forward_mma(params, stream); break;
   }
 }

@@ -1,8 +1,8 @@
-// sync_sm90.cuh — Hopper (sm_90) synchronisation pieces of the warp-specialised kernels
-// (attention_forward_sm90_ws.cu, attention_backward_sm90_ws.cu): shared-memory mbarriers (a
+// sync_sm90.cuh — Hopper (sm_90) synchronisation pieces of the warp-specialised backward
+// (attention_backward_sm90_ws.cu): shared-memory mbarriers (a
 // producer publishes a ring slot, consumers release it) and named barriers of a subset of the CTA.
 //
-// Hand-off protocol both kernels follow: the producer's own cp.async bytes land (wait_group),
+// Hand-off protocol: the producer's own cp.async bytes land (wait_group),
 // fence.proxy.async makes them visible to wgmma (async proxy), then it arrives on the slot's
 // "full" barrier (release, CTA scope); consumers wait on that phase (acquire), so plain st.shared
 // stores of the producer before its arrival are visible too. Consumers arrive on "empty" once
@@ -32,17 +32,11 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 }
 
-// Named barrier kId (1..15; 0 is __syncthreads) of kThreads threads (a multiple of 32): sync
-// waits, arrive only counts this warp in.
+// Named barrier kId (1..15; 0 is __syncthreads) of kThreads threads (a multiple of 32).
 template <int kId, int kThreads>
 __device__ __forceinline__ void bar_sync_n() {
   static_assert(kId >= 1 && kId < 16 && kThreads % 32 == 0, "barrier 0 belongs to __syncthreads");
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
-}
-template <int kId, int kThreads>
-__device__ __forceinline__ void bar_arrive_n() {
-  static_assert(kId >= 1 && kId < 16 && kThreads % 32 == 0, "barrier 0 belongs to __syncthreads");
-  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
 // OR of `v` over the kThreads threads meeting at named barrier kId (all of them must call it).
