@@ -36,8 +36,6 @@ struct Calibration {
   double attn_bwd_flops = 150e12;   // backward (2.5x the forward FLOPs per tile)
   double tile_overhead_s = 1.0e-6;  // per tile inside one Attend (block scheduling, tails)
   double launch_overhead_s = 5e-6;  // per Attend / Merge / Copy instruction
-  double message_overhead_s = 0.0;  // per transfer, on each link it crosses (the comm library's
-                                    // per-message cost; "message_overhead_us" in JSON)
   double memory_bw = 1.5e12;        // B/s for Merge / Copy (read + write counted)
   // Fraction of the full-tile rate that causal-diagonal and partial tiles reach (masking,
   // skipped sub-tiles and short rows cost time the mask-area FLOPs do not count), per pass.
@@ -61,7 +59,7 @@ Calibration calibration_from_cluster(const Cluster& cluster);
 // JSON file {"name":..., "attn_fwd_tflops":..., "attn_bwd_tflops":..., "tile_overhead_us":...,
 // "launch_overhead_us":..., "memory_bw_GBps":..., (fwd|bwd)_(diagonal|partial)_efficiency in
 // (0, 1], "attention_cost_model": "area"|"subtiles", (fwd|bwd)_(diagonal|partial)_masked_cost
-// >= 1, (fwd|bwd)_empty_subtile_cost >= 0, "message_overhead_us"}; missing fields keep the
+// >= 1, (fwd|bwd)_empty_subtile_cost >= 0}; missing fields keep the
 // defaults.
 Calibration parse_calibration(const std::string& json_text, const std::string& source);
 Calibration load_calibration(const std::string& path);

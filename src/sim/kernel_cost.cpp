@@ -64,6 +64,10 @@ const SubtileCount& AttendCost::counts(const Tile& t, bool fwd) {
   return it->second;
 }
 
+double AttendCost::overhead_s(const Attend& a) const {
+  return cal_.tile_overhead_s * static_cast<double>(a.tiles.size()) + cal_.launch_overhead_s;
+}
+
 double AttendCost::seconds(const Attend& a, Pass pass) {
   const bool fwd = pass == Pass::Forward;
   const double rate = fwd ? cal_.attn_fwd_flops : cal_.attn_bwd_flops;
@@ -76,7 +80,7 @@ double AttendCost::seconds(const Attend& a, Pass pass) {
       const double f = fwd ? table_.tile_flops_fwd(tile) : table_.tile_flops_bwd(tile);
       flops += tile.kind == TileKind::Full ? f : f / (tile.kind == TileKind::CausalDiagonal ? diagonal : partial);
     }
-    return flops / rate;
+    return flops / rate + overhead_s(a);
   }
   const double diagonal = fwd ? cal_.fwd_diagonal_masked_cost : cal_.bwd_diagonal_masked_cost;
   const double partial = fwd ? cal_.fwd_partial_masked_cost : cal_.bwd_partial_masked_cost;
@@ -91,7 +95,7 @@ double AttendCost::seconds(const Attend& a, Pass pass) {
     flops += sub * (static_cast<double>(c.full) + m * static_cast<double>(c.masked) +
                     empty * static_cast<double>(c.empty));
   }
-  return flops / rate;
+  return flops / rate + overhead_s(a);
 }
 
 }  // namespace dcp::sim_detail

@@ -39,11 +39,13 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
 class AttendCost {
  public:
   AttendCost(const BlockTable& table, const Calibration& cal) : table_(table), cal_(cal) {}
-  // Compute seconds of the tiles of one Attend (no launch or per-tile overhead).
+  // Compute-stream seconds of one Attend: its tiles plus the calibration's per-tile and launch
+  // overheads.
   double seconds(const Attend& a, Pass pass);
 
  private:
   const SubtileCount& counts(const Tile& t, bool fwd);
+  double overhead_s(const Attend& a) const;
   const BlockTable& table_;
   const Calibration& cal_;
   std::unordered_map<uint64_t, SubtileCount> fwd_, bwd_;

@@ -202,7 +202,7 @@ void PassSim::schedule(int32_t id) {
   // at once (cut-through); the transfer is done when the slowest has served it.
   double done = x.ready;
   auto serve = [&](double& free_at, double bw) {
-    free_at = std::max(free_at, x.ready) + bytes / bw + cal_.message_overhead_s;
+    free_at = std::max(free_at, x.ready) + bytes / bw;
     done = std::max(done, free_at);
   };
   double latency = c_.intra_latency_s;
@@ -256,10 +256,7 @@ bool PassSim::step(int d) {
       s.host = std::max(s.host, g.done);
     } else {
       const auto* attend = std::get_if<Attend>(&ins);
-      const double t = attend != nullptr ? attend_cost_.seconds(*attend, pass_) +
-                                               cal_.tile_overhead_s * static_cast<double>(attend->tiles.size()) +
-                                               cal_.launch_overhead_s
-                                         : instruction_time_s(plan_, ins, pass_, cal_);
+      const double t = attend != nullptr ? attend_cost_.seconds(*attend, pass_) : instruction_time_s(plan_, ins, pass_, cal_);
       std::string name = "merge";
       if (const auto* a = std::get_if<Attend>(&ins)) name = fmt::format("attend stage {} ({} tiles)", a->stage, a->tiles.size());
       else if (std::holds_alternative<Copy>(ins)) name = "copy";
@@ -284,7 +281,7 @@ void Calibration::validate(const std::string& where) const {
   positive(attn_fwd_flops, "attn_fwd_tflops");
   positive(attn_bwd_flops, "attn_bwd_tflops");
   positive(memory_bw, "memory_bw_GBps");
-  if (tile_overhead_s < 0 || launch_overhead_s < 0 || message_overhead_s < 0)
+  if (tile_overhead_s < 0 || launch_overhead_s < 0)
     raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
   auto fraction = [&](double v, const char* field) {
     if (!(v > 0 && v <= 1))
@@ -317,9 +314,7 @@ Calibration calibration_from_cluster(const Cluster& cluster) {
 double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& cal) {
   const BlockTable& t = plan.table;
   if (const auto* a = std::get_if<Attend>(&ins)) {
-    sim_detail::AttendCost cost(t, cal);
-    return cost.seconds(*a, pass) + cal.tile_overhead_s * static_cast<double>(a->tiles.size()) +
-           cal.launch_overhead_s;
+    return sim_detail::AttendCost(t, cal).seconds(*a, pass);
   }
   if (const auto* m = std::get_if<Merge>(&ins)) {
     const int64_t tokens = t.token_blocks[m->token_block].length;
@@ -352,7 +347,7 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   };
   for (auto& [key, value] : j.items()) {
     static const char* known[] = {"name", "attn_fwd_tflops", "attn_bwd_tflops", "tile_overhead_us",
-                                  "launch_overhead_us", "message_overhead_us", "memory_bw_GBps", "source", "notes",
+                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes",
                                   "fwd_diagonal_efficiency", "fwd_partial_efficiency",
                                   "bwd_diagonal_efficiency", "bwd_partial_efficiency", "attention_cost_model",
                                   "fwd_diagonal_masked_cost", "fwd_partial_masked_cost",
@@ -367,7 +362,6 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
   num("attn_bwd_tflops", 1e12, c.attn_bwd_flops);
   num("tile_overhead_us", 1e-6, c.tile_overhead_s);
   num("launch_overhead_us", 1e-6, c.launch_overhead_s);
-  num("message_overhead_us", 1e-6, c.message_overhead_s);
   num("memory_bw_GBps", 1e9, c.memory_bw);
   num("fwd_diagonal_efficiency", 1.0, c.fwd_diagonal_efficiency);
   num("fwd_partial_efficiency", 1.0, c.fwd_partial_efficiency);
