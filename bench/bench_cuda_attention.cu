@@ -13,6 +13,8 @@
 // timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic and
 // wgmma (the default Hopper kernels).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
+// Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
+// DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -103,6 +105,14 @@ ListCase make_case(const std::string& name, int seq, int block, int num_kv_heads
   return c;
 }
 
+// True when the environment variable `name` is unset or lists `value` among its comma-separated items.
+bool selected(const char* name, const std::string& value) {
+  const char* env = std::getenv(name);
+  if (env == nullptr || *env == '\0') return true;
+  const std::string list = std::string(",") + env + ",";
+  return list.find("," + value + ",") != std::string::npos;
+}
+
 template <typename F>
 float median_ms(F&& launch, int warmup, int reps) {
   cudaEvent_t a, b;
@@ -183,6 +193,7 @@ int main(int argc, char** argv) {
     routes.push_back({AttnKernelRoute::WgmmaBasic, "wgmma-basic"});
     routes.push_back({AttnKernelRoute::Wgmma, "wgmma"});
   }
+  std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   struct Row {
     int seq, block;
     std::string list;
@@ -198,6 +209,10 @@ int main(int argc, char** argv) {
   for (int seq : {16384, 32768}) {
     for (int block : {1024, 2048, 4096}) {
       for (const char* name : {"full", "causal", "sequence", "partial", "window"}) {
+        if (!selected("DCP_BENCH_SEQ", std::to_string(seq)) || !selected("DCP_BENCH_BLOCK", std::to_string(block)) ||
+            !selected("DCP_BENCH_LIST", name)) {
+          continue;
+        }
         ListCase c = make_case(name, seq, block, hkv);
         const double flops = attention_forward_flops(c.tiles, shape, c.row_offsets, c.ranges);
         AttnTile* d_tiles = upload(c.tiles);
@@ -228,6 +243,7 @@ int main(int argc, char** argv) {
         bp.lse = lse;
         bp.delta = delta;
         bp.dq = dq;
+        bp.dq_rows = max_seq;
         bp.dk = dk;
         bp.dv = dv;
         Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}};

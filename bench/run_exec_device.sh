@@ -45,13 +45,22 @@ if has kernels; then
   say "kernel bench"
   CUDA_VISIBLE_DEVICES=0 timeout ${KBENCH_TIMEOUT:-200} $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"
 fi
-if has ncu; then  # Nsight Compute on the default kernels: one 32K-causal-list launch of each
-  say "ncu: attention_forward_sm90_pipe_kernel, attention_backward_sm90_ws_kernel"
-  CUDA_VISIBLE_DEVICES=0 timeout ${NCU_TIMEOUT:-240} ncu --kernel-name regex:"attention_(forward_sm90_pipe|backward_sm90_ws)_kernel" \
-    --launch-skip 40 --launch-count 2 --section SpeedOfLight --section Occupancy --section WarpStateStats \
-    --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis $b/bench/bench_cuda_attention >"$out/ncu.txt" 2>&1
-  grep -E "attention_|Duration|Throughput|Achieved Occupancy|Registers Per|Stall|Issued Ipc|Executed Ipc" "$out/ncu.txt" \
-    | head -60 | tee -a "$log"
+if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K causal-sequence launch of each
+  # Full section set plus per-instruction (SASS) stall sampling, as text: the report itself needs ncu to read.
+  nd=/tmp/ncu_out; mkdir -p $nd  # tarred into $OUT/ncu.tar (few files may come back)
+  for kern in forward_sm90_pipe backward_sm90_ws; do
+    say "ncu: attention_${kern}_kernel"
+    CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=4096 DCP_BENCH_LIST=sequence DCP_BENCH_ROUTES=wgmma \
+      timeout ${NCU_TIMEOUT:-180} ncu --clock-control none --kernel-name regex:"attention_${kern}_kernel" \
+      --launch-skip 1 --launch-count 1 --set full --import-source no -f -o /tmp/ncu_$kern \
+      $b/bench/bench_cuda_attention >"$nd/ncu_run_$kern.txt" 2>&1
+    ncu --import /tmp/ncu_$kern.ncu-rep --page details >"$nd/ncu_$kern.txt" 2>&1
+    ncu --import /tmp/ncu_$kern.ncu-rep --page source --print-source sass --csv >/tmp/ncu_src_$kern.csv 2>&1
+    gzip -c /tmp/ncu_src_$kern.csv >"$nd/ncu_src_$kern.csv.gz"
+    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory" \
+      "$nd/ncu_$kern.txt" | head -20 | tee -a "$log"
+  done
+  tar -cf "$out/ncu.tar" -C $nd .
 fi
 if has checks; then
   # Whole plans on 1 GPU against the CPU backend; on a failure fall back route by route (newest

@@ -172,6 +172,10 @@ struct AttnBackwardParams {
   const float* lse = nullptr;            // final LSE, indexed like Q rows
   const float* delta = nullptr;          // rowsum(dO * O), indexed like Q rows
   float* dq = nullptr;                   // accumulated (atomicAdd)
+  // Rows of the dq buffer (0: unknown). When known, the warp-specialised Hopper kernel adds each
+  // full 64-row dQ sub-tile with tensor-memory-access reductions (two instructions per 64 x 64
+  // block) instead of per-row or per-element atomics; the results are the same.
+  int64_t dq_rows = 0;
   float* dk = nullptr;                   // accumulated (atomicAdd)
   float* dv = nullptr;                   // accumulated (atomicAdd)
   // Which backward kernel runs (see AttnKernelRoute).

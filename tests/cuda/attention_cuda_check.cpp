@@ -323,6 +323,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     bp.dq = d_dq.ptr;
     bp.dk = d_dk.ptr;
     bp.dv = d_dv.ptr;
+    bp.dq_rows = n_tok;
     bp.route = cfg.backward_route;
     attention_backward(bp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "backward");

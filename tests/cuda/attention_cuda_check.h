@@ -96,6 +96,9 @@ struct BackwardCase {
   int q_len = 300;
   int kv_len = 333;
   bool accumulate = false;
+  // Pass the dq buffer's rows (AttnBackwardParams::dq_rows): the Wgmma route then adds full
+  // 64-row dQ sub-tiles by TMA reductions; false: every sub-tile by atomics.
+  bool dq_rows_known = true;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct BackwardResult {

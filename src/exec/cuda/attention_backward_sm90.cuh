@@ -57,28 +57,41 @@ __device__ __forceinline__ void bw_issue_st_dpt(float (&st)[32], float (&dpt)[32
 // st (S^T) becomes P^T = exp2(S^T scale log2e - LSE log2e) (columns are q rows: `lse2` holds
 // LSE log2e per column). cls == kMasked: zero for keys at or past `keys`, for Partial keys whose
 // bit in masks[key half * kBwRows + column] is clear, and for causal-diagonal keys past the row.
-__device__ __forceinline__ void bw_probabilities(float (&st)[32], const float* lse2, const uint64_t* masks, int cls,
-                                                 TileKind kind, int keys, int c0, int rq0, int key_lo, int tq,
-                                                 float scale_log2) {
+// Two loop bodies, chosen once per step: a full step is one FFMA and one MUFU.EX2 per element,
+// with no per-element test (a per-element `cls` test compiled to a branch per element).
+template <bool kMaskedStep>
+__device__ __forceinline__ void bw_probabilities_step(float (&st)[32], const float* lse2, const uint64_t* masks,
+                                                      TileKind kind, int keys, int c0, int rq0, int key_lo, int tq,
+                                                      float scale_log2) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * tq);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int key = key_lo + 8 * (e >> 1);
-      const int col = 8 * j + 2 * tq + (e & 1);
-      float pv = exp2f(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
-      if (cls == kMasked) {
+      float pv = exp2_ftz(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
+      if constexpr (kMaskedStep) {
+        const int key = key_lo + 8 * (e >> 1);
+        const int col = 8 * j + 2 * tq + (e & 1);
         bool ok = key < keys;
         if (kind == TileKind::Partial) {
           ok = ok && ((masks[(key >> 6) * kBwRows + col] >> (key & 63)) & 1U) != 0;
         } else if (kind == TileKind::CausalDiagonal) {
           ok = ok && c0 + key <= rq0 + col;
         }
-        if (!ok) pv = 0.0F;
+        pv = ok ? pv : 0.0F;
       }
       st[4 * j + e] = pv;
     }
+  }
+}
+
+__device__ __forceinline__ void bw_probabilities(float (&st)[32], const float* lse2, const uint64_t* masks, int cls,
+                                                 TileKind kind, int keys, int c0, int rq0, int key_lo, int tq,
+                                                 float scale_log2) {
+  if (cls == kMasked) {
+    bw_probabilities_step<true>(st, lse2, masks, kind, keys, c0, rq0, key_lo, tq, scale_log2);
+  } else {
+    bw_probabilities_step<false>(st, lse2, masks, kind, keys, c0, rq0, key_lo, tq, scale_log2);
   }
 }
 

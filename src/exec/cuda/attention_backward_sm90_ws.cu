@@ -26,14 +26,26 @@
 // passing iteration j + 1's barrier, which warpgroup B reaches after its iteration-j dQ completed.
 // Each consumer's dQ tile is its own, guarded by its bulk_wait_read before that barrier and a
 // barrier of its 128 threads before the reductions issue. No CTA-wide barrier after the start.
+//
+// dQ leaves by tensor-memory-access (TMA) reductions when the caller gave the dq buffer's rows
+// (AttnBackwardParams::dq_rows): the launcher encodes a 2-D tensor map of dq ([rows][heads x D]
+// fp32, boxes of 64 rows x 32 columns, 128-byte swizzle) and each consumer warpgroup adds its
+// 64 x 64 block of a full 64-row sub-tile with two instructions from one thread. (Per-row bulk
+// reductions, 64 per warpgroup and step, were issued one thread at a time and cost about a fifth
+// of the consumers' time in the profile: bench/results/kernel_profile_2026-11-30.md.) Sub-tiles
+// with fewer rows (the last of a tile), or no tensor map, add dQ with fp32 atomics from registers.
+#include <cuda.h>  // CUtensorMap (the map is encoded through the runtime's driver entry point)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <cmath>
+#include <string>
 
 #include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
 #include "dcp/attention_cuda.h"
+#include "dcp/error.h"
 #include "sync_sm90.cuh"
 #include "wgmma_sm90.cuh"
 #include "wgmma_sm90_bwd.cuh"
@@ -53,6 +65,19 @@ enum : int {  // named barriers
 };
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
 
+// The kernel's parameters: the caller's, and the dq tensor map (a __grid_constant__ parameter, so
+// that TMA reads the map from parameter space).
+struct BwWsParams {
+  AttnBackwardParams p;
+  CUtensorMap dq_map;  // aligned as the driver header requires
+  int32_t tma_dq;  // 1: dq_map is valid
+};
+
+// dQ staging tile of one consumer warpgroup for the TMA route: 2 boxes of 64 rows x 32 fp32
+// columns (128 bytes per row), each 128-byte swizzled: 16-byte chunk c of row r at chunk c ^ (r & 7).
+inline constexpr int kDqBoxBytes = kBwRows * 128;
+inline constexpr int kDqTmaTileBytes = 2 * kDqBoxBytes;
+
 struct BwStageInfo {
   int32_t step;  // the step's index in the walk (q head and q sub-tile follow from it)
   int32_t cls;   // kFull or kMasked
@@ -65,7 +90,7 @@ struct BwWsSmem {
   static constexpr int kKvBytes = kBwKeys * kD * 2;
   static constexpr int kQBytes = kBwRows * kD * 2;
   static constexpr int kDsBytes = kBwKeys * kBwRows * 2;
-  static constexpr int kDqTileBytes = kBwRows * kDqRowBytes;
+  static constexpr int kDqTileBytes = kDqTmaTileBytes;
   static constexpr int kK = 0;
   static constexpr int kV = kK + kKvBytes;
   static constexpr int kQ = kV + kKvBytes;                // 2 slots
@@ -80,8 +105,9 @@ struct BwWsSmem {
   static constexpr int kEmpty = kFull + 16;                                         // uint64 mbarrier[2]
   static constexpr int kBytes = kEmpty + 16;
   static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
-  static_assert(kKvBytes % kSw128AtomBytes == 0 && kQBytes % kSw128AtomBytes == 0 && kDsBytes % kSw128AtomBytes == 0,
-                "tiles stay atom aligned");
+  static_assert(kKvBytes % kSw128AtomBytes == 0 && kQBytes % kSw128AtomBytes == 0 && kDsBytes % kSw128AtomBytes == 0 &&
+                    kDqT % kSw128AtomBytes == 0 && kDqBoxBytes % kSw128AtomBytes == 0,
+                "tiles (and the TMA boxes) stay atom aligned");
   static_assert(kFull % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
@@ -101,10 +127,35 @@ __device__ __forceinline__ void producer_load_rows(uint32_t tile, const __nv_bfl
   }
 }
 
+// dQ * scale into the warpgroup's swizzled TMA staging tile: thread rows row_lo, row_lo + 8,
+// columns 8 j + 2 tq (box j / 4). A warp's float2 stores cover each bank twice per 256 bytes (the minimum).
+__device__ __forceinline__ void bw_write_dq_boxes(unsigned char* tile, const float (&dq)[32], int row_lo, int tq, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_lo + 8 * r;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int chunk = (2 * (j & 3) + (tq >> 1)) ^ (row & 7);
+      auto* dst = reinterpret_cast<float2*>(tile + (j >> 2) * kDqBoxBytes + row * 128 + chunk * 16 + (tq & 1) * 8);
+      *dst = make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
+    }
+  }
+}
+
+// TMA reduction (fp32 add, the element type of the map) of one swizzled box at shared address
+// `src` into the tensor at element coordinates (col, row); bulk_group completion.
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32_t src, int col, int row) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(src), "r"(col), "r"(row)
+               : "memory");
+}
+
 template <int kD>
-__global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const AttnBackwardParams p) {
+__global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
+  const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  (void)p;  // built for a target without wgmma: never selected there, fail loudly if run
+  (void)wp;  // built for a target without wgmma: never selected there, fail loudly if run
   __trap();
 #else
   using Smem = BwWsSmem<kD>;
@@ -294,21 +345,39 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     fence_regs(dk);
     fence_regs(dq);
 
-    // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 jb + 2 tq (+ 64 wg at D = 128).
+    // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 j + 2 tq (+ 64 wg at D = 128).
     // D = 64: each warpgroup's partial sum over its 64 keys reduces separately.
     const int q_rows = min(kBwRows, t.q_len - rq0);
-    bw_write_dq_tile(smem + Smem::kDqT + wg * Smem::kDqTileBytes, dq, row_lo, tq, scale);
-    fence_proxy_async();  // the tile -> visible to the bulk reduction after the barrier
+    const int col0 = qh * kD + (kD == 128 ? 64 * wg : 0);
+    unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
+    bw_write_dq_boxes(tile, dq, row_lo, tq, scale);
+    fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
     if (wg == 0) {
       bar_sync_n<kBarDq0, 128>();
     } else {
       bar_sync_n<kBarDq1, 128>();
     }
-    const int row = tw;
-    if (row < q_rows) {
-      float* dst = p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + (kD == 128 ? 64 * wg : 0);
-      bulk_reduce_add_f32(dst, s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes + row * kDqRowBytes), 64 * 4);
-      bulk_commit();
+    if (wp.tma_dq != 0 && q_rows == kBwRows) {
+      if (tw == 0) {
+        const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
+        const int row = dq_row0 + rq0;
+        tma_reduce_add_2d(&wp.dq_map, src, col0, row);
+        tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
+        bulk_commit();
+      }
+    } else {
+      // Thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31 (box tw & 1), from the tile.
+      const int row = tw >> 1;
+      if (row < q_rows) {
+        float* dst = p.dq + static_cast<int64_t>(dq_row0 + rq0 + row) * hq * kD + col0 + 32 * (tw & 1);
+        const unsigned char* src = tile + (tw & 1) * kDqBoxBytes + row * 128;
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
+          atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
+          atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
+        }
+      }
     }
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
@@ -317,13 +386,53 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 #endif
 }
 
+// cuTensorMapEncodeTiled through the runtime (no link against the driver library); null when
+// the driver lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
+        found != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// The dq tensor map of BwWsParams: [dq_rows][num_q_heads x D] fp32, boxes of 32 columns x 64 rows,
+// 128-byte swizzle. False (atomics route) when the rows are unknown or the buffer cannot be mapped.
+bool encode_dq_map(const AttnBackwardParams& p, CUtensorMap& map) {
+  if (p.dq_rows <= 0 || p.dq == nullptr || reinterpret_cast<uintptr_t>(p.dq) % 16 != 0) return false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+  if (encode == nullptr) return false;
+  const auto row_elems = static_cast<cuuint64_t>(p.shape.num_q_heads) * static_cast<cuuint64_t>(p.shape.head_dim);
+  const cuuint64_t dims[2] = {row_elems, static_cast<cuuint64_t>(p.dq_rows)};
+  const cuuint64_t strides[1] = {row_elems * sizeof(float)};
+  const cuuint32_t box[2] = {32, static_cast<cuuint32_t>(kBwRows)};
+  const cuuint32_t elem_strides[2] = {1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, p.dq, dims, strides, box, elem_strides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    raise(ErrorKind::Cuda, "attention_backward_sm90_ws: cuTensorMapEncodeTiled failed (error " + std::to_string(r) +
+                               ") for a dq buffer of " + std::to_string(p.dq_rows) + " rows");
+  }
+  return true;
+}
+
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
   static const bool ready =
       (allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD>, kSmem), true);
   (void)ready;
-  attention_backward_sm90_ws_kernel<kD><<<p.list.num_work, kWsThreads, kSmem, stream>>>(p);
+  BwWsParams wp{};
+  wp.p = p;
+  wp.tma_dq = encode_dq_map(p, wp.dq_map) ? 1 : 0;
+  attention_backward_sm90_ws_kernel<kD><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
 }
 
 }  // namespace

@@ -18,8 +18,7 @@
 // K_{j-1}); both are waited for at the next barrier. One __syncthreads per sub-tile, as in the basic kernel.
 // Partial masks of sub-tile j + 1 are computed during iteration j (as in the basic kernel).
 //
-// exp2 runs as ex2.approx.ftz (no denormal handling: a p below 2^-126 becomes 0, far below
-// bf16's resolution of P and of the fp32 row sums).
+// exp2 runs as exp2_ftz (attention_common.cuh).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -32,12 +31,6 @@
 
 namespace dcp::cuda::detail {
 namespace {
-
-__device__ __forceinline__ float exp2_ftz(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // Keeps the packed P registers (the A operand of an in-flight wgmma) alive and unmodified until
 // after the wait that ends their read: the compiler sees the issue asm only as a reader.

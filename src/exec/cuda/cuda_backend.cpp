@@ -131,6 +131,7 @@ class CudaBackend final : public Backend {
     p.lse = static_cast<const float*>(a.base[idx(Array::LSE)]);
     p.delta = static_cast<const float*>(a.base[idx(Array::Delta)]);
     p.dq = static_cast<float*>(a.base[idx(Array::dQ)]);
+    p.dq_rows = a.rows[idx(Array::dQ)];
     p.dk = static_cast<float*>(a.base[idx(Array::dK)]);
     p.dv = static_cast<float*>(a.base[idx(Array::dV)]);
     cuda::attention_backward(p, stream_);
