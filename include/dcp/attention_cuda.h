@@ -159,6 +159,9 @@ struct AttnForwardParams {
   const void* v = nullptr;               // bf16
   float* o = nullptr;                    // fp32 partial O, rows out_begin.. of each tile
   float* lse = nullptr;                  // fp32 partial LSE
+  // Rows of the K and V buffers (0: unknown; the smaller if they differ). When known, the
+  // pipelined Hopper kernel loads whole 128-row K / V sub-tiles by TMA; the results are the same.
+  int64_t kv_rows = 0;
   AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 

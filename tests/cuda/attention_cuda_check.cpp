@@ -142,6 +142,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     fp.v = d_v.ptr;
     fp.o = d_opart.ptr;
     fp.lse = d_lpart.ptr;
+    fp.kv_rows = n_tok;
     fp.route = cfg.forward_route;
     attention_forward(fp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "forward");

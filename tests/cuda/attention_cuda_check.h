@@ -58,6 +58,9 @@ struct ForwardCase {
   ForwardScenario scenario = ForwardScenario::Full;
   int q_len = 300;   // rows of the q block (Causal: also the kv length)
   int kv_len = 333;  // keys of the (first) kv block
+  // Pass the K/V buffers' rows (AttnForwardParams::kv_rows): the Wgmma route then loads whole
+  // 128-row sub-tiles by TMA; false: every sub-tile by cp.async.
+  bool kv_rows_known = true;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct ForwardResult {

@@ -164,6 +164,7 @@ std::vector<ForwardCase> forward_cases(AttnKernelRoute route) {
         c.scenario = sc.s;
         c.q_len = sc.q_len;
         c.kv_len = sc.kv_len;
+        c.kv_rows_known = c.seed % 3 != 0;
         c.route = route;
         out.push_back(c);
       }
@@ -230,6 +231,7 @@ ForwardResult run_forward_case(const ForwardCase& c) {
       fp.v = d_v.ptr;
       fp.o = d_o.ptr;
       fp.lse = d_lse.ptr;
+      fp.kv_rows = c.kv_rows_known ? l.kv_rows : 0;
       fp.route = c.route;
       attention_forward(fp, nullptr);
       cuda_ok(cudaDeviceSynchronize(), "forward");
@@ -319,10 +321,10 @@ std::string describe(const ForwardCase& c, const ForwardResult& r) {
   static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "fwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu tiles=%d empty_rows=%d | O %.2e LSE %.2e bad=%d "
+                "fwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu kv_rows=%d tiles=%d empty_rows=%d | O %.2e LSE %.2e bad=%d "
                 "empty_ok=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
-                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), r.num_tiles, r.num_empty_rows,
+                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.kv_rows_known ? 1 : 0, r.num_tiles, r.num_empty_rows,
                 r.o_rel, r.lse_rel, r.num_bad, r.empty_rows_ok ? 1 : 0, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;

@@ -34,19 +34,16 @@
 // reductions, 64 per warpgroup and step, were issued one thread at a time and cost about a fifth
 // of the consumers' time in the profile: bench/results/kernel_profile_2026-11-30.md.) Sub-tiles
 // with fewer rows (the last of a tile), or no tensor map, add dQ with fp32 atomics from registers.
-#include <cuda.h>  // CUtensorMap (the map is encoded through the runtime's driver entry point)
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>
 
 #include <cmath>
-#include <string>
 
 #include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
 #include "dcp/attention_cuda.h"
-#include "dcp/error.h"
 #include "sync_sm90.cuh"
+#include "tensor_map.h"
 #include "wgmma_sm90.cuh"
 #include "wgmma_sm90_bwd.cuh"
 
@@ -386,43 +383,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 #endif
 }
 
-// cuTensorMapEncodeTiled through the runtime (no link against the driver library); null when
-// the driver lacks it.
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found) != cudaSuccess ||
-        found != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return static_cast<PFN_cuTensorMapEncodeTiled_v12000>(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-  }();
-  return fn;
-}
-
-// The dq tensor map of BwWsParams: [dq_rows][num_q_heads x D] fp32, boxes of 32 columns x 64 rows,
-// 128-byte swizzle. False (atomics route) when the rows are unknown or the buffer cannot be mapped.
-bool encode_dq_map(const AttnBackwardParams& p, CUtensorMap& map) {
-  if (p.dq_rows <= 0 || p.dq == nullptr || reinterpret_cast<uintptr_t>(p.dq) % 16 != 0) return false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-  if (encode == nullptr) return false;
-  const auto row_elems = static_cast<cuuint64_t>(p.shape.num_q_heads) * static_cast<cuuint64_t>(p.shape.head_dim);
-  const cuuint64_t dims[2] = {row_elems, static_cast<cuuint64_t>(p.dq_rows)};
-  const cuuint64_t strides[1] = {row_elems * sizeof(float)};
-  const cuuint32_t box[2] = {32, static_cast<cuuint32_t>(kBwRows)};
-  const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, p.dq, dims, strides, box, elem_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    raise(ErrorKind::Cuda, "attention_backward_sm90_ws: cuTensorMapEncodeTiled failed (error " + std::to_string(r) +
-                               ") for a dq buffer of " + std::to_string(p.dq_rows) + " rows");
-  }
-  return true;
-}
-
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
@@ -431,7 +391,11 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   (void)ready;
   BwWsParams wp{};
   wp.p = p;
-  wp.tma_dq = encode_dq_map(p, wp.dq_map) ? 1 : 0;
+  // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.
+  const bool tma = p.dq_rows > 0 && encode_tensor_map_2d(wp.dq_map, "attention_backward_sm90_ws", TensorElem::F32, p.dq,
+                                                         int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32,
+                                                         kBwRows);
+  wp.tma_dq = tma ? 1 : 0;
   attention_backward_sm90_ws_kernel<kD><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
 }
 

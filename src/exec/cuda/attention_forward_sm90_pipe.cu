@@ -19,6 +19,16 @@
 // Partial masks of sub-tile j + 1 are computed during iteration j (as in the basic kernel).
 //
 // exp2 runs as exp2_ftz (attention_common.cuh).
+//
+// K and V sub-tiles with all 128 rows arrive by TMA when the caller gave the buffers' rows
+// (AttnForwardParams::kv_rows): thread 0 issues one box per 64 columns onto the mbarrier of the
+// iteration, and every thread waits on it before the iteration's barrier. The cp.async loads
+// they replace took 16 instructions per thread and sub-tile plus their address arithmetic, the
+// largest share of the issue slots in the profile (bench/results/kernel_profile_2026-11-30.md).
+// Sub-tiles with fewer rows (the end of a tile) still load by cp.async, which zero-fills the
+// rows past the tile: TMA would read the neighbouring rows of the buffer, whose values (even
+// NaN) would then meet P = 0 in P V.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -27,6 +37,8 @@
 #include "attention_common.cuh"
 #include "attention_forward_sm90.cuh"
 #include "dcp/attention_cuda.h"
+#include "sync_sm90.cuh"
+#include "tensor_map.h"
 #include "wgmma_sm90.cuh"
 
 namespace dcp::cuda::detail {
@@ -75,8 +87,18 @@ __device__ __forceinline__ void issue_pv(float (&o)[kD / 2], const uint32_t (&pa
   wgmma_commit();
 }
 
+// The kernel's parameters: the caller's, and the K and V tensor maps (__grid_constant__, so that
+// TMA reads them from parameter space).
+struct FwPipeParams {
+  AttnForwardParams p;
+  CUtensorMap k_map;  // [kv_rows][num_kv_heads x D] bf16, boxes of 128 rows x 64 columns
+  CUtensorMap v_map;
+  int32_t tma_kv;     // 1: both maps are valid
+};
+
 template <int kD>
-__global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_kernel(const AttnForwardParams p) {
+__global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_kernel(const __grid_constant__ FwPipeParams fp) {
+  const AttnForwardParams p = fp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)p;  // built for a target without wgmma: never selected there, fail loudly if run
   __trap();
@@ -91,6 +113,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_ker
   const uint32_t s_k = raw_addr + pad + Smem::kK;
   const uint32_t s_v = raw_addr + pad + Smem::kV;
   auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+  const uint32_t s_bar = raw_addr + pad + Smem::kBytes;  // 2 mbarriers: TMA loads of iterations j & 1
+  const bool tma = fp.tma_kv != 0;
 
   const AttnWorkItem w = p.list.work[blockIdx.x];
   AttnTile ct = p.list.tiles[w.tile];  // tiles [w.tile, t_end) share the q rows and the outputs
@@ -121,6 +145,11 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_ker
   };
   auto kv_rows = [&](const AttnTile& x, int n) { return min(kWgKeys, x.kv_len - n * kWgKeys); };
 
+  if (tid == 0 && tma) {
+    mbar_init(s_bar, 1);
+    mbar_init(s_bar + 8, 1);
+    mbar_init_fence();  // published by the first iteration's barrier, before any TMA issue
+  }
   load_tile_sw128<kD>(s_q, q + (static_cast<int64_t>(ct.q_begin + r0) * hq + qh) * kD, q_stride, rows);
   cp_async_commit();
 
@@ -187,15 +216,31 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_ker
     }
   }
 
+  // TMA bookkeeping, uniform across the CTA: whether the last iteration issued TMA loads (onto
+  // barrier tma_bar) and the parity of each barrier's next phase.
+  bool tma_pending = false;
+  int tma_bar = 0;
+  uint32_t tma_phase = 0;  // bit b: parity of barrier b's next phase
+  // The loads of the last iteration landed (cp.async and TMA) and every warpgroup is past its
+  // reads of the buffers the next loads overwrite.
+  auto wait_loads = [&]() {
+    cp_async_wait<0>();
+    if (tma_pending) {
+      mbar_wait(s_bar + static_cast<uint32_t>(tma_bar * 8), (tma_phase >> tma_bar) & 1U);
+      tma_phase ^= 1U << tma_bar;
+      tma_pending = false;
+    }
+    fence_proxy_async();
+    __syncthreads();
+  };
+
   // One sub-tile j; kFirst: j = 0, no P_{j-1} V_{j-1} yet. wgmma sits in no data-dependent
   // branch (ptxas serializes every wgmma of a kernel where it does): the first iteration is
   // peeled instead of testing a flag.
   auto step = [&]<bool kFirst>() {
     // K_j (and V_{j-1}) landed; every warpgroup is done with K_{j-1}, V_{j-2} and the masks of
     // sub-tile j - 1, whose buffers are refilled below.
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
+    wait_loads();
 
     const uint32_t kb = s_k + static_cast<uint32_t>(buf * Smem::kKvBytes);
     const uint32_t vb = s_v + static_cast<uint32_t>(buf * Smem::kKvBytes);
@@ -209,17 +254,31 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_ker
     if constexpr (!kFirst) issue_pv<kD>(o, pa, vb_prev);
 
     // While the tensor cores run: loads of V_j and K_{j+1}, classification of sub-tile j + 1.
-    const __nv_bfloat16* v_src = v + kv_offset(ct, n);
-    load_tile_lean<kD>(vb, v_src, kv_stride, kv_rows(ct, n));
+    const bool v_tma = tma && kv_rows(ct, n) == kWgKeys;
+    if (!v_tma) load_tile_lean<kD>(vb, v + kv_offset(ct, n), kv_stride, kv_rows(ct, n));
     AttnTile nt = ct;
     int nti = ti;
     int nn = n + 1;
     const int ncls = seek(nt, nti, nn, buf ^ 1);
-    if (nti < t_end) {
-      load_tile_lean<kD>(s_k + static_cast<uint32_t>((buf ^ 1) * Smem::kKvBytes), k + kv_offset(nt, nn), kv_stride,
-                          kv_rows(nt, nn));
-    }
+    const uint32_t kb_next = s_k + static_cast<uint32_t>((buf ^ 1) * Smem::kKvBytes);
+    const bool k_tma = nti < t_end && tma && kv_rows(nt, nn) == kWgKeys;
+    if (nti < t_end && !k_tma) load_tile_lean<kD>(kb_next, k + kv_offset(nt, nn), kv_stride, kv_rows(nt, nn));
     cp_async_commit();
+    if (v_tma || k_tma) {
+      if (tid == 0) {
+        const uint32_t bar = s_bar + static_cast<uint32_t>(buf * 8);
+        mbar_arrive_expect_tx(bar, static_cast<uint32_t>(((v_tma ? 1 : 0) + (k_tma ? 1 : 0)) * Smem::kKvBytes));
+        // One box per 64 columns: column block b of the swizzled tile starts at b * 128 rows * 128 bytes.
+#pragma unroll
+        for (int b = 0; b < kD / 64; ++b) {
+          const auto off = static_cast<uint32_t>(b * kWgKeys * 128);
+          if (v_tma) tma_load_2d(vb + off, &fp.v_map, kvh * kD + 64 * b, ct.kv_begin + n * kWgKeys, bar);
+          if (k_tma) tma_load_2d(kb_next + off, &fp.k_map, kvh * kD + 64 * b, nt.kv_begin + nn * kWgKeys, bar);
+        }
+      }
+      tma_pending = true;
+      tma_bar = buf;
+    }
 
     if constexpr (!kFirst) {
       wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
@@ -298,9 +357,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_ker
     step.template operator()<true>();
     while (ti < t_end) step.template operator()<false>();
     // The last sub-tile's P V: its V was loaded in the last step (buffer buf ^ 1 now).
-    cp_async_wait<0>();
-    fence_proxy_async();
-    __syncthreads();
+    wait_loads();
     wgmma_fence();
     issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>((buf ^ 1) * Smem::kKvBytes));
     wgmma_wait<0>();
@@ -331,11 +388,21 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_ker
 
 template <int kD>
 void launch_forward_sm90_pipe(const AttnForwardParams& p, cudaStream_t stream) {
-  constexpr int kSmem = WgSmem<kD>::kAlloc;
+  constexpr int kSmem = WgSmem<kD>::kAlloc + 16;  // + the 2 mbarriers after the layout's bytes
+  static_assert(WgSmem<kD>::kBytes % 8 == 0, "mbarriers are 8-byte aligned");
   static const bool ready =
       (allow_shared_memory("attention_forward_sm90_pipe", attention_forward_sm90_pipe_kernel<kD>, kSmem), true);
   (void)ready;
-  attention_forward_sm90_pipe_kernel<kD><<<p.list.num_work, kWgThreads, kSmem, stream>>>(p);
+  FwPipeParams fp{};
+  fp.p = p;
+  const int64_t row_elems = int64_t{p.shape.num_kv_heads} * kD;
+  const bool tma = p.kv_rows > 0 &&
+                   encode_tensor_map_2d(fp.k_map, "attention_forward_sm90_pipe", TensorElem::Bf16, p.k, row_elems,
+                                        p.kv_rows, 64, kWgKeys) &&
+                   encode_tensor_map_2d(fp.v_map, "attention_forward_sm90_pipe", TensorElem::Bf16, p.v, row_elems,
+                                        p.kv_rows, 64, kWgKeys);
+  fp.tma_kv = tma ? 1 : 0;
+  attention_forward_sm90_pipe_kernel<kD><<<p.list.num_work, kWgThreads, kSmem, stream>>>(fp);
 }
 
 }  // namespace

@@ -117,6 +117,7 @@ class CudaBackend final : public Backend {
       p.v = a.base[idx(Array::V)];
       p.o = static_cast<float*>(a.base[idx(Array::O)]);
       p.lse = static_cast<float*>(a.base[idx(Array::LSE)]);
+      p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
       cuda::attention_forward(p, stream_);
       return;
     }

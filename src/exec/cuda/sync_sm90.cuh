@@ -1,6 +1,7 @@
-// sync_sm90.cuh — Hopper (sm_90) synchronisation pieces of the warp-specialised backward
-// (attention_backward_sm90_ws.cu): shared-memory mbarriers (a
-// producer publishes a ring slot, consumers release it) and named barriers of a subset of the CTA.
+// sync_sm90.cuh — Hopper (sm_90) synchronisation pieces: shared-memory mbarriers (in the
+// warp-specialised backward, attention_backward_sm90_ws.cu, a producer publishes a ring slot and
+// consumers release it; in the pipelined forward they complete TMA loads), TMA tile loads, and
+// named barriers of a subset of the CTA.
 //
 // Hand-off protocol: the producer's own cp.async bytes land (wait_group),
 // fence.proxy.async makes them visible to wgmma (async proxy), then it arrives on the slot's
@@ -29,6 +30,26 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
       "@!done bra WS_WAIT;\n}\n" ::"r"(bar),
       "r"(parity)
+      : "memory");
+}
+
+// Orders the mbarrier initialisations of this thread before their use by other threads and by
+// the tensor memory accelerator (after the CTA barrier that follows).
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+
+// Arrives once and adds `bytes` to the transaction count of the current phase: the phase then
+// completes when the TMA loads signalling this barrier have delivered that many bytes.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+// TMA load of one box of a 2-D tensor map (a __grid_constant__ kernel parameter) at element
+// coordinates (col, row) into shared memory at `dst` (1024-byte aligned for the 128-byte
+// swizzle), completing `bytes` on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int col, int row, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(col), "r"(row), "r"(bar)
       : "memory");
 }
 
