@@ -29,6 +29,8 @@ def main(paths):
           "| vs best CP | packing ms | vs every static |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, d in load(paths):
+        if "rows" not in d:  # e.g. the PyTorch varlen reference (bench/varlen_reference.py)
+            continue
         rows = {r["method"]: r for r in d["rows"]}
         if "dcp" not in rows:
             continue
