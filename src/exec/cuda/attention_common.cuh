@@ -243,6 +243,8 @@ void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
 void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_basic(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_pipelined(const AttnForwardParams& params, cudaStream_t stream);
+void attention_forward_wgmma_ws(const AttnForwardParams& params, cudaStream_t stream);
+bool forward_ws_selected();
 void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma_ws(const AttnBackwardParams& params, cudaStream_t stream);

@@ -355,6 +355,21 @@ AttnKernelRoute resolve_route(AttnKernelRoute requested, AttnKernelRoute environ
 
 }  // namespace detail
 
+namespace detail {
+// DCP_ATTN_FORWARD_WGMMA=pipelined|ws (read once; default pipelined): which kernel route Wgmma
+// runs, for measuring the warp-specialised forward against the pipelined one.
+bool forward_ws_selected() {
+  static const bool ws = [] {
+    const char* env = std::getenv("DCP_ATTN_FORWARD_WGMMA");
+    const std::string value = env != nullptr ? env : "";
+    if (value.empty() || value == "pipelined") return false;
+    if (value == "ws") return true;
+    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD_WGMMA: expected pipelined or ws, got '" + value + "'");
+  }();
+  return ws;
+}
+}  // namespace detail
+
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
   static const AttnKernelRoute environment = detail::route_from_environment("DCP_ATTN_FORWARD");
   return detail::resolve_route(params.route, environment, params.shape.head_dim, "attention_forward");
@@ -363,7 +378,13 @@ AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
   switch (attention_forward_route(params)) {
-    case AttnKernelRoute::Wgmma: detail::attention_forward_wgmma_pipelined(params, stream); break;
+    case AttnKernelRoute::Wgmma:
+      if (detail::forward_ws_selected()) {
+        detail::attention_forward_wgmma_ws(params, stream);
+      } else {
+        detail::attention_forward_wgmma_pipelined(params, stream);
+      }
+      break;
     case AttnKernelRoute::WgmmaBasic: detail::attention_forward_wgmma_basic(params, stream); break;
     default: detail::attention_forward_mma(params, stream); break;
   }

@@ -4,6 +4,7 @@
 // layout (Q, double-buffered K and V sub-tiles, double-buffered Partial masks).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -11,6 +12,7 @@
 
 #include "attention_common.cuh"
 #include "dcp/attention_cuda.h"
+#include "tensor_map.h"
 #include "wgmma_sm90.cuh"
 
 namespace dcp::cuda::detail {
@@ -49,6 +51,51 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t tile, const __nv_bfloat
     const bool valid = row < valid_rows;
     cp_async16(tile + sw128_offset<128>(row, col), src + (valid ? row * stride + col : 0), valid);
   }
+}
+
+// Keeps the packed P registers (the A operand of an in-flight wgmma) alive and unmodified until
+// after the wait that ends their read: the compiler sees the issue asm only as a reader.
+template <int kN>
+__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+  }
+}
+
+template <int kD>
+__device__ __forceinline__ void issue_pv(float (&o)[kD / 2], const uint32_t (&pa)[kWgKeys / 16][4], uint32_t vb) {
+#pragma unroll
+  for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+    if constexpr (kD == 128) {
+      wgmma_m64n128k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
+    } else {
+      wgmma_m64n64k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
+    }
+  }
+  wgmma_commit();
+}
+
+// Parameters of the TMA-fed forward kernels (pipelined and warp-specialised): the caller's, and
+// the K and V tensor maps (a __grid_constant__ kernel parameter, so that TMA reads the maps
+// from parameter space).
+struct FwTmaParams {
+  AttnForwardParams p;
+  CUtensorMap k_map;  // [kv_rows][num_kv_heads x D] bf16, boxes of 128 rows x 64 columns
+  CUtensorMap v_map;
+  int32_t tma_kv;     // 1: both maps are valid (AttnForwardParams::kv_rows known)
+};
+
+// Host: the maps of `p` (tma_kv = 0 when the rows are unknown or the buffers cannot be mapped).
+inline FwTmaParams forward_tma_params(const AttnForwardParams& p, int head_dim, const char* name) {
+  FwTmaParams fp{};
+  fp.p = p;
+  const int64_t row_elems = int64_t{p.shape.num_kv_heads} * head_dim;
+  const bool tma = p.kv_rows > 0 &&
+                   encode_tensor_map_2d(fp.k_map, name, TensorElem::Bf16, p.k, row_elems, p.kv_rows, 64, kWgKeys) &&
+                   encode_tensor_map_2d(fp.v_map, name, TensorElem::Bf16, p.v, row_elems, p.kv_rows, 64, kWgKeys);
+  fp.tma_kv = tma ? 1 : 0;
+  return fp;
 }
 
 }  // namespace dcp::cuda::detail

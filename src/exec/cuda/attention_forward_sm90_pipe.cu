@@ -28,7 +28,6 @@
 // Sub-tiles with fewer rows (the end of a tile) still load by cp.async, which zero-fills the
 // rows past the tile: TMA would read the neighbouring rows of the buffer, whose values (even
 // NaN) would then meet P = 0 in P V.
-#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,21 +37,10 @@
 #include "attention_forward_sm90.cuh"
 #include "dcp/attention_cuda.h"
 #include "sync_sm90.cuh"
-#include "tensor_map.h"
 #include "wgmma_sm90.cuh"
 
 namespace dcp::cuda::detail {
 namespace {
-
-// Keeps the packed P registers (the A operand of an in-flight wgmma) alive and unmodified until
-// after the wait that ends their read: the compiler sees the issue asm only as a reader.
-template <int kN>
-__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
-  }
-}
 
 // load_tile_sw128 with the per-thread offsets computed once (keeps the loop's register count
 // low): a thread's rows are row0 + i * kStep with kStep a multiple of 8, so its swizzled chunk
@@ -75,29 +63,7 @@ __device__ __forceinline__ void load_tile_lean(uint32_t tile, const __nv_bfloat1
 }
 
 template <int kD>
-__device__ __forceinline__ void issue_pv(float (&o)[kD / 2], const uint32_t (&pa)[kWgKeys / 16][4], uint32_t vb) {
-#pragma unroll
-  for (int kk = 0; kk < kWgKeys / 16; ++kk) {
-    if constexpr (kD == 128) {
-      wgmma_m64n128k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
-    } else {
-      wgmma_m64n64k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
-    }
-  }
-  wgmma_commit();
-}
-
-// The kernel's parameters: the caller's, and the K and V tensor maps (__grid_constant__, so that
-// TMA reads them from parameter space).
-struct FwPipeParams {
-  AttnForwardParams p;
-  CUtensorMap k_map;  // [kv_rows][num_kv_heads x D] bf16, boxes of 128 rows x 64 columns
-  CUtensorMap v_map;
-  int32_t tma_kv;     // 1: both maps are valid
-};
-
-template <int kD>
-__global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_kernel(const __grid_constant__ FwPipeParams fp) {
+__global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_pipe_kernel(const __grid_constant__ FwTmaParams fp) {
   const AttnForwardParams p = fp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)p;  // built for a target without wgmma: never selected there, fail loudly if run
@@ -393,15 +359,7 @@ void launch_forward_sm90_pipe(const AttnForwardParams& p, cudaStream_t stream) {
   static const bool ready =
       (allow_shared_memory("attention_forward_sm90_pipe", attention_forward_sm90_pipe_kernel<kD>, kSmem), true);
   (void)ready;
-  FwPipeParams fp{};
-  fp.p = p;
-  const int64_t row_elems = int64_t{p.shape.num_kv_heads} * kD;
-  const bool tma = p.kv_rows > 0 &&
-                   encode_tensor_map_2d(fp.k_map, "attention_forward_sm90_pipe", TensorElem::Bf16, p.k, row_elems,
-                                        p.kv_rows, 64, kWgKeys) &&
-                   encode_tensor_map_2d(fp.v_map, "attention_forward_sm90_pipe", TensorElem::Bf16, p.v, row_elems,
-                                        p.kv_rows, 64, kWgKeys);
-  fp.tma_kv = tma ? 1 : 0;
+  const FwTmaParams fp = forward_tma_params(p, kD, "attention_forward_sm90_pipe");
   attention_forward_sm90_pipe_kernel<kD><<<p.list.num_work, kWgThreads, kSmem, stream>>>(fp);
 }
 

@@ -60,6 +60,14 @@ __device__ __forceinline__ void bar_sync_n() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
+// Arrives on named barrier kId (of kThreads threads) without waiting: the other side of a
+// bar_sync_n by other threads (a producer / consumer hand-off between warpgroups).
+template <int kId, int kThreads>
+__device__ __forceinline__ void bar_arrive_n() {
+  static_assert(kId >= 1 && kId < 16 && kThreads % 32 == 0, "barrier 0 belongs to __syncthreads");
+  asm volatile("bar.arrive %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
+}
+
 // OR of `v` over the kThreads threads meeting at named barrier kId (all of them must call it).
 template <int kId, int kThreads>
 __device__ __forceinline__ bool bar_any_n(bool v) {

@@ -1,0 +1,449 @@
+// attention_forward_sm90_ws.cu — the warp-specialised Hopper (sm_90a) forward kernel: the
+// pipelined kernel's math (attention_forward_sm90_pipe.cu: S_j = Q K_j^T issued with
+// O += P_{j-1} V_{j-1}, the softmax of S_j while the latter runs) and its contract
+// (dcp/attention_cuda.h), with the loads and the sub-tile walk moved to a producer warpgroup and
+// the two MMA warpgroups taking turns at the tensor cores.
+//
+// Why: in the pipelined kernel both warpgroups meet at a CTA barrier every sub-tile, so their
+// softmaxes run at the same time and the tensor cores idle through the part that P V does not
+// cover; the walk and the loads also cost the MMA warps issue slots. Here:
+// - Warpgroup 0 (producer, few registers) loads Q once, then walks the sub-tiles of the work
+//   item (skipping empty ones, classifying Partial sub-tiles: one thread per q row, both 64-key
+//   words, votes by bar.red among its 128 threads), and fills a 2-slot ring: K_j with its masks
+//   and a record (tile, sub-tile, class), then V_j. Whole 128-row sub-tiles come by TMA
+//   (AttnForwardParams::kv_rows known), the tail of a tile by cp.async with zero fill.
+// - Warpgroups 1 and 2 (consumers, 64 q rows each) never load. Ring hand-off by mbarriers:
+//   k_full / v_full (producer: 128 arrivals, plus the TMA bytes), k_empty (all 256 consumer
+//   threads, once the softmax of S_j no longer reads the masks and record) and v_empty (once
+//   P_j V_j completed).
+// - Ping-pong: each consumer issues its products of a step only in its turn (named barrier pair
+//   T0 / T1 of 256 threads: a warpgroup syncs on its own and arrives on the other's after its
+//   issue), so the tensor cores run one warpgroup's products while the other does its softmax.
+//   Issue points per warpgroup: one per sub-tile plus the last P V; warpgroup 1 arrives on T0
+//   once before its first and not after its last, so both barriers balance exactly.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "attention_common.cuh"
+#include "attention_forward_sm90.cuh"
+#include "dcp/attention_cuda.h"
+#include "sync_sm90.cuh"
+#include "wgmma_sm90.cuh"
+
+namespace dcp::cuda::detail {
+namespace {
+
+inline constexpr int kFwsThreads = 384;  // producer + 2 consumer warpgroups
+inline constexpr int kFwsConsumers = 256;
+inline constexpr int kFwsProducerRegs = 56;
+inline constexpr int kFwsConsumerRegs = 224;
+static_assert(128 * kFwsProducerRegs + kFwsConsumers * kFwsConsumerRegs <= 65536, "register file");
+enum : int {  // named barriers
+  kBarTurn0 = 1,     // 256 threads: consumer warpgroup 0 may issue
+  kBarTurn1 = 2,     // consumer warpgroup 1 may issue
+  kBarProducer = 3,  // producer-only votes
+};
+
+struct FwsRecord {
+  int32_t tile;  // index into the tile list
+  int32_t n;     // 128-key sub-tile of the tile
+  int32_t cls;   // kFull or kMasked
+  int32_t end;   // 1: no sub-tile left (nothing else in the slot is valid)
+};
+
+template <int kD>
+struct FwsSmem {
+  static constexpr int kQBytes = kWgRows * kD * 2;
+  static constexpr int kKvBytes = kWgKeys * kD * 2;
+  static constexpr int kQ = 0;
+  static constexpr int kK = kQ + kQBytes;                    // 2 slots
+  static constexpr int kV = kK + 2 * kKvBytes;               // 2 slots
+  static constexpr int kMask = kV + 2 * kKvBytes;            // [slot][word][row] uint64
+  static constexpr int kRecord = kMask + 2 * kMaskWords * kWgRows * 8;
+  static constexpr int kBars = kRecord + 2 * static_cast<int>(sizeof(FwsRecord));  // 9 mbarriers
+  static constexpr int kBytes = kBars + 9 * 8;
+  static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
+  static_assert(kQBytes % kSw128AtomBytes == 0 && kKvBytes % kSw128AtomBytes == 0, "tiles stay atom aligned");
+  static_assert(kBars % 8 == 0, "mbarriers are 8-byte aligned");
+};
+
+// Rows [0, kR) of a [tokens][heads][kD] bf16 buffer into a swizzled tile by the 128 producer
+// threads with cp.async (rows at or past valid_rows zero-filled). Not unrolled: few registers.
+template <int kD>
+__device__ __forceinline__ void producer_load_tile(uint32_t tile, const __nv_bfloat16* src, int64_t stride, int valid_rows,
+                                                   int ptid) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kStep = 128 / kChunks;
+  const int col = (ptid % kChunks) * 8;
+#pragma unroll 1
+  for (int row = ptid / kChunks; row < 128; row += kStep) {
+    const bool valid = row < valid_rows;
+    cp_async16(tile + sw128_offset<128>(row, col), src + (valid ? row * stride + col : 0), valid);
+  }
+}
+
+template <int kD>
+__global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kernel(const __grid_constant__ FwTmaParams fp) {
+  const AttnForwardParams p = fp.p;  // a copy: fields load from parameter space, not through a pointer
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  (void)p;  // built for a target without wgmma: never selected there, fail loudly if run
+  __trap();
+#else
+  using Smem = FwsSmem<kD>;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
+  unsigned char* smem = smem_raw + pad;
+  const uint32_t base = raw_addr + pad;
+  const uint32_t s_q = base + Smem::kQ;
+  const uint32_t s_k = base + Smem::kK;
+  const uint32_t s_v = base + Smem::kV;
+  auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
+  auto* s_record = reinterpret_cast<FwsRecord*>(smem + Smem::kRecord);
+  const uint32_t bars = base + Smem::kBars;
+  const uint32_t q_full = bars;
+  auto k_full = [&](int slot) { return bars + 8U + 8U * static_cast<uint32_t>(slot); };
+  auto v_full = [&](int slot) { return bars + 24U + 8U * static_cast<uint32_t>(slot); };
+  auto k_empty = [&](int slot) { return bars + 40U + 8U * static_cast<uint32_t>(slot); };
+  auto v_empty = [&](int slot) { return bars + 56U + 8U * static_cast<uint32_t>(slot); };
+
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid == 0) {
+    mbar_init(q_full, 128);
+    for (int slot = 0; slot < 2; ++slot) {
+      mbar_init(k_full(slot), 128);
+      mbar_init(v_full(slot), 128);
+      mbar_init(k_empty(slot), kFwsConsumers);
+      mbar_init(v_empty(slot), kFwsConsumers);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before anyone uses them
+
+  const AttnWorkItem w = p.list.work[blockIdx.x];
+  const AttnTile first = p.list.tiles[w.tile];  // tiles [w.tile, t_end) share the q rows and the outputs
+  const int t_end = w.tile + max(1, w.num_tiles);
+  const int hq = p.shape.num_q_heads;
+  const int hkv = p.shape.num_kv_heads;
+  const int qh = w.head;
+  const int kvh = qh / (hq / hkv);
+  const int r0 = w.chunk * kWgRows;
+  const int rows = min(kWgRows, first.q_len - r0);
+
+  if (tid < 128) {
+    // ---------------- producer warpgroup ----------------
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kFwsProducerRegs));
+    const int ptid = tid;
+    const auto* q = static_cast<const __nv_bfloat16*>(p.q);
+    const auto* k = static_cast<const __nv_bfloat16*>(p.k);
+    const auto* v = static_cast<const __nv_bfloat16*>(p.v);
+    const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+    const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
+    producer_load_tile<kD>(s_q, q + (static_cast<int64_t>(first.q_begin + r0) * hq + qh) * kD, q_stride, rows, ptid);
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    mbar_arrive(q_full);
+
+    // Class of sub-tile n of tile x, uniform over the producer; Partial masks into `masks`
+    // ([word][row]): thread ptid computes both 64-key words of q row ptid.
+    auto classify = [&](const AttnTile& x, int n, uint64_t* masks) -> int {
+      const int kv0 = n * kWgKeys;
+      if (x.kind != TileKind::Partial) return classify_dense<kWgKeys>(x, kv0, r0, rows);
+      const bool row_valid = ptid < rows;
+      uint64_t m[kMaskWords];
+      bool any = false;
+      bool full = true;
+#pragma unroll
+      for (int word = 0; word < kMaskWords; ++word) {
+        const int kv_word = kv0 + 64 * word;
+        m[word] = 0;
+        if (row_valid && kv_word < x.kv_len) {
+          m[word] = row_key_mask(p.list.row_offsets, p.list.ranges, x.range_row_begin + r0 + ptid, kv_word, x.kv_len);
+        }
+        masks[word * kWgRows + ptid] = m[word];
+        any = any || m[word] != 0;
+        full = full && (!row_valid || m[word] == valid_bits(min(max(x.kv_len - kv_word, 0), 64)));
+      }
+      if (!bar_any_n<kBarProducer, 128>(any)) return kEmpty;
+      const bool all_full = !bar_any_n<kBarProducer, 128>(!full);
+      return all_full && x.kv_len - kv0 >= kWgKeys ? kFull : kMasked;
+    };
+
+    AttnTile x = first;
+    int ti = w.tile;
+    int n = 0;
+    for (int j = 0;; ++j) {
+      const int slot = j & 1;
+      const auto phase = static_cast<uint32_t>(((j >> 1) - 1) & 1);  // of the release of iteration j - 2
+      if (j >= 2) mbar_wait(k_empty(slot), phase);
+      uint64_t* masks = s_mask + slot * kMaskWords * kWgRows;
+      int cls = kEmpty;
+      while (ti < t_end) {
+        const int end = kv_sub_tile_end<kWgKeys>(x, r0, rows);
+        for (; n < end; ++n) {
+          cls = classify(x, n, masks);
+          if (cls != kEmpty) break;
+        }
+        if (cls != kEmpty) break;
+        if (++ti < t_end) x = p.list.tiles[ti];
+        n = 0;
+      }
+      const bool end = ti >= t_end;
+      if (ptid == 0) s_record[slot] = FwsRecord{ti, n, cls, end ? 1 : 0};
+      if (end) {
+        mbar_arrive(k_full(slot));
+        break;
+      }
+      const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
+      const bool tma = fp.tma_kv != 0 && kv_rows == kWgKeys;
+      const int kv_row = x.kv_begin + n * kWgKeys;
+      const int64_t kv_off = (static_cast<int64_t>(kv_row) * hkv + kvh) * kD;
+      const uint32_t kb = s_k + static_cast<uint32_t>(slot * Smem::kKvBytes);
+      const uint32_t vb = s_v + static_cast<uint32_t>(slot * Smem::kKvBytes);
+      // K_j, its masks and record.
+      if (tma) {
+        if (ptid == 0) {
+          mbar_arrive_expect_tx(k_full(slot), static_cast<uint32_t>(Smem::kKvBytes));
+#pragma unroll
+          for (int b = 0; b < kD / 64; ++b) {
+            tma_load_2d(kb + static_cast<uint32_t>(b * kWgKeys * 128), &fp.k_map, kvh * kD + 64 * b, kv_row, k_full(slot));
+          }
+        } else {
+          mbar_arrive(k_full(slot));
+        }
+      } else {
+        producer_load_tile<kD>(kb, k + kv_off, kv_stride, kv_rows, ptid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async();
+        mbar_arrive(k_full(slot));
+      }
+      // V_j, once P_{j-2} V_{j-2} released the slot.
+      if (j >= 2) mbar_wait(v_empty(slot), phase);
+      if (tma) {
+        if (ptid == 0) {
+          mbar_arrive_expect_tx(v_full(slot), static_cast<uint32_t>(Smem::kKvBytes));
+#pragma unroll
+          for (int b = 0; b < kD / 64; ++b) {
+            tma_load_2d(vb + static_cast<uint32_t>(b * kWgKeys * 128), &fp.v_map, kvh * kD + 64 * b, kv_row, v_full(slot));
+          }
+        } else {
+          mbar_arrive(v_full(slot));
+        }
+      } else {
+        producer_load_tile<kD>(vb, v + kv_off, kv_stride, kv_rows, ptid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async();
+        mbar_arrive(v_full(slot));
+      }
+      ++n;
+    }
+    return;
+  }
+
+  // ---------------- consumer warpgroups ----------------
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFwsConsumerRegs));
+  const int ctid = tid - 128;
+  const int wg = ctid >> 7;               // q rows [64 wg, 64 wg + 64) of the CTA
+  const int warp_in_wg = (ctid >> 5) & 3;
+  const int lane = ctid & 31;
+  const int g = lane >> 2;
+  const int tq = lane & 3;
+  const float scale_log2 = p.shape.softmax_scale * kLog2e;
+  const int out_begin = first.out_begin;
+  const int lse_begin = first.lse_begin >= 0 ? first.lse_begin : first.out_begin;
+  auto cta_row = [&](int r) { return wg * 64 + warp_in_wg * 16 + g + r * 8; };
+  const int64_t o_stride = static_cast<int64_t>(hq) * kD;
+
+  // Accumulator fragments as in the pipelined kernel.
+  float o[kD / 2];
+  float s[kWgKeys / 2];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0F;
+#pragma unroll
+  for (int i = 0; i < kWgKeys / 2; ++i) s[i] = 0.0F;
+  uint32_t pa[kWgKeys / 16][4];
+#pragma unroll
+  for (int kk = 0; kk < kWgKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0U;
+  float m_row[2] = {-INFINITY, -INFINITY};
+  float l_row[2] = {0.0F, 0.0F};
+  if (w.accumulate != 0) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = cta_row(r);
+      if (row >= rows) continue;
+      const float lse_old = p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh];
+      if (lse_old == -INFINITY) continue;
+      m_row[r] = lse_old * kLog2e;
+      l_row[r] = tq == 0 ? 1.0F : 0.0F;
+      const float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
+#pragma unroll
+      for (int jb = 0; jb < kD / 8; ++jb) {
+        const float2 v2 = *reinterpret_cast<const float2*>(o_row + jb * 8 + 2 * tq);
+        o[4 * jb + 2 * r] = v2.x;
+        o[4 * jb + 2 * r + 1] = v2.y;
+      }
+    }
+  }
+
+  auto turn_sync = [&]() {
+    if (wg == 0) {
+      bar_sync_n<kBarTurn0, 256>();
+    } else {
+      bar_sync_n<kBarTurn1, 256>();
+    }
+  };
+  auto turn_pass = [&]() {
+    if (wg == 0) {
+      bar_arrive_n<kBarTurn1, 256>();
+    } else {
+      bar_arrive_n<kBarTurn0, 256>();
+    }
+  };
+
+  mbar_wait(q_full, 0);
+  mbar_wait(k_full(0), 0);
+  FwsRecord rec = s_record[0];
+  if (rec.end == 0) {
+    if (wg == 1) bar_arrive_n<kBarTurn0, 256>();  // warpgroup 0 takes the first turn
+    // One sub-tile j; kFirst: j = 0, no P_{j-1} V_{j-1} yet (peeled: wgmma in no data-dependent branch).
+    int j = 0;
+    auto step = [&]<bool kFirst>() {
+      const int slot = j & 1;
+      const AttnTile x = p.list.tiles[rec.tile];
+      const uint32_t kb = s_k + static_cast<uint32_t>(slot * FwsSmem<kD>::kKvBytes);
+      if constexpr (!kFirst) mbar_wait(v_full(slot ^ 1), static_cast<uint32_t>(((j - 1) >> 1) & 1));
+      turn_sync();
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) {
+        wgmma_m64n128k16_ss(s, desc_k_major<kWgRows>(s_q, wg * 64, kk), desc_k_major<kWgKeys>(kb, 0, kk), kk > 0 ? 1 : 0);
+      }
+      wgmma_commit();
+      if constexpr (!kFirst) issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>((slot ^ 1) * FwsSmem<kD>::kKvBytes));
+      turn_pass();
+
+      if constexpr (!kFirst) {
+        wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
+      } else {
+        wgmma_wait<0>();
+      }
+      fence_regs(s);
+      if (rec.cls == kMasked) {
+        const int kv0 = rec.n * kWgKeys;
+        const uint64_t* masks = s_mask + slot * kMaskWords * kWgRows;
+#pragma unroll
+        for (int jb = 0; jb < kWgKeys / 8; ++jb) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = cta_row(e >> 1);
+            const int col = jb * 8 + 2 * tq + (e & 1);
+            const bool ok = x.kind == TileKind::Partial ? ((masks[(col >> 6) * kWgRows + row] >> (col & 63)) & 1U) != 0
+                                                        : dense_key_allowed(x.kind, kv0 + col, x.kv_len, r0 + row);
+            if (!ok) s[4 * jb + e] = -INFINITY;
+          }
+        }
+      }
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float mx = -INFINITY;
+#pragma unroll
+        for (int jb = 0; jb < kWgKeys / 8; ++jb) mx = fmaxf(mx, fmaxf(s[4 * jb + 2 * r], s[4 * jb + 2 * r + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 2));
+        const float m_new = fmaxf(m_row[r], mx * scale_log2);
+        const float m_use = m_new == -INFINITY ? 0.0F : m_new;  // a row with no key yet: p = 0
+        alpha[r] = exp2_ftz(m_row[r] - m_use);
+        m_row[r] = m_new;
+        float sum = 0.0F;
+#pragma unroll
+        for (int jb = 0; jb < kWgKeys / 8; ++jb) {
+          s[4 * jb + 2 * r] = exp2_ftz(fmaf(s[4 * jb + 2 * r], scale_log2, -m_use));
+          s[4 * jb + 2 * r + 1] = exp2_ftz(fmaf(s[4 * jb + 2 * r + 1], scale_log2, -m_use));
+          sum += s[4 * jb + 2 * r] + s[4 * jb + 2 * r + 1];
+        }
+        l_row[r] = l_row[r] * alpha[r] + sum;
+      }
+      mbar_arrive(k_empty(slot));  // K_j, its masks and record are no longer read
+      if constexpr (!kFirst) {
+        wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and pa are free, and so is V slot j - 1
+        fence_regs(o);
+        fence_regs_u32(pa);
+        mbar_arrive(v_empty(slot ^ 1));
+      }
+#pragma unroll
+      for (int jb = 0; jb < kD / 8; ++jb) {
+        o[4 * jb] *= alpha[0];
+        o[4 * jb + 1] *= alpha[0];
+        o[4 * jb + 2] *= alpha[1];
+        o[4 * jb + 3] *= alpha[1];
+      }
+#pragma unroll
+      for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+        pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+        pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+      }
+      ++j;
+      mbar_wait(k_full(j & 1), static_cast<uint32_t>((j >> 1) & 1));
+      rec = s_record[j & 1];
+    };
+    step.template operator()<true>();
+    while (rec.end == 0) step.template operator()<false>();
+    // The last sub-tile's P V (the last issue point: warpgroup 1 passes no turn after it).
+    const int last = (j - 1) & 1;
+    mbar_wait(v_full(last), static_cast<uint32_t>(((j - 1) >> 1) & 1));
+    turn_sync();
+    wgmma_fence();
+    issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>(last * FwsSmem<kD>::kKvBytes));
+    if (wg == 0) turn_pass();
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs_u32(pa);
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_row[r];
+    l += __shfl_xor_sync(0xffffffffU, l, 1);
+    l += __shfl_xor_sync(0xffffffffU, l, 2);
+    const int row = cta_row(r);
+    if (row >= rows) continue;
+    const float inv = l > 0.0F ? 1.0F / l : 0.0F;
+    float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
+#pragma unroll
+    for (int jb = 0; jb < kD / 8; ++jb) {
+      *reinterpret_cast<float2*>(o_row + jb * 8 + 2 * tq) =
+          make_float2(o[4 * jb + 2 * r] * inv, o[4 * jb + 2 * r + 1] * inv);
+    }
+    if (tq == 0) {
+      p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh] = l > 0.0F ? (m_row[r] + log2f(l)) * kLn2 : -INFINITY;
+    }
+  }
+#endif
+}
+
+template <int kD>
+void launch_forward_sm90_ws(const AttnForwardParams& p, cudaStream_t stream) {
+  constexpr int kSmem = FwsSmem<kD>::kAlloc;
+  static const bool ready =
+      (allow_shared_memory("attention_forward_sm90_ws", attention_forward_sm90_ws_kernel<kD>, kSmem), true);
+  (void)ready;
+  const FwTmaParams fp = forward_tma_params(p, kD, "attention_forward_sm90_ws");
+  attention_forward_sm90_ws_kernel<kD><<<p.list.num_work, kFwsThreads, kSmem, stream>>>(fp);
+}
+
+}  // namespace
+
+void attention_forward_wgmma_ws(const AttnForwardParams& params, cudaStream_t stream) {
+  launch_for_head_dim("attention_forward_sm90_ws", params.shape,
+                      [&]<int kD>() { launch_forward_sm90_ws<kD>(params, stream); });
+}
+
+}  // namespace dcp::cuda::detail
