@@ -19,11 +19,10 @@ mkdir -p "$out" "$json_dir"
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
 export DCP_ATTN_FORWARD=${DCP_ATTN_FORWARD:-}  # empty: the kernels choose (wgmma on sm_90)
 export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}  # empty: the kernels choose (wgmma on sm_90)
-export DCP_ATTN_FORWARD_WGMMA=${DCP_ATTN_FORWARD_WGMMA:-}  # empty: the pipelined kernel for route wgmma (ws: warp-specialised)
 export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ (atomic: wgmma-basic only)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_FORWARD_WGMMA"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -49,7 +48,7 @@ fi
 if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K causal-sequence launch of each
   # Full section set plus per-instruction (SASS) stall sampling, as text: the report itself needs ncu to read.
   nd=/tmp/ncu_out; mkdir -p $nd  # tarred into $OUT/ncu.tar (few files may come back)
-  for kern in ${NCU_KERNELS:-forward_sm90_pipe backward_sm90_ws}; do
+  for kern in ${NCU_KERNELS:-forward_sm90_ws backward_sm90_ws}; do
     say "ncu: attention_${kern}_kernel"
     CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=4096 DCP_BENCH_LIST=sequence DCP_BENCH_ROUTES=wgmma \
       timeout ${NCU_TIMEOUT:-180} ncu --clock-control none --kernel-name regex:"attention_${kern}_kernel" \

@@ -34,7 +34,9 @@
 //   forward on Hopper (route Wgmma): one CTA = the same 128 q rows x one q head, 2 warpgroups x
 //   64 rows, wgmma m64n128k16 (S = Q K^T from shared memory, O += P V with P in registers),
 //   128-key sub-tiles; same work items, masks and outputs. Two kernels (AttnKernelRoute): basic,
-//   and pipelined (the softmax of sub-tile j overlaps the P V product of sub-tile j - 1).
+//   and warp-specialised (a producer warpgroup walks the sub-tiles and loads K / V by TMA; the
+//   two MMA warpgroups take turns at the tensor cores, each overlapping the softmax of sub-tile j
+//   with its P V product of sub-tile j - 1).
 //   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   backward on Hopper (route Wgmma): the same work items, 2 warpgroups x 64 keys, wgmma m64n64k16
@@ -136,13 +138,15 @@ struct AttnTileList {
 // Every route gives the same outputs (the backward's up to summation order).
 //   Mma         mma.sync m16n8k16, FA2 style (attention_forward.cu, attention_backward.cu): any
 //               sm_80+ device.
-//   Wgmma       the fastest Hopper kernels measured (bench/results/cuda_attention_2026-11-29f_h200.md):
-//               forward pipelined (attention_forward_sm90_pipe.cu: S_j = Q K_j^T and
-//               O += P_{j-1} V_{j-1} issued together, the softmax of S_j under the P V product);
+//   Wgmma       the fastest Hopper kernels measured (bench/results/cuda_attention_2026-11-30_h200.md):
+//               forward warp-specialised (attention_forward_sm90_ws.cu: a producer warpgroup
+//               walks and classifies the kv sub-tiles and fills a 2-slot K / V ring by TMA; the
+//               two MMA warpgroups take turns issuing S_j = Q K_j^T with O += P_{j-1} V_{j-1} and
+//               run the softmax of S_j under the other's products);
 //               backward warp-specialised (attention_backward_sm90_ws.cu: a producer warpgroup
 //               walks and classifies the q sub-tiles and loads Q / dO / LSE / Delta into an
 //               mbarrier-guarded 2-slot ring; the two MMA warpgroups (setmaxnreg) meet only at
-//               one named barrier per sub-tile; dQ by bulk reductions).
+//               one named barrier per sub-tile; dQ by TMA tensor reductions).
 //   WgmmaBasic  the plain Hopper kernels those were built from, kept as the fallback
 //               (attention_forward_sm90.cu: S, softmax, P V one after the other;
 //               attention_backward_sm90.cu: the same products with loads by every thread and
@@ -160,7 +164,8 @@ struct AttnForwardParams {
   float* o = nullptr;                    // fp32 partial O, rows out_begin.. of each tile
   float* lse = nullptr;                  // fp32 partial LSE
   // Rows of the K and V buffers (0: unknown; the smaller if they differ). When known, the
-  // pipelined Hopper kernel loads whole 128-row K / V sub-tiles by TMA; the results are the same.
+  // warp-specialised Hopper kernel loads whole 128-row K / V sub-tiles by TMA (else by cp.async);
+  // the results are the same.
   int64_t kv_rows = 0;
   AttnKernelRoute route = AttnKernelRoute::Auto;
 };

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
         cfg.num_kv_heads = s[1];
         cfg.head_dim = s[2];
         cfg.forward_route = route;
-        // The same variant name on both sides: mma, basic, pipelined or ws.
+        // The same route on both sides: mma, wgmma-basic or wgmma.
         cfg.backward_route = route;
         const auto r = chk::run_case(cfg);
         const bool ok = chk::passed(r) && r.num_empty_rows > 0;

@@ -238,13 +238,11 @@ void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
 
 // Launchers by route (attention_forward() / attention_backward() pick one): mma.sync; the plain
 // Hopper kernels (route WgmmaBasic: attention_forward_sm90.cu, attention_backward_sm90.cu); the
-// fastest Hopper kernels measured (route Wgmma: the pipelined forward attention_forward_sm90_pipe.cu,
+// fastest Hopper kernels measured (route Wgmma: the warp-specialised forward attention_forward_sm90_ws.cu,
 // the warp-specialised backward attention_backward_sm90_ws.cu).
 void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_basic(const AttnForwardParams& params, cudaStream_t stream);
-void attention_forward_wgmma_pipelined(const AttnForwardParams& params, cudaStream_t stream);
 void attention_forward_wgmma_ws(const AttnForwardParams& params, cudaStream_t stream);
-bool forward_ws_selected();
 void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma_ws(const AttnBackwardParams& params, cudaStream_t stream);

@@ -13,7 +13,7 @@
 //            O = 0, LSE = -inf.
 // Per 128x64 sub-tile: 4 * 128 * 64 * D FLOPs of MMA; bytes from L2/HBM: 2 * 64 * D * 2 (K and V),
 // i.e. 64 FLOP per byte of L2 traffic at D = 128; shared memory: each warp reads K and V once.
-// The Hopper versions (attention_forward_sm90.cu, attention_forward_sm90_pipe.cu) keep this
+// The Hopper versions (attention_forward_sm90.cu, attention_forward_sm90_ws.cu) keep this
 // interface: same args, work list and finish; attention_forward() at the end of this file picks
 // the route.
 #include <cuda_bf16.h>
@@ -355,21 +355,6 @@ AttnKernelRoute resolve_route(AttnKernelRoute requested, AttnKernelRoute environ
 
 }  // namespace detail
 
-namespace detail {
-// DCP_ATTN_FORWARD_WGMMA=pipelined|ws (read once; default pipelined): which kernel route Wgmma
-// runs, for measuring the warp-specialised forward against the pipelined one.
-bool forward_ws_selected() {
-  static const bool ws = [] {
-    const char* env = std::getenv("DCP_ATTN_FORWARD_WGMMA");
-    const std::string value = env != nullptr ? env : "";
-    if (value.empty() || value == "pipelined") return false;
-    if (value == "ws") return true;
-    raise(ErrorKind::InvalidInput, "DCP_ATTN_FORWARD_WGMMA: expected pipelined or ws, got '" + value + "'");
-  }();
-  return ws;
-}
-}  // namespace detail
-
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
   static const AttnKernelRoute environment = detail::route_from_environment("DCP_ATTN_FORWARD");
   return detail::resolve_route(params.route, environment, params.shape.head_dim, "attention_forward");
@@ -378,13 +363,7 @@ AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
   switch (attention_forward_route(params)) {
-    case AttnKernelRoute::Wgmma:
-      if (detail::forward_ws_selected()) {
-        detail::attention_forward_wgmma_ws(params, stream);
-      } else {
-        detail::attention_forward_wgmma_pipelined(params, stream);
-      }
-      break;
+    case AttnKernelRoute::Wgmma: detail::attention_forward_wgmma_ws(params, stream); break;
     case AttnKernelRoute::WgmmaBasic: detail::attention_forward_wgmma_basic(params, stream); break;
     default: detail::attention_forward_mma(params, stream); break;
   }

@@ -1,7 +1,8 @@
 // attention_forward_sm90.cu — forward attention over a tile list on Hopper (sm_90a): warpgroup
 // MMA. Same contract as attention_forward.cu (dcp/attention_cuda.h): same work items, masks,
-// accumulate and outputs. Route WgmmaBasic; the default Hopper kernel (route Wgmma) is its
-// pipelined variant (attention_forward_sm90_pipe.cu), this one the fallback. Shape and layout constants: attention_forward_sm90.cuh.
+// accumulate and outputs. Route WgmmaBasic; the default Hopper kernel (route Wgmma) is the
+// warp-specialised one built from it (attention_forward_sm90_ws.cu), this one the fallback.
+// Shape and layout constants: attention_forward_sm90.cuh.
 //
 // One CTA = 128 q rows x one q head, 2 warpgroups (256 threads), warpgroup w owns q rows
 // [64 w, 64 w + 64). Shared memory (128-byte-swizzled tiles, wgmma_sm90.cuh): Q (128 x D), K and

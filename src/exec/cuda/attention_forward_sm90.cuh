@@ -1,7 +1,7 @@
 // attention_forward_sm90.cuh — pieces shared by the Hopper (sm_90a) forward kernels
-// (attention_forward_sm90.cu: the basic kernel; attention_forward_sm90_pipe.cu: the pipelined
-// one): CTA shape, shared-memory layout and the cp.async tile loader. Both kernels use the same
-// layout (Q, double-buffered K and V sub-tiles, double-buffered Partial masks).
+// (attention_forward_sm90.cu: the basic kernel; attention_forward_sm90_ws.cu: the
+// warp-specialised one): CTA shape, the basic kernel's shared-memory layout and cp.async tile
+// loader, the P V issue, and the TMA parameters of the warp-specialised kernel.
 #pragma once
 
 #include <cuda.h>
@@ -76,7 +76,7 @@ __device__ __forceinline__ void issue_pv(float (&o)[kD / 2], const uint32_t (&pa
   wgmma_commit();
 }
 
-// Parameters of the TMA-fed forward kernels (pipelined and warp-specialised): the caller's, and
+// Parameters of the TMA-fed forward kernel (warp-specialised): the caller's, and
 // the K and V tensor maps (a __grid_constant__ kernel parameter, so that TMA reads the maps
 // from parameter space).
 struct FwTmaParams {

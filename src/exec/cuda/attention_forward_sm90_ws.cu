@@ -1,12 +1,15 @@
-// attention_forward_sm90_ws.cu — the warp-specialised Hopper (sm_90a) forward kernel: the
-// pipelined kernel's math (attention_forward_sm90_pipe.cu: S_j = Q K_j^T issued with
-// O += P_{j-1} V_{j-1}, the softmax of S_j while the latter runs) and its contract
-// (dcp/attention_cuda.h), with the loads and the sub-tile walk moved to a producer warpgroup and
-// the two MMA warpgroups taking turns at the tensor cores.
+// attention_forward_sm90_ws.cu — the warp-specialised Hopper (sm_90a) forward kernel (route
+// Wgmma, the default on Hopper). Contract: dcp/attention_cuda.h; CTA shape, tile layout and the
+// online softmax as in the basic kernel (attention_forward_sm90.cu).
 //
-// Why: in the pipelined kernel both warpgroups meet at a CTA barrier every sub-tile, so their
-// softmaxes run at the same time and the tensor cores idle through the part that P V does not
-// cover; the walk and the loads also cost the MMA warps issue slots. Here:
+// Per 128-key sub-tile j each MMA warpgroup issues S_j = Q K_j^T together with
+// O += P_{j-1} V_{j-1} (P of the previous sub-tile, in registers), waits for S_j only, and runs
+// the softmax of S_j while P V still runs; then it rescales O and packs P_j.
+//
+// An earlier version (pipelined, no producer) met at a CTA barrier every sub-tile, so both
+// warpgroups ran their softmax at the same time and the tensor cores idled through the part that
+// P V did not cover; its loads and walk also cost the MMA warps issue slots (0.88x the speed of
+// this kernel, bench/results/cuda_attention_2026-11-30_h200.md). Here:
 // - Warpgroup 0 (producer, few registers) loads Q once, then walks the sub-tiles of the work
 //   item (skipping empty ones, classifying Partial sub-tiles: one thread per q row, both 64-key
 //   words, votes by bar.red among its 128 threads), and fills a 2-slot ring: K_j with its masks
@@ -259,7 +262,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   auto cta_row = [&](int r) { return wg * 64 + warp_in_wg * 16 + g + r * 8; };
   const int64_t o_stride = static_cast<int64_t>(hq) * kD;
 
-  // Accumulator fragments as in the pipelined kernel.
+  // Accumulator fragments (wgmma_sm90.cuh): thread (warp_in_wg, g, tq) holds, for every 8-column
+  // block jb, acc[4 jb + e] = element (16 warp_in_wg + g + 8 (e >> 1), 8 jb + 2 tq + (e & 1)).
   float o[kD / 2];
   float s[kWgKeys / 2];
 #pragma unroll

@@ -1,6 +1,6 @@
 // sync_sm90.cuh — Hopper (sm_90) synchronisation pieces: shared-memory mbarriers (in the
 // warp-specialised backward, attention_backward_sm90_ws.cu, a producer publishes a ring slot and
-// consumers release it; in the pipelined forward they complete TMA loads), TMA tile loads, and
+// consumers release it; likewise in the warp-specialised forward, attention_forward_sm90_ws.cu, where TMA loads complete on them), TMA tile loads, and
 // named barriers of a subset of the CTA.
 //
 // Hand-off protocol: the producer's own cp.async bytes land (wait_group),
