@@ -3,7 +3,7 @@
 # header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
 # Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels ncu checks single pair nodes trace scaling
-# Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), BENCH_EXTRA (added to every bench,
+# Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), SCALING_ITERS (scaling), BENCH_EXTRA (added to every bench,
 # e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT, JSON_DIR (where
 # the bench JSON files go before they are tarred into $OUT/json.tar), NO_REFERENCE (single: skip
 # the PyTorch varlen reference). Phase trace: timelines of ldc 131072 causal into $OUT/trace.
@@ -126,8 +126,8 @@ if has trace; then  # measured per-instruction timelines next to the simulator's
 fi
 if has scaling; then
   for m in causal lambda; do
-    bench "1gpu_ldc131072_$m" 1 --profile ldc --tokens 131072 --mask $m --method dcp --layers 1 --iters 2
-    bench "2gpu_ldc131072_${m}_dcp" 2 --profile ldc --tokens 131072 --mask $m --method dcp --layers 1 --iters 2
+    bench "1gpu_ldc131072_$m" 1 --profile ldc --tokens 131072 --mask $m --method dcp --layers 1 --iters ${SCALING_ITERS:-2}
+    bench "2gpu_ldc131072_${m}_dcp" 2 --profile ldc --tokens 131072 --mask $m --method dcp --layers 1 --iters ${SCALING_ITERS:-2}
   done
 fi
 say done
