@@ -238,19 +238,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     const float* delta_b = s_delta + buf * kBwRows;
 
     // Per-sub-tile math: attention_backward_sm90.cuh.
-    float st[32];
-    float dpt[32];
-    bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
-    wgmma_wait<1>();
-    fence_regs(st);
-    bw_probabilities(st, lse_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0, key_lo, tq, scale_log2);
-    wgmma_wait<0>();
-    fence_regs(dpt);
-    bw_ds(dpt, st, delta_b, tq);
-    uint32_t pa[4][4];
-    uint32_t da[4][4];
-    bw_pack_fragments(pa, da, st, dpt, s_ds_ptr, key_lo, tq);
-    bw_issue_dv_dk<kD>(dv, dk, pa, da, qb, dob);
+    bw_sub_tile_dv_dk<kD>(dv, dk, s_k, s_v, qb, dob, lse_b, delta_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0,
+                          s_ds_ptr, wg, key_lo, tq, scale_log2);
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     if constexpr (kBulkDq) bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     __syncthreads();

@@ -152,6 +152,31 @@ __device__ __forceinline__ void bw_issue_dv_dk(float (&dv)[kD / 2], float (&dk)[
   wgmma_commit();
 }
 
+// The products of one q sub-tile up to dV and dK, shared by both Hopper backward kernels:
+// S^T and dP^T issued, P^T (masked as `cls` says), dS^T = P^T (dP^T - Delta) (also stored to the
+// swizzled tile `ds` for dQ), then dV += P^T dO and dK += dS^T Q issued as one commit group, still
+// in flight on return. qb / dob: the sub-tile's Q and dO tiles; lse2 / delta: its 64 rows' values.
+template <int kD>
+__device__ __forceinline__ void bw_sub_tile_dv_dk(float (&dv)[kD / 2], float (&dk)[kD / 2], uint32_t s_k, uint32_t s_v,
+                                                  uint32_t qb, uint32_t dob, const float* lse2, const float* delta,
+                                                  const uint64_t* masks, int cls, TileKind kind, int keys, int c0,
+                                                  int rq0, unsigned char* ds, int wg, int key_lo, int tq,
+                                                  float scale_log2) {
+  float st[32];
+  float dpt[32];
+  bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
+  wgmma_wait<1>();
+  fence_regs(st);
+  bw_probabilities(st, lse2, masks, cls, kind, keys, c0, rq0, key_lo, tq, scale_log2);
+  wgmma_wait<0>();
+  fence_regs(dpt);
+  bw_ds(dpt, st, delta, tq);
+  uint32_t pa[4][4];
+  uint32_t da[4][4];
+  bw_pack_fragments(pa, da, st, dpt, ds, key_lo, tq);
+  bw_issue_dv_dk<kD>(dv, dk, pa, da, qb, dob);
+}
+
 // dQ (64 q x 64 columns) = dS K: A = the dS^T tile `ds` read MN-major (q contiguous), B = the K
 // tile read MN-major (d contiguous); k steps of 16 keys. D = 128: warpgroup wg computes columns
 // [64 wg, 64 wg + 64) over all 128 keys; D = 64: all 64 columns over its own 64 keys (a partial

@@ -314,19 +314,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const float* lse_b = s_lse + buf * kBwRows;
     const float* delta_b = s_delta + buf * kBwRows;
 
-    float st[32];
-    float dpt[32];
-    bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
-    wgmma_wait<1>();
-    fence_regs(st);
-    bw_probabilities(st, lse_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0, key_lo, tq, scale_log2);
-    wgmma_wait<0>();
-    fence_regs(dpt);
-    bw_ds(dpt, st, delta_b, tq);
-    uint32_t pa[4][4];
-    uint32_t da[4][4];
-    bw_pack_fragments(pa, da, st, dpt, ds_ptr, key_lo, tq);  // dS^T into buffer j & 1
-    bw_issue_dv_dk<kD>(dv, dk, pa, da, qb, dob);
+    bw_sub_tile_dv_dk<kD>(dv, dk, s_k, s_v, qb, dob, lse_b, delta_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0,
+                          ds_ptr, wg, key_lo, tq, scale_log2);  // dS^T into buffer j & 1
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     bar_sync_n<kBarDsReady, kConsumerThreads>();

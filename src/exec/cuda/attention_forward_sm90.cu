@@ -48,20 +48,16 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
   const AttnWorkItem w = p.list.work[blockIdx.x];
   AttnTile ct = p.list.tiles[w.tile];  // tiles [w.tile, t_end) share the q rows and the outputs
   const int t_end = w.tile + max(1, w.num_tiles);
-  const int out_begin = ct.out_begin;
-  const int lse_begin = ct.lse_begin >= 0 ? ct.lse_begin : ct.out_begin;
   const int tid = static_cast<int>(threadIdx.x);
-  const int wg = tid >> 7;               // warpgroup: q rows [64 wg, 64 wg + 64)
-  const int warp_in_wg = (tid >> 5) & 3;  // 16 rows of the warpgroup's 64
-  const int lane = tid & 31;
-  const int g = lane >> 2;
-  const int tq = lane & 3;
+  const int wg = tid >> 7;  // warpgroup: q rows [64 wg, 64 wg + 64)
+  const FwThread th{wg, (tid >> 5) & 3, (tid & 31) >> 2, tid & 3};
   const int hq = p.shape.num_q_heads;
   const int hkv = p.shape.num_kv_heads;
   const int qh = w.head;
   const int kvh = qh / (hq / hkv);
   const int r0 = w.chunk * kWgRows;
   const int rows = min(kWgRows, ct.q_len - r0);
+  const FwOutput out{int64_t{ct.out_begin} + r0, int64_t{ct.lse_begin >= 0 ? ct.lse_begin : ct.out_begin} + r0, qh, rows};
   const float scale_log2 = p.shape.softmax_scale * kLog2e;
 
   const auto* q = static_cast<const __nv_bfloat16*>(p.q);
@@ -109,9 +105,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
   if (ti < t_end) load_kv(ct, n, 0);
   cp_async_commit();
 
-  // Accumulator fragments (PTX "wgmma register fragments", m64nN f32): thread (warp_in_wg, g, tq)
-  // holds, for every 8-column block j, acc[4 j + e] = element (16 warp_in_wg + g + 8 (e >> 1),
-  // 8 j + 2 tq + (e & 1)) of the warpgroup's 64-row result.
+  // Accumulators: see FwThread (attention_forward_sm90.cuh).
   float o[kD / 2];
   float s[kWgKeys / 2];
 #pragma unroll
@@ -120,28 +114,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
   for (int i = 0; i < kWgKeys / 2; ++i) s[i] = 0.0F;
   float m_row[2] = {-INFINITY, -INFINITY};
   float l_row[2] = {0.0F, 0.0F};
-  auto cta_row = [&](int r) { return wg * 64 + warp_in_wg * 16 + g + r * 8; };
-  const int64_t o_stride = static_cast<int64_t>(hq) * kD;
-  if (w.accumulate != 0) {
-    // The partial already there: O_old = sum exp(s - LSE_old) v, i.e. the online-softmax state
-    // m = LSE_old (log2 units), l = 1, o = O_old.
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = cta_row(r);
-      if (row >= rows) continue;
-      const float lse_old = p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh];
-      if (lse_old == -INFINITY) continue;
-      m_row[r] = lse_old * kLog2e;
-      l_row[r] = tq == 0 ? 1.0F : 0.0F;  // l is summed over the 4 lanes of a row at the end
-      const float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        const float2 v2 = *reinterpret_cast<const float2*>(o_row + j * 8 + 2 * tq);
-        o[4 * j + 2 * r] = v2.x;
-        o[4 * j + 2 * r + 1] = v2.y;
-      }
-    }
-  }
+  if (w.accumulate != 0) fw_load_partial<kD>(p, out, th, o, m_row, l_row);
 
   while (ti < t_end) {
     AttnTile nt = ct;
@@ -171,70 +144,14 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
     wgmma_wait<0>();
     fence_regs(s);
 
-    if (cls == kMasked) {
-      const int kv0 = n * kWgKeys;
-      const uint64_t* masks = s_mask + buf * kMaskWords * kWgRows;
-#pragma unroll
-      for (int j = 0; j < kWgKeys / 8; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = cta_row(e >> 1);
-          const int col = j * 8 + 2 * tq + (e & 1);
-          const bool ok = ct.kind == TileKind::Partial
-                              ? ((masks[(col >> 6) * kWgRows + row] >> (col & 63)) & 1U) != 0
-                              : dense_key_allowed(ct.kind, kv0 + col, ct.kv_len, r0 + row);
-          if (!ok) s[4 * j + e] = -INFINITY;
-        }
-      }
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float mx = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kWgKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 2));
-      const float m_new = fmaxf(m_row[r], mx * scale_log2);
-      const float m_use = m_new == -INFINITY ? 0.0F : m_new;  // a row with no key yet: p = 0
-      const float alpha = exp2f(m_row[r] - m_use);
-      m_row[r] = m_new;
-      float sum = 0.0F;
-#pragma unroll
-      for (int j = 0; j < kWgKeys / 8; ++j) {
-        s[4 * j + 2 * r] = exp2f(fmaf(s[4 * j + 2 * r], scale_log2, -m_use));
-        s[4 * j + 2 * r + 1] = exp2f(fmaf(s[4 * j + 2 * r + 1], scale_log2, -m_use));
-        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-      }
-      l_row[r] = l_row[r] * alpha + sum;
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        o[4 * j + 2 * r] *= alpha;
-        o[4 * j + 2 * r + 1] *= alpha;
-      }
-    }
-
-    // O += P V, 16 keys per step. A-register fragment of m64k16 (per warp: rows g, g + 8 of its
-    // 16; a[0] = (g, 2tq..+1), a[1] = (g+8, 2tq..), a[2] = (g, 8+2tq..), a[3] = (g+8, 8+2tq..)),
-    // i.e. accumulator blocks 2 kk and 2 kk + 1 of S, in order.
+    if (cls == kMasked) fw_mask_scores(s, ct, s_mask + buf * kMaskWords * kWgRows, n * kWgKeys, r0, th);
+    float alpha[2];
+    fw_softmax(s, m_row, l_row, alpha, scale_log2);
+    fw_rescale<kD>(o, alpha);
     uint32_t pa[kWgKeys / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kWgKeys / 16; ++kk) {
-      pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
-      pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-    }
+    fw_pack_p(pa, s);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kWgKeys / 16; ++kk) {
-      if constexpr (kD == 128) {
-        wgmma_m64n128k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
-      } else {
-        wgmma_m64n64k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
-      }
-    }
-    wgmma_commit();
+    issue_pv<kD>(o, pa, vb);  // O += P V, 16 keys per k step
     wgmma_wait<0>();
     fence_regs(o);
     __syncthreads();  // every warpgroup is done with buffer `buf` before it is refilled
@@ -245,24 +162,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
     buf ^= 1;
   }
   cp_async_wait<0>();
-
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_row[r];
-    l += __shfl_xor_sync(0xffffffffU, l, 1);
-    l += __shfl_xor_sync(0xffffffffU, l, 2);
-    const int row = cta_row(r);
-    if (row >= rows) continue;
-    const float inv = l > 0.0F ? 1.0F / l : 0.0F;
-    float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
-#pragma unroll
-    for (int j = 0; j < kD / 8; ++j) {
-      *reinterpret_cast<float2*>(o_row + j * 8 + 2 * tq) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-    }
-    if (tq == 0) {
-      p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh] = l > 0.0F ? (m_row[r] + log2f(l)) * kLn2 : -INFINITY;
-    }
-  }
+  fw_store_output<kD>(p, out, th, o, m_row, l_row);
 #endif
 }
 

@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 
 #include "attention_common.cuh"
@@ -50,6 +51,135 @@ __device__ __forceinline__ void load_tile_sw128(uint32_t tile, const __nv_bfloat
     const int col = (idx % kChunks) * 8;
     const bool valid = row < valid_rows;
     cp_async16(tile + sw128_offset<128>(row, col), src + (valid ? row * stride + col : 0), valid);
+  }
+}
+
+// ---- Per-thread pieces of the forward's online softmax (both Hopper kernels) ----------------
+// A thread of warpgroup wg holds rows row(0) and row(1) = 64 wg + 16 warp_in_wg + g (+ 8) of the
+// CTA's 128 q rows, and in every accumulator (wgmma register fragment, m64nN f32), for every
+// 8-column block j, acc[4 j + e] = element (row(e >> 1), 8 j + 2 tq + (e & 1)).
+struct FwThread {
+  int wg, warp_in_wg, g, tq;
+  __device__ __forceinline__ int row(int r) const { return wg * 64 + warp_in_wg * 16 + g + r * 8; }
+};
+
+// Where a work item's outputs go: row `out` (O) and `lse` (LSE) of CTA row 0, q head qh, valid
+// CTA rows [0, rows).
+struct FwOutput {
+  int64_t out, lse;
+  int qh, rows;
+};
+
+// Online-softmax state from the partial already in the outputs (work item with accumulate):
+// O_old = sum exp(s - LSE_old) v is the state m = LSE_old (log2 units), l = 1, o = O_old.
+template <int kD>
+__device__ __forceinline__ void fw_load_partial(const AttnForwardParams& p, const FwOutput& out, const FwThread& th,
+                                                float (&o)[kD / 2], float (&m_row)[2], float (&l_row)[2]) {
+  const int hq = p.shape.num_q_heads;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = th.row(r);
+    if (row >= out.rows) continue;
+    const float lse_old = p.lse[(out.lse + row) * hq + out.qh];
+    if (lse_old == -INFINITY) continue;
+    m_row[r] = lse_old * kLog2e;
+    l_row[r] = th.tq == 0 ? 1.0F : 0.0F;  // l is summed over the 4 lanes of a row at the end
+    const float* o_row = p.o + ((out.out + row) * hq + out.qh) * kD;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      const float2 v2 = *reinterpret_cast<const float2*>(o_row + j * 8 + 2 * th.tq);
+      o[4 * j + 2 * r] = v2.x;
+      o[4 * j + 2 * r + 1] = v2.y;
+    }
+  }
+}
+
+// Masked sub-tile (keys kv0 .. kv0 + 127 of tile t, CTA rows from tile row r0): disallowed
+// scores become -inf. Partial: bits from `masks` ([word][row], classify_partial's layout).
+__device__ __forceinline__ void fw_mask_scores(float (&s)[kWgKeys / 2], const AttnTile& t, const uint64_t* masks, int kv0,
+                                               int r0, const FwThread& th) {
+#pragma unroll
+  for (int j = 0; j < kWgKeys / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = th.row(e >> 1);
+      const int col = j * 8 + 2 * th.tq + (e & 1);
+      const bool ok = t.kind == TileKind::Partial ? ((masks[(col >> 6) * kWgRows + row] >> (col & 63)) & 1U) != 0
+                                                  : dense_key_allowed(t.kind, kv0 + col, t.kv_len, r0 + row);
+      if (!ok) s[4 * j + e] = -INFINITY;
+    }
+  }
+}
+
+// One sub-tile's softmax in the log2 domain (scale folded into exp2): s becomes P, the running
+// max m and sum l move on, alpha = exp2(m_old - m_new) is the factor O must be rescaled by.
+__device__ __forceinline__ void fw_softmax(float (&s)[kWgKeys / 2], float (&m_row)[2], float (&l_row)[2], float (&alpha)[2],
+                                           float scale_log2) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kWgKeys / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 2));
+    const float m_new = fmaxf(m_row[r], mx * scale_log2);
+    const float m_use = m_new == -INFINITY ? 0.0F : m_new;  // a row with no key yet: p = 0
+    alpha[r] = exp2_ftz(m_row[r] - m_use);
+    m_row[r] = m_new;
+    float sum = 0.0F;
+#pragma unroll
+    for (int j = 0; j < kWgKeys / 8; ++j) {
+      s[4 * j + 2 * r] = exp2_ftz(fmaf(s[4 * j + 2 * r], scale_log2, -m_use));
+      s[4 * j + 2 * r + 1] = exp2_ftz(fmaf(s[4 * j + 2 * r + 1], scale_log2, -m_use));
+      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    l_row[r] = l_row[r] * alpha[r] + sum;
+  }
+}
+
+template <int kD>
+__device__ __forceinline__ void fw_rescale(float (&o)[kD / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < kD / 8; ++j) {
+    o[4 * j] *= alpha[0];
+    o[4 * j + 1] *= alpha[0];
+    o[4 * j + 2] *= alpha[1];
+    o[4 * j + 3] *= alpha[1];
+  }
+}
+
+// P as the A operand of O += P V: the m64k16 A-register fragment of k step kk (rows g, g + 8;
+// a[0] = (g, 2 tq ..+1), a[1] = (g + 8, 2 tq ..), a[2] = (g, 8 + 2 tq ..), a[3] = (g + 8, 8 + 2 tq ..))
+// is accumulator blocks 2 kk and 2 kk + 1 of S, in order.
+__device__ __forceinline__ void fw_pack_p(uint32_t (&pa)[kWgKeys / 16][4], const float (&s)[kWgKeys / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+    pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
+    pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
+    pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
+    pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// O / l and LSE = (m + log2 l) ln 2 of the valid rows; a row that saw no key: O = 0, LSE = -inf.
+template <int kD>
+__device__ __forceinline__ void fw_store_output(const AttnForwardParams& p, const FwOutput& out, const FwThread& th,
+                                                const float (&o)[kD / 2], const float (&m_row)[2], const float (&l_row)[2]) {
+  const int hq = p.shape.num_q_heads;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = l_row[r];
+    l += __shfl_xor_sync(0xffffffffU, l, 1);
+    l += __shfl_xor_sync(0xffffffffU, l, 2);
+    const int row = th.row(r);
+    if (row >= out.rows) continue;
+    const float inv = l > 0.0F ? 1.0F / l : 0.0F;
+    float* o_row = p.o + ((out.out + row) * hq + out.qh) * kD;
+#pragma unroll
+    for (int j = 0; j < kD / 8; ++j) {
+      *reinterpret_cast<float2*>(o_row + j * 8 + 2 * th.tq) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+    }
+    if (th.tq == 0) p.lse[(out.lse + row) * hq + out.qh] = l > 0.0F ? (m_row[r] + log2f(l)) * kLn2 : -INFINITY;
   }
 }
 

@@ -251,19 +251,13 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   // ---------------- consumer warpgroups ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFwsConsumerRegs));
   const int ctid = tid - 128;
-  const int wg = ctid >> 7;               // q rows [64 wg, 64 wg + 64) of the CTA
-  const int warp_in_wg = (ctid >> 5) & 3;
-  const int lane = ctid & 31;
-  const int g = lane >> 2;
-  const int tq = lane & 3;
+  const int wg = ctid >> 7;  // q rows [64 wg, 64 wg + 64) of the CTA
+  const FwThread th{wg, (ctid >> 5) & 3, (ctid & 31) >> 2, ctid & 3};
   const float scale_log2 = p.shape.softmax_scale * kLog2e;
-  const int out_begin = first.out_begin;
-  const int lse_begin = first.lse_begin >= 0 ? first.lse_begin : first.out_begin;
-  auto cta_row = [&](int r) { return wg * 64 + warp_in_wg * 16 + g + r * 8; };
-  const int64_t o_stride = static_cast<int64_t>(hq) * kD;
+  const FwOutput out{int64_t{first.out_begin} + r0, int64_t{first.lse_begin >= 0 ? first.lse_begin : first.out_begin} + r0,
+                     qh, rows};
 
-  // Accumulator fragments (wgmma_sm90.cuh): thread (warp_in_wg, g, tq) holds, for every 8-column
-  // block jb, acc[4 jb + e] = element (16 warp_in_wg + g + 8 (e >> 1), 8 jb + 2 tq + (e & 1)).
+  // Accumulators: see FwThread (attention_forward_sm90.cuh).
   float o[kD / 2];
   float s[kWgKeys / 2];
 #pragma unroll
@@ -275,24 +269,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   for (int kk = 0; kk < kWgKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0U;
   float m_row[2] = {-INFINITY, -INFINITY};
   float l_row[2] = {0.0F, 0.0F};
-  if (w.accumulate != 0) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = cta_row(r);
-      if (row >= rows) continue;
-      const float lse_old = p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh];
-      if (lse_old == -INFINITY) continue;
-      m_row[r] = lse_old * kLog2e;
-      l_row[r] = tq == 0 ? 1.0F : 0.0F;
-      const float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
-#pragma unroll
-      for (int jb = 0; jb < kD / 8; ++jb) {
-        const float2 v2 = *reinterpret_cast<const float2*>(o_row + jb * 8 + 2 * tq);
-        o[4 * jb + 2 * r] = v2.x;
-        o[4 * jb + 2 * r + 1] = v2.y;
-      }
-    }
-  }
+  if (w.accumulate != 0) fw_load_partial<kD>(p, out, th, o, m_row, l_row);
 
   auto turn_sync = [&]() {
     if (wg == 0) {
@@ -337,42 +314,9 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         wgmma_wait<0>();
       }
       fence_regs(s);
-      if (rec.cls == kMasked) {
-        const int kv0 = rec.n * kWgKeys;
-        const uint64_t* masks = s_mask + slot * kMaskWords * kWgRows;
-#pragma unroll
-        for (int jb = 0; jb < kWgKeys / 8; ++jb) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = cta_row(e >> 1);
-            const int col = jb * 8 + 2 * tq + (e & 1);
-            const bool ok = x.kind == TileKind::Partial ? ((masks[(col >> 6) * kWgRows + row] >> (col & 63)) & 1U) != 0
-                                                        : dense_key_allowed(x.kind, kv0 + col, x.kv_len, r0 + row);
-            if (!ok) s[4 * jb + e] = -INFINITY;
-          }
-        }
-      }
+      if (rec.cls == kMasked) fw_mask_scores(s, x, s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys, r0, th);
       float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int jb = 0; jb < kWgKeys / 8; ++jb) mx = fmaxf(mx, fmaxf(s[4 * jb + 2 * r], s[4 * jb + 2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffU, mx, 2));
-        const float m_new = fmaxf(m_row[r], mx * scale_log2);
-        const float m_use = m_new == -INFINITY ? 0.0F : m_new;  // a row with no key yet: p = 0
-        alpha[r] = exp2_ftz(m_row[r] - m_use);
-        m_row[r] = m_new;
-        float sum = 0.0F;
-#pragma unroll
-        for (int jb = 0; jb < kWgKeys / 8; ++jb) {
-          s[4 * jb + 2 * r] = exp2_ftz(fmaf(s[4 * jb + 2 * r], scale_log2, -m_use));
-          s[4 * jb + 2 * r + 1] = exp2_ftz(fmaf(s[4 * jb + 2 * r + 1], scale_log2, -m_use));
-          sum += s[4 * jb + 2 * r] + s[4 * jb + 2 * r + 1];
-        }
-        l_row[r] = l_row[r] * alpha[r] + sum;
-      }
+      fw_softmax(s, m_row, l_row, alpha, scale_log2);
       mbar_arrive(k_empty(slot));  // K_j, its masks and record are no longer read
       if constexpr (!kFirst) {
         wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and pa are free, and so is V slot j - 1
@@ -380,20 +324,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         fence_regs_u32(pa);
         mbar_arrive(v_empty(slot ^ 1));
       }
-#pragma unroll
-      for (int jb = 0; jb < kD / 8; ++jb) {
-        o[4 * jb] *= alpha[0];
-        o[4 * jb + 1] *= alpha[0];
-        o[4 * jb + 2] *= alpha[1];
-        o[4 * jb + 3] *= alpha[1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < kWgKeys / 16; ++kk) {
-        pa[kk][0] = pack_bf16(s[8 * kk], s[8 * kk + 1]);
-        pa[kk][1] = pack_bf16(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack_bf16(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack_bf16(s[8 * kk + 6], s[8 * kk + 7]);
-      }
+      fw_rescale<kD>(o, alpha);
+      fw_pack_p(pa, s);
       ++j;
       mbar_wait(k_full(j & 1), static_cast<uint32_t>((j >> 1) & 1));
       rec = s_record[j & 1];
@@ -412,24 +344,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     fence_regs_u32(pa);
   }
 
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float l = l_row[r];
-    l += __shfl_xor_sync(0xffffffffU, l, 1);
-    l += __shfl_xor_sync(0xffffffffU, l, 2);
-    const int row = cta_row(r);
-    if (row >= rows) continue;
-    const float inv = l > 0.0F ? 1.0F / l : 0.0F;
-    float* o_row = p.o + static_cast<int64_t>(out_begin + r0 + row) * o_stride + static_cast<int64_t>(qh) * kD;
-#pragma unroll
-    for (int jb = 0; jb < kD / 8; ++jb) {
-      *reinterpret_cast<float2*>(o_row + jb * 8 + 2 * tq) =
-          make_float2(o[4 * jb + 2 * r] * inv, o[4 * jb + 2 * r + 1] * inv);
-    }
-    if (tq == 0) {
-      p.lse[static_cast<int64_t>(lse_begin + r0 + row) * hq + qh] = l > 0.0F ? (m_row[r] + log2f(l)) * kLn2 : -INFINITY;
-    }
-  }
+  fw_store_output<kD>(p, out, th, o, m_row, l_row);
 #endif
 }
 
