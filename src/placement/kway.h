@@ -108,7 +108,10 @@ void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint
 // all three through repair and FM and keeps the best (a portfolio: FM ends in different local
 // optima from different starts). SharedBands: Best plus bands shared by 2 or 3 parts (cut by key
 // block) at the bottom of a sequence cut over 5 or more parts.
-enum class InitialStrategy { Best, GroupFirst, Zigzag, SharedBands };
+// GroupSplit: every tile on the part of its head group (group g on part g * k / G; only where
+// the G head groups divide evenly over the k parts), homes placed afterwards where their nets
+// are: see BuiltinPartitioner for when it runs.
+enum class InitialStrategy { Best, GroupFirst, Zigzag, SharedBands, GroupSplit };
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
                                         InitialStrategy strategy = InitialStrategy::Best);
 
