@@ -129,7 +129,8 @@ class Partitioner {
                                          uint64_t seed, int refine_passes) const = 0;
 };
 
-// `starts`: initial placements tried at the device level (1: Best; 2: + Zigzag; 3: + GroupFirst).
+// `starts`: initial placements tried at the device level (1: Best; 2: + Zigzag; 3: + GroupFirst;
+// GroupSplit is added where the head groups divide evenly over the parts).
 std::unique_ptr<Partitioner> make_builtin_partitioner(int starts = 2);
 std::unique_ptr<Partitioner> make_metis_partitioner();
 std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built
