@@ -290,6 +290,25 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     std::fill(part.begin(), part.end(), 0);
     return part;
   }
+  if (strategy == InitialStrategy::GroupSplit) {
+    // Head group g's tiles on part g * k / G, homes where their nets already are.
+    int32_t num_groups = 0;
+    for (int32_t v = 0; v < n; ++v) num_groups = std::max(num_groups, s.group[v] + 1);
+    Loads l{std::vector<double>(static_cast<size_t>(k), 0.0), std::vector<double>(static_cast<size_t>(k), 0.0)};
+    std::vector<int32_t> homes;
+    for (int32_t v = 0; v < n; ++v) {
+      if (s.group[v] < 0) homes.push_back(v);
+      else put(s, v, static_cast<int>(static_cast<int64_t>(s.group[v]) * k / num_groups), l, part);
+    }
+    // Heaviest first, so the coarse blocks that fill a part's memory are placed while it has room.
+    std::stable_sort(homes.begin(), homes.end(),
+                     [&](int32_t a, int32_t b) { return s.memory[a] > s.memory[b]; });
+    std::vector<int> all(static_cast<size_t>(k));
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<double> score(static_cast<size_t>(k), 0.0);
+    place_homes(s, homes, all, caps, l, part, score);
+    return part;
+  }
   // Vertices by (sequence, query row, token block before tiles, head group, key block).
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);

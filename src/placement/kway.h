@@ -108,7 +108,10 @@ void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint
 // all three through repair and FM and keeps the best (a portfolio: FM ends in different local
 // optima from different starts). SharedBands: Best plus bands shared by 2 or 3 parts (cut by key
 // block) at the bottom of a sequence cut over 5 or more parts.
-enum class InitialStrategy { Best, GroupFirst, Zigzag, SharedBands };
+// GroupSplit: every tile on the part of its head group (group g on part g * k / G; only where
+// the G head groups divide evenly over the k parts), homes placed afterwards where their nets
+// are: see BuiltinPartitioner for when it runs.
+enum class InitialStrategy { Best, GroupFirst, Zigzag, SharedBands, GroupSplit };
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
                                         InitialStrategy strategy = InitialStrategy::Best);
 
@@ -126,7 +129,8 @@ class Partitioner {
                                          uint64_t seed, int refine_passes) const = 0;
 };
 
-// `starts`: initial placements tried at the device level (1: Best; 2: + Zigzag; 3: + GroupFirst).
+// `starts`: initial placements tried at the device level (1: Best; 2: + Zigzag; 3: + GroupFirst;
+// GroupSplit is added where the head groups divide evenly over the parts).
 std::unique_ptr<Partitioner> make_builtin_partitioner(int starts = 2);
 std::unique_ptr<Partitioner> make_metis_partitioner();
 std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built

@@ -165,6 +165,15 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         const std::vector<int32_t> none(static_cast<size_t>(nv), 0);
         const placement::SubHypergraph all = make_sub(table, h, none, -1, w_inter);
         placement::repair_balance(all, caps, parts);
+        // The repair moves vertices greedily, one bound at a time, and no level refines its
+        // moves afterwards: FM under the same bounds wins much of their cost back (dryrun, round
+        // 9: ldc sparse 0.362 -> 0.353 of the best static baseline, causal_blockwise most).
+        // Here every device cut costs the inter weight, intra-node ones included; with 2
+        // devices per node that proxy is close, with 8 FM trades inter-node bytes for
+        // intra-node cuts (micro longalign causal_blockwise 0.374 -> 0.420) and runs past the
+        // planning-time target (293 ms), so it stays off there.
+        if (dpn <= 2 && opts.partitioner == PartitionerKind::Builtin)
+          placement::refine_fm(all, caps, opts.seed, opts.refine_passes, parts);
       }
     }
   }

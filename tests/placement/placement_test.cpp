@@ -574,6 +574,39 @@ TEST(Placement, PortfolioNeverWorseThanOneStart) {
   }
 }
 
+TEST(Placement, GroupSplitPutsEachHeadGroupOnItsPart) {
+  // Two head groups over two parts: every tile lands on its group's part, so the compute splits
+  // in exact halves and no KV net is read by both parts; every token block gets one part.
+  Batch batch;
+  batch.shape.q_heads = 4;
+  batch.shape.kv_heads = 2;
+  batch.shape.head_dim = 64;
+  batch.sequences.push_back(Sequence{.length = 2000, .mask = Mask::shared_question_for(2000), .id = ""});
+  batch.sequences.push_back(Sequence{.length = 700, .mask = Mask::causal(), .id = ""});
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  const placement::SubHypergraph s = whole_level(table, h);
+  double tc = 0, tm = 0;
+  for (int32_t v = 0; v < s.num_vertices(); ++v) {
+    tc += s.compute[v];
+    tm += s.memory[v];
+  }
+  placement::PartCaps caps;
+  caps.compute.assign(2, 1.1 * tc / 2);
+  caps.memory.assign(2, 1.2 * tm / 2);
+  const auto part = placement::structured_initial(s, caps, placement::InitialStrategy::GroupSplit);
+  ASSERT_EQ(part.size(), static_cast<size_t>(s.num_vertices()));
+  double c0 = 0;
+  for (int32_t v = 0; v < s.num_vertices(); ++v) {
+    ASSERT_TRUE(part[v] == 0 || part[v] == 1);
+    if (s.group[v] >= 0) {
+      EXPECT_EQ(part[v], s.group[v]);
+    }
+    if (part[v] == 0) c0 += s.compute[v];
+  }
+  EXPECT_NEAR(c0, tc / 2, 1e-9 * tc);
+}
+
 TEST(Placement, SharedBandsCandidateOnOneLongSequence) {
   // One causal sequence cut over 5..8 parts (where bands shared by 2-3 parts are tried): every
   // vertex gets one part in range, the start is never costlier than Best's (a superset of its
