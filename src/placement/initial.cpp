@@ -90,15 +90,65 @@ void fill(const SubHypergraph& s, const std::vector<int32_t>& verts, const std::
   }
 }
 
+// Band ends (one past each part's last row) of the cheapest row bands: the cut points, one band
+// per part in order (a band may be empty), that fit every part's room and minimise the summed
+// cut cost, by dynamic programming over (part, end row). The summed cut cost is the exact cost of
+// the bands when every net's readers form a run of rows (causal, answer and question KV), so
+// this sees what the greedy cut cannot: on a shared-question sequence an early cheap cut in one
+// answer pushes the next bands off the answer boundaries, and the answers then span three parts
+// each instead of two (dryrun scale 4: 13 answer key blocks crossing per answer instead of 7).
+// Returns false when no cut points fit.
+bool cheapest_band_ends(const std::vector<double>& rc, const std::vector<double>& rm,
+                        const std::vector<double>& cut_cost, const std::vector<int>& parts,
+                        const PartCaps& caps, const Loads& l, std::vector<size_t>& ends) {
+  const size_t num_rows = rc.size(), k = parts.size();
+  constexpr double kNone = std::numeric_limits<double>::infinity();
+  // cost[j * (R + 1) + e]: cheapest placement of rows [0, e) in the first j parts; from: where
+  // part j's band starts (e itself when it is empty).
+  std::vector<double> cost((k + 1) * (num_rows + 1), kNone);
+  std::vector<size_t> from((k + 1) * (num_rows + 1), 0);
+  cost[0] = 0;
+  for (size_t j = 1; j <= k; ++j) {
+    const int p = parts[j - 1];
+    const double room_c = caps.compute[p] - l.c[p], room_m = caps.memory[p] - l.m[p];
+    const double* prev = &cost[(j - 1) * (num_rows + 1)];
+    double* cur = &cost[j * (num_rows + 1)];
+    size_t* arg = &from[j * (num_rows + 1)];
+    for (size_t e = 0; e <= num_rows; ++e) {
+      cur[e] = prev[e];
+      arg[e] = e;
+      double c = 0, m = 0;
+      for (size_t b = e; b-- > 0;) {
+        c += rc[b];
+        m += rm[b];
+        if ((rc[b] > 0 && c > room_c) || (rm[b] > 0 && m > room_m)) break;
+        const double v = prev[b] + (b > 0 ? cut_cost[b - 1] : 0.0);
+        if (v < cur[e] - 1e-9) {
+          cur[e] = v;
+          arg[e] = b;
+        }
+      }
+    }
+  }
+  if (cost[k * (num_rows + 1) + num_rows] == kNone) return false;
+  ends.assign(k, 0);
+  for (size_t j = k, e = num_rows; j > 0; --j) {
+    ends[j - 1] = e;
+    e = from[j * (num_rows + 1) + e];
+  }
+  return true;
+}
+
 // Row bands with chosen cut points: part j (in order) ends its band at the row, among those it
 // can hold and that leave the later parts room for the rest, where the fewest net bytes cross
 // the cut (key blocks above it still read below it); ties go to the later row. On a
 // shared-question sequence those cuts are the answer boundaries, where only the question's KV
-// crosses; on a causal one the choice leans to earlier cuts. Rows are the runs of `verts`
+// crosses; on a causal one the choice leans to earlier cuts. With `cheapest`, the cut points
+// are chosen together instead (cheapest_band_ends) where they fit. Rows are the runs of `verts`
 // given by `row_starts`; cut_cost[r] is the cost of cutting after row r.
 void fill_bands(const SubHypergraph& s, const std::vector<int32_t>& verts,
                 const std::vector<size_t>& row_starts, const std::vector<double>& cut_cost,
-                const std::vector<int>& parts, const PartCaps& caps, Loads& l,
+                const std::vector<int>& parts, const PartCaps& caps, bool cheapest, Loads& l,
                 std::vector<int32_t>& part) {
   const size_t num_rows = row_starts.size() - 1;
   std::vector<double> rc(num_rows, 0.0), rm(num_rows, 0.0);
@@ -114,6 +164,15 @@ void fill_bands(const SubHypergraph& s, const std::vector<int32_t>& verts,
     suf_m[r] = suf_m[r + 1] + rm[r];
   }
   size_t start = 0;  // first row not yet placed
+  std::vector<size_t> ends;
+  if (cheapest && cheapest_band_ends(rc, rm, cut_cost, parts, caps, l, ends)) {
+    for (size_t j = 0; j < parts.size(); ++j) {
+      for (size_t r = start; r < ends[j]; ++r)
+        for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) put(s, verts[i], parts[j], l, part);
+      start = ends[j];
+    }
+    return;
+  }
   for (size_t j = 0; j < parts.size() && start < num_rows; ++j) {
     const int p = parts[j];
     size_t end = num_rows;  // one past the band's last row
@@ -200,11 +259,14 @@ void fill_shared_bands(const SubHypergraph& s, const std::vector<int32_t>& tiles
 // in compute and full in memory: plain row bands put them all on the first parts, whose memory
 // then fills long before their compute (dryrun: 8 blocks per node), and the answer rows pushed
 // on pay their Q side remote. Spreading the prefix gives every part the mix of light and heavy
-// rows that meets both caps with homes next to their tiles.
+// rows that meets both caps with homes next to their tiles. With `cheapest` the answer bands are
+// cut together against the full caps (cheapest_band_ends): the compute share leaves too little
+// slack for rows of 1-2 % of the batch each to be cut at all, and what the bands leave is room
+// the light prefix rows fill well.
 void fill_prefix_spread(const SubHypergraph& s, const std::vector<int32_t>& verts,
                         const std::vector<size_t>& row_starts, const std::vector<double>& cut_cost,
                         size_t prefix_rows, const std::vector<int>& parts, const PartCaps& caps,
-                        Loads& l, std::vector<int32_t>& part, std::vector<int32_t>& rest,
+                        bool cheapest, Loads& l, std::vector<int32_t>& part, std::vector<int32_t>& rest,
                         std::vector<size_t>& rest_starts, std::vector<double>& rest_cut) {
   const size_t num_rows = row_starts.size() - 1;
   const size_t split = row_starts[prefix_rows];
@@ -221,7 +283,7 @@ void fill_prefix_spread(const SubHypergraph& s, const std::vector<int32_t>& vert
   rest_cut.clear();
   for (size_t r = prefix_rows; r <= num_rows; ++r) rest_starts.push_back(row_starts[r] - split);
   for (size_t r = prefix_rows; r < num_rows; ++r) rest_cut.push_back(cut_cost[r]);
-  fill_bands(s, rest, rest_starts, rest_cut, parts, band, l, part);
+  fill_bands(s, rest, rest_starts, rest_cut, parts, cheapest ? caps : band, cheapest, l, part);
   for (size_t r = prefix_rows; r-- > 0;) {
     double c = 0, m = 0;
     for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) {
@@ -475,7 +537,7 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     double best_cost = 0, best_over = 0;
     std::vector<int32_t> best_part;
     Loads best_l;
-    auto consider = [&](int variant, const std::vector<int>& parts) {
+    auto consider = [&](int variant, const std::vector<int>& parts, bool cheapest = false) {
       Loads trial = l;
       if (variant == 0) {
         fill(s, tiles_row, parts, lim, trial, part);
@@ -485,9 +547,9 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       } else if (variant == 2) {
         fill(s, tiles_zigzag, parts, lim, trial, part);
       } else if (variant == 3) {
-        fill_bands(s, tiles_row, row_starts, cut_cost, parts, lim, trial, part);
+        fill_bands(s, tiles_row, row_starts, cut_cost, parts, lim, false, trial, part);
       } else if (variant == 5) {
-        fill_prefix_spread(s, tiles_row, row_starts, cut_cost, prefix_rows, parts, lim, trial, part,
+        fill_prefix_spread(s, tiles_row, row_starts, cut_cost, prefix_rows, parts, lim, cheapest, trial, part,
                            prefix_rest, rest_starts, rest_cut);
       } else {
         fill_shared_bands(s, tiles_plain, band_sizes, parts, lim, trial, part, run_scratch);
@@ -571,6 +633,11 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       if (prefix_rows >= 2 && prefix_rows < num_rows) {
         consider(5, ascending);
         consider(5, chosen);
+        // The answer bands cut together (cheapest_band_ends), where each node's two devices
+        // split it by head group (round 10: dryrun ldc shared question 31.0 -> 25.9 GB). With 8
+        // devices per node (micro) it changed bytes by under 1 % and left one more batch over
+        // the full-memory bound, so it is not tried there.
+        if (s.sub_parts == 2) consider(5, ascending, true);
       }
     }
     // Bands shared by 2 or 3 parts at the bottom (light single bands on top), every mix of
