@@ -306,6 +306,72 @@ void fill_prefix_spread(const SubHypergraph& s, const std::vector<int32_t>& vert
   }
 }
 
+// Corner split ("the top rows' nodes take the bottom-left corner"). Parts `bottom`, in order,
+// take the last rows, bottom up, as many as their memory holds (homes inline), and of those rows
+// the tiles right of the key block where their compute room ends (the same key block for all
+// rows of a part); the tiles left of it form the corner. Parts `top` take the remaining top
+// rows whole in zigzag order (a light and a heavy row each, homes inline) as far as memory
+// allows, then the corner's tiles row by row while their compute allows; the last top part
+// takes what is left (callers repair). Why: when a causal sequence spans many nodes, memory
+// fixes each node's home share (dryrun, one sequence of 64 blocks: exactly 8 per node), so row
+// bands must home the heavy bottom rows away from the big top band, and the node-level zigzag
+// (a2a_p2p's layout) has every node read nearly all key blocks up to its last row. Here the
+// bottom bands do not read the first key blocks, and the top nodes read mostly key blocks their
+// own rows need anyway, for one Q side per corner row they take. Round 11 (bench/causal_layouts,
+// one causal sequence of 32 or 64 blocks over 8 nodes x 2): place_dcp with this start pays 0.89
+// of a2a_p2p's inter-node bytes (1.00 before), the best row bands 0.99-1.08; annealing finds
+// layouts of this shape at 0.81.
+void fill_corner(const SubHypergraph& s, const std::vector<int32_t>& verts,
+                 const std::vector<size_t>& row_starts, const std::vector<int32_t>& row_of,
+                 const std::vector<int>& top, const std::vector<int>& bottom, bool zigzag_head,
+                 const PartCaps& caps, Loads& l, std::vector<int32_t>& part, std::vector<int32_t>& head,
+                 std::vector<int32_t>& corner, std::vector<double>& col_c) {
+  const size_t num_rows = row_starts.size() - 1;
+  head.clear(), corner.clear();
+  size_t end = num_rows;  // rows [end, num_rows) are placed
+  for (size_t j = 0; j < bottom.size() && end > 0; ++j) {
+    const int p = bottom[j];
+    const size_t stop = end;
+    // Homes first, bottom up (a row's run starts with its token block).
+    while (end > 0 && fits(s, verts[row_starts[end - 1]], p, l, caps)) put(s, verts[row_starts[--end]], p, l, part);
+    // The key block where the part's compute room ends: the rows' tiles right of it fit.
+    col_c.assign(num_rows, 0.0);
+    for (size_t i = row_starts[end]; i < row_starts[stop]; ++i)
+      if (s.group[verts[i]] >= 0) col_c[static_cast<size_t>(row_of[static_cast<size_t>(s.col[verts[i]])])] += s.compute[verts[i]];
+    double room = std::max(0.0, caps.compute[p] - l.c[p]);
+    size_t cut = num_rows;
+    while (cut > 0 && col_c[cut - 1] <= room) room -= col_c[--cut];
+    for (size_t r = end; r < stop; ++r)
+      for (size_t i = row_starts[r]; i < row_starts[r + 1]; ++i) {
+        const int32_t v = verts[i];
+        if (s.group[v] < 0) continue;
+        if (static_cast<size_t>(row_of[static_cast<size_t>(s.col[v])]) >= cut) put(s, v, p, l, part);
+        else corner.push_back(v);
+      }
+  }
+  for (size_t a = 0, b = end; a < b;) {
+    head.insert(head.end(), verts.begin() + static_cast<std::ptrdiff_t>(row_starts[a]),
+                verts.begin() + static_cast<std::ptrdiff_t>(row_starts[a + 1]));
+    if (++a < b && zigzag_head) {
+      --b;
+      head.insert(head.end(), verts.begin() + static_cast<std::ptrdiff_t>(row_starts[b]),
+                  verts.begin() + static_cast<std::ptrdiff_t>(row_starts[b + 1]));
+    }
+  }
+  size_t h = 0, c = 0;
+  for (size_t j = 0; j < top.size(); ++j) {
+    const int p = top[j];
+    const bool last = j + 1 == top.size();
+    for (; h < head.size() && (last || fits(s, head[h], p, l, caps)); ++h) put(s, head[h], p, l, part);
+    for (; c < corner.size() && (last || fits(s, corner[c], p, l, caps)); ++c) put(s, corner[c], p, l, part);
+  }
+}
+
+// Tiles (not token blocks) among `verts`.
+size_t count_tiles(const SubHypergraph& s, const std::vector<int32_t>& verts) {
+  return static_cast<size_t>(std::count_if(verts.begin(), verts.end(), [&](int32_t v) { return s.group[v] >= 0; }));
+}
+
 // Homes after their tiles: each token block goes where most of its nets' bytes already are,
 // among the parts with memory room (the most room on ties), else to the part with most room.
 void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
@@ -415,7 +481,10 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
   sc.part_stamp.assign(static_cast<size_t>(k), 0);
   std::vector<double> score(static_cast<size_t>(k), 0.0);
   std::vector<int32_t> nets, tiles_row, tiles_group, tiles_zigzag, tiles_plain, homes, run_scratch,
-      prefix_rest;
+      prefix_rest, corner_head, corner_tiles;
+  std::vector<int> corner_top, corner_bottom;
+  std::vector<double> corner_cols;
+  bool corner_zigzag = true;
   std::vector<int> band_sizes;
   std::vector<size_t> row_starts;
   std::vector<double> cut_cost, rest_cut;
@@ -551,6 +620,9 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       } else if (variant == 5) {
         fill_prefix_spread(s, tiles_row, row_starts, cut_cost, prefix_rows, parts, lim, cheapest, trial, part,
                            prefix_rest, rest_starts, rest_cut);
+      } else if (variant == 6) {
+        fill_corner(s, tiles_row, row_starts, row_index, corner_top, corner_bottom, corner_zigzag, lim, trial, part,
+                    corner_head, corner_tiles, corner_cols);
       } else {
         fill_shared_bands(s, tiles_plain, band_sizes, parts, lim, trial, part, run_scratch);
         place_homes(s, homes, parts, lim, trial, part, score);
@@ -611,6 +683,26 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       for (size_t r = 0; r < num_rows; ++r) cut_cost[r] = (run += diff[r]);
       consider(3, ascending);
       consider(3, chosen);
+      // Corner splits, at a node level of 2 devices per node (see fill_corner), of a full causal
+      // triangle (row r reads key blocks 0..r): parts from the front of `chosen` or of
+      // `ascending` take the top rows and the corner, 2 fewer to 2 more than half of them, with
+      // the top rows in zigzag or in plain order. On lambda, causal-blockwise and shared-question
+      // sequences it was chosen by its initial cost but ended worse after refinement (dryrun ldc
+      // sparse 0.314 -> 0.325), so it is not tried there.
+      const size_t groups_per_row = row_starts[1] - row_starts[0] - 1;  // row 0: home + (0, 0) per group
+      const bool full_causal = count_tiles(s, tiles_row) == groups_per_row * num_rows * (num_rows + 1) / 2;
+      if (s.sub_parts == 2 && chosen.size() >= 5 && full_causal) {
+        const size_t m = chosen.size();
+        for (size_t m1 = std::max<size_t>(1, m / 2 - 2); m1 <= std::min(m - 1, m / 2 + 2); ++m1)
+          for (const auto* order_parts : {&chosen, &ascending}) {
+            corner_top.assign(order_parts->begin(), order_parts->begin() + static_cast<std::ptrdiff_t>(m1));
+            corner_bottom.assign(order_parts->begin() + static_cast<std::ptrdiff_t>(m1), order_parts->end());
+            for (const bool zz : {true, false}) {
+              corner_zigzag = zz;
+              consider(6, chosen);
+            }
+          }
+      }
       // A shared prefix: the key blocks that rows read before a gap in their key blocks (a
       // shared question; a sink block of lambda / causal-blockwise, too short to try).
       int32_t prefix_end = std::numeric_limits<int32_t>::max();
