@@ -22,6 +22,7 @@
 // Usage: causal_layouts [--blocks N,N,...] [--eps E] [--iters M]   (defaults 32,64; 0.075; 20 M)
 // (sizes in doubling order let the scaled-up start apply, e.g. --blocks 16,32,64)
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -42,6 +43,9 @@ struct Model {
   int n = 0, k = 0, home_cap = 0;
   double q = 0, kv = 0, cap = 0;  // net bytes per block (one head group); compute cap per node
   std::vector<double> w;          // w[i * n + j]: flops of tile (i, j), j <= i, one head group
+  std::vector<char> ex;           // ex[i * n + j]: the mask has tile (i, j)
+  std::vector<std::pair<int, int>> tiles;  // the tiles, row-major
+  bool has(int i, int j) const { return j >= 0 && j <= i && i < n && ex[static_cast<size_t>(i * n + j)] != 0; }
 };
 
 // One head group's layout: tile (i, j) -> node and token block -> home node.
@@ -56,8 +60,10 @@ double model_cost(const Model& m, const Layout& l) {
   std::vector<char> r(static_cast<size_t>(m.k)), col(static_cast<size_t>(m.k));
   for (int b = 0; b < m.n; ++b) {
     std::fill(r.begin(), r.end(), 0), std::fill(col.begin(), col.end(), 0);
-    for (int j = 0; j <= b; ++j) r[static_cast<size_t>(l.tile[static_cast<size_t>(b * m.n + j)])] = 1;
-    for (int i = b; i < m.n; ++i) col[static_cast<size_t>(l.tile[static_cast<size_t>(i * m.n + b)])] = 1;
+    for (int j = 0; j <= b; ++j)
+      if (m.has(b, j)) r[static_cast<size_t>(l.tile[static_cast<size_t>(b * m.n + j)])] = 1;
+    for (int i = b; i < m.n; ++i)
+      if (m.has(i, b)) col[static_cast<size_t>(l.tile[static_cast<size_t>(i * m.n + b)])] = 1;
     for (int p = 0; p < m.k; ++p)
       if (p != l.home[static_cast<size_t>(b)]) c += m.q * r[static_cast<size_t>(p)] + m.kv * col[static_cast<size_t>(p)];
   }
@@ -102,33 +108,32 @@ Measured measure(const dcp::BlockTable& t, const dcp::Cluster& c, const Model& m
 // places, an upper bound of the best.
 Layout best_row_chunks(const Model& m, double overflow, double* cost_out) {
   const int n = m.n;
-  std::vector<int> ri, cj;  // row-major position -> (i, j)
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j <= i; ++j) ri.push_back(i), cj.push_back(j);
+  std::vector<int> ri, cj;  // row-major position -> (i, j), the mask's tiles only
+  for (const auto& [i, j] : m.tiles) ri.push_back(i), cj.push_back(j);
   const int total = static_cast<int>(ri.size());
-  std::vector<double> pre(static_cast<size_t>(total) + 1, 0);
-  for (int x = 0; x < total; ++x)
-    pre[static_cast<size_t>(x) + 1] = pre[static_cast<size_t>(x)] + m.w[static_cast<size_t>(ri[static_cast<size_t>(x)] * n + cj[static_cast<size_t>(x)])];
-  auto chunk_cost = [&](int s, int e) {  // positions [s, e), e > s
-    const int i0 = ri[static_cast<size_t>(s)], j0 = cj[static_cast<size_t>(s)];
-    const int i1 = ri[static_cast<size_t>(e - 1)], j1 = cj[static_cast<size_t>(e - 1)];
-    int cols;
-    if (i1 == i0) cols = j1 - j0 + 1;
-    else if (i1 >= i0 + 2) cols = i1 + (j1 == i1);
-    else cols = (j1 + 1) + (i0 - j0 + 1) - std::max(0, std::min(j1, i0) - j0 + 1);
-    // Diagonal tiles held: rows i0..i1 whose tile (i, i) lies in [s, e).
-    const int diag = (i1 - i0 + 1) - (j1 < i1);
-    return m.q * (i1 - i0 + 1) + m.kv * cols - (m.q + m.kv) * diag + overflow * std::max(0, diag - m.home_cap);
-  };
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<std::vector<double>> best(static_cast<size_t>(m.k) + 1, std::vector<double>(static_cast<size_t>(total) + 1, inf));
   std::vector<std::vector<int>> from(best.size(), std::vector<int>(static_cast<size_t>(total) + 1, -1));
   best[0][0] = 0;
+  // A chunk [s, e) costs q per row and kv per column it touches (every row between its first and
+  // last has its diagonal tile, so rows are i1 - i0 + 1), minus q + kv per diagonal tile held
+  // (homed there), plus `overflow` per diagonal over the home cap; columns counted as e grows.
+  std::vector<int> stamp(static_cast<size_t>(n), -1);
   for (int p = 0; p < m.k; ++p)
     for (int s = 0; s < total; ++s) {
-      if (best[static_cast<size_t>(p)][static_cast<size_t>(s)] == inf) continue;
-      for (int e = s + 1; e <= total && pre[static_cast<size_t>(e)] - pre[static_cast<size_t>(s)] <= m.cap; ++e) {
-        const double c = best[static_cast<size_t>(p)][static_cast<size_t>(s)] + chunk_cost(s, e);
+      const double base = best[static_cast<size_t>(p)][static_cast<size_t>(s)];
+      if (base == inf) continue;
+      int cols = 0, diag = 0;
+      double load = 0;
+      const int stamp_id = p * total + s;
+      for (int e = s + 1; e <= total; ++e) {
+        const size_t x = static_cast<size_t>(e - 1);
+        load += m.w[static_cast<size_t>(ri[x] * n + cj[x])];
+        if (load > m.cap) break;
+        if (stamp[static_cast<size_t>(cj[x])] != stamp_id) stamp[static_cast<size_t>(cj[x])] = stamp_id, ++cols;
+        diag += ri[x] == cj[x];
+        const int rows = ri[x] - ri[static_cast<size_t>(s)] + 1;
+        const double c = base + m.q * rows + m.kv * cols - (m.q + m.kv) * diag + overflow * std::max(0, diag - m.home_cap);
         if (c < best[static_cast<size_t>(p) + 1][static_cast<size_t>(e)])
           best[static_cast<size_t>(p) + 1][static_cast<size_t>(e)] = c, from[static_cast<size_t>(p) + 1][static_cast<size_t>(e)] = s;
       }
@@ -181,12 +186,11 @@ Layout anneal(const Model& m, const Layout& start, int64_t iters, uint64_t seed,
   Layout l = start, best_l = start;
   std::vector<int> rc(static_cast<size_t>(n * k), 0), cc(static_cast<size_t>(n * k), 0), homes(static_cast<size_t>(k), 0);
   std::vector<double> load(static_cast<size_t>(k), 0);
-  for (int i = 0; i < n; ++i)
-    for (int j = 0; j <= i; ++j) {
-      const int p = l.tile[static_cast<size_t>(i * n + j)];
-      ++rc[static_cast<size_t>(i * k + p)], ++cc[static_cast<size_t>(j * k + p)];
-      load[static_cast<size_t>(p)] += m.w[static_cast<size_t>(i * n + j)];
-    }
+  for (const auto& [i, j] : m.tiles) {
+    const int p = l.tile[static_cast<size_t>(i * n + j)];
+    ++rc[static_cast<size_t>(i * k + p)], ++cc[static_cast<size_t>(j * k + p)];
+    load[static_cast<size_t>(p)] += m.w[static_cast<size_t>(i * n + j)];
+  }
   for (int b = 0; b < n; ++b) ++homes[static_cast<size_t>(l.home[static_cast<size_t>(b)])];
   // Cost of block b's two nets (rows and columns touched by nodes other than its home).
   auto block_cost = [&](int b, int home) {
@@ -229,20 +233,24 @@ Layout anneal(const Model& m, const Layout& start, int64_t iters, uint64_t seed,
         cost += d;
       }
     } else {  // a run of tiles on one node moves: 1 tile, or up to 8 along its row or column
-      const int i = static_cast<int>((r >> 8) % static_cast<uint64_t>(n));
-      const int j = static_cast<int>((r >> 24) % static_cast<uint64_t>(i + 1));
+      const auto [i, j] = m.tiles[static_cast<size_t>((r >> 8) % m.tiles.size())];
       const int from = l.tile[static_cast<size_t>(i * n + j)];
       const uint64_t s = rnd();
       int to;
-      if (s % 4 == 0) to = static_cast<int>((s >> 8) % static_cast<uint64_t>(k));
-      else if (s % 4 == 1) to = l.tile[static_cast<size_t>(i * n + static_cast<int>((s >> 8) % static_cast<uint64_t>(i + 1)))];
-      else to = l.tile[static_cast<size_t>((j + static_cast<int>((s >> 8) % static_cast<uint64_t>(n - j))) * n + j)];
+      if (s % 4 == 0) {
+        to = static_cast<int>((s >> 8) % static_cast<uint64_t>(k));
+      } else {  // the node of another tile of the row or the column (the mask may lack it)
+        const int oi = s % 4 == 1 ? i : j + static_cast<int>((s >> 8) % static_cast<uint64_t>(n - j));
+        const int oj = s % 4 == 1 ? static_cast<int>((s >> 8) % static_cast<uint64_t>(i + 1)) : j;
+        if (!m.has(oi, oj)) continue;
+        to = l.tile[static_cast<size_t>(oi * n + oj)];
+      }
       if (to == from) continue;
       const int shape = static_cast<int>((s >> 40) % 3), len = 1 + static_cast<int>((s >> 48) % 8);
       std::vector<std::pair<int, int>> run;
       for (int step = 0; step < (shape == 0 ? 1 : len); ++step) {
         const int ti = shape == 2 ? i + step : i, tj = shape == 1 ? j + step : j;
-        if (ti >= n || tj > ti || l.tile[static_cast<size_t>(ti * n + tj)] != from) break;
+        if (!m.has(ti, tj) || l.tile[static_cast<size_t>(ti * n + tj)] != from) break;
         run.push_back({ti, tj});
       }
       double w = 0;
@@ -276,11 +284,115 @@ Layout anneal(const Model& m, const Layout& start, int64_t iters, uint64_t seed,
   return best_l;
 }
 
+// Both bounds of the search: node compute within the cap, homes within the home cap.
+bool feasible(const Model& m, const Layout& l) {
+  if (l.tile.empty()) return false;
+  std::vector<double> load(static_cast<size_t>(m.k), 0);
+  std::vector<int> homes(static_cast<size_t>(m.k), 0);
+  for (const auto& [i, j] : m.tiles) load[static_cast<size_t>(l.tile[static_cast<size_t>(i * m.n + j)])] += m.w[static_cast<size_t>(i * m.n + j)];
+  for (const int h : l.home) ++homes[static_cast<size_t>(h)];
+  for (int p = 0; p < m.k; ++p)
+    if (load[static_cast<size_t>(p)] > m.cap * (1 + 1e-12) || homes[static_cast<size_t>(p)] > m.home_cap) return false;
+  return true;
+}
+
+// (d) Home-cap bound of every layout (compute bound ignored, so valid for any tile placement).
+// Take a tile (r, c) whose blocks have different homes, computed on node x: if x = home(r), x
+// reads column c (pair (c, x), kv); else x reads row r (pair (r, x), x != home(r), q). Charge
+// the tile to node home(r): its charges are column pairs (c, home(r)) and row pairs of its own
+// rows, so charges of different nodes never coincide, and node p pays at least the minimum
+// weighted vertex cover of the bipartite graph (rows homed on p, q each) x (columns homed
+// elsewhere, kv each) with an edge per tile. The bound is the sum over nodes, minimized over
+// home assignments within the home cap; with n <= 64 and <= 8 rows per node, the cover is exact
+// by enumerating the covered row subsets. `cols[r]`: columns of row r's tiles as a bit set.
+double node_cover(const Model& m, const std::vector<uint64_t>& cols, uint64_t homed, const std::vector<int>& rows) {
+  const int h = static_cast<int>(rows.size());
+  double best = std::numeric_limits<double>::infinity();
+  for (uint32_t sub = 0; sub < (1u << h); ++sub) {  // rows in `sub` covered by their Q side
+    uint64_t need = 0;
+    for (int x = 0; x < h; ++x)
+      if (!(sub >> x & 1u)) need |= cols[static_cast<size_t>(rows[static_cast<size_t>(x)])] & ~homed;
+    best = std::min(best, m.q * std::popcount(sub) + m.kv * std::popcount(need));
+  }
+  return best;
+}
+
+double node_bound(const Model& m, const std::vector<uint64_t>& cols, const std::vector<int>& home, int p) {
+  uint64_t homed = 0;
+  std::vector<int> rows;
+  for (int b = 0; b < m.n; ++b)
+    if (home[static_cast<size_t>(b)] == p) homed |= uint64_t{1} << b, rows.push_back(b);
+  return node_cover(m, cols, homed, rows);
+}
+
+double home_bound(const Model& m, const std::vector<uint64_t>& cols, const std::vector<int>& home) {
+  double total = 0;
+  for (int p = 0; p < m.k; ++p) total += node_bound(m, cols, home, p);
+  return total;
+}
+
+// The smallest home bound found: annealing over home moves (within the cap) and swaps from
+// `start`. A search, so the minimum over homes is not proved, only not beaten.
+std::vector<int> min_home_bound(const Model& m, const std::vector<uint64_t>& cols, std::vector<int> home, int64_t iters,
+                                uint64_t seed, double* out) {
+  std::vector<int> count(static_cast<size_t>(m.k), 0);
+  std::vector<double> node(static_cast<size_t>(m.k));
+  for (const int h : home) ++count[static_cast<size_t>(h)];
+  for (int p = 0; p < m.k; ++p) node[static_cast<size_t>(p)] = node_bound(m, cols, home, p);
+  double cost = home_bound(m, cols, home), best = cost;
+  std::vector<int> best_home = home;
+  uint64_t x = seed;
+  auto rnd = [&]() {
+    x += 0x9E3779B97F4A7C15ull;
+    uint64_t z = x;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  };
+  for (int64_t it = 0; it < iters; ++it) {
+    const double temp = 0.5 * m.kv * (1.0 - static_cast<double>(it) / static_cast<double>(iters)) + 1e-9;
+    const uint64_t r = rnd();
+    const int b = static_cast<int>((r >> 8) % static_cast<uint64_t>(m.n));
+    const int o = static_cast<int>((r >> 24) % static_cast<uint64_t>(m.n));
+    const int to = static_cast<int>((r >> 40) % static_cast<uint64_t>(m.k));
+    const int from = home[static_cast<size_t>(b)];
+    int other;
+    const bool swap = !(count[static_cast<size_t>(to)] < m.home_cap && to != from);
+    if (!swap) {
+      other = to, home[static_cast<size_t>(b)] = to;
+    } else {
+      other = home[static_cast<size_t>(o)];
+      if (other == from) continue;
+      std::swap(home[static_cast<size_t>(b)], home[static_cast<size_t>(o)]);
+    }
+    const double a = node_bound(m, cols, home, from), c = node_bound(m, cols, home, other);
+    const double d = a + c - node[static_cast<size_t>(from)] - node[static_cast<size_t>(other)];
+    if (d > 0 && std::exp(-d / temp) * 4294967296.0 <= static_cast<double>(rnd() & 0xFFFFFFFFull)) {
+      if (swap) std::swap(home[static_cast<size_t>(b)], home[static_cast<size_t>(o)]);
+      else home[static_cast<size_t>(b)] = from;
+      continue;
+    }
+    if (!swap) --count[static_cast<size_t>(from)], ++count[static_cast<size_t>(to)];
+    cost += d;
+    node[static_cast<size_t>(from)] = a, node[static_cast<size_t>(other)] = c;
+    if (cost < best - 1e-6) best = cost, best_home = home;
+  }
+  *out = best;
+  return best_home;
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream ss(s);
   for (std::string x; std::getline(ss, x, ',');) out.push_back(std::stoi(x));
   return out;
+}
+
+dcp::Mask mask_named(const std::string& name, int64_t length) {
+  if (name == "lambda") return dcp::Mask::lambda();
+  if (name == "causal_blockwise") return dcp::Mask::causal_blockwise();
+  if (name == "shared_question") return dcp::Mask::shared_question_for(length);
+  return dcp::Mask::causal();
 }
 
 }  // namespace
@@ -289,24 +401,31 @@ int main(int argc, char** argv) {
   std::vector<int> sizes = {32, 64};
   double eps = 0.075;  // the node-level compute target on dryrun (0.75 x eps_compute)
   int64_t iters = 20000000;
+  std::string mask_name = "causal";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--blocks") sizes = parse_list(argv[i + 1]);
     else if (a == "--eps") eps = std::stod(argv[i + 1]);
     else if (a == "--iters") iters = std::stoll(argv[i + 1]);
+    else if (a == "--mask") mask_name = argv[i + 1];
   }
   dcp::Cluster c = dcp::cluster_preset("a100-p4d", 8);
   c.devices_per_node = 2;
   const dcp::BlockOptions bo{.block_size = 1024, .q_heads_per_group = 0};
   // The best annealed layout of the previous size: single-tile annealing stalls on 64 blocks
   // (~2000 tiles) where it finds much on 32, so a layout of n / 2 blocks scaled up (tile (i, j)
-  // on the node of (i / 2, j / 2), same cost ratio) is one more start.
+  // on the node of (i / 2, j / 2), same cost ratio for causal) is one more start (when feasible).
   Layout prev;
   int prev_n = 0;
   for (const int n : sizes) {
+    if (n > 64) {
+      fmt::print("skipping {} blocks: the home bound works on 64-bit block sets\n", n);
+      continue;
+    }
     dcp::Batch batch;
     batch.shape = {.q_heads = 8, .kv_heads = 2, .head_dim = 128, .dtype = dcp::DType::BF16};
-    batch.sequences = {{.length = int64_t{n} * bo.block_size, .mask = dcp::Mask::causal(), .id = ""}};
+    const int64_t length = int64_t{n} * bo.block_size;
+    batch.sequences = {{.length = length, .mask = mask_named(mask_name, length), .id = ""}};
     const dcp::BlockTable t = dcp::build_block_table(batch, bo);
     const auto h = dcp::build_placement_hypergraph(t);
     Model m;
@@ -315,25 +434,34 @@ int main(int argc, char** argv) {
     m.kv = static_cast<double>(h.net_bytes[static_cast<size_t>(h.num_head_groups)]);
     m.home_cap = c.devices_per_node * static_cast<int>(std::floor(1.2 * n / c.num_devices() + 1e-9));
     m.w.assign(static_cast<size_t>(n * n), 0);
+    m.ex.assign(static_cast<size_t>(n * n), 0);
+    std::vector<uint64_t> cols(static_cast<size_t>(n), 0);
     double total = 0;
     for (size_t x = 0; x < t.tiles.size(); ++x)
       if (t.tiles[x].head_group == 0) {
-        m.w[static_cast<size_t>(t.tiles[x].q_block * n + t.tiles[x].kv_block)] = h.compute_flops[x];
+        const int i = t.tiles[x].q_block, j = t.tiles[x].kv_block;
+        m.w[static_cast<size_t>(i * n + j)] = h.compute_flops[x];
+        m.ex[static_cast<size_t>(i * n + j)] = 1;
+        cols[static_cast<size_t>(i)] |= uint64_t{1} << j;
         total += h.compute_flops[x];
       }
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j <= i; ++j)
+        if (m.has(i, j)) m.tiles.push_back({i, j});
     m.cap = (1 + eps) * total / m.k;
     const double groups = h.num_head_groups;
-    fmt::print("\n== one causal sequence of {} blocks (B = {}), {} nodes x {}, node compute <= {:.3f} x mean, "
+    fmt::print("\n== one {} sequence of {} blocks (B = {}, {} tiles per head group), {} nodes x {}, node compute <= {:.3f} x mean, "
                "<= {} homes per node; q = {:.2f} MB, kv = {:.2f} MB per block and head group ==\n",
-               n, bo.block_size, c.nodes, c.devices_per_node, 1 + eps, m.home_cap, m.q / 1e6, m.kv / 1e6);
-    fmt::print("{:<58} {:>9} {:>9} {:>8} {:>8}\n", "layout", "inter GB", "/ best st", "c_imb", "fmem_imb");
-    double best_static = 0;
+               mask_name, n, bo.block_size, m.tiles.size(), c.nodes, c.devices_per_node, 1 + eps, m.home_cap, m.q / 1e6,
+               m.kv / 1e6);
+    fmt::print("{:<62} {:>9} {:>9} {:>8} {:>8}\n", "layout", "inter GB", "/ a2a", "c_imb", "fmem_imb");
+    double a2a = 0;
     std::vector<std::pair<std::string, Measured>> rows;
     for (const auto kind : {dcp::BaselineKind::A2AP2P, dcp::BaselineKind::Zigzag}) {
       const dcp::PlacedBatch pb = dcp::make_baseline(kind, batch, bo, c);
       const auto pm = dcp::compute_metrics(pb.table, pb.placement, c);
       const double gb = static_cast<double>(pm.inter_bytes()) / 1e9;
-      best_static = best_static == 0 ? gb : std::min(best_static, gb);
+      if (kind == dcp::BaselineKind::A2AP2P) a2a = gb;
       rows.push_back({std::string("(b) ") + dcp::to_string(kind), {gb, pm.compute_imbalance, pm.memory_imbalance}});
     }
     const dcp::DcpPlacement d = dcp::place_dcp(t, c, dcp::PlacementOptions{});
@@ -341,7 +469,8 @@ int main(int argc, char** argv) {
                     {static_cast<double>(d.report.inter_bytes) / 1e9, d.report.compute_imbalance,
                      d.report.full_memory_imbalance}});
     const Layout zz = zigzag_nodes(m);
-    rows.push_back({"    node-level zigzag, head group per device", measure(t, c, m, zz)});
+    rows.push_back({std::string("    node-level zigzag, head group per device") + (feasible(m, zz) ? "" : " (over a cap)"),
+                    measure(t, c, m, zz)});
     double dp_cost = 0, dp_low = 0;
     const Layout chunks = best_row_chunks(m, m.q, &dp_cost);
     best_row_chunks(m, m.kv, &dp_low);
@@ -373,29 +502,47 @@ int main(int argc, char** argv) {
     for (const auto& [name, start] : {std::pair<const char*, const Layout*>{"(c) annealed from the best row bands", &bands},
                                       {"(c) annealed from node-level zigzag", &zz},
                                       {"(c) annealed from the n/2 annealed layout scaled up", &up}}) {
-      if (start->tile.empty()) continue;
+      if (!feasible(m, *start)) continue;
       const Layout a = anneal(m, *start, iters, 7);
       rows.push_back({name, measure(t, c, m, a)});
       const double cost = model_cost(m, a);
       if (best_annealed.tile.empty() || cost < best_annealed_cost) best_annealed = a, best_annealed_cost = cost;
-      if (n <= 32) {  // the annealed layout, for reading its structure
+      if (n <= 32) {  // the annealed layout, for reading its structure ('.': no tile)
         fmt::print("    {} (row i: node of tile (i, j), home node after '|'):\n", name);
         for (int i = 0; i < n; ++i) {
-          std::string s;
-          for (int j = 0; j <= i; ++j) s += static_cast<char>('0' + a.tile[static_cast<size_t>(i * n + j)]);
-          fmt::print("      {:>2} {:<{}} | {}\n", i, s, n, a.home[static_cast<size_t>(i)]);
+          std::string str;
+          for (int j = 0; j <= i; ++j) str += m.has(i, j) ? static_cast<char>('0' + a.tile[static_cast<size_t>(i * n + j)]) : '.';
+          fmt::print("      {:>2} {:<{}} | {}\n", i, str, n, a.home[static_cast<size_t>(i)]);
         }
       }
     }
     prev = best_annealed, prev_n = n;
-    // Round-4 relaxation bound (no memory bound; see diagnose_placement).
-    const double k = m.k, area = 0.5 * n * n;
-    const double r = std::max(n / k, std::sqrt(m.kv * area / k / m.q));
-    const double relax = groups * std::max(0.0, k * (m.q * r + m.kv * area / (k * r)) - (m.q + m.kv) * n) / 1e9;
-    rows.push_back({"    relaxation lower bound (no memory bound)", {relax, 0, 0}});
+    // (d) Home-cap bound: contiguous homes (n / k blocks per node in order), then the smallest
+    // found by annealing the homes from those, from the node-level zigzag's and from the best
+    // annealed layout's homes.
+    std::vector<int> contiguous(static_cast<size_t>(n));
+    for (int b = 0; b < n; ++b) contiguous[static_cast<size_t>(b)] = std::min(m.k - 1, b / std::max(1, n / m.k));
+    const double contiguous_bound = home_bound(m, cols, contiguous);
+    double home_min = contiguous_bound;
+    std::vector<std::vector<int>> starts = {contiguous, zz.home};
+    if (!best_annealed.home.empty()) starts.push_back(best_annealed.home);
+    for (const auto& st : starts) {
+      double v = 0;
+      min_home_bound(m, cols, st, 200000, 11, &v);
+      home_min = std::min({home_min, v, home_bound(m, cols, st)});
+    }
+    rows.push_back({"(d) home-cap bound, contiguous homes", {groups * contiguous_bound / 1e9, 0, 0}});
+    rows.push_back({"(d) home-cap bound, smallest over homes found (any layout)", {groups * home_min / 1e9, 0, 0}});
+    if (mask_name == "causal") {
+      // Round-4 relaxation bound (no memory bound; see diagnose_placement).
+      const double k = m.k, area = 0.5 * n * n;
+      const double r = std::max(n / k, std::sqrt(m.kv * area / k / m.q));
+      const double relax = groups * std::max(0.0, k * (m.q * r + m.kv * area / (k * r)) - (m.q + m.kv) * n) / 1e9;
+      rows.push_back({"    relaxation lower bound (no memory bound)", {relax, 0, 0}});
+    }
     for (const auto& [name, v] : rows)
-      fmt::print("{:<58} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f}\n", name, v.inter_gb, v.inter_gb / best_static,
-                 v.compute_imb, v.full_mem_imb);
+      fmt::print("{:<62} {:>9.3f} {:>9.3f} {:>8.3f} {:>8.3f}\n", name, v.inter_gb, v.inter_gb / a2a, v.compute_imb,
+                 v.full_mem_imb);
   }
   return 0;
 }
