@@ -161,22 +161,55 @@ placement::SubHypergraph whole_level(const BlockTable& t, const PlacementHypergr
   return s;
 }
 
+// A partition's compute and memory per part.
+struct PartLoads {
+  std::vector<double> c, m;
+};
+PartLoads part_loads(const placement::SubHypergraph& s, const std::vector<int32_t>& part, int k) {
+  PartLoads l{std::vector<double>(static_cast<size_t>(k), 0.0), std::vector<double>(static_cast<size_t>(k), 0.0)};
+  for (int32_t v = 0; v < s.num_vertices(); ++v) {
+    l.c[static_cast<size_t>(part[v])] += s.compute[v];
+    l.m[static_cast<size_t>(part[v])] += s.memory[v];
+  }
+  return l;
+}
+// Every part within its caps (times 1 + rel, for round-off).
+bool within_caps(const PartLoads& l, const placement::PartCaps& caps, double rel = 0.0) {
+  for (size_t p = 0; p < l.c.size(); ++p)
+    if (l.c[p] > caps.compute[p] * (1 + rel) || l.m[p] > caps.memory[p] * (1 + rel)) return false;
+  return true;
+}
+
+// `batch` (block size 64) as one level of `sub_parts` devices per part, with k parts' caps at
+// compute_slack / memory_slack times the mean compute / memory.
+struct Level {
+  BlockTable table;
+  placement::SubHypergraph s;
+  placement::PartCaps caps;
+  double total_compute = 0;
+};
+Level whole_level_with_caps(const Batch& batch, int k, double compute_slack, double memory_slack, int sub_parts = 1) {
+  Level level;
+  level.table = build_block_table(batch, BlockOptions{.block_size = 64});
+  level.s = whole_level(level.table, build_placement_hypergraph(level.table));
+  level.s.sub_parts = sub_parts;
+  double tm = 0;
+  for (int32_t v = 0; v < level.s.num_vertices(); ++v) {
+    level.total_compute += level.s.compute[v];
+    tm += level.s.memory[v];
+  }
+  level.caps.compute.assign(static_cast<size_t>(k), compute_slack * level.total_compute / k);
+  level.caps.memory.assign(static_cast<size_t>(k), memory_slack * tm / k);
+  return level;
+}
+
 TEST(Placement, FmNeverWorsensAndKeepsCaps) {
   uint64_t seed = 70;
   for (int k : {2, 3, 5}) {
     for (Mask mask : {Mask::causal(), Mask::lambda(16, 256)}) {
-      const Batch batch = random_batch(++seed, 5000, 4, 2, mask);
-      const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
-      const PlacementHypergraph h = build_placement_hypergraph(table);
-      const placement::SubHypergraph s = whole_level(table, h);
-      double tc = 0, tm = 0;
-      for (int32_t v = 0; v < s.num_vertices(); ++v) {
-        tc += s.compute[v];
-        tm += s.memory[v];
-      }
-      placement::PartCaps caps;
-      caps.compute.assign(k, 1.1 * tc / k);
-      caps.memory.assign(k, 1.3 * tm / k);
+      const Level level = whole_level_with_caps(random_batch(++seed, 5000, 4, 2, mask), k, 1.1, 1.3);
+      const placement::SubHypergraph& s = level.s;
+      const placement::PartCaps& caps = level.caps;
       // From the structured start and from a random one.
       for (int start = 0; start < 2; ++start) {
         std::vector<int32_t> part = placement::structured_initial(s, caps);
@@ -191,14 +224,10 @@ TEST(Placement, FmNeverWorsensAndKeepsCaps) {
         const double after = placement::sub_objective(s, part, k);
         EXPECT_LE(after, before * (1 + 1e-12)) << "k=" << k << " start=" << start;
         if (fits) {
-          std::vector<double> c(k, 0), m(k, 0);
-          for (int32_t v = 0; v < s.num_vertices(); ++v) {
-            c[part[v]] += s.compute[v];
-            m[part[v]] += s.memory[v];
-          }
+          const PartLoads l = part_loads(s, part, k);
           for (int p = 0; p < k; ++p) {
-            EXPECT_LE(c[p], caps.compute[p] * (1 + 1e-12));
-            EXPECT_LE(m[p], caps.memory[p] * (1 + 1e-12));
+            EXPECT_LE(l.c[p], caps.compute[p] * (1 + 1e-12));
+            EXPECT_LE(l.m[p], caps.memory[p] * (1 + 1e-12));
           }
         }
       }
@@ -537,36 +566,13 @@ TEST(Placement, PortfolioNeverWorseThanOneStart) {
   uint64_t seed = 120;
   for (int k : {2, 3, 4}) {
     for (Mask mask : {Mask::causal(), Mask::lambda(16, 256), Mask::causal_blockwise(32, 2, 1)}) {
-      const Batch batch = random_batch(++seed, 5000, 4, 2, mask);
-      const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
-      const PlacementHypergraph h = build_placement_hypergraph(table);
-      const placement::SubHypergraph s = whole_level(table, h);
-      double tc = 0, tm = 0;
-      for (int32_t v = 0; v < s.num_vertices(); ++v) {
-        tc += s.compute[v];
-        tm += s.memory[v];
-      }
-      placement::PartCaps caps;
-      caps.compute.assign(k, 1.1 * tc / k);
-      caps.memory.assign(k, 1.2 * tm / k);
+      const Level level = whole_level_with_caps(random_batch(++seed, 5000, 4, 2, mask), k, 1.1, 1.2);
+      const placement::SubHypergraph& s = level.s;
+      const placement::PartCaps& caps = level.caps;
       const auto one = placement::make_builtin_partitioner(1)->partition(s, caps, 1, 12);
       const auto three = placement::make_builtin_partitioner(3)->partition(s, caps, 1, 12);
-      std::vector<double> c(k, 0), m(k, 0);
-      bool one_ok = true;
-      {
-        std::vector<double> c1(k, 0), m1(k, 0);
-        for (int32_t v = 0; v < s.num_vertices(); ++v) {
-          c1[one[v]] += s.compute[v];
-          m1[one[v]] += s.memory[v];
-        }
-        for (int p = 0; p < k; ++p) one_ok = one_ok && c1[p] <= caps.compute[p] && m1[p] <= caps.memory[p];
-      }
-      for (int32_t v = 0; v < s.num_vertices(); ++v) {
-        c[three[v]] += s.compute[v];
-        m[three[v]] += s.memory[v];
-      }
-      bool three_ok = true;
-      for (int p = 0; p < k; ++p) three_ok = three_ok && c[p] <= caps.compute[p] && m[p] <= caps.memory[p];
+      const bool one_ok = within_caps(part_loads(s, one, k), caps);
+      const bool three_ok = within_caps(part_loads(s, three, k), caps);
       EXPECT_TRUE(three_ok || !one_ok);
       if (three_ok == one_ok) {
         EXPECT_LE(placement::sub_objective(s, three, k), placement::sub_objective(s, one, k) * (1 + 1e-9));
@@ -584,18 +590,10 @@ TEST(Placement, GroupSplitPutsEachHeadGroupOnItsPart) {
   batch.shape.head_dim = 64;
   batch.sequences.push_back(Sequence{.length = 2000, .mask = Mask::shared_question_for(2000), .id = ""});
   batch.sequences.push_back(Sequence{.length = 700, .mask = Mask::causal(), .id = ""});
-  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
-  const PlacementHypergraph h = build_placement_hypergraph(table);
-  const placement::SubHypergraph s = whole_level(table, h);
-  double tc = 0, tm = 0;
-  for (int32_t v = 0; v < s.num_vertices(); ++v) {
-    tc += s.compute[v];
-    tm += s.memory[v];
-  }
-  placement::PartCaps caps;
-  caps.compute.assign(2, 1.1 * tc / 2);
-  caps.memory.assign(2, 1.2 * tm / 2);
-  const auto part = placement::structured_initial(s, caps, placement::InitialStrategy::GroupSplit);
+  const Level level = whole_level_with_caps(batch, 2, 1.1, 1.2);
+  const placement::SubHypergraph& s = level.s;
+  const double tc = level.total_compute;
+  const auto part = placement::structured_initial(s, level.caps, placement::InitialStrategy::GroupSplit);
   ASSERT_EQ(part.size(), static_cast<size_t>(s.num_vertices()));
   double c0 = 0;
   for (int32_t v = 0; v < s.num_vertices(); ++v) {
@@ -619,18 +617,9 @@ TEST(Placement, SharedBandsCandidateOnOneLongSequence) {
     batch.shape.kv_heads = 2;
     batch.shape.head_dim = 64;
     batch.sequences.push_back(Sequence{.length = 3000 + 200 * k, .mask = Mask::causal(), .id = ""});
-    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
-    const PlacementHypergraph h = build_placement_hypergraph(table);
-    placement::SubHypergraph s = whole_level(table, h);
-    s.sub_parts = 2;
-    double tc = 0, tm = 0;
-    for (int32_t v = 0; v < s.num_vertices(); ++v) {
-      tc += s.compute[v];
-      tm += s.memory[v];
-    }
-    placement::PartCaps caps;
-    caps.compute.assign(k, 1.1 * tc / k);
-    caps.memory.assign(k, 1.5 * tm / k);
+    const Level level = whole_level_with_caps(batch, k, 1.1, 1.5, 2);
+    const placement::SubHypergraph& s = level.s;
+    const placement::PartCaps& caps = level.caps;
     const auto best = placement::structured_initial(s, caps, placement::InitialStrategy::Best);
     const auto shared = placement::structured_initial(s, caps, placement::InitialStrategy::SharedBands);
     ASSERT_EQ(shared.size(), static_cast<size_t>(s.num_vertices()));
@@ -642,13 +631,7 @@ TEST(Placement, SharedBandsCandidateOnOneLongSequence) {
     const bool alone_ok = placement::repair_balance(s, caps, alone);
     placement::refine_fm(s, caps, 1, 12, alone);
     const auto port = placement::make_builtin_partitioner(2)->partition(s, caps, 1, 12);
-    std::vector<double> c(k, 0), m(k, 0);
-    for (int32_t v = 0; v < s.num_vertices(); ++v) {
-      c[port[v]] += s.compute[v];
-      m[port[v]] += s.memory[v];
-    }
-    bool ok = true;
-    for (int p = 0; p < k; ++p) ok = ok && c[p] <= caps.compute[p] * (1 + 1e-12) && m[p] <= caps.memory[p] * (1 + 1e-12);
+    const bool ok = within_caps(part_loads(s, port, k), caps, 1e-12);
     EXPECT_TRUE(ok || !alone_ok) << "k=" << k;
     if (ok && alone_ok) {
       EXPECT_LE(placement::sub_objective(s, port, k), placement::sub_objective(s, alone, k) * (1 + 1e-9));
@@ -723,32 +706,20 @@ TEST(Placement, SharedQuestionPrefixSpreadMeetsCapsWithHomesByTheirRows) {
     batch.shape.head_dim = 64;
     batch.sequences.push_back(
         Sequence{.length = length, .mask = Mask::shared_question_for(length), .id = ""});
-    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
-    const PlacementHypergraph h = build_placement_hypergraph(table);
-    placement::SubHypergraph s = whole_level(table, h);
-    s.sub_parts = 2;
     const int k = 8;
-    double tc = 0, tm = 0;
-    for (int32_t v = 0; v < s.num_vertices(); ++v) {
-      tc += s.compute[v];
-      tm += s.memory[v];
-    }
-    placement::PartCaps caps;
-    caps.compute.assign(k, tol.compute * tc / k);
-    caps.memory.assign(k, tol.memory * tm / k);
+    const Level level = whole_level_with_caps(batch, k, tol.compute, tol.memory, 2);
+    const BlockTable& table = level.table;
+    const placement::SubHypergraph& s = level.s;
+    const placement::PartCaps& caps = level.caps;
     const auto part = placement::structured_initial(s, caps, placement::InitialStrategy::Best);
     ASSERT_EQ(part.size(), static_cast<size_t>(s.num_vertices()));
-    std::vector<double> c(k, 0), m(k, 0);
-    for (int32_t v = 0; v < s.num_vertices(); ++v) {
-      ASSERT_TRUE(part[v] >= 0 && part[v] < k);
-      c[part[v]] += s.compute[v];
-      m[part[v]] += s.memory[v];
-    }
+    for (int32_t v = 0; v < s.num_vertices(); ++v) ASSERT_TRUE(part[v] >= 0 && part[v] < k);
+    const PartLoads l = part_loads(s, part, k);
     for (int p = 0; p < k; ++p) {
       if (tol.check_compute) {
-        EXPECT_LE(c[p], caps.compute[p] * (1 + 1e-12)) << "length " << length << " part " << p;
+        EXPECT_LE(l.c[p], caps.compute[p] * (1 + 1e-12)) << "length " << length << " part " << p;
       }
-      EXPECT_LE(m[p], caps.memory[p] * (1 + 1e-12)) << "length " << length << " part " << p;
+      EXPECT_LE(l.m[p], caps.memory[p] * (1 + 1e-12)) << "length " << length << " part " << p;
     }
     // Question rows (token blocks wholly inside the question) sit with their home.
     const int64_t question = batch.sequences[0].mask.question;
