@@ -86,8 +86,6 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
   const auto* dop = static_cast<const __nv_bfloat16*>(p.dout);
   const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
   const int dout_row0 = t.dout_begin >= 0 ? t.dout_begin : t.q_begin;
-  const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
-  const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
   const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
   const int dkv_row0 = t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin;
 #pragma unroll
@@ -109,28 +107,9 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
   auto classify = [&](int step, int buf) -> int {
     const int rq0 = (q_sub_begin + step % per_head) * kRows;
     const int rows = min(kRows, t.q_len - rq0);
-    // Keys past kv_len are masked too: their zero rows would add nothing stored, but with an
-    // extreme LSE exp(0 - LSE) could overflow and inf * 0 would reach dQ as NaN.
-    const bool all_keys = keys == kBwdKeys;
-    if (t.kind == TileKind::Full) return all_keys ? kFull : kMasked;
-    if (t.kind == TileKind::CausalDiagonal) {
-      if (rq0 + rows - 1 < c0) return kEmpty;
-      return rq0 >= c0 + kBwdKeys - 1 && all_keys ? kFull : kMasked;
-    }
-    // Thread (row, half): bits of keys c0 + 64 * half .. + 63 for q row rq0 + row.
-    // Threads 128..255 only vote.
-    const bool active = tid < 2 * kRows;
-    const int row = tid & (kRows - 1);
-    const int half = (tid >> 6) & 1;
-    uint64_t mask = 0;
-    const bool row_valid = active && row < rows;
-    if (row_valid) {
-      mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
-    }
-    if (active) s_mask[(buf * 2 + half) * kRows + row] = mask;
-    if (__syncthreads_or(mask != 0) == 0) return kEmpty;
-    const bool full = __syncthreads_and(!row_valid || mask == ~uint64_t{0}) != 0;
-    return full && all_keys ? kFull : kMasked;
+    if (t.kind != TileKind::Partial) return classify_dense_bw<kBwdKeys>(t.kind, rq0, rows, c0, keys);
+    return classify_partial_bw(t, p.list.row_offsets, p.list.ranges, rq0, rows, c0, keys == kBwdKeys,
+                               s_mask + buf * 2 * kRows);
   };
   // Rows past q_len load as zeros with LSE = +inf, so P = 0 there; keys past kv_len load as
   // zeros and are masked (short chunks always take the masked path).
@@ -143,17 +122,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
     const uint32_t boff = static_cast<uint32_t>(buf * Smem::kTileBytes);
     load_tile_async<kD, kBwdThreads>(s_q + boff, qp + off, q_stride, rows);
     load_tile_async<kD, kBwdThreads>(s_do + boff, dop + do_off, q_stride, rows);
-    if (tid < kRows) {
-      float lse2 = INFINITY;
-      float delta = 0.0F;
-      if (tid < rows) {
-        const float lse = p.lse[static_cast<int64_t>(lse_row0 + rq0 + tid) * hq + qh];
-        lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-        delta = p.delta[static_cast<int64_t>(delta_row0 + rq0 + tid) * hq + qh];
-      }
-      s_lse[buf * kRows + tid] = lse2;
-      s_delta[buf * kRows + tid] = delta;
-    }
+    if (tid < kRows) stage_lse_delta(p.lse, p.delta, hq, t, rq0, rows, qh, tid, s_lse + buf * kRows, s_delta + buf * kRows);
   };
 
   float dk[kD / 8][4];

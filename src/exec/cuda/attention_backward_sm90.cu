@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   using Smem = BwSmem<kD, kBulkDq>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
+  const uint32_t pad = sw128_pad(raw_addr);
   unsigned char* smem = smem_raw + pad;
   const uint32_t s_k = raw_addr + pad + Smem::kK;
   const uint32_t s_v = raw_addr + pad + Smem::kV;
@@ -137,8 +137,6 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   const auto* qp = static_cast<const __nv_bfloat16*>(p.q);
   const auto* dop = static_cast<const __nv_bfloat16*>(p.dout);
   const int dout_row0 = t.dout_begin >= 0 ? t.dout_begin : t.q_begin;
-  const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
-  const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
   const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
   const int dkv_row0 = t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin;
 
@@ -157,26 +155,9 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   auto classify = [&](int step, int buf) -> int {
     const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
     const int rows = min(kBwRows, t.q_len - rq0);
-    // Keys past kv_len are masked too: with an extreme LSE exp(0 - LSE) could overflow.
-    const bool alkey_los = keys == kBwKeys;
-    if (t.kind == TileKind::Full) return alkey_los ? kFull : kMasked;
-    if (t.kind == TileKind::CausalDiagonal) {
-      if (rq0 + rows - 1 < c0) return kEmpty;
-      return rq0 >= c0 + kBwKeys - 1 && alkey_los ? kFull : kMasked;
-    }
-    // Thread (row, half) < 128: bits of keys c0 + 64 half .. + 63 for q row rq0 + row.
-    const bool active = tid < 2 * kBwRows;
-    const int row = tid & (kBwRows - 1);
-    const int half = (tid >> 6) & 1;
-    uint64_t mask = 0;
-    const bool row_valid = active && row < rows;
-    if (row_valid) {
-      mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
-    }
-    if (active) s_mask[(buf * 2 + half) * kBwRows + row] = mask;
-    if (__syncthreads_or(mask != 0) == 0) return kEmpty;
-    const bool full = __syncthreads_and(!row_valid || mask == ~uint64_t{0}) != 0;
-    return full && alkey_los ? kFull : kMasked;
+    if (t.kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t.kind, rq0, rows, c0, keys);
+    return classify_partial_bw(t, p.list.row_offsets, p.list.ranges, rq0, rows, c0, keys == kBwKeys,
+                               s_mask + buf * 2 * kBwRows);
   };
   // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
   auto load_step = [&](int step, int buf) {
@@ -188,17 +169,7 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     const uint32_t boff = static_cast<uint32_t>(buf * Smem::kQBytes);
     load_rows_sw128<kBwRows, kD>(s_q + boff, qp + off, q_stride, rows);
     load_rows_sw128<kBwRows, kD>(s_do + boff, dop + do_off, q_stride, rows);
-    if (tid < kBwRows) {
-      float lse2 = INFINITY;
-      float delta = 0.0F;
-      if (tid < rows) {
-        const float lse = p.lse[static_cast<int64_t>(lse_row0 + rq0 + tid) * hq + qh];
-        lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-        delta = p.delta[static_cast<int64_t>(delta_row0 + rq0 + tid) * hq + qh];
-      }
-      s_lse[buf * kBwRows + tid] = lse2;
-      s_delta[buf * kBwRows + tid] = delta;
-    }
+    if (tid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, t, rq0, rows, qh, tid, s_lse + buf * kBwRows, s_delta + buf * kBwRows);
   };
 
   // Accumulator fragments: attention_backward_sm90.cuh.

@@ -108,22 +108,6 @@ struct BwWsSmem {
   static_assert(kFull % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
-// kR rows of a [tokens][heads][kD] bf16 buffer (rows at or past valid_rows zero-filled) into a
-// swizzled kR-row tile by the 128 producer threads, 16 bytes per cp.async. Not unrolled: the
-// producer lives on few registers and has time to spare.
-template <int kR, int kD>
-__device__ __forceinline__ void producer_load_rows(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
-                                                   int valid_rows, int ptid) {
-  constexpr int kChunks = kD / 8;
-  constexpr int kStep = 128 / kChunks;
-  const int col = (ptid % kChunks) * 8;
-#pragma unroll 1
-  for (int row = ptid / kChunks; row < kR; row += kStep) {
-    const bool valid = row < valid_rows;
-    cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
-  }
-}
-
 // dQ * scale into the warpgroup's swizzled TMA staging tile: thread rows row_lo, row_lo + 8,
 // columns 8 j + 2 tq (box j / 4). A warp's float2 stores cover each bank twice per 256 bytes (the minimum).
 __device__ __forceinline__ void bw_write_dq_boxes(unsigned char* tile, const float (&dq)[32], int row_lo, int tq, float scale) {
@@ -157,10 +141,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 #else
   using Smem = BwWsSmem<kD>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
-  unsigned char* smem = smem_raw + pad;
-  const uint32_t base = raw_addr + pad;
+  const SmemBase aligned = sw128_smem_base(smem_raw);
+  unsigned char* smem = aligned.ptr;
+  const uint32_t base = aligned.addr;
   const uint32_t s_k = base + Smem::kK;
   const uint32_t s_v = base + Smem::kV;
   const uint32_t s_q = base + Smem::kQ;
@@ -210,13 +193,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     auto classify = [&](int step, int slot) -> int {
       const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
       const int rows = min(kBwRows, t.q_len - rq0);
-      // Keys past kv_len are masked too: with an extreme LSE exp(0 - LSE) could overflow.
-      const bool all_keys = keys == kBwKeys;
-      if (t.kind == TileKind::Full) return all_keys ? kFull : kMasked;
-      if (t.kind == TileKind::CausalDiagonal) {
-        if (rq0 + rows - 1 < c0) return kEmpty;
-        return rq0 >= c0 + kBwKeys - 1 && all_keys ? kFull : kMasked;
-      }
+      if (t.kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t.kind, rq0, rows, c0, keys);
       const int row = ptid & (kBwRows - 1);
       const int half = ptid >> 6;
       const bool row_valid = row < rows;
@@ -227,7 +204,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       s_mask[(slot * 2 + half) * kBwRows + row] = mask;
       if (!bar_any_n<kBarProducer, 128>(mask != 0)) return kEmpty;
       const bool full = !bar_any_n<kBarProducer, 128>(row_valid && mask != ~uint64_t{0});
-      return full && all_keys ? kFull : kMasked;
+      return full && keys == kBwKeys ? kFull : kMasked;
     };
 
     int step = 0;
@@ -250,19 +227,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         producer_load_rows<kBwRows, kD>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
         producer_load_rows<kBwRows, kD>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
                                         ptid);
-        if (ptid < kBwRows) {
-          float lse2 = INFINITY;
-          float delta = 0.0F;
-          if (ptid < rows) {
-            const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
-            const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
-            const float lse = p.lse[static_cast<int64_t>(lse_row0 + rq0 + ptid) * hq + qh];
-            lse2 = lse == -INFINITY ? INFINITY : lse * kLog2e;
-            delta = p.delta[static_cast<int64_t>(delta_row0 + rq0 + ptid) * hq + qh];
-          }
-          s_lse[slot * kBwRows + ptid] = lse2;
-          s_delta[slot * kBwRows + ptid] = delta;
-        }
+        if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
       }
       cp_async_commit();
       cp_async_wait<0>();

@@ -211,6 +211,57 @@ __device__ __forceinline__ int classify_partial(const AttnTile& t, const int32_t
   return full && t.kv_len - kv0 >= 64 * kWords ? kFull : kMasked;
 }
 
+// ---- Step classification and staging shared by the backward kernels (mma.sync and wgmma) -------
+// A backward CTA covers keys [c0, c0 + keys) (keys <= kKeys) of a tile and walks 64-row q
+// sub-tiles (steps); q rows [rq0, rq0 + rows) of the tile in a step.
+
+// Class of a Full or CausalDiagonal step. Keys past kv_len are masked too: their zero rows would
+// add nothing stored, but with an extreme LSE exp(0 - LSE) could overflow and inf * 0 would reach
+// dQ as NaN.
+template <int kKeys>
+__device__ __forceinline__ int classify_dense_bw(TileKind kind, int rq0, int rows, int c0, int keys) {
+  const bool all_keys = keys == kKeys;
+  if (kind == TileKind::Full) return all_keys ? kFull : kMasked;
+  if (rq0 + rows - 1 < c0) return kEmpty;
+  return rq0 >= c0 + kKeys - 1 && all_keys ? kFull : kMasked;
+}
+
+// Class of a Partial step of a 128-key CTA: thread tid < 128 (q row tid & 63, key half tid >> 6)
+// writes the bits of keys c0 + 64 half .. + 63 to masks[half * 64 + row]; the other threads only
+// vote. Block-wide votes: every thread of the CTA must call it.
+__device__ __forceinline__ int classify_partial_bw(const AttnTile& t, const int32_t* row_offsets, const int32_t* ranges,
+                                                   int rq0, int rows, int c0, bool all_keys, uint64_t* masks) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const bool active = tid < 2 * kRows;
+  const int row = tid & (kRows - 1);
+  const int half = (tid >> 6) & 1;
+  uint64_t mask = 0;
+  const bool row_valid = active && row < rows;
+  if (row_valid) mask = row_key_mask(row_offsets, ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
+  if (active) masks[half * kRows + row] = mask;
+  if (__syncthreads_or(mask != 0) == 0) return kEmpty;
+  const bool full = __syncthreads_and(!row_valid || mask == ~uint64_t{0}) != 0;
+  return full && all_keys ? kFull : kMasked;
+}
+
+// Row i (< 64) of a step's staged LSE (log2 units) and Delta of q head qh (of hq), from the
+// final `lse` and `delta` buffers: rows at or past `rows` get LSE = +inf (so P = 0 there) and
+// Delta = 0, as does a row whose LSE is -inf (no key).
+__device__ __forceinline__ void stage_lse_delta(const float* lse, const float* delta, int hq, const AttnTile& t, int rq0,
+                                                int rows, int qh, int i, float* lse2_out, float* delta_out) {
+  float l2 = INFINITY;
+  float d = 0.0F;
+  if (i < rows) {
+    const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
+    const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
+    const float l = lse[static_cast<int64_t>(lse_row0 + rq0 + i) * hq + qh];
+    l2 = l == -INFINITY ? INFINITY : l * kLog2e;
+    d = delta[static_cast<int64_t>(delta_row0 + rq0 + i) * hq + qh];
+  }
+  lse2_out[i] = l2;
+  delta_out[i] = d;
+}
+
 // Host side of every tile-list launcher: checks the shape, turns the runtime head dim into the
 // template argument (the one runtime -> template switch of these kernels), and checks the launch.
 // `launch` is a template lambda: launch.template operator()<kD>().

@@ -36,13 +36,12 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
 #else
   using Smem = WgSmem<kD>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  // Swizzle atoms must start 1024-byte aligned (wgmma_sm90.cuh): round the base up.
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
-  unsigned char* smem = smem_raw + pad;
-  const uint32_t s_q = raw_addr + pad + Smem::kQ;
-  const uint32_t s_k = raw_addr + pad + Smem::kK;
-  const uint32_t s_v = raw_addr + pad + Smem::kV;
+  // Swizzle atoms must start 1024-byte aligned (sw128_smem_base, wgmma_sm90.cuh).
+  const SmemBase aligned = sw128_smem_base(smem_raw);
+  unsigned char* smem = aligned.ptr;
+  const uint32_t s_q = aligned.addr + Smem::kQ;
+  const uint32_t s_k = aligned.addr + Smem::kK;
+  const uint32_t s_v = aligned.addr + Smem::kV;
   auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
 
   const AttnWorkItem w = p.list.work[blockIdx.x];

@@ -72,21 +72,6 @@ struct FwsSmem {
   static_assert(kBars % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
-// Rows [0, kR) of a [tokens][heads][kD] bf16 buffer into a swizzled tile by the 128 producer
-// threads with cp.async (rows at or past valid_rows zero-filled). Not unrolled: few registers.
-template <int kD>
-__device__ __forceinline__ void producer_load_tile(uint32_t tile, const __nv_bfloat16* src, int64_t stride, int valid_rows,
-                                                   int ptid) {
-  constexpr int kChunks = kD / 8;
-  constexpr int kStep = 128 / kChunks;
-  const int col = (ptid % kChunks) * 8;
-#pragma unroll 1
-  for (int row = ptid / kChunks; row < 128; row += kStep) {
-    const bool valid = row < valid_rows;
-    cp_async16(tile + sw128_offset<128>(row, col), src + (valid ? row * stride + col : 0), valid);
-  }
-}
-
 template <int kD>
 __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kernel(const __grid_constant__ FwTmaParams fp) {
   const AttnForwardParams p = fp.p;  // a copy: fields load from parameter space, not through a pointer
@@ -96,10 +81,9 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
 #else
   using Smem = FwsSmem<kD>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  const uint32_t raw_addr = smem_addr(smem_raw);
-  const uint32_t pad = ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
-  unsigned char* smem = smem_raw + pad;
-  const uint32_t base = raw_addr + pad;
+  const SmemBase aligned = sw128_smem_base(smem_raw);
+  unsigned char* smem = aligned.ptr;
+  const uint32_t base = aligned.addr;
   const uint32_t s_q = base + Smem::kQ;
   const uint32_t s_k = base + Smem::kK;
   const uint32_t s_v = base + Smem::kV;
@@ -144,7 +128,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     const auto* v = static_cast<const __nv_bfloat16*>(p.v);
     const int64_t q_stride = static_cast<int64_t>(hq) * kD;
     const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
-    producer_load_tile<kD>(s_q, q + (static_cast<int64_t>(first.q_begin + r0) * hq + qh) * kD, q_stride, rows, ptid);
+    producer_load_rows<kWgRows, kD>(s_q, q + (static_cast<int64_t>(first.q_begin + r0) * hq + qh) * kD, q_stride, rows, ptid);
     cp_async_commit();
     cp_async_wait<0>();
     fence_proxy_async();
@@ -218,7 +202,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
           mbar_arrive(k_full(slot));
         }
       } else {
-        producer_load_tile<kD>(kb, k + kv_off, kv_stride, kv_rows, ptid);
+        producer_load_rows<kWgKeys, kD>(kb, k + kv_off, kv_stride, kv_rows, ptid);
         cp_async_commit();
         cp_async_wait<0>();
         fence_proxy_async();
@@ -237,7 +221,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
           mbar_arrive(v_full(slot));
         }
       } else {
-        producer_load_tile<kD>(vb, v + kv_off, kv_stride, kv_rows, ptid);
+        producer_load_rows<kWgKeys, kD>(vb, v + kv_off, kv_stride, kv_rows, ptid);
         cp_async_commit();
         cp_async_wait<0>();
         fence_proxy_async();
@@ -295,7 +279,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     int j = 0;
     auto step = [&]<bool kFirst>() {
       const int slot = j & 1;
-      const AttnTile x = p.list.tiles[rec.tile];
       const uint32_t kb = s_k + static_cast<uint32_t>(slot * FwsSmem<kD>::kKvBytes);
       if constexpr (!kFirst) mbar_wait(v_full(slot ^ 1), static_cast<uint32_t>(((j - 1) >> 1) & 1));
       turn_sync();
@@ -314,7 +297,9 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         wgmma_wait<0>();
       }
       fence_regs(s);
-      if (rec.cls == kMasked) fw_mask_scores(s, x, s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys, r0, th);
+      if (rec.cls == kMasked) {  // the tile (kind, kv_len) is read only here
+        fw_mask_scores(s, p.list.tiles[rec.tile], s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys, r0, th);
+      }
       float alpha[2];
       fw_softmax(s, m_row, l_row, alpha, scale_log2);
       mbar_arrive(k_empty(slot));  // K_j, its masks and record are no longer read

@@ -24,13 +24,32 @@
 //   K groups (1024 bytes). k step kk (16 keys) starts at +kk * 16 * 128 bytes (atom aligned).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "attention_common.cuh"
+
 namespace dcp::cuda::detail {
 
 inline constexpr int kSw128AtomBytes = 1024;  // 8 rows x 128 bytes
+
+// The dynamic shared memory from its first 1024-byte boundary on (swizzle atoms must start
+// there; kernels allocate kSw128AtomBytes of slack for it): a pointer and its shared address.
+struct SmemBase {
+  unsigned char* ptr;
+  uint32_t addr;
+};
+// Bytes from shared address raw_addr up to the next 1024-byte boundary.
+__device__ __forceinline__ uint32_t sw128_pad(uint32_t raw_addr) {
+  return ((raw_addr + kSw128AtomBytes - 1) & ~static_cast<uint32_t>(kSw128AtomBytes - 1)) - raw_addr;
+}
+__device__ __forceinline__ SmemBase sw128_smem_base(unsigned char* raw) {
+  const uint32_t raw_addr = smem_addr(raw);
+  const uint32_t pad = sw128_pad(raw_addr);
+  return SmemBase{raw + pad, raw_addr + pad};
+}
 
 // Byte offset of element (row, col) in a swizzled tile of kTileRows rows.
 template <int kTileRows>
@@ -109,4 +128,21 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
+// Rows [0, kR) of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or
+// past valid_rows zero-filled) into a swizzled kR-row tile by the 128 threads of a producer
+// warpgroup (thread ptid), 16 bytes per cp.async. Not unrolled: producers live on few registers
+// and have time to spare.
+template <int kR, int kD>
+__device__ __forceinline__ void producer_load_rows(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
+                                                   int valid_rows, int ptid) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kStep = 128 / kChunks;
+  const int col = (ptid % kChunks) * 8;
+#pragma unroll 1
+  for (int row = ptid / kChunks; row < kR; row += kStep) {
+    const bool valid = row < valid_rows;
+    cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
+  }
+}
+
 }  // namespace dcp::cuda::detail
