@@ -12,18 +12,12 @@
 
 #include "dcp/baselines.h"
 #include "dcp/metrics.h"
+#include "dcp/rng.h"
 
 namespace {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
 }
 
 void report(const char* method, const dcp::BlockTable& table, const dcp::PlacementMetrics& m,
@@ -65,10 +59,10 @@ int main(int argc, char** argv) {
     report(dcp::to_string(kind), pb.table, m, build_ms, ms_since(t0));
 
     if (kind == dcp::BaselineKind::Packing) {  // uniform table: reuse it for the scatter case
-      uint64_t state = 1;
+      dcp::SplitMix64 rng(1);
       const auto num_devices = static_cast<uint64_t>(cluster.num_devices());
-      for (auto& h : pb.placement.block_home) h = static_cast<int32_t>(splitmix64(state) % num_devices);
-      for (auto& d : pb.placement.tile_device) d = static_cast<int32_t>(splitmix64(state) % num_devices);
+      for (auto& h : pb.placement.block_home) h = static_cast<int32_t>(rng.below(num_devices));
+      for (auto& d : pb.placement.tile_device) d = static_cast<int32_t>(rng.below(num_devices));
       t0 = std::chrono::steady_clock::now();
       const dcp::PlacementMetrics ms = dcp::compute_metrics(pb.table, pb.placement, cluster);
       scatter_ms = ms_since(t0);

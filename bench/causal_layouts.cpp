@@ -36,6 +36,7 @@
 #include "dcp/blocks.h"
 #include "dcp/metrics.h"
 #include "dcp/partition.h"
+#include "dcp/rng.h"
 
 namespace {
 
@@ -200,14 +201,8 @@ Layout anneal(const Model& m, const Layout& start, int64_t iters, uint64_t seed,
     return c;
   };
   double cost = model_cost(m, l), best = cost;
-  uint64_t x = seed;
-  auto rnd = [&]() {
-    x += 0x9E3779B97F4A7C15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  dcp::SplitMix64 rng(seed);
+  auto rnd = [&]() { return rng.next(); };
   auto accept = [&](double d, double temp) {
     return d <= 0 || std::exp(-d / temp) * 4294967296.0 > static_cast<double>(rnd() & 0xFFFFFFFFull);
   };
@@ -341,14 +336,8 @@ std::vector<int> min_home_bound(const Model& m, const std::vector<uint64_t>& col
   for (int p = 0; p < m.k; ++p) node[static_cast<size_t>(p)] = node_bound(m, cols, home, p);
   double cost = home_bound(m, cols, home), best = cost;
   std::vector<int> best_home = home;
-  uint64_t x = seed;
-  auto rnd = [&]() {
-    x += 0x9E3779B97F4A7C15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  dcp::SplitMix64 rng(seed);
+  auto rnd = [&]() { return rng.next(); };
   for (int64_t it = 0; it < iters; ++it) {
     const double temp = 0.5 * m.kv * (1.0 - static_cast<double>(it) / static_cast<double>(iters)) + 1e-9;
     const uint64_t r = rnd();

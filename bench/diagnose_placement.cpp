@@ -20,6 +20,7 @@
 
 #include <fmt/core.h>
 
+#include "dcp/rng.h"
 #include "dcp/baselines.h"
 #include "dcp/blocks.h"
 #include "dcp/metrics.h"
@@ -144,14 +145,8 @@ double anneal_triangle(int n, int k, double q, double kv, double eps, uint64_t s
     if (cc[static_cast<size_t>(tiles[t].j * k + p)]++ == 0) cost += kv;
     load[static_cast<size_t>(p)] += tiles[t].w;
   }
-  uint64_t x = seed;
-  auto rnd = [&]() {
-    x += 0x9E3779B97F4A7C15ull;
-    uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  };
+  dcp::SplitMix64 rng(seed);
+  auto rnd = [&]() { return rng.next(); };
   double best = cost;
   const int64_t iters = 30000000;
   for (int64_t it = 0; it < iters; ++it) {

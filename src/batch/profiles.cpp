@@ -9,39 +9,12 @@
 #include <vector>
 
 #include "dcp/error.h"
+#include "dcp/rng.h"
 
 namespace dcp {
 
 namespace {
 
-constexpr double kPi = 3.14159265358979323846;
-
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  // Uniform in [0, 1) with 53 random bits.
-  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  // Uniform in (0, 1]: safe for log().
-  double uniform_open() { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }
-  // Standard normal by Box-Muller; the second value is dropped to keep the stream simple.
-  double normal() {
-    const double u1 = uniform_open();
-    const double u2 = uniform();
-    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
-  }
-  double log_uniform(double lo, double hi) { return lo * std::exp(uniform() * std::log(hi / lo)); }
-  // Uniform integer in [0, n), n >= 1 (modulo bias is below 2^-40 for the n used here).
-  uint64_t below(uint64_t n) { return next() % n; }
-
- private:
-  uint64_t state_;
-};
 
 // LongDataCollections-like: lognormal with median 2048 tokens and sigma 1.4 (about 2.4% of
 // sequences above 32K, 0.15% above 128K before the clamp to the budget).

@@ -14,19 +14,13 @@
 #include <vector>
 
 #include "dcp/attention_cuda.h"
+#include "dcp/rng.h"
 
 namespace dcp::cuda::check {
 
-struct Rng {  // splitmix64
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int uniform_int(int lo, int hi) { return lo + static_cast<int>(next() % static_cast<uint64_t>(hi - lo + 1)); }
-  double uniform() { return static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0); }
+struct Rng : SplitMix64 {
+  explicit Rng(uint64_t seed) : SplitMix64(seed) {}
+  int uniform_int(int lo, int hi) { return lo + static_cast<int>(below(static_cast<uint64_t>(hi - lo + 1))); }
 };
 
 inline uint16_t to_bf16(float f) {
