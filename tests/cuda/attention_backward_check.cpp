@@ -137,33 +137,10 @@ int row_of(int begin, int fallback) { return begin >= 0 ? begin : fallback; }
 }  // namespace
 
 std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
-  std::vector<BackwardCase> out;
-  const int shapes[3][2] = {{8, 8}, {8, 2}, {8, 1}};
-  const struct {
-    BackwardScenario s;
-    int q_len, kv_len;
-  } scen[] = {{BackwardScenario::Full, 300, 333},    {BackwardScenario::Full, 128, 256},
-              {BackwardScenario::Causal, 300, 300},  {BackwardScenario::Causal, 256, 256},
-              {BackwardScenario::Partial, 200, 400}, {BackwardScenario::MultiTile, 190, 129},
-              {BackwardScenario::MultiTile, 77, 300}};
-  uint64_t seed = 1;
-  for (int dim : {64, 128}) {
-    for (const auto& sh : shapes) {
-      for (const auto& sc : scen) {
-        BackwardCase c;
-        c.seed = seed++;
-        c.num_q_heads = sh[0];
-        c.num_kv_heads = sh[1];
-        c.head_dim = dim;
-        c.scenario = sc.s;
-        c.q_len = sc.q_len;
-        c.kv_len = sc.kv_len;
-        c.accumulate = c.seed % 2 == 0;
-        c.dq_rows_known = c.seed % 3 != 0;
-        c.route = route;
-        out.push_back(c);
-      }
-    }
+  std::vector<BackwardCase> out = scenario_grid<BackwardCase, BackwardScenario>(route);
+  for (BackwardCase& c : out) {
+    c.accumulate = c.seed % 2 == 0;
+    c.dq_rows_known = c.seed % 3 != 0;
   }
   return out;
 }

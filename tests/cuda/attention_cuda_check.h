@@ -86,6 +86,39 @@ inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 
 // Every route the device has, forward and backward alike: Mma, plus Wgmma and WgmmaBasic on sm_90.
 std::vector<AttnKernelRoute> kernel_routes();
 
+// The targeted checks' grid, forward and backward alike: head dims 64 and 128 x GQA 8/8, 8/2,
+// 8/1 x seven scenario sizes, seeds 1, 2, ... in that order (Case: ForwardCase or BackwardCase,
+// Scenario its enum).
+template <class Case, class Scenario>
+std::vector<Case> scenario_grid(AttnKernelRoute route) {
+  const int shapes[3][2] = {{8, 8}, {8, 2}, {8, 1}};
+  const struct {
+    Scenario s;
+    int q_len, kv_len;
+  } scen[] = {{Scenario::Full, 300, 333},    {Scenario::Full, 128, 256},      {Scenario::Causal, 300, 300},
+              {Scenario::Causal, 256, 256},  {Scenario::Partial, 200, 400},   {Scenario::MultiTile, 190, 129},
+              {Scenario::MultiTile, 77, 300}};
+  std::vector<Case> out;
+  uint64_t seed = 1;
+  for (int dim : {64, 128}) {
+    for (const auto& sh : shapes) {
+      for (const auto& sc : scen) {
+        Case c;
+        c.seed = seed++;
+        c.num_q_heads = sh[0];
+        c.num_kv_heads = sh[1];
+        c.head_dim = dim;
+        c.scenario = sc.s;
+        c.q_len = sc.q_len;
+        c.kv_len = sc.kv_len;
+        c.route = route;
+        out.push_back(c);
+      }
+    }
+  }
+  return out;
+}
+
 // ---- Targeted backward checks (attention_backward_check.cpp): tile lists of one scenario run
 // through a chosen backward route, dQ / dK / dV compared with fp64 per element. accumulate: the
 // outputs start from random values (the kernels add to them) instead of zeros.

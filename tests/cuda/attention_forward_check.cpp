@@ -143,33 +143,8 @@ std::vector<AttnKernelRoute> kernel_routes() {
 }
 
 std::vector<ForwardCase> forward_cases(AttnKernelRoute route) {
-  std::vector<ForwardCase> out;
-  const int shapes[3][2] = {{8, 8}, {8, 2}, {8, 1}};
-  const struct {
-    ForwardScenario s;
-    int q_len, kv_len;
-  } scen[] = {{ForwardScenario::Full, 300, 333},      {ForwardScenario::Full, 128, 256},
-              {ForwardScenario::Causal, 300, 300},    {ForwardScenario::Causal, 256, 256},
-              {ForwardScenario::Partial, 200, 400},   {ForwardScenario::MultiTile, 190, 129},
-              {ForwardScenario::MultiTile, 77, 300}};
-  uint64_t seed = 1;
-  for (int dim : {64, 128}) {
-    for (const auto& sh : shapes) {
-      for (const auto& sc : scen) {
-        ForwardCase c;
-        c.seed = seed++;
-        c.num_q_heads = sh[0];
-        c.num_kv_heads = sh[1];
-        c.head_dim = dim;
-        c.scenario = sc.s;
-        c.q_len = sc.q_len;
-        c.kv_len = sc.kv_len;
-        c.kv_rows_known = c.seed % 3 != 0;
-        c.route = route;
-        out.push_back(c);
-      }
-    }
-  }
+  std::vector<ForwardCase> out = scenario_grid<ForwardCase, ForwardScenario>(route);
+  for (ForwardCase& c : out) c.kv_rows_known = c.seed % 3 != 0;
   return out;
 }
 
