@@ -249,18 +249,23 @@ TEST(Executor, RandomMatrixMatchesDenseReference) {
   }
 }
 
+// `batch` placed by a static baseline on one node of `devices` devices (B = 32), planned.
+Plan one_node_plan(BaselineKind kind, const Batch& batch, int devices) {
+  Cluster cluster;
+  cluster.nodes = 1;
+  cluster.devices_per_node = devices;
+  BlockOptions opts;
+  opts.block_size = 32;
+  const PlacedBatch placed = make_baseline(kind, batch, opts, cluster);
+  return build_plan(placed.table, placed.placement, cluster, PlanOptions{});
+}
+
 // The measured timeline has one span per instruction of the pass just run (one per batch of
 // merges), in program order and covering it, with the program's instruction kinds, non-negative
 // and non-overlapping on the compute stream.
 TEST(Executor, TimelineMeasuresEveryInstruction) {
   const Batch batch = test_batch(4, 2, 64);
-  Cluster cluster;
-  cluster.nodes = 1;
-  cluster.devices_per_node = 2;
-  BlockOptions opts;
-  opts.block_size = 32;
-  const PlacedBatch placed = make_baseline(BaselineKind::Zigzag, batch, opts, cluster);
-  const Plan plan = build_plan(placed.table, placed.placement, cluster, PlanOptions{});
+  const Plan plan = one_node_plan(BaselineKind::Zigzag, batch, 2);
   run_local_ranks(2, [&](Comm& comm) {
     const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
     const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
@@ -314,13 +319,7 @@ TEST(Executor, TimelineMeasuresEveryInstruction) {
 
 TEST(Executor, PlanForAnotherWorldSizeIsRefusedBeforeCommunicating) {
   const Batch batch = test_batch(4, 2, 64);
-  Cluster cluster;
-  cluster.nodes = 1;
-  cluster.devices_per_node = 2;
-  BlockOptions opts;
-  opts.block_size = 32;
-  const PlacedBatch placed = make_baseline(BaselineKind::Ring, batch, opts, cluster);
-  const Plan plan = build_plan(placed.table, placed.placement, cluster, PlanOptions{});
+  const Plan plan = one_node_plan(BaselineKind::Ring, batch, 2);
   EXPECT_THROW(run_local_ranks(3, [&](Comm& comm) {
                  auto backend = make_cpu_backend();
                  Executor exec(plan, *backend, comm);
