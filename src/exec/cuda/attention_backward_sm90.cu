@@ -70,22 +70,6 @@ struct BwSmem {
   static_assert(kKvBytes % kSw128AtomBytes == 0 && kQBytes % kSw128AtomBytes == 0, "tiles stay atom aligned");
 };
 
-// Loads kR rows of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or past
-// `valid_rows` zero-filled) into a swizzled kR-row tile; 256 threads, 16 bytes each.
-template <int kR, int kD>
-__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat16* src, int64_t stride, int valid_rows) {
-  constexpr int kChunks = kD / 8;
-  constexpr int kPerThread = kR * kChunks / kBwThreads;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int idx = static_cast<int>(threadIdx.x) + i * kBwThreads;
-    const int row = idx / kChunks;
-    const int col = (idx % kChunks) * 8;
-    const bool valid = row < valid_rows;
-    cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
-  }
-}
-
 // kBulkDq: dQ leaves through a shared-memory tile and one bulk asynchronous reduction per row
 // (cp.reduce.async.bulk, 256 bytes); otherwise fp32 atomicAdd from registers (float2).
 template <int kD, bool kBulkDq>
@@ -141,8 +125,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   const int dkv_row0 = t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin;
 
   const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
-  load_rows_sw128<kBwKeys, kD>(s_k, kp + kv_off, kv_stride, keys);
-  load_rows_sw128<kBwKeys, kD>(s_v, vp + kv_off, kv_stride, keys);
+  load_rows_sw128<kBwKeys, kD, kBwThreads>(s_k, kp + kv_off, kv_stride, keys);
+  load_rows_sw128<kBwKeys, kD, kBwThreads>(s_v, vp + kv_off, kv_stride, keys);
   cp_async_commit();
 
   const int num_q_sub = (t.q_len + kBwRows - 1) / kBwRows;
@@ -167,8 +151,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
     const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
     const uint32_t boff = static_cast<uint32_t>(buf * Smem::kQBytes);
-    load_rows_sw128<kBwRows, kD>(s_q + boff, qp + off, q_stride, rows);
-    load_rows_sw128<kBwRows, kD>(s_do + boff, dop + do_off, q_stride, rows);
+    load_rows_sw128<kBwRows, kD, kBwThreads>(s_q + boff, qp + off, q_stride, rows);
+    load_rows_sw128<kBwRows, kD, kBwThreads>(s_do + boff, dop + do_off, q_stride, rows);
     if (tid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, t, rq0, rows, qh, tid, s_lse + buf * kBwRows, s_delta + buf * kBwRows);
   };
 

@@ -68,7 +68,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
     return (static_cast<int64_t>(x.kv_begin + n * kWgKeys) * hkv + kvh) * kD;
   };
 
-  load_tile_sw128<kD>(s_q, q + (static_cast<int64_t>(ct.q_begin + r0) * hq + qh) * kD, q_stride, rows);
+  load_rows_sw128<kWgRows, kD, kWgThreads>(s_q, q + (static_cast<int64_t>(ct.q_begin + r0) * hq + qh) * kD, q_stride, rows);
   cp_async_commit();
 
   // Uniform across the CTA (Partial uses block-wide votes).
@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
   auto load_kv = [&](const AttnTile& x, int n, int buf) {
     const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
     const uint32_t off = static_cast<uint32_t>(buf * Smem::kKvBytes);
-    load_tile_sw128<kD>(s_k + off, k + kv_offset(x, n), kv_stride, kv_rows);
-    load_tile_sw128<kD>(s_v + off, v + kv_offset(x, n), kv_stride, kv_rows);
+    load_rows_sw128<kWgKeys, kD, kWgThreads>(s_k + off, k + kv_offset(x, n), kv_stride, kv_rows);
+    load_rows_sw128<kWgKeys, kD, kWgThreads>(s_v + off, v + kv_offset(x, n), kv_stride, kv_rows);
   };
   int ti = w.tile;
   int n = 0;

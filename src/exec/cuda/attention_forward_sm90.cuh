@@ -1,7 +1,8 @@
 // attention_forward_sm90.cuh — pieces shared by the Hopper (sm_90a) forward kernels
 // (attention_forward_sm90.cu: the basic kernel; attention_forward_sm90_ws.cu: the
-// warp-specialised one): CTA shape, the basic kernel's shared-memory layout and cp.async tile
-// loader, the P V issue, and the TMA parameters of the warp-specialised kernel.
+// warp-specialised one): CTA shape, the basic kernel's shared-memory layout, the online-softmax
+// pieces, the P V issue, and the TMA parameters of the warp-specialised kernel. Tile loaders:
+// wgmma_sm90.cuh.
 #pragma once
 
 #include <cuda.h>
@@ -36,23 +37,6 @@ struct WgSmem {
   static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
   static_assert(kQBytes % kSw128AtomBytes == 0 && kKvBytes % kSw128AtomBytes == 0, "tiles stay atom aligned");
 };
-
-// Loads 128 rows of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or
-// past `valid_rows` are zero-filled) into a swizzled 128-row tile; 256 threads, 16 bytes each.
-template <int kD>
-__device__ __forceinline__ void load_tile_sw128(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
-                                                int valid_rows) {
-  constexpr int kChunks = kD / 8;
-  constexpr int kPerThread = 128 * kChunks / kWgThreads;
-#pragma unroll
-  for (int i = 0; i < kPerThread; ++i) {
-    const int idx = static_cast<int>(threadIdx.x) + i * kWgThreads;
-    const int row = idx / kChunks;
-    const int col = (idx % kChunks) * 8;
-    const bool valid = row < valid_rows;
-    cp_async16(tile + sw128_offset<128>(row, col), src + (valid ? row * stride + col : 0), valid);
-  }
-}
 
 // ---- Per-thread pieces of the forward's online softmax (both Hopper kernels) ----------------
 // A thread of warpgroup wg holds rows row(0) and row(1) = 64 wg + 16 warp_in_wg + g (+ 8) of the

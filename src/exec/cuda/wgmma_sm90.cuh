@@ -129,6 +129,24 @@ __device__ __forceinline__ void wgmma_m64n64k16_rs(float (&d)[32], const uint32_
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1));
 }
 // Rows [0, kR) of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or
+// past `valid_rows` zero-filled) into a swizzled kR-row tile by all kThreads threads of the CTA,
+// 16 bytes per cp.async, unrolled (the loaders of the kernels without a producer warpgroup).
+template <int kR, int kD, int kThreads>
+__device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat16* src, int64_t stride, int valid_rows) {
+  constexpr int kChunks = kD / 8;
+  constexpr int kPerThread = kR * kChunks / kThreads;
+  static_assert(kR * kChunks % kThreads == 0, "every thread loads the same number of chunks");
+#pragma unroll
+  for (int i = 0; i < kPerThread; ++i) {
+    const int idx = static_cast<int>(threadIdx.x) + i * kThreads;
+    const int row = idx / kChunks;
+    const int col = (idx % kChunks) * 8;
+    const bool valid = row < valid_rows;
+    cp_async16(tile + sw128_offset<kR>(row, col), src + (valid ? row * stride + col : 0), valid);
+  }
+}
+
+// Rows [0, kR) of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or
 // past valid_rows zero-filled) into a swizzled kR-row tile by the 128 threads of a producer
 // warpgroup (thread ptid), 16 bytes per cp.async. Not unrolled: producers live on few registers
 // and have time to spare.
