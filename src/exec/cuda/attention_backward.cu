@@ -98,14 +98,12 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
   }
   cp_async_commit();
 
-  const int num_q_sub = (t.q_len + kRows - 1) / kRows;
-  const int q_sub_begin = t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0;
-  const int per_head = num_q_sub - q_sub_begin;
-  const int num_steps = per_head * group;
+  const BwSteps steps(t, c0, group);
+  const int num_steps = steps.num_steps;
 
-  // Step s: q head kvh * group + s / per_head, q sub-tile q_sub_begin + s % per_head.
+  // Classification uniform across the CTA (Partial: block-wide votes).
   auto classify = [&](int step, int buf) -> int {
-    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const int rq0 = steps.row0(step);
     const int rows = min(kRows, t.q_len - rq0);
     if (t.kind != TileKind::Partial) return classify_dense_bw<kBwdKeys>(t.kind, rq0, rows, c0, keys);
     return classify_partial_bw(t, p.list.row_offsets, p.list.ranges, rq0, rows, c0, keys == kBwdKeys,
@@ -114,8 +112,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
   // Rows past q_len load as zeros with LSE = +inf, so P = 0 there; keys past kv_len load as
   // zeros and are masked (short chunks always take the masked path).
   auto load_step = [&](int step, int buf) {
-    const int qh = kvh * group + step / per_head;
-    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const int qh = steps.q_head(step, kvh, group);
+    const int rq0 = steps.row0(step);
     const int rows = min(kRows, t.q_len - rq0);
     const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
     const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
@@ -153,8 +151,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
     }
     __syncthreads();
 
-    const int qh = kvh * group + step / per_head;
-    const int rq0 = (q_sub_begin + step % per_head) * kRows;
+    const int qh = steps.q_head(step, kvh, group);
+    const int rq0 = steps.row0(step);
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kTileBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kTileBytes);
     const float* lse_b = s_lse + buf * kRows;

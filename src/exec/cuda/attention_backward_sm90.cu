@@ -129,15 +129,12 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   load_rows_sw128<kBwKeys, kD, kBwThreads>(s_v, vp + kv_off, kv_stride, keys);
   cp_async_commit();
 
-  const int num_q_sub = (t.q_len + kBwRows - 1) / kBwRows;
-  const int q_sub_begin = t.kind == TileKind::CausalDiagonal ? c0 / kBwRows : 0;
-  const int per_head = num_q_sub - q_sub_begin;
-  const int num_steps = per_head * group;
+  const BwSteps steps(t, c0, group);
+  const int num_steps = steps.num_steps;
 
-  // Step s: q head kvh * group + s / per_head, q sub-tile q_sub_begin + s % per_head. Same
-  // classification as the mma.sync kernel (uniform across the CTA; Partial votes block-wide).
+  // Classification uniform across the CTA (Partial: block-wide votes).
   auto classify = [&](int step, int buf) -> int {
-    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const int rq0 = steps.row0(step);
     const int rows = min(kBwRows, t.q_len - rq0);
     if (t.kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t.kind, rq0, rows, c0, keys);
     return classify_partial_bw(t, p.list.row_offsets, p.list.ranges, rq0, rows, c0, keys == kBwKeys,
@@ -145,8 +142,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
   };
   // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
   auto load_step = [&](int step, int buf) {
-    const int qh = kvh * group + step / per_head;
-    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const int qh = steps.q_head(step, kvh, group);
+    const int rq0 = steps.row0(step);
     const int rows = min(kBwRows, t.q_len - rq0);
     const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
     const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
@@ -185,8 +182,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
     fence_proxy_async();  // this thread's cp.async bytes -> visible to wgmma after the barrier
     __syncthreads();
 
-    const int qh = kvh * group + step / per_head;
-    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const int qh = steps.q_head(step, kvh, group);
+    const int rq0 = steps.row0(step);
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
     const float* lse_b = s_lse + buf * kBwRows;

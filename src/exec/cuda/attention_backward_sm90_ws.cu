@@ -172,11 +172,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int kvh = w.head;
   const int c0 = w.chunk * kBwKeys;
   const int keys = min(kBwKeys, t.kv_len - c0);
-  const int num_q_sub = (t.q_len + kBwRows - 1) / kBwRows;
-  const int q_sub_begin = t.kind == TileKind::CausalDiagonal ? c0 / kBwRows : 0;
-  const int per_head = num_q_sub - q_sub_begin;
-  const int num_steps = per_head * group;
-  // Step s: q head kvh * group + s / per_head, q sub-tile q_sub_begin + s % per_head (as basic).
+  const BwSteps steps(t, c0, group);
+  const int num_steps = steps.num_steps;
 
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
@@ -191,7 +188,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
     auto classify = [&](int step, int slot) -> int {
-      const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+      const int rq0 = steps.row0(step);
       const int rows = min(kBwRows, t.q_len - rq0);
       if (t.kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t.kind, rq0, rows, c0, keys);
       const int row = ptid & (kBwRows - 1);
@@ -217,8 +214,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       if (ptid == 0) s_info[slot] = BwStageInfo{step, cls, end ? 1 : 0, 0};
       if (!end) {
         // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
-        const int qh = kvh * group + step / per_head;
-        const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+        const int qh = steps.q_head(step, kvh, group);
+        const int rq0 = steps.row0(step);
         const int rows = min(kBwRows, t.q_len - rq0);
         const int dout_row0 = t.dout_begin >= 0 ? t.dout_begin : t.q_begin;
         const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
@@ -270,8 +267,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     if (info.end != 0) break;
     const int step = info.step;
     const int cls = info.cls;
-    const int qh = kvh * group + step / per_head;
-    const int rq0 = (q_sub_begin + step % per_head) * kBwRows;
+    const int qh = steps.q_head(step, kvh, group);
+    const int rq0 = steps.row0(step);
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dsb = s_ds + static_cast<uint32_t>(buf * Smem::kDsBytes);

@@ -215,6 +215,19 @@ __device__ __forceinline__ int classify_partial(const AttnTile& t, const int32_t
 // A backward CTA covers keys [c0, c0 + keys) (keys <= kKeys) of a tile and walks 64-row q
 // sub-tiles (steps); q rows [rq0, rq0 + rows) of the tile in a step.
 
+// The steps of a backward work item (keys from c0 of tile t, kv head kvh): step s is q head
+// kvh * group + s / per_head and 64-row q sub-tile first_sub + s % per_head, where a causal
+// diagonal tile starts at the sub-tile of the CTA's first key (the rows above see none of its keys).
+struct BwSteps {
+  int first_sub, per_head, num_steps;
+  __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group)
+      : first_sub(t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0),
+        per_head((t.q_len + kRows - 1) / kRows - first_sub),
+        num_steps(per_head * group) {}
+  __device__ __forceinline__ int q_head(int s, int kvh, int group) const { return kvh * group + s / per_head; }
+  __device__ __forceinline__ int row0(int s) const { return (first_sub + s % per_head) * kRows; }
+};
+
 // Class of a Full or CausalDiagonal step. Keys past kv_len are masked too: their zero rows would
 // add nothing stored, but with an extreme LSE exp(0 - LSE) could overflow and inf * 0 would reach
 // dQ as NaN.
