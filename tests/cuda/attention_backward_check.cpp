@@ -43,32 +43,6 @@ AttnTile bwd_tile(int q_begin, int q_len, int kv_begin, int kv_len, TileKind kin
   return t;
 }
 
-std::vector<std::pair<int, int>> some_ranges(Rng& rng, int lo, int hi, int max_ranges) {
-  std::vector<std::pair<int, int>> out;
-  const int n = rng.uniform_int(1, max_ranges);
-  int pos = lo;
-  for (int r = 0; r < n && pos < hi; ++r) {
-    const int b = rng.uniform_int(pos, std::min(hi - 1, pos + 90));
-    const int e = rng.uniform_int(b + 1, std::min(hi, b + (rng.uniform() < 0.3 ? 1 : 1 + rng.uniform_int(1, 140))));
-    out.emplace_back(b, e);
-    pos = e + rng.uniform_int(0, 20);
-  }
-  return out;
-}
-
-template <typename RangesOf>
-void set_ranges(BwdLists& l, AttnTile& t, RangesOf&& ranges_of) {
-  t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
-  for (int i = 0; i < t.q_len; ++i) {
-    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
-    for (const auto& [b, e] : ranges_of(i)) {
-      l.ranges.push_back(b);
-      l.ranges.push_back(e);
-    }
-  }
-  l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
-}
-
 BwdLists build_backward(const BackwardCase& c, Rng& rng) {
   BwdLists l;
   const int hkv = c.num_kv_heads;
@@ -86,10 +60,10 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       // Many ranges per row, every 7th row empty, every 11th all keys; rows past 128 only see
       // keys < 100 (later key chunks skip their q sub-tiles).
       AttnTile t = bwd_tile(0, c.q_len, 0, c.kv_len, TileKind::Partial, 0, hkv);
-      set_ranges(l, t, [&](int i) {
+      append_row_ranges(l.row_offsets, l.ranges, t, [&](int i) {
         if (i % 7 == 3) return std::vector<std::pair<int, int>>{};
         if (i % 11 == 5) return std::vector<std::pair<int, int>>{{0, c.kv_len}};
-        return some_ranges(rng, 0, i < 128 ? c.kv_len : std::min(c.kv_len, 100), 12);
+        return random_ranges(rng, 0, i < 128 ? c.kv_len : std::min(c.kv_len, 100), 12);
       });
       l.tiles.push_back(t);
       l.q_rows = c.q_len;
@@ -104,9 +78,9 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       // Every tile names its dO / LSE / Delta / dQ / dK / dV rows explicitly (kShift later).
       const int qb = c.q_len;
       AttnTile t0 = bwd_tile(0, c.q_len, 0, 150, TileKind::Partial, 0, hkv);
-      set_ranges(l, t0, [&](int i) {
+      append_row_ranges(l.row_offsets, l.ranges, t0, [&](int i) {
         if (i % 5 == 0) return std::vector<std::pair<int, int>>{};
-        return some_ranges(rng, 0, 150, 4);
+        return random_ranges(rng, 0, 150, 4);
       });
       l.tiles.push_back(t0);
       l.tiles.push_back(bwd_tile(qb, 70, 0, 150, TileKind::Full, 0, hkv));

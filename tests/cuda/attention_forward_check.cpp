@@ -43,30 +43,8 @@ AttnTile block_tile(int q_len, int kv_begin, int kv_len, TileKind kind, int num_
 template <typename RangesOf>
 AttnTile partial_tile(Lists& l, int q_len, int kv_begin, int kv_len, int num_kv_heads, RangesOf&& ranges_of) {
   AttnTile t = block_tile(q_len, kv_begin, kv_len, TileKind::Partial, num_kv_heads);
-  t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
-  for (int i = 0; i < q_len; ++i) {
-    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
-    for (const auto& [b, e] : ranges_of(i)) {
-      l.ranges.push_back(b);
-      l.ranges.push_back(e);
-    }
-  }
-  l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+  append_row_ranges(l.row_offsets, l.ranges, t, ranges_of);
   return t;
-}
-
-// Up to max_ranges random sorted disjoint ranges inside [lo, hi), some a single key long.
-std::vector<std::pair<int, int>> random_ranges(Rng& rng, int lo, int hi, int max_ranges) {
-  std::vector<std::pair<int, int>> out;
-  const int n = rng.uniform_int(1, max_ranges);
-  int pos = lo;
-  for (int r = 0; r < n && pos < hi; ++r) {
-    const int b = rng.uniform_int(pos, std::min(hi - 1, pos + 90));
-    const int e = rng.uniform_int(b + 1, std::min(hi, b + (rng.uniform() < 0.3 ? 1 : 1 + rng.uniform_int(1, 140))));
-    out.emplace_back(b, e);
-    pos = e + rng.uniform_int(0, 20);
-  }
-  return out;
 }
 
 Lists build(const ForwardCase& c, Rng& rng) {

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcp/attention_cuda.h"
@@ -22,6 +23,35 @@ struct Rng : SplitMix64 {
   explicit Rng(uint64_t seed) : SplitMix64(seed) {}
   int uniform_int(int lo, int hi) { return lo + static_cast<int>(below(static_cast<uint64_t>(hi - lo + 1))); }
 };
+
+// Up to max_ranges random sorted disjoint ranges inside [lo, hi), some a single key long.
+inline std::vector<std::pair<int, int>> random_ranges(Rng& rng, int lo, int hi, int max_ranges) {
+  std::vector<std::pair<int, int>> out;
+  const int n = rng.uniform_int(1, max_ranges);
+  int pos = lo;
+  for (int r = 0; r < n && pos < hi; ++r) {
+    const int b = rng.uniform_int(pos, std::min(hi - 1, pos + 90));
+    const int e = rng.uniform_int(b + 1, std::min(hi, b + (rng.uniform() < 0.3 ? 1 : 1 + rng.uniform_int(1, 140))));
+    out.emplace_back(b, e);
+    pos = e + rng.uniform_int(0, 20);
+  }
+  return out;
+}
+
+// Makes Partial tile t's row i take ranges_of(i) (sorted, disjoint, inside [0, kv_len)),
+// appended to a tile list's row_offsets / ranges.
+template <typename RangesOf>
+void append_row_ranges(std::vector<int32_t>& row_offsets, std::vector<int32_t>& ranges, AttnTile& t, RangesOf&& ranges_of) {
+  t.range_row_begin = static_cast<int32_t>(row_offsets.size());
+  for (int i = 0; i < t.q_len; ++i) {
+    row_offsets.push_back(static_cast<int32_t>(ranges.size() / 2));
+    for (const auto& [b, e] : ranges_of(i)) {
+      ranges.push_back(b);
+      ranges.push_back(e);
+    }
+  }
+  row_offsets.push_back(static_cast<int32_t>(ranges.size() / 2));
+}
 
 inline uint16_t to_bf16(float f) {
   uint32_t u;
