@@ -15,9 +15,11 @@
 
 #include "commands.h"
 #include "common.h"
+#include "dcp/attention_cpu.h"
 #include "dcp/baselines.h"
 #include "dcp/comm.h"
 #include "dcp/cuda_backend.h"
+#include "dcp/nccl_comm.h"
 #include "dcp/dispatch.h"
 #include "dcp/error.h"
 #include "dcp/executor.h"
@@ -53,24 +55,6 @@ struct BenchArgs {
 };
 
 // A one-rank comm (a one-device plan moves nothing).
-class SoloComm final : public Comm {
- public:
-  explicit SoloComm(bool host) : host_(host) {}
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  std::string name() const override { return "solo"; }
-  bool host_memory() const override { return host_; }
-  void start(int32_t, std::span<const CommOp> ops) override {
-    if (!ops.empty()) raise(ErrorKind::InvalidPlan, "solo comm: transfers in a 1-device plan");
-  }
-  void wait(int32_t, double) override {}
-  void barrier(double) override {}
-  void abort(const std::string&) noexcept override {}
-
- private:
-  bool host_;
-};
-
 std::vector<float> random_bf16(uint64_t seed, size_t n, float amplitude) {
   std::vector<float> v(n);
   uint64_t x = seed;
@@ -292,11 +276,14 @@ int run_bench(const BenchArgs& args) {
   if (!cuda && args.backend != "cpu") raise(ErrorKind::InvalidInput, "--backend: cuda or cpu");
   const int gpus = cuda_device_count();
   if (cuda && gpus == 0) raise(ErrorKind::Unsupported, "dcp bench: no GPU visible (use --backend cpu)");
-  const int device = cuda ? rank % gpus : 0;
-  std::unique_ptr<Backend> backend = cuda ? make_cuda_backend(device) : make_cpu_backend();
+  const int device = cuda ? (session ? mpi_local_rank() : rank) % gpus : 0;
+  CudaBackendOptions backend_options;
+  backend_options.device = device;
+  backend_options.kernels = kernel_options_from_environment();
+  std::unique_ptr<Backend> backend = cuda ? make_cuda_backend(backend_options) : make_cpu_backend();
   std::unique_ptr<Comm> comm;
   if (world > 1) comm = cuda ? make_nccl_comm_world(device) : make_mpi_comm_world();
-  else comm = std::make_unique<SoloComm>(!cuda);
+  else comm = make_self_comm(!cuda);
 
   const Batch batch = resolve_batch(args.batch);
   batch.validate();

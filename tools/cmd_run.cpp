@@ -22,6 +22,7 @@
 #include "dcp/attention_cpu.h"
 #include "dcp/comm.h"
 #include "dcp/cuda_backend.h"
+#include "dcp/nccl_comm.h"
 #include "dcp/dispatch.h"
 #include "dcp/error.h"
 #include "dcp/executor.h"
@@ -87,19 +88,10 @@ int local_ranks_on_host(bool mpi, int world) {
 
 // One GPU per local rank: the rank's index on its host modulo the visible devices.
 int local_device(bool mpi, int rank) {
-  int local = rank;
-  if (mpi)
-    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"})
-      if (const char* v = std::getenv(var)) local = std::atoi(v);
+  const int local = mpi ? mpi_local_rank() : rank;
   const int n = cuda_device_count();
   if (n == 0) raise(ErrorKind::Unsupported, "--backend cuda: no GPU is visible (or dcp was built without CUDA)");
   return local % n;
-}
-
-uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint8_t b : bytes) h = (h ^ b) * 0x100000001b3ull;
-  return h;
 }
 
 // The plan every rank runs: loaded, or built from the options for this world size.
@@ -156,7 +148,7 @@ void rank_main(Comm& comm, Comm* exec_comm, const RunArgs& args, bool mpi, RankR
   check_plan_world_size(plan, world, "dcp run" + (args.plan_file.empty() ? "" : " --plan " + args.plan_file));
 
   // Same options must give the same plan on every rank; compare checksums at rank 0.
-  uint64_t hash = fnv1a(serialize_plan(plan));
+  uint64_t hash = plan_hash(plan);
   std::vector<uint64_t> hashes(static_cast<size_t>(world), hash);
   {
     std::vector<CommOp> ops;
@@ -189,7 +181,20 @@ void rank_main(Comm& comm, Comm* exec_comm, const RunArgs& args, bool mpi, RankR
   gather_rows<float>(in.v, t.v, kw, tok);
   gather_rows<float>(in.d_o, t.d_o, qw, tok);
 
-  auto backend = args.backend == "cuda" ? make_cuda_backend(local_device(mpi, rank)) : make_cpu_backend();
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Comm> self;  // one GPU: its device memory pairs with a comm of one rank
+  if (args.backend == "cuda") {
+    CudaBackendOptions options;
+    options.device = local_device(mpi, rank);
+    options.kernels = kernel_options_from_environment();
+    backend = make_cuda_backend(options);
+    if (world == 1 && exec_comm == nullptr) {
+      self = make_self_comm(false);
+      exec_comm = self.get();
+    }
+  } else {
+    backend = make_cpu_backend();
+  }
   Executor exec(plan, *backend, exec_comm ? *exec_comm : comm, ExecOptions{.comm_timeout_s = args.timeout_s});
   const ExecStats fwd = exec.forward(t);
   const ExecStats bwd = exec.backward(t);

@@ -1,6 +1,7 @@
 #include "common.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "dcp/baselines.h"
@@ -127,6 +128,18 @@ void check_method(const std::string& name, const std::string& flag) {
   std::string list;
   for (const auto& m : methods) list += (list.empty() ? "" : ", ") + m;
   raise(ErrorKind::InvalidInput, flag + ": unknown placement '" + name + "' (expected one of " + list + ")");
+}
+
+CudaKernelOptions kernel_options_from_environment() {
+  const auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "");
+  };
+  CudaKernelOptions k;
+  k.forward = parse_kernel_route(env("DCP_ATTN_FORWARD"), "DCP_ATTN_FORWARD");
+  k.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
+  k.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
+  return k;
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

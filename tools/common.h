@@ -12,6 +12,7 @@
 #include "dcp/batch.h"
 #include "dcp/blocks.h"
 #include "dcp/cluster.h"
+#include "dcp/cuda_backend.h"
 #include "dcp/partition.h"
 #include "dcp/placement.h"
 #include "dcp/plan.h"
@@ -66,5 +67,11 @@ PlacedMethod place_method(const std::string& method, const Batch& batch, const B
                           const Cluster& cluster, const PlacementOptions& popts);
 
 double ms_since(std::chrono::steady_clock::time_point t0);
+
+// Kernel routes for the CUDA backend from DCP_ATTN_FORWARD, DCP_ATTN_BACKWARD (auto | mma |
+// wgmma | wgmma-basic) and DCP_ATTN_BACKWARD_DQ (bulk | atomic): the command line's way to
+// compare kernels without rebuilding. Unset or empty: auto / bulk. Throws InvalidInput naming
+// the variable on anything else.
+CudaKernelOptions kernel_options_from_environment();
 
 }  // namespace dcp::cli

@@ -1,6 +1,7 @@
 // dcp — the command-line driver of the library. Subcommands live in cmd_*.cpp; this file only
 // parses, dispatches, and turns errors into exit codes (2: bad input, 1: anything else).
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,9 @@ int main(int argc, char** argv) {
       "blocks of data and blocks of attention work placed by hypergraph partitioning."};
   app.require_subcommand(1);
   app.set_version_flag("--version", "dcp 0.1.0");
+  // NVLink multicast stays off unless the user's environment says otherwise: NCCL's NVLS
+  // buffers fail on machines that share their GPUs (../shared/device.md). Before any NCCL call.
+  setenv("NCCL_NVLS_ENABLE", "0", 0);
   dcp::cli::Runner runner;
   dcp::cli::register_plan(app, runner);
   dcp::cli::register_validate(app, runner);

@@ -126,8 +126,7 @@ void merge_partials(std::span<const PartialView> parts, float* o, float* lse, in
 // dst[i] += src[i] (dQ / dKV partial sums).
 void sum_into(float* dst, const float* src, int64_t n);
 
-// Nearest bf16 value (round to nearest even), returned as fp32. NaN stays NaN, inf stays inf.
-float round_to_bf16(float x);
+// Each value rounded to the nearest bf16 (dcp::round_to_bf16: nearest even; NaN and inf stay).
 void round_to_bf16(std::span<float> values);
 
 }  // namespace dcp::cpu

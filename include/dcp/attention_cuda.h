@@ -131,10 +131,9 @@ struct AttnTileList {
 };
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
-// head_dim 64 or 128), else Mma; the environment variables DCP_ATTN_FORWARD and
-// DCP_ATTN_BACKWARD = mma | wgmma | wgmma-basic (read once per process) replace Auto, so
-// executor-level runs compare routes without rebuilding and a kernel that misbehaves on some GPU
-// can be set aside. Explicit routes ignore them. A wgmma route off sm_90 raises Unsupported.
+// head_dim 64 or 128), else Mma. Callers choose per call (the CUDA backend from its options), so
+// runs compare routes without rebuilding and a kernel that misbehaves on some GPU can be set
+// aside. A wgmma route off sm_90 raises Unsupported.
 // Every route gives the same outputs (the backward's up to summation order).
 //   Mma         mma.sync m16n8k16, FA2 style (attention_forward.cu, attention_backward.cu): any
 //               sm_80+ device.
@@ -151,9 +150,11 @@ struct AttnTileList {
 //               (attention_forward_sm90.cu: S, softmax, P V one after the other;
 //               attention_backward_sm90.cu: the same products with loads by every thread and
 //               CTA barriers; dQ by bulk asynchronous reductions, or with
-//               DCP_ATTN_BACKWARD_DQ=atomic by atomicAdd from registers).
+//               AttnDqMode::Atomic by atomicAdd from registers).
 // Every wgmma kernel needs the sm_90a build.
 enum class AttnKernelRoute : int32_t { Auto = 0, Mma = 1, Wgmma = 2, WgmmaBasic = 3 };
+// How the WgmmaBasic backward adds dQ to global memory (the other routes ignore it).
+enum class AttnDqMode : int32_t { Bulk = 0, Atomic = 1 };
 
 struct AttnForwardParams {
   AttnShape shape;
@@ -188,6 +189,7 @@ struct AttnBackwardParams {
   float* dv = nullptr;                   // accumulated (atomicAdd)
   // Which backward kernel runs (see AttnKernelRoute).
   AttnKernelRoute route = AttnKernelRoute::Auto;
+  AttnDqMode dq_mode = AttnDqMode::Bulk;
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);

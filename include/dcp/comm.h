@@ -8,8 +8,8 @@
 // that calls abort() (or dies, for the in-process comm) makes the others' waits fail too.
 //
 // Implementations: LocalComm (one thread per rank inside one process, for tests; see
-// LocalWorld) and MpiComm (nonblocking MPI_Isend/MPI_Irecv, polled with a deadline). A Comm is
-// used by one thread at a time.
+// LocalWorld), the self comm of a single rank, MpiComm (nonblocking MPI_Isend/MPI_Irecv, polled with a deadline); NCCL's is in
+// dcp/nccl_comm.h. A Comm is used by one thread at a time.
 #pragma once
 
 #include <cstdint>
@@ -82,6 +82,10 @@ class LocalWorld {
   std::unique_ptr<State> state_;
 };
 
+// The comm of a world of one rank (no peers: rounds are empty). `host_memory` says which backend
+// it pairs with (true: CPU, false: a GPU), since it moves nothing either way.
+std::unique_ptr<Comm> make_self_comm(bool host_memory);
+
 // Runs fn(comm) on world_size threads, one per rank. If a rank throws, the world is aborted (the
 // others' waits fail instead of hanging) and the first error is rethrown after every thread
 // has joined.
@@ -107,5 +111,9 @@ class MpiSession {
 // A comm over a duplicate of MPI_COMM_WORLD. Pre: MPI initialised. Throws Unsupported when built
 // without MPI.
 std::unique_ptr<Comm> make_mpi_comm_world();
+
+// This process's rank among the processes of MPI_COMM_WORLD on its node (MPI_Comm_split_type
+// with MPI_COMM_TYPE_SHARED), e.g. to pick a GPU. Pre: MPI initialised.
+int mpi_local_rank();
 
 }  // namespace dcp

@@ -1,37 +1,59 @@
-// dcp/cuda_backend.h — the executor's CUDA backend and NCCL comm (built only with CUDA; NCCL
-// when found). Both are plain factories so callers need no CUDA headers.
+// dcp/cuda_backend.h — the executor's CUDA backend (built only with CUDA; else the factories
+// throw Unsupported). Plain factories, so callers need no CUDA headers.
 //
-// CUDA backend: arrays in device memory (cudaMalloc, once per executor; Q/K/V/dO bf16, the rest
-// fp32), one compute stream; Attend runs the tile-list kernels of attention_cuda.h in one launch
-// per instruction (forward: tiles sharing an output run in one CTA with online softmax, so
+// Arrays in device memory (Q/K/V/dO bf16, the rest fp32), one executor's arrays in one block from
+// the caller's Allocator (stream-ordered, e.g. PyTorch's caching allocator) or cudaMalloc;
+// compute in order on one stream: the caller's (options.stream, or set_compute_stream per call)
+// or the backend's own. Attend runs the tile-list kernels of attention_cuda.h in one launch per
+// instruction (forward: tiles sharing an output run in one CTA with online softmax, so
 // accumulating tiles need no extra partials; backward: outputs zeroed once, then fp32 atomics),
 // Merge one launch of the batched LSE-merge / sum kernel (merge_batch: one launch for the whole
-// batch), Copy cudaMemcpyAsync. Everything derived from a call (tile
-// and work lists, merge segments) is built on its first use and cached on the device by the
-// call's key, so from the second step on nothing is allocated (num_allocations() stays put).
-//
-// NCCL comm: bootstrapped over MPI_COMM_WORLD (ncclGetUniqueId on rank 0, MPI_Bcast,
-// ncclCommInitRank). A round is one ncclGroupStart/ncclSend/ncclRecv/ncclGroupEnd on its own
-// stream, ordered after the work queued so far on the bound compute stream (an event), followed
-// by a completion event; wait() polls that event and ncclCommGetAsyncError until the deadline,
-// then aborts the communicator and throws Timeout; on success the compute stream waits on the
-// event. NCCL_NVLS_ENABLE is set to 0 unless the environment sets it.
+// batch), Copy cudaMemcpyAsync, exchange one launch for all its moves. What is derived from a
+// call (tile and work lists, merge segments) is built once and kept on the device by the call's
+// key: Executor::prepare builds every call of an executor in one host-to-device copy; calls not
+// prepared are built on first use. From the second step of the same executor on nothing is
+// allocated (num_allocations() stays put) and the host only launches.
 #pragma once
 
 #include <memory>
+#include <string>
 
-#include "dcp/comm.h"
 #include "dcp/executor.h"
 
 namespace dcp {
 
+// Which attention kernels run (dcp/attention_cuda.h's routes). Auto: the warp-specialised wgmma
+// kernels on Hopper (sm_90) for head_dim 64 or 128, mma.sync elsewhere.
+enum class KernelRoute { Auto, Mma, Wgmma, WgmmaBasic };
+// How the WgmmaBasic backward adds dQ to memory (the other routes ignore it).
+enum class DqReduction { Bulk, Atomic };
+const char* to_string(KernelRoute route);    // "auto", "mma", "wgmma", "wgmma-basic"
+const char* to_string(DqReduction dq);       // "bulk", "atomic"
+// Throws InvalidInput naming `where` (a flag or variable) and the accepted spellings.
+KernelRoute parse_kernel_route(const std::string& s, const std::string& where);
+DqReduction parse_dq_reduction(const std::string& s, const std::string& where);
+
+struct CudaKernelOptions {
+  KernelRoute forward = KernelRoute::Auto;
+  KernelRoute backward = KernelRoute::Auto;
+  DqReduction dq = DqReduction::Bulk;
+};
+
+struct CudaBackendOptions {
+  int device = 0;
+  void* stream = nullptr;          // cudaStream_t to compute on; null: a stream of the backend's own
+  Allocator* allocator = nullptr;  // null: cudaMalloc / cudaFree; else must outlive the backend
+  CudaKernelOptions kernels;
+};
+
 bool cuda_backend_available();  // built with CUDA and a device is visible
 int cuda_device_count();        // 0 without CUDA or devices
-// Pre: 0 <= device < cuda_device_count(). Throws Unsupported when built without CUDA.
-std::unique_ptr<Backend> make_cuda_backend(int device);
-
-bool nccl_available();  // built with NCCL (and MPI)
-// Pre: MPI initialised; each rank passes its own device. Throws Unsupported without NCCL.
-std::unique_ptr<Comm> make_nccl_comm_world(int device);
+// Pre: 0 <= options.device < cuda_device_count(). Throws Unsupported when built without CUDA.
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
+inline std::unique_ptr<Backend> make_cuda_backend(int device) {
+  CudaBackendOptions options;
+  options.device = device;
+  return make_cuda_backend(options);
+}
 
 }  // namespace dcp

@@ -24,7 +24,8 @@
 // [rows][kv_heads][head_dim], LSE/Delta [rows][q_heads]. forward()/backward() upload the inputs
 // into layer 0, run, and download the outputs. Device-resident use (any backend, the CUDA one in
 // particular): upload() once, then forward_layer()/backward_layer() for each layer, without
-// host copies; download() when the outputs are wanted.
+// host copies; download() when the outputs are wanted. Caller-owned tensors of any stride:
+// dcp/attention.h, built on exchange() below.
 #pragma once
 
 #include <array>
@@ -35,7 +36,6 @@
 #include <string>
 #include <vector>
 
-#include "dcp/attention_cpu.h"
 #include "dcp/comm.h"
 #include "dcp/plan.h"
 
@@ -43,6 +43,34 @@ namespace dcp {
 
 enum class ElemType : uint8_t { F32, BF16 };
 inline int64_t elem_bytes(ElemType t) { return t == ElemType::F32 ? 4 : 2; }
+const char* to_string(ElemType t);  // "fp32", "bf16"
+
+// Where a backend takes the memory of executors from: the backend's own allocator by default,
+// or the caller's (a training framework's caching allocator, an arena). Blocks are returned in
+// the order of the backend's compute stream: a block given back may be handed out again for
+// work queued after everything already queued, which is what stream-ordered allocators (CUDA's
+// and PyTorch's) promise.
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // At least `bytes` bytes, 256-byte aligned, in the backend's memory. Throws on failure.
+  virtual void* allocate(int64_t bytes) = 0;
+  virtual void deallocate(void* p) noexcept = 0;
+};
+
+// A caller's tensor of tokens x heads x head_dim (LSE and Delta: head_dim 1). Element
+// (t, h, d) lives at data + t * row_stride + h * head_stride + d, in elements of `type`.
+struct TensorView {
+  void* data = nullptr;
+  ElemType type = ElemType::BF16;
+  int64_t rows = 0;
+  int64_t heads = 0;
+  int64_t head_dim = 0;
+  int64_t row_stride = 0;   // 0: heads * head_dim (dense)
+  int64_t head_stride = 0;  // 0: head_dim
+  // The strides with 0 replaced by the dense values.
+  TensorView resolved() const;
+};
 
 enum class Array : uint8_t { Q, K, V, O, LSE, dO, Delta, dQ, dK, dV };
 inline constexpr int kNumArrays = 10;
@@ -54,6 +82,11 @@ struct ArraySet {
   std::array<ElemType, kNumArrays> type{};
   std::array<int64_t, kNumArrays> row_elems{};
   std::array<int64_t, kNumArrays> rows{};
+  // Heads of one head group (a row of Q holds q_heads x head_dim elements; of K, kv_heads x
+  // head_dim).
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
   void* at(Array a, int64_t row) const {
     const auto i = static_cast<size_t>(a);
     return static_cast<char*>(base[i]) + row * row_elems[i] * elem_bytes(type[i]);
@@ -107,6 +140,19 @@ struct MergeBatchCall {
   std::span<const MergeCall> calls;  // program order
 };
 
+// One move between the group-major local rows of an array and a caller's tensor of all heads:
+// rows [first_row + g * num_rows, + num_rows) of `array` hold heads [g * h, (g + 1) * h) of the
+// tensor's rows [0, num_rows), for every group g < num_groups (h: the array's heads per group).
+// Import: tensor -> array; export: array -> tensor. Elements convert between the two types.
+struct LocalExchange {
+  Array array = Array::Q;
+  bool import = true;
+  int64_t first_row = 0;
+  int64_t num_rows = 0;
+  int num_groups = 1;
+  TensorView tensor;
+};
+
 // The compute side of a device. Pointers are backend memory (host memory for the CPU backend).
 class Backend {
  public:
@@ -121,10 +167,23 @@ class Backend {
   virtual int64_t num_allocations() const = 0;
   // Returns what allocate() gave (the executor, when destroyed). Default: kept until the end.
   virtual void deallocate(void* p) { (void)p; }
+  // True when deallocate() may run before queued work that uses the block has finished (the
+  // memory comes back in stream order); false: executors synchronize() before deallocating.
+  virtual bool stream_ordered_memory() const { return false; }
   // Drops what was cached for call keys k with (k & mask) == base (an executor's keys).
   virtual void forget(uint64_t base, uint64_t mask) { (void)base; (void)mask; }
+  // Builds, ahead of the first call, what the backend derives from every Attend and Merge run of
+  // an executor (CUDA: tile and work lists, merge segments, uploaded in one copy). Optional: a
+  // backend that builds on first use ignores it.
+  virtual void prepare(const ArraySet& arrays, std::span<const AttendCall> attends,
+                       std::span<const MergeBatchCall> merges) {
+    (void)arrays, (void)attends, (void)merges;
+  }
   // The stream that orders compute (CUDA: a cudaStream_t), null for synchronous backends.
   virtual void* compute_stream() { return nullptr; }
+  // Orders later compute on `stream` instead (CUDA: the caller's current stream; null: the
+  // backend's own). Synchronous backends ignore it.
+  virtual void set_compute_stream(void* stream) { (void)stream; }
   virtual void synchronize() {}
   // Timing markers (ExecOptions::timeline): mark(i) records marker i in compute order (CUDA: an
   // event on the compute stream; synchronous backends: the host clock now); marker_seconds(n)
@@ -133,17 +192,23 @@ class Backend {
   virtual void mark(int index);
   virtual std::vector<double> marker_seconds(int count);
 
-  virtual void attend(const cpu::HeadLayout& heads, const ArraySet& arrays, const AttendCall& call) = 0;
-  virtual void merge(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeCall& call) = 0;
+  virtual void attend(const ArraySet& arrays, const AttendCall& call) = 0;
+  virtual void merge(const ArraySet& arrays, const MergeCall& call) = 0;
   // Every call of `batch` (the result of merge() on each, in order). Default: exactly that; the
   // CUDA backend runs the whole batch in one launch.
-  virtual void merge_batch(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeBatchCall& batch);
+  virtual void merge_batch(const ArraySet& arrays, const MergeBatchCall& batch);
   // rows [dst, dst + num_rows) := rows [src, ...) of array a.
   virtual void copy_rows(const ArraySet& arrays, Array a, int64_t dst, int64_t src, int64_t num_rows) = 0;
   virtual void zero_rows(const ArraySet& arrays, Array a, int64_t row, int64_t num_rows) = 0;
   // Delta rows [delta, +num_rows) = rowsum(dO * O) per head (q_heads_per_group heads).
-  virtual void compute_delta(const cpu::HeadLayout& heads, const ArraySet& arrays, int64_t d_o, int64_t o,
-                             int64_t delta, int64_t num_rows) = 0;
+  virtual void compute_delta(const ArraySet& arrays, int64_t d_o, int64_t o, int64_t delta, int64_t num_rows) = 0;
+  // Every exchange, in order (the CUDA backend: one launch). Pre: each tensor has num_rows rows
+  // and num_groups x the array's heads per group heads of the array's head_dim (LSE, Delta: 1).
+  virtual void exchange(const ArraySet& arrays, std::span<const LocalExchange> moves) = 0;
+  // Delta rows [delta_row + g * num_rows, + num_rows) of group g = rowsum(dO * O) over head_dim,
+  // read from the caller's dO and O (all heads) directly.
+  virtual void delta_from(const ArraySet& arrays, int64_t delta_row, int64_t num_rows, int num_groups,
+                          const TensorView& d_o, const TensorView& o) = 0;
   // Host fp32 rows (host_ld floats apart, row_elems used) <-> array rows (converted).
   virtual void upload(const ArraySet& arrays, Array a, int64_t row, const float* host, int64_t host_ld,
                       int64_t num_rows) = 0;
@@ -158,8 +223,9 @@ class Backend {
   std::vector<std::chrono::steady_clock::time_point> host_marks_;  // default mark()/marker_seconds()
 };
 
-// The CPU backend: host memory and the kernels of attention_cpu.h.
-std::unique_ptr<Backend> make_cpu_backend();
+// The CPU backend: host memory and the kernels of attention_cpu.h. With an allocator, executors'
+// memory comes from it (it must outlive the backend).
+std::unique_ptr<Backend> make_cpu_backend(Allocator* allocator = nullptr);
 
 struct LocalTensors {
   int64_t rows = 0;
@@ -178,6 +244,8 @@ struct ExecOptions {
   // Hand each maximal run of consecutive, mutually independent Merge instructions to the
   // backend as one Backend::merge_batch (false: one Backend::merge per instruction).
   bool batch_merges = true;
+  // Throws InvalidInput naming the option.
+  void validate() const;
 };
 
 // One measured instruction: when the compute stream started and finished it, relative to the
@@ -206,7 +274,7 @@ class Executor {
  public:
   // Checks (before any communication) that the plan fits the comm's world size and rank
   // (InvalidPlan) and that comm and backend agree on memory (InvalidInput), and allocates every
-  // array once.
+  // array once, in one block. The plan must outlive the executor.
   Executor(const Plan& plan, Backend& backend, Comm& comm, ExecOptions options = {});
   ~Executor();
   Executor(const Executor&) = delete;
@@ -228,6 +296,22 @@ class Executor {
   ExecStats forward_layer(int layer);
   ExecStats backward_layer(int layer);  // computes Delta first
   const ArraySet& arrays() const;
+  // Resolves every instruction of both passes of layer 0 now and lets the backend build what it
+  // derives from them (Backend::prepare), so the first forward_layer(0) / backward_layer(0) only
+  // launches.
+  void prepare();
+  // Moves between layer `layer`'s local rows and the caller's tensors (LocalExchange with
+  // first_row, num_rows and num_groups filled in here), and Delta straight from the caller's
+  // dO and O. Queued on the backend like compute.
+  void exchange(int layer, std::span<const std::pair<Array, TensorView>> imports,
+                std::span<const std::pair<Array, TensorView>> exports);
+  void delta_from(int layer, const TensorView& d_o, const TensorView& o);
+  // backward_layer without computing Delta (delta_from already did).
+  ExecStats backward_layer_with_delta(int layer);
+  // Tokens this device owns (rows of its local tensors).
+  int64_t local_rows() const;
+  // Bytes of the one block holding every array.
+  int64_t bytes_allocated() const;
   // With ExecOptions::timeline: the instructions of the last forward_layer / backward_layer (or
   // forward / backward) as measured, in program order, together covering the whole program;
   // waits for the backend. Empty without the option.

@@ -216,6 +216,9 @@ Plan deserialize_plan(const std::vector<uint8_t>& bytes, const std::string& sour
 void save_plan(const Plan& plan, const std::string& path);
 Plan load_plan(const std::string& path);
 
+// Identity of a plan: FNV-1a 64 of serialize_plan(plan). Ranks compare it before running one.
+uint64_t plan_hash(const Plan& plan);
+
 // Throws InvalidPlan "<where>: plan for world size W, communicator has N" on mismatch.
 void check_plan_world_size(const Plan& plan, int world_size, const std::string& where);
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "dcp/blocks.h"
@@ -27,6 +28,14 @@ namespace dcp {
 
 enum class Pass : uint8_t { Forward, Backward };
 const char* to_string(Pass pass);  // "fwd", "bwd"
+
+// The two sides of a tile: its q block (Q-side kinds) and its kv block (KV-side kinds).
+enum class Side : uint8_t { Q, KV };
+inline Side side_of(DataKind k) { return (k == DataKind::KV || k == DataKind::dKV) ? Side::KV : Side::Q; }
+// Kinds a tile reads on one side in a pass, and those it writes (empty: none; forward writes
+// nothing for its kv block).
+std::span<const DataKind> input_kinds(Pass pass, Side side);
+std::span<const DataKind> output_kinds(Pass pass, Side side);
 
 struct ScheduleOptions {
   // Communication stages after the local stage 0 (the paper's divisions); total stages =

@@ -4,6 +4,7 @@
 #include "dcp/executor.h"
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -69,6 +70,23 @@ uint64_t call_key(uint64_t executor, int layer, Pass pass, size_t instruction) {
 
 }  // namespace
 
+const char* to_string(ElemType t) { return t == ElemType::F32 ? "fp32" : "bf16"; }
+
+TensorView TensorView::resolved() const {
+  TensorView v = *this;
+  if (v.head_stride == 0) v.head_stride = head_dim;
+  if (v.row_stride == 0) v.row_stride = heads * v.head_stride;
+  return v;
+}
+
+void ExecOptions::validate() const {
+  if (!(comm_timeout_s > 0) || !std::isfinite(comm_timeout_s))
+    raise(ErrorKind::InvalidInput, "exec options: comm_timeout_s must be a positive number of seconds (got " +
+                                       std::to_string(comm_timeout_s) + ")");
+  if (num_layers < 1 || num_layers > 2000)
+    raise(ErrorKind::InvalidInput, "exec options: num_layers must be in [1, 2000] (got " + std::to_string(num_layers) + ")");
+}
+
 const char* to_string(Array a) {
   static const char* names[] = {"Q", "K", "V", "O", "LSE", "dO", "Delta", "dQ", "dK", "dV"};
   return names[static_cast<size_t>(a)];
@@ -90,8 +108,8 @@ void Backend::mark(int index) {
   host_marks_[static_cast<size_t>(index)] = std::chrono::steady_clock::now();
 }
 
-void Backend::merge_batch(const cpu::HeadLayout& heads, const ArraySet& arrays, const MergeBatchCall& batch) {
-  for (const MergeCall& call : batch.calls) merge(heads, arrays, call);
+void Backend::merge_batch(const ArraySet& arrays, const MergeBatchCall& batch) {
+  for (const MergeCall& call : batch.calls) merge(arrays, call);
 }
 
 std::vector<double> Backend::marker_seconds(int count) {
@@ -110,8 +128,9 @@ struct Executor::Impl {
   int qpg = 0, kvpg = 0, dim = 0;
   int num_groups = 0, num_sets = 0;
   int64_t max_tokens = 0, local_rows = 0;
-  cpu::HeadLayout heads;
   ArraySet arrays;
+  void* block = nullptr;  // every array, one allocation
+  int64_t block_bytes = 0;
   // Per array: first row of the forward and backward slot regions.
   std::array<int64_t, kNumArrays> slot_row_fwd{}, slot_row_bwd{};
   // Resolved Attend instructions, per key: tiles and Partial masks.
@@ -145,17 +164,18 @@ struct Executor::Impl {
 
   ~Impl() {
     try {
-      backend.synchronize();  // nothing in flight may touch the arrays once they are returned
+      // Nothing in flight may touch the arrays once they are returned, unless the memory comes
+      // back in stream order anyway.
+      if (!backend.stream_ordered_memory()) backend.synchronize();
       backend.forget(serial, kExecutorKeyMask);
-      for (void* p : arrays.base) backend.deallocate(p);
+      backend.deallocate(block);
     } catch (...) {  // a failed device keeps its memory; destructors never throw
     }
   }
 
   Impl(const Plan& p, Backend& b, Comm& c, ExecOptions o)
       : plan(p), backend(b), comm(c), options(o), dev(checked_device(p, c)) {
-    if (options.num_layers < 1 || options.num_layers > 2000)
-      raise(ErrorKind::InvalidInput, "executor: num_layers must be in [1, 2000] (got " + std::to_string(options.num_layers) + ")");
+    options.validate();
     if (b.host_memory() != c.host_memory())
       raise(ErrorKind::InvalidInput, "executor: backend " + b.name() + " keeps " +
                                          (b.host_memory() ? "host" : "device") + " memory but comm " + c.name() +
@@ -168,8 +188,12 @@ struct Executor::Impl {
     dim = plan.header.shape.head_dim;
     max_tokens = plan.header.max_block_tokens;
     local_rows = dev.owned_tokens;
-    heads = cpu::HeadLayout{qpg, kvpg, dim};
-    heads.validate();
+    if (qpg < 1 || kvpg < 1 || dim < 1 || qpg % kvpg != 0)
+      raise(ErrorKind::InvalidPlan, "executor: head groups of " + std::to_string(qpg) + " q and " + std::to_string(kvpg) +
+                                        " kv heads of dim " + std::to_string(dim) + " do not form a GQA layout");
+    arrays.q_heads = qpg;
+    arrays.kv_heads = kvpg;
+    arrays.head_dim = dim;
     comm.bind_stream(backend.compute_stream());
     const ElemType in_type = backend.storage_type();
     for (int i = 0; i < kNumArrays; ++i) {
@@ -183,9 +207,16 @@ struct Executor::Impl {
       slot_row_fwd[ai] = int64_t{options.num_layers} * parts * local_rows;
       slot_row_bwd[ai] = slot_row_fwd[ai] + int64_t{dev.fwd.num_slots[k]} * max_tokens;
       arrays.rows[ai] = slot_row_bwd[ai] + int64_t{dev.bwd.num_slots[k]} * max_tokens;
-      const int64_t bytes = arrays.rows[ai] * arrays.row_elems[ai] * elem_bytes(arrays.type[ai]);
-      arrays.base[ai] = backend.allocate(std::max<int64_t>(16, bytes));
     }
+    // One block: each array at a 256-byte boundary (vector loads, TMA and cp.async need 16).
+    std::array<int64_t, kNumArrays> offset{};
+    for (size_t ai = 0; ai < kNumArrays; ++ai) {
+      offset[ai] = block_bytes;
+      const int64_t bytes = arrays.rows[ai] * arrays.row_elems[ai] * elem_bytes(arrays.type[ai]);
+      block_bytes += (std::max<int64_t>(16, bytes) + 255) / 256 * 256;
+    }
+    block = backend.allocate(block_bytes);
+    for (size_t ai = 0; ai < kNumArrays; ++ai) arrays.base[ai] = static_cast<char*>(block) + offset[ai];
     // Our slots are the plan's whenever our element type is the batch's (the planner's memory
     // figure is ours).
     const bool same_type = (plan.header.shape.dtype == DType::FP32) == (in_type == ElemType::F32);
@@ -309,7 +340,7 @@ struct Executor::Impl {
     const auto t0 = Clock::now();
     const Resolved& r = resolve(a, key);
     AttendCall call{pass, key, r.tiles, r.row_offsets, r.ranges};
-    backend.attend(heads, arrays, call);
+    backend.attend(arrays, call);
     stats.attend_s += seconds_since(t0);
   }
 
@@ -378,8 +409,8 @@ struct Executor::Impl {
   size_t merge(const Program& program, size_t first) {
     const auto t0 = Clock::now();
     const MergeRun& run = merge_run(program, first);
-    if (options.batch_merges) backend.merge_batch(heads, arrays, MergeBatchCall{run.calls.front().key, run.calls});
-    else backend.merge(heads, arrays, run.calls.front());
+    if (options.batch_merges) backend.merge_batch(arrays, MergeBatchCall{run.calls.front().key, run.calls});
+    else backend.merge(arrays, run.calls.front());
     stats.num_merges += static_cast<int>(run.calls.size());
     ++stats.num_merge_calls;
     stats.merge_s += seconds_since(t0);
@@ -566,11 +597,91 @@ ExecStats Executor::backward_layer(int layer) {
     raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(layer) + " outside [0, " +
                                        std::to_string(m.options.num_layers) + ")");
   m.layer = layer;
-  m.backend.compute_delta(m.heads, m.arrays, m.local_row(DataKind::dO, 0), m.local_row(DataKind::O, 0),
+  m.backend.compute_delta(m.arrays, m.local_row(DataKind::dO, 0), m.local_row(DataKind::O, 0),
                           m.local_row(DataKind::Delta, 0), int64_t{m.num_groups} * m.local_rows);
   m.run(m.dev.bwd, layer);
   return m.stats;
 }
+
+ExecStats Executor::backward_layer_with_delta(int layer) {
+  impl_->stats = ExecStats{};
+  impl_->run(impl_->dev.bwd, layer);
+  return impl_->stats;
+}
+
+void Executor::prepare() {
+  Impl& m = *impl_;
+  std::vector<AttendCall> attends;
+  std::vector<MergeBatchCall> merges;
+  m.layer = 0;
+  for (const Program* program : {&m.dev.fwd, &m.dev.bwd}) {
+    m.pass = program->pass;
+    for (size_t i = 0; i < program->code.size();) {
+      const uint64_t key = call_key(m.serial, 0, m.pass, i);
+      if (const auto* a = std::get_if<Attend>(&program->code[i])) {
+        const Impl::Resolved& r = m.resolve(*a, key);
+        attends.push_back(AttendCall{m.pass, key, r.tiles, r.row_offsets, r.ranges});
+      } else if (std::holds_alternative<Merge>(program->code[i])) {
+        const Impl::MergeRun& run = m.merge_run(*program, i);
+        if (m.options.batch_merges) merges.push_back(MergeBatchCall{run.calls.front().key, run.calls});
+        else merges.push_back(MergeBatchCall{run.calls.front().key, std::span<const MergeCall>(run.calls.data(), 1)});
+        i += run.calls.size();
+        continue;
+      }
+      ++i;
+    }
+  }
+  m.backend.prepare(m.arrays, attends, merges);
+}
+
+void Executor::exchange(int layer, std::span<const std::pair<Array, TensorView>> imports,
+                        std::span<const std::pair<Array, TensorView>> exports) {
+  Impl& m = *impl_;
+  if (layer < 0 || layer >= m.options.num_layers)
+    raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(layer) + " outside [0, " +
+                                       std::to_string(m.options.num_layers) + ")");
+  m.layer = layer;
+  std::vector<LocalExchange> moves;
+  for (const bool import : {true, false}) {
+    for (const auto& [array, view] : import ? imports : exports) {
+      const DataKind kind = kind_of(array);
+      const int64_t per_group = array == Array::LSE || array == Array::Delta ? m.qpg
+                                : kv_side(kind)                             ? m.kvpg
+                                                                            : m.qpg;
+      const int groups = kv_side(kind) ? m.num_sets : m.num_groups;
+      const int64_t want_dim = array == Array::LSE || array == Array::Delta ? 1 : m.dim;
+      if (view.data == nullptr || view.rows != m.local_rows || view.heads != per_group * groups ||
+          view.head_dim != want_dim)
+        raise(ErrorKind::InvalidInput, std::string("executor: tensor for ") + to_string(array) + " is [" +
+                                           std::to_string(view.rows) + ", " + std::to_string(view.heads) + ", " +
+                                           std::to_string(view.head_dim) + "], expected [" +
+                                           std::to_string(m.local_rows) + ", " + std::to_string(per_group * groups) +
+                                           ", " + std::to_string(want_dim) + "]" +
+                                           (view.data == nullptr ? " (null data)" : ""));
+      moves.push_back(LocalExchange{array, import, m.local_row(kind, 0), m.local_rows, groups, view.resolved()});
+    }
+  }
+  m.backend.exchange(m.arrays, moves);
+}
+
+void Executor::delta_from(int layer, const TensorView& d_o, const TensorView& o) {
+  Impl& m = *impl_;
+  if (layer < 0 || layer >= m.options.num_layers)
+    raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(layer) + " outside [0, " +
+                                       std::to_string(m.options.num_layers) + ")");
+  m.layer = layer;
+  for (const TensorView* v : {&d_o, &o})
+    if (v->data == nullptr || v->rows != m.local_rows || v->heads != int64_t{m.qpg} * m.num_groups || v->head_dim != m.dim)
+      raise(ErrorKind::InvalidInput, std::string("executor: ") + (v == &d_o ? "dO" : "O") + " for Delta is [" +
+                                         std::to_string(v->rows) + ", " + std::to_string(v->heads) + ", " +
+                                         std::to_string(v->head_dim) + "], expected [" + std::to_string(m.local_rows) +
+                                         ", " + std::to_string(m.qpg * m.num_groups) + ", " + std::to_string(m.dim) + "]");
+  m.backend.delta_from(m.arrays, m.local_row(DataKind::Delta, 0), m.local_rows, m.num_groups, d_o.resolved(),
+                       o.resolved());
+}
+
+int64_t Executor::local_rows() const { return impl_->local_rows; }
+int64_t Executor::bytes_allocated() const { return impl_->block_bytes; }
 
 const ArraySet& Executor::arrays() const { return impl_->arrays; }
 

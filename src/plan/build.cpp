@@ -9,7 +9,6 @@
 
 #include "dcp/error.h"
 #include "dcp/plan.h"
-#include "schedule/schedule_internal.h"
 
 namespace dcp {
 
@@ -51,7 +50,6 @@ void PlanOptions::validate() const { schedule.validate(); }
 
 namespace {
 
-using sched::Side;
 
 enum Pool : int { kQIn, kKVIn, kOutQ, kOutKV, kNumPools };
 
@@ -140,7 +138,7 @@ void ProgramBuilder::emit_comm(int32_t round) {
   CommStart cs{round, {}};
   const int32_t at = here();
   auto add = [&](const ScheduledTransfer& x, bool send) {
-    const Side side = sched::side_of(x.kind);
+    const Side side = side_of(x.kind);
     const int32_t peer = send ? x.dst : x.src;
     const int64_t bytes = plan_block_bytes(t_, x.kind, t_.token_blocks[x.token_block].length);
     BufRef buf;

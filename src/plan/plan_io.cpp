@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "dcp/error.h"
+#include "dcp/hash.h"
 #include "dcp/plan.h"
 
 namespace dcp {
@@ -14,14 +15,6 @@ namespace {
 
 constexpr char kMagic[8] = {'D', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 
-uint64_t fnv1a(const uint8_t* p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; ++i) {
-    h ^= p[i];
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 class Writer {
  public:
@@ -345,6 +338,11 @@ Cluster get_cluster(Reader& r) {
 }
 
 }  // namespace
+
+uint64_t plan_hash(const Plan& plan) {
+  const std::vector<uint8_t> bytes = serialize_plan(plan);
+  return fnv1a(bytes.data(), bytes.size());
+}
 
 std::vector<uint8_t> serialize_plan(const Plan& plan) {
   Writer w;

@@ -6,7 +6,6 @@
 #include <numeric>
 
 #include "dcp/error.h"
-#include "dcp/plan.h"
 #include "schedule/schedule_internal.h"
 
 namespace dcp {
@@ -18,8 +17,6 @@ void ScheduleOptions::validate() const {
     raise(ErrorKind::InvalidInput, "schedule options: --stages must be in [1, 64] (got " +
                                        std::to_string(num_comm_stages) + ")");
 }
-
-namespace sched {
 
 std::span<const DataKind> input_kinds(Pass pass, Side side) {
   static constexpr DataKind kFwdQ[] = {DataKind::Q};
@@ -38,6 +35,8 @@ std::span<const DataKind> output_kinds(Pass pass, Side side) {
   return side == Side::Q ? std::span<const DataKind>(kBwdQ) : std::span<const DataKind>(kBwdKv);
 }
 
+namespace sched {
+
 double link_bw(const Cluster& c, int src, int dst) {
   if (c.node_of(src) == c.node_of(dst)) return c.intra_bw;
   return std::min(c.inter_bw_device, c.nic_bw_node / c.devices_per_node);
@@ -51,7 +50,7 @@ double link_latency(const Cluster& c, int src, int dst) {
 
 namespace {
 
-using sched::Side;
+
 
 struct Item {  // a remote input of one device: one side of one (block, group)
   Side side;
@@ -85,8 +84,8 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
 
   auto side_bytes = [&](Side side, int32_t block) {
     int64_t bytes = 0;
-    for (DataKind k : sched::input_kinds(pass, side))
-      bytes += plan_block_bytes(table, k, table.token_blocks[block].length);
+    for (DataKind k : input_kinds(pass, side))
+      bytes += table.partial_bytes(k, table.token_blocks[block].length);
     return bytes;
   };
   // item index lookup per device: dense keys, reset through a touch list.
@@ -186,7 +185,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     }
     for (const Item& it : items) {
       out.round_transfer_s[d][it.round] += it.seconds;
-      for (DataKind k : sched::input_kinds(pass, it.side))
+      for (DataKind k : input_kinds(pass, it.side))
         out.inputs.push_back(ScheduledTransfer{k, it.block, it.group, placement.block_home[it.block],
                                                d, it.round, false});
       item_of[key(it.side, it.block, it.group)] = -1;
@@ -196,7 +195,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     for (int32_t t : tiles_of[d]) {
       const Tile& tile = table.tiles[t];
       for (Side side : {Side::Q, Side::KV}) {
-        if (sched::output_kinds(pass, side).empty()) continue;
+        if (output_kinds(pass, side).empty()) continue;
         int32_t block = side == Side::Q ? tile.q_block : tile.kv_block;
         if (placement.block_home[block] == d) continue;
         int32_t group = side == Side::Q ? tile.head_group : table.groups.kv_set(tile.head_group);
@@ -212,7 +211,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       const int gs = side == Side::Q ? num_groups : num_sets;
       const auto block = static_cast<int32_t>(rel / gs);
       const auto group = static_cast<int32_t>(rel % gs);
-      for (DataKind kind : sched::output_kinds(pass, side))
+      for (DataKind kind : output_kinds(pass, side))
         out.outputs.push_back(ScheduledTransfer{kind, block, group, d, placement.block_home[block],
                                                 last[i].second + 2, false});
     }

@@ -9,13 +9,6 @@
 
 namespace dcp::sched {
 
-enum class Side : uint8_t { Q, KV };
-
-// Kinds a tile reads from / writes for each side of its blocks in a pass.
-std::span<const DataKind> input_kinds(Pass pass, Side side);
-std::span<const DataKind> output_kinds(Pass pass, Side side);  // empty: no output on that side
-inline Side side_of(DataKind k) { return (k == DataKind::KV || k == DataKind::dKV) ? Side::KV : Side::Q; }
-
 // Point-to-point bandwidth (B/s) and latency between two devices; inter-node links share the
 // node's NICs evenly between its devices.
 double link_bw(const Cluster& c, int src, int dst);

@@ -43,8 +43,7 @@ void apply_two_phase(const BlockTable& /*table*/, const Cluster& cluster, PassSc
 }  // namespace sched
 
 namespace {
-using sched::Side;
-using sched::input_kinds;
+
 [[noreturn]] void bad(Pass p, const std::string& what) {
   raise(ErrorKind::InvalidPlan, std::string("schedule (") + to_string(p) + "): " + what);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dcp/attention_cuda.h"
+#include "dcp/bf16.h"
 #include "dcp/rng.h"
 
 namespace dcp::cuda::check {
@@ -53,18 +54,8 @@ void append_row_ranges(std::vector<int32_t>& row_offsets, std::vector<int32_t>& 
   row_offsets.push_back(static_cast<int32_t>(ranges.size() / 2));
 }
 
-inline uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFFU + ((u >> 16) & 1U);  // round to nearest even (inputs are finite)
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+inline uint16_t to_bf16(float f) { return dcp::to_bf16_bits(f); }
+inline float from_bf16(uint16_t h) { return dcp::from_bf16_bits(h); }
 
 inline void cuda_ok(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));

@@ -22,8 +22,10 @@
 #include "dcp/batch.h"
 #include "dcp/comm.h"
 #include "dcp/cuda_backend.h"
+#include "dcp/nccl_comm.h"
 #include "dcp/dispatch.h"
 #include "dcp/error.h"
+#include "dcp/attention_cpu.h"
 #include "dcp/executor.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
@@ -158,6 +160,18 @@ int check(const Config& c, Comm& comm, int device) {
   return failures;
 }
 
+// Kernel routes as the command line reads them (DCP_ATTN_FORWARD, DCP_ATTN_BACKWARD,
+// DCP_ATTN_BACKWARD_DQ), so the device script checks every route with the same binary.
+CudaBackendOptions backend_options(int device) {
+  const auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
+  CudaBackendOptions o;
+  o.device = device;
+  o.kernels.forward = parse_kernel_route(env("DCP_ATTN_FORWARD"), "DCP_ATTN_FORWARD");
+  o.kernels.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
+  o.kernels.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
+  return o;
+}
+
 // The GPU executor (merges batched: one launch per run of independent merges; or one launch
 // per merge) against the CPU executor's outputs `want`.
 int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTensors got, const LocalTensors& want,
@@ -165,7 +179,7 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
   const AttentionShape& s = plan.header.shape;
   const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
   const int world = comm.world_size();
-  auto gpu = make_cuda_backend(device);
+  auto gpu = make_cuda_backend(backend_options(device));
   Executor exec(plan, *gpu, comm, ExecOptions{.comm_timeout_s = 60.0, .batch_merges = batched});
   int64_t allocs = 0;
   double worst = 0;
@@ -208,21 +222,6 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
   return ok ? 0 : 1;
 }
 
-// A comm for one rank with nobody else (world 1 needs no NCCL).
-class SoloComm final : public Comm {
- public:
-  int rank() const override { return 0; }
-  int world_size() const override { return 1; }
-  std::string name() const override { return "solo"; }
-  bool host_memory() const override { return false; }
-  void start(int32_t, std::span<const CommOp> ops) override {
-    if (!ops.empty()) raise(ErrorKind::InvalidPlan, "solo comm: transfers in a 1-device plan");
-  }
-  void wait(int32_t, double) override {}
-  void barrier(double) override {}
-  void abort(const std::string&) noexcept override {}
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -239,14 +238,13 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const int device = rank % devices;
     std::unique_ptr<dcp::Comm> comm;
-    SoloComm solo;
-    if (size > 1) comm = dcp::make_nccl_comm_world(device);
-    dcp::Comm& c = size > 1 ? *comm : solo;
+    comm = size > 1 ? dcp::make_nccl_comm_world(device) : dcp::make_self_comm(false);
+    dcp::Comm& c = *comm;
     if (die) {
       Config cfg{8, 2, 128, "dcp"};
       const dcp::Batch batch = make_batch(cfg.q_heads, cfg.kv_heads, cfg.head_dim);
       const dcp::Plan plan = plan_for(batch, "zigzag", size);
-      auto gpu = dcp::make_cuda_backend(device);
+      auto gpu = dcp::make_cuda_backend(backend_options(device));
       dcp::Executor exec(plan, *gpu, c, dcp::ExecOptions{.comm_timeout_s = 5.0});
       if (rank == 1) std::_Exit(3);
       exec.forward_layer(0);

@@ -10,6 +10,9 @@
 #include "dcp/comm.h"
 #include "dcp/dispatch.h"
 #include "dcp/error.h"
+#include "dcp/attention.h"
+#include "dcp/attention_cpu.h"
+#include "dcp/bf16.h"
 #include "dcp/executor.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
@@ -325,6 +328,207 @@ TEST(Executor, PlanForAnotherWorldSizeIsRefusedBeforeCommunicating) {
                  Executor exec(plan, *backend, comm);
                }),
                Error);
+}
+
+// ---- Attention on caller tensors -----------------------------------------------------------
+
+// One rank's tensors as a training framework holds them: q, k, v as views of one fused
+// projection output [tokens, (Hq + 2 Hkv) x D] (row stride larger than a tensor's heads), the
+// outputs dense, in fp32 or bf16 (lse always fp32).
+struct CallerTensors {
+  ElemType type = ElemType::F32;
+  int64_t rows = 0;
+  int q_heads = 0, kv_heads = 0, dim = 0;
+  std::vector<uint8_t> qkv, o, d_o, dq, dk, dv;
+  std::vector<float> lse;
+
+  CallerTensors(ElemType t, int64_t r, const AttentionShape& s)
+      : type(t), rows(r), q_heads(s.q_heads), kv_heads(s.kv_heads), dim(s.head_dim) {
+    const int64_t e = elem_bytes(t);
+    qkv.resize(static_cast<size_t>(r * (q_heads + 2 * kv_heads) * dim * e));
+    for (auto* v : {&o, &d_o, &dq}) v->resize(static_cast<size_t>(r * q_heads * dim * e));
+    for (auto* v : {&dk, &dv}) v->resize(static_cast<size_t>(r * kv_heads * dim * e));
+    lse.resize(static_cast<size_t>(r * q_heads));
+  }
+  int64_t fused_width() const { return int64_t{q_heads + 2 * kv_heads} * dim; }
+  TensorView view(void* data, int heads, int64_t row_stride = 0) const {
+    return TensorView{data, type, rows, heads, dim, row_stride, 0};
+  }
+  TensorView q() { return view(qkv.data(), q_heads, fused_width()); }
+  TensorView k() { return view(qkv.data() + int64_t{q_heads} * dim * elem_bytes(type), kv_heads, fused_width()); }
+  TensorView v() {
+    return view(qkv.data() + int64_t{q_heads + kv_heads} * dim * elem_bytes(type), kv_heads, fused_width());
+  }
+  TensorView lse_view() { return TensorView{lse.data(), ElemType::F32, rows, q_heads, 1, 0, 0}; }
+
+  void put(std::vector<uint8_t>& buf, int64_t index, float x) const {
+    if (type == ElemType::F32) reinterpret_cast<float*>(buf.data())[index] = x;
+    else reinterpret_cast<uint16_t*>(buf.data())[index] = to_bf16_bits(x);
+  }
+  float get(const std::vector<uint8_t>& buf, int64_t index) const {
+    return type == ElemType::F32 ? reinterpret_cast<const float*>(buf.data())[index]
+                                 : from_bf16_bits(reinterpret_cast<const uint16_t*>(buf.data())[index]);
+  }
+  // Local rows of the global inputs into the fused buffer and dO.
+  void fill(const Global& in, const LocalTokens& tok) {
+    const int64_t qw = int64_t{q_heads} * dim, kw = int64_t{kv_heads} * dim;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t g = tok.global_row[static_cast<size_t>(r)];
+      for (int64_t x = 0; x < qw; ++x) {
+        put(qkv, r * fused_width() + x, in.q[static_cast<size_t>(g * qw + x)]);
+        put(d_o, r * qw + x, in.d_o[static_cast<size_t>(g * qw + x)]);
+      }
+      for (int64_t x = 0; x < kw; ++x) {
+        put(qkv, r * fused_width() + qw + x, in.k[static_cast<size_t>(g * kw + x)]);
+        put(qkv, r * fused_width() + qw + kw + x, in.v[static_cast<size_t>(g * kw + x)]);
+      }
+    }
+  }
+  void scatter(Global& out, const LocalTokens& tok) const {
+    const int64_t qw = int64_t{q_heads} * dim, kw = int64_t{kv_heads} * dim;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t g = tok.global_row[static_cast<size_t>(r)];
+      for (int64_t x = 0; x < qw; ++x) {
+        out.o[static_cast<size_t>(g * qw + x)] = get(o, r * qw + x);
+        out.dq[static_cast<size_t>(g * qw + x)] = get(dq, r * qw + x);
+      }
+      for (int64_t x = 0; x < kw; ++x) {
+        out.dk[static_cast<size_t>(g * kw + x)] = get(dk, r * kw + x);
+        out.dv[static_cast<size_t>(g * kw + x)] = get(dv, r * kw + x);
+      }
+      for (int64_t h = 0; h < q_heads; ++h)
+        out.lse[static_cast<size_t>(g * q_heads + h)] = lse[static_cast<size_t>(r * q_heads + h)];
+    }
+  }
+};
+
+Global random_global(const Batch& batch, uint64_t seed, bool bf16) {
+  const AttentionShape& s = batch.shape;
+  const int64_t total = batch.total_tokens();
+  const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
+  SplitMix64 rng(seed);
+  Global g;
+  g.q = random_tensor(rng, static_cast<size_t>(total * qw), 2.0f);
+  g.k = random_tensor(rng, static_cast<size_t>(total * kw), 2.0f);
+  g.v = random_tensor(rng, static_cast<size_t>(total * kw));
+  g.d_o = random_tensor(rng, static_cast<size_t>(total * qw));
+  if (bf16)
+    for (auto* v : {&g.q, &g.k, &g.v, &g.d_o}) cpu::round_to_bf16(*v);
+  g.o.assign(g.q.size(), std::nanf(""));
+  g.dq.assign(g.q.size(), std::nanf(""));
+  g.lse.assign(static_cast<size_t>(total * s.q_heads), std::nanf(""));
+  g.dk.assign(g.k.size(), std::nanf(""));
+  g.dv.assign(g.k.size(), std::nanf(""));
+  return g;
+}
+
+// Two "layers" (different inputs) through one Attention per rank, in the order autograd with
+// activation checkpointing runs them: forward 0, forward 1, backward 1, forward 0 again
+// (recomputation), backward 0. Every output matches the dense fp64 reference.
+void run_attention_case(const Plan& plan, const Batch& batch, ElemType type) {
+  const int world = plan.header.world_size;
+  const bool bf16 = type == ElemType::BF16;
+  Global layer_in[2] = {random_global(batch, 11, bf16), random_global(batch, 12, bf16)};
+  Global layer_out[2] = {layer_in[0], layer_in[1]};
+  run_local_ranks(world, [&](Comm& comm) {
+    const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
+    const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
+    auto backend = make_cpu_backend();
+    Attention attn(plan, *backend, comm, ExecOptions{.comm_timeout_s = 30.0});
+    ASSERT_EQ(attn.num_tokens(), tok.num_rows());
+    std::vector<CallerTensors> t;
+    for (int l = 0; l < 2; ++l) {
+      t.emplace_back(type, tok.num_rows(), batch.shape);
+      t.back().fill(layer_in[l], tok);
+    }
+    auto forward = [&](int l) {
+      CallerTensors& x = t[static_cast<size_t>(l)];
+      attn.forward({x.q(), x.k(), x.v(), x.view(x.o.data(), x.q_heads), x.lse_view()});
+    };
+    auto backward = [&](int l) {
+      CallerTensors& x = t[static_cast<size_t>(l)];
+      attn.backward({x.q(), x.k(), x.v(), x.view(x.o.data(), x.q_heads), x.lse_view(), x.view(x.d_o.data(), x.q_heads),
+                     x.view(x.dq.data(), x.q_heads), x.view(x.dk.data(), x.kv_heads), x.view(x.dv.data(), x.kv_heads)});
+    };
+    forward(0);
+    forward(1);
+    backward(1);
+    forward(0);
+    backward(0);
+    for (int l = 0; l < 2; ++l) t[static_cast<size_t>(l)].scatter(layer_out[l], tok);
+  });
+  const double tol = bf16 ? 2e-2 : 1e-5;
+  for (int l = 0; l < 2; ++l) {
+    SCOPED_TRACE("layer " + std::to_string(l));
+    const DenseResult want = reference(batch, layer_in[l]);
+    EXPECT_LT(rel_error(layer_out[l].o, want.o), tol) << "O";
+    EXPECT_LT(rel_error(layer_out[l].lse, want.lse, 1.0), tol) << "LSE";
+    EXPECT_LT(rel_error(layer_out[l].dq, want.dq, 1.0), tol) << "dQ";
+    EXPECT_LT(rel_error(layer_out[l].dk, want.dk, 1.0), tol) << "dK";
+    EXPECT_LT(rel_error(layer_out[l].dv, want.dv, 1.0), tol) << "dV";
+  }
+}
+
+Plan dcp_plan(const Batch& batch, int devices) {
+  Cluster cluster;
+  cluster.nodes = 1;
+  cluster.devices_per_node = devices;
+  BlockOptions opts;
+  opts.block_size = 32;
+  const BlockTable table = build_block_table(batch, opts);
+  const Placement placement = place_dcp(table, cluster, PlacementOptions{}).placement;
+  PlanOptions popts;
+  popts.schedule.num_comm_stages = 2;
+  return build_plan(table, placement, cluster, popts);
+}
+
+TEST(Attention, CallerTensorsEveryLayerOrderFp32) {
+  const Batch batch = test_batch(4, 2, 64);
+  for (int devices : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(devices) + " ranks");
+    run_attention_case(dcp_plan(batch, devices), batch, ElemType::F32);
+  }
+  run_attention_case(one_node_plan(BaselineKind::Zigzag, batch, 2), batch, ElemType::F32);
+}
+
+TEST(Attention, CallerTensorsBf16) {
+  const Batch batch = test_batch(8, 1, 128, DType::BF16);
+  run_attention_case(dcp_plan(batch, 3), batch, ElemType::BF16);
+}
+
+TEST(Attention, BadTensorsAreRefusedBeforeAnythingRuns) {
+  const Batch batch = test_batch(4, 2, 64);
+  const Plan plan = dcp_plan(batch, 1);
+  auto comm = make_self_comm(true);
+  auto backend = make_cpu_backend();
+  Attention attn(plan, *backend, *comm);
+  CallerTensors x(ElemType::F32, attn.num_tokens(), batch.shape);
+  const AttentionForwardArgs good{x.q(), x.k(), x.v(), x.view(x.o.data(), x.q_heads), x.lse_view()};
+  auto expect_error = [&](AttentionForwardArgs args, const std::string& needle) {
+    try {
+      attn.forward(args);
+      ADD_FAILURE() << "accepted a bad tensor (" << needle << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  AttentionForwardArgs a = good;
+  a.q.rows -= 1;
+  expect_error(a, "attention: q is [");
+  a = good;
+  a.k.heads = 4;
+  expect_error(a, "attention: k is [");
+  a = good;
+  a.lse.type = ElemType::BF16;
+  expect_error(a, "lse must be fp32");
+  a = good;
+  a.v.row_stride = 32;  // rows overlap the 2 heads x 64 of a token
+  expect_error(a, "attention: v: strides");
+  a = good;
+  a.o.data = nullptr;
+  expect_error(a, "attention: o: no data");
+  attn.forward(good);  // the good call still runs after the refusals
 }
 
 }  // namespace

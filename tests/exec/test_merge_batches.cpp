@@ -201,13 +201,14 @@ class ReversingBackend final : public Backend {
   ElemType storage_type() const override { return cpu->storage_type(); }
   bool host_memory() const override { return true; }
   void* allocate(int64_t bytes) override { return cpu->allocate(bytes); }
+  void deallocate(void* p) override { cpu->deallocate(p); }
   int64_t num_allocations() const override { return cpu->num_allocations(); }
-  void attend(const cpu::HeadLayout& h, const ArraySet& a, const AttendCall& c) override { cpu->attend(h, a, c); }
-  void merge(const cpu::HeadLayout& h, const ArraySet& a, const MergeCall& c) override {
+  void attend(const ArraySet& a, const AttendCall& c) override { cpu->attend(a, c); }
+  void merge(const ArraySet& a, const MergeCall& c) override {
     batches.push_back({static_cast<uint32_t>(c.key)});
-    cpu->merge(h, a, c);
+    cpu->merge(a, c);
   }
-  void merge_batch(const cpu::HeadLayout& h, const ArraySet& a, const MergeBatchCall& b) override {
+  void merge_batch(const ArraySet& a, const MergeBatchCall& b) override {
     const int64_t rows = *std::max_element(a.rows.begin(), a.rows.end());
     Bitmaps seen(rows);
     std::vector<uint32_t> idx;
@@ -219,13 +220,16 @@ class ReversingBackend final : public Backend {
       idx.push_back(static_cast<uint32_t>(c.key));
     }
     batches.push_back(idx);
-    for (size_t i = b.calls.size(); i-- > 0;) cpu->merge(h, a, b.calls[i]);
+    for (size_t i = b.calls.size(); i-- > 0;) cpu->merge(a, b.calls[i]);
   }
   void copy_rows(const ArraySet& a, Array arr, int64_t d, int64_t s, int64_t n) override { cpu->copy_rows(a, arr, d, s, n); }
   void zero_rows(const ArraySet& a, Array arr, int64_t r, int64_t n) override { cpu->zero_rows(a, arr, r, n); }
-  void compute_delta(const cpu::HeadLayout& h, const ArraySet& a, int64_t d_o, int64_t o, int64_t delta,
-                     int64_t n) override {
-    cpu->compute_delta(h, a, d_o, o, delta, n);
+  void compute_delta(const ArraySet& a, int64_t d_o, int64_t o, int64_t delta, int64_t n) override {
+    cpu->compute_delta(a, d_o, o, delta, n);
+  }
+  void exchange(const ArraySet& a, std::span<const LocalExchange> moves) override { cpu->exchange(a, moves); }
+  void delta_from(const ArraySet& a, int64_t row, int64_t n, int g, const TensorView& d_o, const TensorView& o) override {
+    cpu->delta_from(a, row, n, g, d_o, o);
   }
   void upload(const ArraySet& a, Array arr, int64_t r, const float* host, int64_t ld, int64_t n) override {
     cpu->upload(a, arr, r, host, ld, n);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "dcp/attention_cpu.h"
+#include "dcp/bf16.h"
 #include "exec/reference_attention.h"
 
 namespace dcp::test {
@@ -115,13 +116,13 @@ TEST(MergeCpu, SumAndDelta) {
 }
 
 TEST(Bf16, RoundsToNearestEven) {
-  EXPECT_EQ(cpu::round_to_bf16(1.0f), 1.0f);
-  EXPECT_EQ(cpu::round_to_bf16(1.0f + 0x1.0p-8f), 1.0f);                 // tie, even is 1
-  EXPECT_EQ(cpu::round_to_bf16(1.0f + 3 * 0x1.0p-8f), 1.0f + 0x1.0p-6f);  // tie, even is up
-  EXPECT_EQ(cpu::round_to_bf16(1.0f + 0x1.8p-8f), 1.0f + 0x1.0p-7f);      // above the tie
-  EXPECT_EQ(cpu::round_to_bf16(-2.5f), -2.5f);
-  EXPECT_TRUE(std::isnan(cpu::round_to_bf16(std::nanf(""))));
-  EXPECT_EQ(cpu::round_to_bf16(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
+  EXPECT_EQ(dcp::round_to_bf16(1.0f), 1.0f);
+  EXPECT_EQ(dcp::round_to_bf16(1.0f + 0x1.0p-8f), 1.0f);                 // tie, even is 1
+  EXPECT_EQ(dcp::round_to_bf16(1.0f + 3 * 0x1.0p-8f), 1.0f + 0x1.0p-6f);  // tie, even is up
+  EXPECT_EQ(dcp::round_to_bf16(1.0f + 0x1.8p-8f), 1.0f + 0x1.0p-7f);      // above the tie
+  EXPECT_EQ(dcp::round_to_bf16(-2.5f), -2.5f);
+  EXPECT_TRUE(std::isnan(dcp::round_to_bf16(std::nanf(""))));
+  EXPECT_EQ(dcp::round_to_bf16(std::numeric_limits<float>::infinity()), std::numeric_limits<float>::infinity());
   std::vector<float> v{3.14159265f};
   cpu::round_to_bf16(v);
   EXPECT_EQ(v[0], 3.140625f);

@@ -150,6 +150,18 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
+int mpi_local_rank() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) raise(ErrorKind::InvalidInput, "mpi_local_rank: MPI is not initialised (create an MpiSession first)");
+  MPI_Comm node = MPI_COMM_NULL;
+  DCP_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int rank = 0;
+  MPI_Comm_rank(node, &rank);
+  MPI_Comm_free(&node);
+  return rank;
+}
+
 std::unique_ptr<Comm> make_mpi_comm_world() {
   int initialized = 0;
   DCP_MPI_CHECK(MPI_Initialized(&initialized));

@@ -11,6 +11,10 @@ MpiSession::MpiSession(int*, char***) {
 }
 MpiSession::~MpiSession() = default;
 
+int mpi_local_rank() {
+  raise(ErrorKind::Unsupported, "MPI: this build of dcp has no MPI (configure with an MPI library installed)");
+}
+
 std::unique_ptr<Comm> make_mpi_comm_world() {
   raise(ErrorKind::Unsupported, "MPI: this build of dcp has no MPI (configure with an MPI library installed)");
 }

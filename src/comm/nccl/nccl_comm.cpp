@@ -1,19 +1,20 @@
-// NCCL comm (see dcp/cuda_backend.h): rounds are NCCL groups on a communication stream, ordered
-// against the bound compute stream with events; waits poll with a deadline so a dead peer ends
-// in Timeout (after ncclCommAbort) instead of a hang.
+// NCCL comm (see dcp/nccl_comm.h): rounds are NCCL groups on a communication stream, ordered
+// against the bound compute stream with events; blocking waits poll with a deadline so a dead
+// peer ends in Timeout (after ncclCommAbort) instead of a hang.
 #include <cuda_runtime_api.h>
-#include <mpi.h>
 #include <nccl.h>
 
 #include <chrono>
-#include <cstdlib>
+#include <cstring>
+#include <functional>
 #include <map>
 #include <string>
 #include <thread>
 
 #include "comm/check_ops.h"
-#include "dcp/cuda_backend.h"
+#include "comm/nccl/nccl_internal.h"
 #include "dcp/error.h"
+#include "dcp/nccl_comm.h"
 
 namespace dcp {
 namespace {
@@ -28,18 +29,20 @@ void ck_nccl(ncclResult_t r, const char* where) {
     raise(ErrorKind::Nccl, std::string("nccl comm: ") + where + ": " + ncclGetErrorString(r));
 }
 
+static_assert(sizeof(ncclUniqueId) <= sizeof(NcclUniqueId::bytes), "ncclUniqueId grew");
+
 class NcclComm final : public Comm {
  public:
-  explicit NcclComm(int device) : device_(device) {
-    // NVLink multicast stays off on shared machines whatever the caller's environment forgot.
-    setenv("NCCL_NVLS_ENABLE", "0", 0);
-    if (MPI_Comm_dup(MPI_COMM_WORLD, &mpi_) != MPI_SUCCESS) raise(ErrorKind::Mpi, "nccl comm: MPI_Comm_dup failed");
-    MPI_Comm_rank(mpi_, &rank_);
-    MPI_Comm_size(mpi_, &size_);
+  NcclComm(const NcclUniqueId& uid, int rank, int world_size, const NcclCommOptions& options,
+           std::function<void()> on_abort)
+      : device_(options.device), rank_(rank), size_(world_size), blocking_(options.blocking_wait),
+        on_abort_(std::move(on_abort)) {
+    if (world_size < 1 || rank < 0 || rank >= world_size)
+      raise(ErrorKind::InvalidInput, "nccl comm: rank " + std::to_string(rank) + " outside world of " +
+                                         std::to_string(world_size));
     ck_cuda(cudaSetDevice(device_), "cudaSetDevice");
     ncclUniqueId id{};
-    if (rank_ == 0) ck_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    if (MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, mpi_) != MPI_SUCCESS) raise(ErrorKind::Mpi, "nccl comm: MPI_Bcast failed");
+    std::memcpy(&id, uid.bytes.data(), sizeof(id));
     ck_nccl(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
     // Highest priority: an Attend launch queues thousands of CTAs on the compute stream, and at
     // equal priority the block scheduler hands out all of them before the NCCL kernel gets an SM,
@@ -50,6 +53,7 @@ class NcclComm final : public Comm {
     ck_cuda(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority), "cudaDeviceGetStreamPriorityRange");
     ck_cuda(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, greatest_priority), "cudaStreamCreateWithPriority");
     ck_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreate");
+    ck_cuda(cudaMalloc(&barrier_word_, sizeof(int32_t)), "cudaMalloc");
   }
   ~NcclComm() override {
     if (!aborted_) {
@@ -59,10 +63,8 @@ class NcclComm final : public Comm {
     for (auto& [id, ev] : done_) cudaEventDestroy(ev);
     for (auto& [id, ev] : points_) cudaEventDestroy(ev);
     cudaEventDestroy(ready_);
+    cudaFree(barrier_word_);
     cudaStreamDestroy(stream_);
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Comm_free(&mpi_);
   }
   int rank() const override { return rank_; }
   int world_size() const override { return size_; }
@@ -116,33 +118,27 @@ class NcclComm final : public Comm {
       raise(ErrorKind::InvalidInput, "nccl comm rank " + std::to_string(rank_) + ": wait for round " +
                                          std::to_string(round) + " that was not started");
     cudaEvent_t ev = done_[round];
-    poll(ev, timeout_s, "round " + std::to_string(round));
-    // Host saw completion; the compute stream is ordered after it too (cheap, and right even
-    // if a caller ever stops blocking here).
+    if (blocking_) poll(ev, timeout_s, "round " + std::to_string(round));
+    else check_async("round " + std::to_string(round));
+    // The compute stream reads what the round received only after it has landed.
     ck_cuda(cudaStreamWaitEvent(compute_, ev, 0), "cudaStreamWaitEvent");
     pending_.erase(it);
   }
 
+  // A one-word all-reduce on the communication stream, waited for with the deadline.
   void barrier(double timeout_s) override {
-    MPI_Request req = MPI_REQUEST_NULL;
-    MPI_Ibarrier(mpi_, &req);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    int done = 0;
-    while (!done) {
-      MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-      if (!done && Clock::now() > deadline)
-        raise(ErrorKind::Timeout, "nccl comm rank " + std::to_string(rank_) + ": barrier timed out");
-      if (!done) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    if (aborted_) raise(ErrorKind::System, "nccl comm: communicator was aborted");
+    ck_nccl(ncclAllReduce(barrier_word_, barrier_word_, 1, ncclInt32, ncclSum, comm_, stream_), "ncclAllReduce");
+    cudaEvent_t& ev = done_[kBarrierRound];
+    if (ev == nullptr) ck_cuda(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    ck_cuda(cudaEventRecord(ev, stream_), "cudaEventRecord");
+    poll(ev, timeout_s, "barrier");
   }
 
   void abort(const std::string& reason) noexcept override {
     (void)reason;
-    if (!aborted_) {
-      aborted_ = true;
-      ncclCommAbort(comm_);
-    }
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort_comm();
+    if (on_abort_) on_abort_();
   }
 
  private:
@@ -152,12 +148,7 @@ class NcclComm final : public Comm {
       const cudaError_t q = cudaEventQuery(ev);
       if (q == cudaSuccess) return;
       if (q != cudaErrorNotReady) ck_cuda(q, "cudaEventQuery");
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        abort_comm();
-        raise(ErrorKind::Nccl, "nccl comm rank " + std::to_string(rank_) + ": " + what + ": " + ncclGetErrorString(async));
-      }
+      check_async(what);
       if (Clock::now() > deadline) {
         abort_comm();
         raise(ErrorKind::Timeout, "nccl comm rank " + std::to_string(rank_) + ": " + what + " not complete after " +
@@ -166,15 +157,26 @@ class NcclComm final : public Comm {
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   }
-  void abort_comm() {
+  void check_async(const std::string& what) {
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      abort_comm();
+      raise(ErrorKind::Nccl, "nccl comm rank " + std::to_string(rank_) + ": " + what + ": " + ncclGetErrorString(async));
+    }
+  }
+  void abort_comm() noexcept {
     if (aborted_) return;
     aborted_ = true;
     ncclCommAbort(comm_);
   }
 
+  static constexpr int32_t kBarrierRound = -1;  // rounds of plans are >= 0
   int device_ = 0;
   int rank_ = 0, size_ = 1;
-  MPI_Comm mpi_ = MPI_COMM_NULL;
+  bool blocking_ = true;
+  std::function<void()> on_abort_;
+  int32_t* barrier_word_ = nullptr;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   cudaStream_t compute_ = nullptr;  // legacy default stream until bound
@@ -188,6 +190,24 @@ class NcclComm final : public Comm {
 }  // namespace
 
 bool nccl_available() { return true; }
-std::unique_ptr<Comm> make_nccl_comm_world(int device) { return std::make_unique<NcclComm>(device); }
+
+NcclUniqueId nccl_unique_id() {
+  ncclUniqueId id{};
+  ck_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  NcclUniqueId out;
+  std::memcpy(out.bytes.data(), &id, sizeof(id));
+  return out;
+}
+
+std::unique_ptr<Comm> make_nccl_comm(const NcclUniqueId& id, int rank, int world_size, const NcclCommOptions& options) {
+  return std::make_unique<NcclComm>(id, rank, world_size, options, nullptr);
+}
+
+namespace comm_detail {
+std::unique_ptr<Comm> make_nccl_comm_with_abort(const NcclUniqueId& id, int rank, int world_size,
+                                                const NcclCommOptions& options, std::function<void()> on_abort) {
+  return std::make_unique<NcclComm>(id, rank, world_size, options, std::move(on_abort));
+}
+}  // namespace comm_detail
 
 }  // namespace dcp

@@ -7,27 +7,58 @@
 #include <vector>
 
 #include "dcp/attention_cpu.h"
+#include "dcp/bf16.h"
+#include "dcp/error.h"
 #include "dcp/executor.h"
 
 namespace dcp {
 namespace {
 
+cpu::HeadLayout heads_of(const ArraySet& a) { return cpu::HeadLayout{a.q_heads, a.kv_heads, a.head_dim}; }
+
+float load(const TensorView& v, int64_t index) {
+  return v.type == ElemType::F32 ? static_cast<const float*>(v.data)[index]
+                                 : from_bf16_bits(static_cast<const uint16_t*>(v.data)[index]);
+}
+void store(const TensorView& v, int64_t index, float x) {
+  if (v.type == ElemType::F32) static_cast<float*>(v.data)[index] = x;
+  else static_cast<uint16_t*>(v.data)[index] = to_bf16_bits(x);
+}
+
 class CpuBackend final : public Backend {
  public:
+  explicit CpuBackend(Allocator* allocator) : allocator_(allocator) {}
   std::string name() const override { return "cpu"; }
   ElemType storage_type() const override { return ElemType::F32; }
   bool host_memory() const override { return true; }
   void* allocate(int64_t bytes) override {
     const auto n = static_cast<size_t>((bytes + 3) / 4);
+    float* p = nullptr;
+    if (allocator_ != nullptr) {
+      p = static_cast<float*>(allocator_->allocate(bytes));
+      external_.push_back(p);
+    } else {
+      buffers_.push_back(std::make_unique_for_overwrite<float[]>(n));
+      p = buffers_.back().get();
+    }
+    ++num_allocations_;
     // Arrays start as NaN, not 0: a program that reads a row nobody wrote then fails every
     // check downstream instead of passing by luck (allocation happens once per executor).
-    buffers_.push_back(std::make_unique_for_overwrite<float[]>(n));
-    std::fill_n(buffers_.back().get(), n, std::nanf(""));
-    return buffers_.back().get();
+    std::fill_n(p, n, std::nanf(""));
+    return p;
   }
-  int64_t num_allocations() const override { return static_cast<int64_t>(buffers_.size()); }
+  int64_t num_allocations() const override { return num_allocations_; }
+  void deallocate(void* p) override {
+    if (auto it = std::find(external_.begin(), external_.end(), p); it != external_.end()) {
+      allocator_->deallocate(p);
+      external_.erase(it);
+      return;
+    }
+    std::erase_if(buffers_, [&](const auto& b) { return b.get() == p; });
+  }
 
-  void attend(const cpu::HeadLayout& heads, const ArraySet& a, const AttendCall& call) override {
+  void attend(const ArraySet& a, const AttendCall& call) override {
+    const cpu::HeadLayout heads = heads_of(a);
     const auto mask_of = [&](const AttendTile& t) {
       cpu::TileMaskView m;
       m.kind = t.kind;
@@ -76,7 +107,8 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void merge(const cpu::HeadLayout& heads, const ArraySet& a, const MergeCall& m) override {
+  void merge(const ArraySet& a, const MergeCall& m) override {
+    const cpu::HeadLayout heads = heads_of(a);
     if (m.kind == DataKind::O) {
       const int64_t rows = m.num_rows * heads.q_heads;
       std::vector<float> o_acc(static_cast<size_t>(rows * heads.head_dim)), lse_acc(static_cast<size_t>(rows));
@@ -108,10 +140,43 @@ class CpuBackend final : public Backend {
   void zero_rows(const ArraySet& a, Array arr, int64_t row, int64_t num_rows) override {
     std::fill_n(f32(a, arr, row), num_rows * a.row_elems[static_cast<size_t>(arr)], 0.0f);
   }
-  void compute_delta(const cpu::HeadLayout& heads, const ArraySet& a, int64_t d_o, int64_t o, int64_t delta,
-                     int64_t num_rows) override {
-    cpu::compute_delta(f32(a, Array::dO, d_o), f32(a, Array::O, o), num_rows, heads.q_heads, heads.head_dim,
+  void compute_delta(const ArraySet& a, int64_t d_o, int64_t o, int64_t delta, int64_t num_rows) override {
+    cpu::compute_delta(f32(a, Array::dO, d_o), f32(a, Array::O, o), num_rows, a.q_heads, a.head_dim,
                        f32(a, Array::Delta, delta));
+  }
+  void exchange(const ArraySet& a, std::span<const LocalExchange> moves) override {
+    for (const LocalExchange& x : moves) {
+      const TensorView& t = x.tensor;
+      const int64_t heads_per_group = t.heads / x.num_groups;
+      for (int g = 0; g < x.num_groups; ++g)
+        for (int64_t r = 0; r < x.num_rows; ++r) {
+          float* row = f32(a, x.array, x.first_row + g * x.num_rows + r);
+          for (int64_t h = 0; h < heads_per_group; ++h) {
+            const int64_t at = r * t.row_stride + (g * heads_per_group + h) * t.head_stride;
+            for (int64_t d = 0; d < t.head_dim; ++d) {
+              float& slot = row[h * t.head_dim + d];
+              if (x.import) slot = load(t, at + d);
+              else store(t, at + d, slot);
+            }
+          }
+        }
+    }
+  }
+  void delta_from(const ArraySet& a, int64_t delta_row, int64_t num_rows, int num_groups, const TensorView& d_o,
+                  const TensorView& o) override {
+    const int64_t heads_per_group = a.q_heads;
+    for (int g = 0; g < num_groups; ++g)
+      for (int64_t r = 0; r < num_rows; ++r) {
+        float* delta = f32(a, Array::Delta, delta_row + g * num_rows + r);
+        for (int64_t h = 0; h < heads_per_group; ++h) {
+          const int64_t head = g * heads_per_group + h;
+          const int64_t at_do = r * d_o.row_stride + head * d_o.head_stride;
+          const int64_t at_o = r * o.row_stride + head * o.head_stride;
+          double sum = 0;
+          for (int64_t d = 0; d < a.head_dim; ++d) sum += double{load(d_o, at_do + d)} * double{load(o, at_o + d)};
+          delta[h] = static_cast<float>(sum);
+        }
+      }
   }
   void upload(const ArraySet& a, Array arr, int64_t row, const float* host, int64_t host_ld,
               int64_t num_rows) override {
@@ -140,11 +205,14 @@ class CpuBackend final : public Backend {
 
  private:
   static float* f32(const ArraySet& a, Array arr, int64_t row) { return static_cast<float*>(a.at(arr, row)); }
+  Allocator* allocator_ = nullptr;
   std::vector<std::unique_ptr<float[]>> buffers_;
+  std::vector<void*> external_;
+  int64_t num_allocations_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend(Allocator* allocator) { return std::make_unique<CpuBackend>(allocator); }
 
 }  // namespace dcp

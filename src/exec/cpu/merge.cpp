@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dcp/attention_cpu.h"
+#include "dcp/bf16.h"
 #include "dcp/error.h"
 #include "exec/cpu/tile_mask.h"
 
@@ -149,17 +150,8 @@ void sum_into(float* dst, const float* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-float round_to_bf16(float x) {
-  if (std::isnan(x)) return x;
-  uint32_t bits = std::bit_cast<uint32_t>(x);
-  const uint32_t lsb = (bits >> 16) & 1u;
-  bits += 0x7fffu + lsb;  // round half to even; overflow to inf is the right answer
-  bits &= 0xffff0000u;
-  return std::bit_cast<float>(bits);
-}
-
 void round_to_bf16(std::span<float> values) {
-  for (float& v : values) v = round_to_bf16(v);
+  for (float& v : values) v = dcp::round_to_bf16(v);
 }
 
 }  // namespace dcp::cpu

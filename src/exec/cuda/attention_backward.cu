@@ -13,7 +13,7 @@
 //   finish:  dK * scale and dV atomically added to the outputs (other tiles may share the keys).
 // The Hopper versions (attention_backward_sm90.cu: route WgmmaBasic; attention_backward_sm90_ws.cu:
 // route Wgmma) keep this interface; attention_backward() at the end of this file picks the route
-// (AttnBackwardParams::route, DCP_ATTN_BACKWARD).
+// (AttnBackwardParams::route).
 // Per 128-key x 64-row step: 10 * 128 * 64 * D FLOPs of MMA (2.5x the forward's 4); 64 * D dQ
 // atomics.
 #include <cuda_bf16.h>
@@ -291,8 +291,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
 template <int kD>
 void launch_backward(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwdSmem<kD>::kBytes;
-  static const bool ready = (allow_shared_memory("attention_backward", attention_backward_kernel<kD>, kSmem), true);
-  (void)ready;
+  allow_shared_memory("attention_backward", attention_backward_kernel<kD>, kSmem);
   attention_backward_kernel<kD><<<p.list.num_work, kBwdThreads, kSmem, stream>>>(p);
 }
 
@@ -303,8 +302,7 @@ void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t strea
 }  // namespace detail
 
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
-  static const AttnKernelRoute environment = detail::route_from_environment("DCP_ATTN_BACKWARD");
-  return detail::resolve_route(params.route, environment, params.shape.head_dim, "attention_backward");
+  return detail::resolve_route(params.route, params.shape.head_dim, "attention_backward");
 }
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {

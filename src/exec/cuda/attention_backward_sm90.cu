@@ -21,7 +21,7 @@
 //                                         memory (element-wise atomic in L2, 64 instructions
 //                                         instead of 2048 float2 atomics per warpgroup and step).
 //                                         At D = 64 the two warpgroups' partial sums both reduce.
-//   dQ out (DCP_ATTN_BACKWARD_DQ=atomic)  float2 atomicAdd from registers; at D = 64 the partial
+//   dQ out (AttnDqMode::Atomic)  float2 atomicAdd from registers; at D = 64 the partial
 //                                         sums first meet in shared memory, one atomic per element.
 // Finish: dK * scale and dV atomically added (fp32), like the mma.sync kernel.
 // Synchronisation per step: a CTA barrier once Q / dO are in, one after the dS^T stores (dQ reads
@@ -266,22 +266,8 @@ __global__ void __launch_bounds__(kBwThreads, 1) attention_backward_sm90_kernel(
 template <int kD, bool kBulkDq>
 void launch_backward_sm90(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwSmem<kD, kBulkDq>::kAlloc;
-  static const bool ready =
-      (allow_shared_memory("attention_backward_sm90", attention_backward_sm90_kernel<kD, kBulkDq>, kSmem), true);
-  (void)ready;
+  allow_shared_memory("attention_backward_sm90", attention_backward_sm90_kernel<kD, kBulkDq>, kSmem);
   attention_backward_sm90_kernel<kD, kBulkDq><<<p.list.num_work, kBwThreads, kSmem, stream>>>(p);
-}
-
-// DCP_ATTN_BACKWARD_DQ=bulk|atomic (read once; default bulk): how dQ reaches global memory.
-bool bulk_dq() {
-  static const bool bulk = [] {
-    const char* env = std::getenv("DCP_ATTN_BACKWARD_DQ");
-    const std::string value = env != nullptr ? env : "";
-    if (value.empty() || value == "bulk") return true;
-    if (value == "atomic") return false;
-    raise(ErrorKind::InvalidInput, "DCP_ATTN_BACKWARD_DQ: expected bulk or atomic, got '" + value + "'");
-  }();
-  return bulk;
 }
 
 }  // namespace
@@ -289,7 +275,7 @@ bool bulk_dq() {
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream) {
   launch_for_head_dim("attention_backward_sm90", params.shape,
                       [&]<int kD>() {
-                        if (bulk_dq()) {
+                        if (params.dq_mode == AttnDqMode::Bulk) {
                           launch_backward_sm90<kD, true>(params, stream);
                         } else {
                           launch_backward_sm90<kD, false>(params, stream);

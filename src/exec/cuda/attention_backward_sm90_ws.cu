@@ -337,9 +337,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
-  static const bool ready =
-      (allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD>, kSmem), true);
-  (void)ready;
+  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD>, kSmem);
   BwWsParams wp{};
   wp.p = p;
   // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.

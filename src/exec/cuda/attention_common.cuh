@@ -293,11 +293,13 @@ void launch_for_head_dim(const char* name, const AttnShape& shape, Launch&& laun
   if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": launch: " + cudaGetErrorString(err));
 }
 
-// Opts a kernel into `smem_bytes` of dynamic shared memory once per instantiation.
+// Opts a kernel into `smem_bytes` of dynamic shared memory on the current device. The attribute
+// is per device, so it is set once per (kernel, device): a process driving several GPUs gets it
+// on each (attention_work.cpp keeps the record).
+void allow_shared_memory_on_device(const char* name, const void* kernel, int smem_bytes);
 template <typename Kernel>
 void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
-  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
+  allow_shared_memory_on_device(name, reinterpret_cast<const void*>(kernel), smem_bytes);
 }
 
 // Launchers by route (attention_forward() / attention_backward() pick one): mma.sync; the plain
@@ -311,13 +313,10 @@ void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t strea
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma_ws(const AttnBackwardParams& params, cudaStream_t stream);
 
-// Route selection shared by forward and backward (attention_forward.cu). `environment` is the
-// route named by the pass's environment variable (route_from_environment: mma | wgmma |
-// wgmma-basic; Auto when unset or empty; InvalidInput otherwise; callers read it once). Returns
-// Mma, Wgmma or WgmmaBasic: an explicit request first, else the environment, else Wgmma on an
-// sm_90 device for head_dim 64 / 128 and Mma elsewhere; a wgmma route off sm_90 raises Unsupported.
-AttnKernelRoute route_from_environment(const char* name);
-AttnKernelRoute resolve_route(AttnKernelRoute requested, AttnKernelRoute environment, int head_dim, const char* who);
+// Route selection shared by forward and backward (attention_forward.cu). Returns Mma, Wgmma or
+// WgmmaBasic: an explicit request as is, Auto as Wgmma on an sm_90 device for head_dim 64 / 128
+// and Mma elsewhere; a wgmma route off sm_90 raises Unsupported.
+AttnKernelRoute resolve_route(AttnKernelRoute requested, int head_dim, const char* who);
 
 
 }  // namespace dcp::cuda::detail

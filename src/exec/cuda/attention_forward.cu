@@ -307,23 +307,12 @@ __global__ void __launch_bounds__(kThreads) attention_forward_kernel(const AttnF
 template <int kD>
 void launch_forward(const AttnForwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = FwdSmem<kD>::kBytes;
-  static const bool ready = (allow_shared_memory("attention_forward", attention_forward_kernel<kD>, kSmem), true);
-  (void)ready;
+  allow_shared_memory("attention_forward", attention_forward_kernel<kD>, kSmem);
   attention_forward_kernel<kD><<<p.list.num_work, kThreads, kSmem, stream>>>(p);
 }
 
 void attention_forward_mma(const AttnForwardParams& params, cudaStream_t stream) {
   launch_for_head_dim("attention_forward", params.shape, [&]<int kD>() { launch_forward<kD>(params, stream); });
-}
-
-AttnKernelRoute route_from_environment(const char* name) {
-  const char* env = std::getenv(name);
-  const std::string value = env != nullptr ? env : "";
-  if (value.empty()) return AttnKernelRoute::Auto;
-  if (value == "mma") return AttnKernelRoute::Mma;
-  if (value == "wgmma") return AttnKernelRoute::Wgmma;
-  if (value == "wgmma-basic") return AttnKernelRoute::WgmmaBasic;
-  raise(ErrorKind::InvalidInput, std::string(name) + ": expected mma, wgmma or wgmma-basic, got '" + value + "'");
 }
 
 namespace {
@@ -344,8 +333,8 @@ bool device_is_sm90() {
 
 }  // namespace
 
-AttnKernelRoute resolve_route(AttnKernelRoute requested, AttnKernelRoute environment, int head_dim, const char* who) {
-  AttnKernelRoute route = requested != AttnKernelRoute::Auto ? requested : environment;
+AttnKernelRoute resolve_route(AttnKernelRoute requested, int head_dim, const char* who) {
+  AttnKernelRoute route = requested;
   const bool head_dim_ok = head_dim == 64 || head_dim == 128;
   if (route == AttnKernelRoute::Auto) route = device_is_sm90() && head_dim_ok ? AttnKernelRoute::Wgmma : AttnKernelRoute::Mma;
   if (route != AttnKernelRoute::Mma && !device_is_sm90())
@@ -356,8 +345,7 @@ AttnKernelRoute resolve_route(AttnKernelRoute requested, AttnKernelRoute environ
 }  // namespace detail
 
 AttnKernelRoute attention_forward_route(const AttnForwardParams& params) {
-  static const AttnKernelRoute environment = detail::route_from_environment("DCP_ATTN_FORWARD");
-  return detail::resolve_route(params.route, environment, params.shape.head_dim, "attention_forward");
+  return detail::resolve_route(params.route, params.shape.head_dim, "attention_forward");
 }
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream) {

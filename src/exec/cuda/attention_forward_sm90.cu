@@ -168,8 +168,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
 template <int kD>
 void launch_forward_sm90(const AttnForwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = WgSmem<kD>::kAlloc;
-  static const bool ready = (allow_shared_memory("attention_forward_sm90", attention_forward_sm90_kernel<kD>, kSmem), true);
-  (void)ready;
+  allow_shared_memory("attention_forward_sm90", attention_forward_sm90_kernel<kD>, kSmem);
   attention_forward_sm90_kernel<kD><<<p.list.num_work, kWgThreads, kSmem, stream>>>(p);
 }
 

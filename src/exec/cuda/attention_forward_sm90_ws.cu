@@ -336,9 +336,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
 template <int kD>
 void launch_forward_sm90_ws(const AttnForwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = FwsSmem<kD>::kAlloc;
-  static const bool ready =
-      (allow_shared_memory("attention_forward_sm90_ws", attention_forward_sm90_ws_kernel<kD>, kSmem), true);
-  (void)ready;
+  allow_shared_memory("attention_forward_sm90_ws", attention_forward_sm90_ws_kernel<kD>, kSmem);
   const FwTmaParams fp = forward_tma_params(p, kD, "attention_forward_sm90_ws");
   attention_forward_sm90_ws_kernel<kD><<<p.list.num_work, kFwsThreads, kSmem, stream>>>(fp);
 }

@@ -1,12 +1,33 @@
 // attention_work.cpp — host side of the CUDA attention kernels: validation of tile lists, the
 // per-CTA work lists, and mask-area FLOPs.
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "dcp/attention_cuda.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda {
+
+namespace detail {
+void allow_shared_memory_on_device(const char* name, const void* kernel, int smem_bytes) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> done;  // (kernel, device) pairs already opted in
+  int device = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    raise(ErrorKind::Cuda, std::string(name) + ": cudaGetDevice: " + cudaGetErrorString(e));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (done.count({kernel, device}) != 0) return;
+  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
+  done.insert({kernel, device});
+}
+}  // namespace detail
+
 namespace {
 
 void validate(std::span<const AttnTile> tiles, const AttnShape& shape, const char* where) {

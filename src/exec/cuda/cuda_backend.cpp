@@ -11,6 +11,7 @@
 
 #include "cuda_backend_kernels.h"
 #include "dcp/attention_cuda.h"
+#include "dcp/bf16.h"
 #include "dcp/cuda_backend.h"
 #include "dcp/error.h"
 
@@ -26,38 +27,33 @@ int32_t i32(int64_t v, const char* what) {
   return static_cast<int32_t>(v);
 }
 
-uint16_t to_bf16_bits(float x) {
-  uint32_t u = 0;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffU) > 0x7f800000U) return static_cast<uint16_t>((u >> 16) | 0x40U);  // NaN stays NaN
-  u += 0x7fffU + ((u >> 16) & 1U);  // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-float from_bf16_bits(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x = 0;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(int device) : device_(device) {
-    ck(cudaSetDevice(device), "cudaSetDevice");
-    ck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  explicit CudaBackend(const CudaBackendOptions& options)
+      : device_(options.device), allocator_(options.allocator), kernels_(options.kernels) {
+    ck(cudaSetDevice(device_), "cudaSetDevice");
+    ck(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    stream_ = options.stream != nullptr ? static_cast<cudaStream_t>(options.stream) : own_stream_;
+    ck(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
-    for (void* p : buffers_) cudaFree(p);
+    cudaStreamSynchronize(own_stream_);
+    for (auto& [key, block] : meta_blocks_) release(block);
+    for (void* p : buffers_) release(p);
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
-    cudaStreamDestroy(stream_);
+    cudaEventDestroy(staging_done_);
+    if (staging_ != nullptr) cudaFreeHost(staging_);
+    cudaStreamDestroy(own_stream_);
   }
   std::string name() const override { return "cuda"; }
   ElemType storage_type() const override { return ElemType::BF16; }
   bool host_memory() const override { return false; }
+  bool stream_ordered_memory() const override { return allocator_ != nullptr; }
   void* allocate(int64_t bytes) override {
     void* p = nullptr;
-    ck(cudaMalloc(&p, static_cast<size_t>(bytes)), "cudaMalloc");
+    if (allocator_ != nullptr) p = allocator_->allocate(bytes);
+    else ck(cudaMalloc(&p, static_cast<size_t>(bytes)), "cudaMalloc");
     buffers_.push_back(p);
     ++num_allocations_;
     ck(cudaMemsetAsync(p, 0, static_cast<size_t>(bytes), stream_), "cudaMemset");
@@ -67,16 +63,27 @@ class CudaBackend final : public Backend {
   void deallocate(void* p) override {
     auto it = std::find(buffers_.begin(), buffers_.end(), p);
     if (it == buffers_.end()) return;
-    cudaStreamSynchronize(stream_);
-    cudaFree(p);
     buffers_.erase(it);
+    release(p);
   }
   void forget(uint64_t base, uint64_t mask) override {
-    std::erase_if(attends_, [&](const auto& kv) { return (kv.first & mask) == base; });
-    std::erase_if(merges_, [&](const auto& kv) { return (kv.first & mask) == base; });
-    std::erase_if(merge_batches_, [&](const auto& kv) { return (kv.first & mask) == base; });
+    const auto stale = [&](const auto& kv) { return (kv.first & mask) == base; };
+    std::erase_if(attends_, stale);
+    std::erase_if(merges_, stale);
+    std::erase_if(merge_batches_, stale);
+    for (auto it = meta_blocks_.begin(); it != meta_blocks_.end();) {
+      if ((it->first & mask) == base) {
+        release(it->second);
+        it = meta_blocks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   void* compute_stream() override { return stream_; }
+  void set_compute_stream(void* stream) override {
+    stream_ = stream != nullptr ? static_cast<cudaStream_t>(stream) : own_stream_;
+  }
   // Timeline markers: one reusable event per marker index (created on first use only).
   void mark(int index) override {
     if (index < 0) return;
@@ -101,12 +108,33 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override { ck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
 
-  void attend(const cpu::HeadLayout& heads, const ArraySet& a, const AttendCall& call) override {
+  // Everything derived from the calls, built on the host and uploaded in one copy into one block
+  // that lives until the executor's keys are forgotten.
+  void prepare(const ArraySet& a, std::span<const AttendCall> attends, std::span<const MergeBatchCall> merges) override {
+    MetaBuilder meta;
+    std::vector<std::pair<uint64_t, HostAttend>> host_attends;
+    std::vector<std::pair<uint64_t, HostMerge>> host_merges;
+    for (const AttendCall& call : attends)
+      if (attends_.count(call.key) == 0) host_attends.emplace_back(call.key, build_attend(a, call, meta));
+    for (const MergeBatchCall& batch : merges)
+      if (merge_batches_.count(batch.key) == 0) host_merges.emplace_back(batch.key, build_merge(a, batch.calls, meta));
+    if (meta.bytes.empty()) return;
+    const uint64_t owner = attends.empty() ? merges.front().key : attends.front().key;
+    char* device = upload_meta(meta, owner);
+    for (auto& [key, h] : host_attends) attends_.emplace(key, h.at(device));
+    for (auto& [key, h] : host_merges) merge_batches_.emplace(key, h.at(device));
+  }
+
+  void attend(const ArraySet& a, const AttendCall& call) override {
     auto it = attends_.find(call.key);
-    if (it == attends_.end()) it = attends_.emplace(call.key, build_attend(heads, a, call)).first;
+    if (it == attends_.end()) {
+      MetaBuilder meta;
+      HostAttend h = build_attend(a, call, meta);
+      it = attends_.emplace(call.key, h.at(upload_meta(meta, call.key))).first;
+    }
     const DeviceAttend& d = it->second;
-    cuda::AttnShape shape{heads.q_heads, heads.kv_heads, heads.head_dim, 0.0F};
-    shape.softmax_scale = 1.0F / std::sqrt(static_cast<float>(heads.head_dim));
+    cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
+    shape.softmax_scale = 1.0F / std::sqrt(static_cast<float>(a.head_dim));
     cuda::AttnTileList list{d.tiles, d.work, d.num_work, d.row_offsets, d.ranges};
     if (call.pass == Pass::Forward) {
       cuda::AttnForwardParams p;
@@ -118,6 +146,7 @@ class CudaBackend final : public Backend {
       p.o = static_cast<float*>(a.base[idx(Array::O)]);
       p.lse = static_cast<float*>(a.base[idx(Array::LSE)]);
       p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
+      p.route = route(kernels_.forward);
       cuda::attention_forward(p, stream_);
       return;
     }
@@ -135,16 +164,16 @@ class CudaBackend final : public Backend {
     p.dq_rows = a.rows[idx(Array::dQ)];
     p.dk = static_cast<float*>(a.base[idx(Array::dK)]);
     p.dv = static_cast<float*>(a.base[idx(Array::dV)]);
+    p.route = route(kernels_.backward);
+    p.dq_mode = kernels_.dq == DqReduction::Atomic ? cuda::AttnDqMode::Atomic : cuda::AttnDqMode::Bulk;
     cuda::attention_backward(p, stream_);
   }
 
   // One launch per call (merge) or per batch (merge_batch), of the same kernel.
-  void merge(const cpu::HeadLayout& heads, const ArraySet& a, const MergeCall& m) override {
-    run_merges(merges_, m.key, heads, a, std::span<const MergeCall>(&m, 1));
+  void merge(const ArraySet& a, const MergeCall& m) override {
+    run_merges(merges_, m.key, a, std::span<const MergeCall>(&m, 1));
   }
-  void merge_batch(const cpu::HeadLayout& heads, const ArraySet& a, const MergeBatchCall& b) override {
-    run_merges(merge_batches_, b.key, heads, a, b.calls);
-  }
+  void merge_batch(const ArraySet& a, const MergeBatchCall& b) override { run_merges(merge_batches_, b.key, a, b.calls); }
 
   void copy_rows(const ArraySet& a, Array arr, int64_t dst, int64_t src, int64_t num_rows) override {
     const auto bytes = static_cast<size_t>(num_rows * a.row_elems[idx(arr)] * elem_bytes(a.type[idx(arr)]));
@@ -154,11 +183,53 @@ class CudaBackend final : public Backend {
     const auto bytes = static_cast<size_t>(num_rows * a.row_elems[idx(arr)] * elem_bytes(a.type[idx(arr)]));
     ck(cudaMemsetAsync(a.at(arr, row), 0, bytes, stream_), "zero");
   }
-  void compute_delta(const cpu::HeadLayout& heads, const ArraySet& a, int64_t d_o, int64_t o, int64_t delta,
-                     int64_t num_rows) override {
+  void compute_delta(const ArraySet& a, int64_t d_o, int64_t o, int64_t delta, int64_t num_rows) override {
     cuda::delta_bf16_f32(a.at(Array::dO, d_o), static_cast<const float*>(a.at(Array::O, o)),
-                         static_cast<float*>(a.at(Array::Delta, delta)), num_rows * heads.q_heads, heads.head_dim,
-                         stream_);
+                         static_cast<float*>(a.at(Array::Delta, delta)), num_rows * a.q_heads, a.head_dim, stream_);
+  }
+  void exchange(const ArraySet& a, std::span<const LocalExchange> moves) override {
+    for (size_t first = 0; first < moves.size(); first += cuda::kMaxExchangeMoves) {
+      cuda::ExchangeBatch batch;
+      for (size_t i = first; i < std::min(moves.size(), first + cuda::kMaxExchangeMoves); ++i) {
+        const LocalExchange& x = moves[i];
+        const TensorView& t = x.tensor;
+        const auto ai = idx(x.array);
+        cuda::ExchangeMove& m = batch.moves[batch.num_moves++];
+        m.tensor = t.data;
+        m.array = a.at(x.array, x.first_row);
+        m.row_stride = t.row_stride;
+        m.head_stride = t.head_stride;
+        m.num_rows = x.num_rows;
+        m.heads_per_group = static_cast<int32_t>(t.heads / x.num_groups);
+        m.head_dim = static_cast<int32_t>(t.head_dim);
+        m.num_groups = x.num_groups;
+        m.tensor_bf16 = t.type == ElemType::BF16 ? 1 : 0;
+        m.array_bf16 = a.type[ai] == ElemType::BF16 ? 1 : 0;
+        m.import = x.import ? 1 : 0;
+        // 8 elements at a time where both sides are 16-byte aligned (fp32: 32 bytes apart).
+        const auto addr = reinterpret_cast<uintptr_t>(t.data);
+        m.vector = t.head_dim % 8 == 0 && addr % 16 == 0 && t.row_stride % 8 == 0 && t.head_stride % 8 == 0 ? 1 : 0;
+      }
+      cuda::exchange_rows(batch, stream_);
+    }
+  }
+  void delta_from(const ArraySet& a, int64_t delta_row, int64_t num_rows, int num_groups, const TensorView& d_o,
+                  const TensorView& o) override {
+    cuda::DeltaFromParams p;
+    p.d_o = d_o.data;
+    p.o = o.data;
+    p.delta = static_cast<float*>(a.at(Array::Delta, delta_row));
+    p.do_row_stride = d_o.row_stride;
+    p.do_head_stride = d_o.head_stride;
+    p.o_row_stride = o.row_stride;
+    p.o_head_stride = o.head_stride;
+    p.num_rows = num_rows;
+    p.heads_per_group = a.q_heads;
+    p.num_groups = num_groups;
+    p.head_dim = a.head_dim;
+    p.do_bf16 = d_o.type == ElemType::BF16 ? 1 : 0;
+    p.o_bf16 = o.type == ElemType::BF16 ? 1 : 0;
+    cuda::delta_from_tensors(p, stream_);
   }
   // Host copies run on the compute stream and finish before returning. A plain cudaMemcpy from
   // pageable memory may return before its DMA has landed (only the staging copy is done), and it
@@ -219,26 +290,87 @@ class CudaBackend final : public Backend {
     const cuda::MergePart* parts = nullptr;
   };
 
+  // Host image of what a set of calls needs on the device: vectors appended at 256-byte offsets
+  // of one buffer, so one copy uploads them all.
+  struct MetaBuilder {
+    std::vector<char> bytes;
+    static constexpr size_t kNone = SIZE_MAX;
+    template <class T>
+    size_t add(const std::vector<T>& v) {
+      if (v.empty()) return kNone;
+      const size_t at = bytes.size();
+      bytes.resize(at + ((v.size() * sizeof(T) + 255) & ~size_t{255}));
+      std::memcpy(bytes.data() + at, v.data(), v.size() * sizeof(T));
+      return at;
+    }
+  };
+  template <class T>
+  static const T* at_offset(char* device, size_t offset) {
+    return offset == MetaBuilder::kNone ? nullptr : reinterpret_cast<const T*>(device + offset);
+  }
+  struct HostAttend {
+    size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0;
+    int32_t num_work = 0;
+    int num_zero = 0;
+    DeviceAttend at(char* device) const {
+      return DeviceAttend{at_offset<cuda::AttnTile>(device, tiles), at_offset<cuda::AttnWorkItem>(device, work),
+                          num_work, at_offset<int32_t>(device, row_offsets), at_offset<int32_t>(device, ranges),
+                          at_offset<cuda::ZeroRange>(device, zero), num_zero};
+    }
+  };
+  struct HostMerge {
+    size_t segments = 0, parts = 0;
+    int32_t num_segments = 0, num_blocks = 0;
+    DeviceMerge at(char* device) const {
+      return DeviceMerge{at_offset<cuda::MergeSegment>(device, segments), num_segments, num_blocks,
+                         at_offset<cuda::MergePart>(device, parts)};
+    }
+  };
+
   static size_t idx(Array a) { return static_cast<size_t>(a); }
 
-  // Device copy of a host vector, from chunks allocated on demand (first use of a key only).
-  template <class T>
-  const T* upload_meta(const std::vector<T>& v) {
-    if (v.empty()) return nullptr;
-    const size_t bytes = (v.size() * sizeof(T) + 255) & ~size_t{255};
-    if (meta_used_ + bytes > meta_size_) {
-      meta_size_ = std::max<size_t>(size_t{64} << 20, bytes);
-      meta_ = static_cast<char*>(allocate(static_cast<int64_t>(meta_size_)));
-      meta_used_ = 0;
+  static cuda::AttnKernelRoute route(KernelRoute r) {
+    switch (r) {
+      case KernelRoute::Mma: return cuda::AttnKernelRoute::Mma;
+      case KernelRoute::Wgmma: return cuda::AttnKernelRoute::Wgmma;
+      case KernelRoute::WgmmaBasic: return cuda::AttnKernelRoute::WgmmaBasic;
+      case KernelRoute::Auto: break;
     }
-    char* p = meta_ + meta_used_;
-    meta_used_ += bytes;
-    ck(cudaMemcpyAsync(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream_), "metadata");
-    ck(cudaStreamSynchronize(stream_), "metadata");  // the host vector dies with the caller
-    return reinterpret_cast<const T*>(p);
+    return cuda::AttnKernelRoute::Auto;
   }
 
-  DeviceAttend build_attend(const cpu::HeadLayout& heads, const ArraySet& a, const AttendCall& call) {
+  void release(void* p) noexcept {
+    if (allocator_ != nullptr) {
+      allocator_->deallocate(p);  // stream-ordered: may be reused only by work queued after ours
+      return;
+    }
+    cudaStreamSynchronize(stream_);
+    cudaFree(p);
+  }
+
+  // Copies the image to a new device block (through the pinned staging buffer, asynchronously,
+  // on the compute stream) owned by `key`'s executor; returns the block.
+  char* upload_meta(const MetaBuilder& meta, uint64_t key) {
+    const size_t bytes = meta.bytes.size();
+    // The staging buffer is reused: the previous copy out of it must have finished.
+    ck(cudaEventSynchronize(staging_done_), "cudaEventSynchronize");
+    if (bytes > staging_size_) {
+      if (staging_ != nullptr) ck(cudaFreeHost(staging_), "cudaFreeHost");
+      staging_ = nullptr;
+      staging_size_ = std::max(bytes, staging_size_ * 2);
+      ck(cudaMallocHost(&staging_, staging_size_), "cudaMallocHost");
+    }
+    std::memcpy(staging_, meta.bytes.data(), bytes);
+    void* block = allocator_ != nullptr ? allocator_->allocate(static_cast<int64_t>(bytes)) : nullptr;
+    if (block == nullptr) ck(cudaMalloc(&block, bytes), "cudaMalloc");
+    ++num_allocations_;
+    meta_blocks_.emplace(key, block);
+    ck(cudaMemcpyAsync(block, staging_, bytes, cudaMemcpyHostToDevice, stream_), "metadata");
+    ck(cudaEventRecord(staging_done_, stream_), "cudaEventRecord");
+    return static_cast<char*>(block);
+  }
+
+  HostAttend build_attend(const ArraySet& a, const AttendCall& call, MetaBuilder& meta) {
     const bool fwd = call.pass == Pass::Forward;
     // Forward: tiles sharing an output (same O rows) form one run, in call order; the run's first
     // tile decides whether the output's old content is an input.
@@ -292,7 +424,7 @@ class CudaBackend final : public Backend {
         c.kind = t.kind == TileKind::Full ? cuda::TileKind::Full
                  : t.kind == TileKind::CausalDiagonal ? cuda::TileKind::CausalDiagonal : cuda::TileKind::Partial;
         c.kv_head_begin = 0;
-        c.kv_head_end = heads.kv_heads;
+        c.kv_head_end = a.kv_heads;
         if (fwd) {
           c.out_begin = i32(t.o, "row");
           c.lse_begin = i32(t.lse, "row");
@@ -319,7 +451,7 @@ class CudaBackend final : public Backend {
         const AttendTile& t = call.tiles[runs[r][0]];
         const int chunks = static_cast<int>((t.num_q + cuda::kAttnForwardChunkRows - 1) / cuda::kAttnForwardChunkRows);
         for (int c = 0; c < chunks; ++c)
-          for (int h = 0; h < heads.q_heads; ++h) {
+          for (int h = 0; h < a.q_heads; ++h) {
             cuda::AttnWorkItem w;
             w.tile = run_first[r];
             w.chunk = c;
@@ -330,31 +462,35 @@ class CudaBackend final : public Backend {
           }
       }
     } else {
-      cuda::AttnShape shape{heads.q_heads, heads.kv_heads, heads.head_dim, 0.0F};
+      cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
       work = cuda::make_backward_work(tiles, shape);
     }
-    DeviceAttend d;
-    d.tiles = upload_meta(tiles);
-    d.work = upload_meta(work);
-    d.num_work = i32(static_cast<int64_t>(work.size()), "work items");
-    d.row_offsets = upload_meta(offsets);
-    d.ranges = upload_meta(ranges);
-    d.zero = upload_meta(zero);
-    d.num_zero = static_cast<int>(zero.size());
-    return d;
+    HostAttend h;
+    h.tiles = meta.add(tiles);
+    h.work = meta.add(work);
+    h.num_work = i32(static_cast<int64_t>(work.size()), "work items");
+    h.row_offsets = meta.add(offsets);
+    h.ranges = meta.add(ranges);
+    h.zero = meta.add(zero);
+    h.num_zero = static_cast<int>(zero.size());
+    return h;
   }
 
-  void run_merges(std::map<uint64_t, DeviceMerge>& cache, uint64_t key, const cpu::HeadLayout& heads,
-                  const ArraySet& a, std::span<const MergeCall> calls) {
+  void run_merges(std::map<uint64_t, DeviceMerge>& cache, uint64_t key, const ArraySet& a,
+                  std::span<const MergeCall> calls) {
     auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, build_merge(heads, a, calls)).first;
+    if (it == cache.end()) {
+      MetaBuilder meta;
+      HostMerge h = build_merge(a, calls, meta);
+      it = cache.emplace(key, h.at(upload_meta(meta, key))).first;
+    }
     const DeviceMerge& d = it->second;
     cuda::merge_batch(cuda::MergeBatchParams{d.segments, d.num_segments, d.num_blocks, d.parts}, stream_);
   }
 
   // One segment per output block (dKV: one for dK, one for dV); an accumulating call's
   // destination is its first partial (merged in place).
-  DeviceMerge build_merge(const cpu::HeadLayout& heads, const ArraySet& a, std::span<const MergeCall> calls) {
+  HostMerge build_merge(const ArraySet& a, std::span<const MergeCall> calls, MetaBuilder& meta) {
     std::vector<cuda::MergeSegment> segments;
     std::vector<cuda::MergePart> parts;
     for (const MergeCall& m : calls) {
@@ -369,7 +505,7 @@ class CudaBackend final : public Backend {
         g.lse_out = lse ? f32(a, Array::LSE, m.dst_lse) : nullptr;
         g.num_rows = i32(m.num_rows, "merge rows");
         g.row_elems = i32(a.row_elems[idx(arr)], "row");
-        g.head_dim = lse ? heads.head_dim : 0;
+        g.head_dim = lse ? a.head_dim : 0;
         g.part_begin = i32(static_cast<int64_t>(parts.size()), "merge partials");
         if (m.accumulate) parts.push_back({f32(a, arr, m.dst), lse ? f32(a, Array::LSE, m.dst_lse) : nullptr});
         for (size_t i = 0; i < m.src.size(); ++i)
@@ -378,23 +514,28 @@ class CudaBackend final : public Backend {
         segments.push_back(g);
       }
     }
-    DeviceMerge d;
-    d.num_blocks = cuda::prepare_merge_batch(segments);
-    d.num_segments = i32(static_cast<int64_t>(segments.size()), "merge segments");
-    d.segments = upload_meta(segments);
-    d.parts = upload_meta(parts);
-    return d;
+    HostMerge h;
+    h.num_blocks = cuda::prepare_merge_batch(segments);
+    h.num_segments = i32(static_cast<int64_t>(segments.size()), "merge segments");
+    h.segments = meta.add(segments);
+    h.parts = meta.add(parts);
+    return h;
   }
 
   static float* f32(const ArraySet& a, Array arr, int64_t row) { return static_cast<float*>(a.at(arr, row)); }
 
   int device_ = 0;
-  cudaStream_t stream_ = nullptr;
+  Allocator* allocator_ = nullptr;
+  CudaKernelOptions kernels_;
+  cudaStream_t own_stream_ = nullptr;
+  cudaStream_t stream_ = nullptr;  // where compute is queued: own_stream_ or the caller's
   std::vector<cudaEvent_t> events_;  // timeline markers
   std::vector<void*> buffers_;
   int64_t num_allocations_ = 0;
-  char* meta_ = nullptr;
-  size_t meta_size_ = 0, meta_used_ = 0;
+  void* staging_ = nullptr;  // pinned host image of the metadata being uploaded
+  size_t staging_size_ = 0;
+  cudaEvent_t staging_done_ = nullptr;
+  std::multimap<uint64_t, void*> meta_blocks_;  // metadata blocks by the key that made them
   std::map<uint64_t, DeviceAttend> attends_;
   std::map<uint64_t, DeviceMerge> merges_;         // per call (merge)
   std::map<uint64_t, DeviceMerge> merge_batches_;  // per batch (merge_batch)
@@ -411,6 +552,12 @@ int cuda_device_count() {
   return n;
 }
 bool cuda_backend_available() { return cuda_device_count() > 0; }
-std::unique_ptr<Backend> make_cuda_backend(int device) { return std::make_unique<CudaBackend>(device); }
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
+  const int n = cuda_device_count();
+  if (options.device < 0 || options.device >= n)
+    raise(ErrorKind::InvalidInput, "cuda backend: device " + std::to_string(options.device) + " outside the " +
+                                       std::to_string(n) + " visible devices");
+  return std::make_unique<CudaBackend>(options);
+}
 
 }  // namespace dcp

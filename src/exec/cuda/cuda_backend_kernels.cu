@@ -51,6 +51,95 @@ __global__ void fill_random_kernel(void* p, bool bf16, int64_t n, uint64_t seed,
   }
 }
 
+__device__ __forceinline__ float load_elem(const void* p, int64_t i, int bf16) {
+  return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void store_elem(void* p, int64_t i, int bf16, float x) {
+  if (bf16) static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16(x);
+  else static_cast<float*>(p)[i] = x;
+}
+// 8 consecutive elements at p + i (16-byte aligned for bf16, 32 for fp32 as two 16-byte halves).
+__device__ __forceinline__ void load8(const void* p, int64_t i, int bf16, float (&x)[8]) {
+  if (bf16) {
+    const uint4 u = *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p) + i);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 f = __bfloat1622float2(h[k]);
+      x[2 * k] = f.x;
+      x[2 * k + 1] = f.y;
+    }
+  } else {
+    const float4 a = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    const float4 b = *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i + 4);
+    x[0] = a.x, x[1] = a.y, x[2] = a.z, x[3] = a.w, x[4] = b.x, x[5] = b.y, x[6] = b.z, x[7] = b.w;
+  }
+}
+__device__ __forceinline__ void store8(void* p, int64_t i, int bf16, const float (&x)[8]) {
+  if (bf16) {
+    uint4 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(x[2 * k], x[2 * k + 1]);
+    *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p) + i) = u;
+  } else {
+    *reinterpret_cast<float4*>(static_cast<float*>(p) + i) = make_float4(x[0], x[1], x[2], x[3]);
+    *reinterpret_cast<float4*>(static_cast<float*>(p) + i + 4) = make_float4(x[4], x[5], x[6], x[7]);
+  }
+}
+
+// blockIdx.y: the move; a grid-stride loop over its elements (vector moves: groups of 8). The
+// array side is walked in order, so its accesses are dense; the tensor side is dense within a
+// head and strided between heads and tokens.
+__global__ void exchange_kernel(ExchangeBatch batch) {
+  const ExchangeMove m = batch.moves[blockIdx.y];
+  const int64_t per_row = static_cast<int64_t>(m.heads_per_group) * m.head_dim;  // array row
+  const int64_t total = static_cast<int64_t>(m.num_groups) * m.num_rows * per_row;
+  const int width = m.vector ? 8 : 1;
+  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * width; e < total;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x * width) {
+    const int64_t gr = e / per_row;  // g * num_rows + r
+    const int64_t in_row = e - gr * per_row;
+    const int64_t g = gr / m.num_rows;
+    const int64_t r = gr - g * m.num_rows;
+    const int64_t h = in_row / m.head_dim;
+    const int64_t d = in_row - h * m.head_dim;
+    const int64_t t = r * m.row_stride + (g * m.heads_per_group + h) * m.head_stride + d;
+    if (m.vector) {
+      float x[8];
+      if (m.import) {
+        load8(m.tensor, t, m.tensor_bf16, x);
+        store8(m.array, e, m.array_bf16, x);
+      } else {
+        load8(m.array, e, m.array_bf16, x);
+        store8(m.tensor, t, m.tensor_bf16, x);
+      }
+    } else if (m.import) {
+      store_elem(m.array, e, m.array_bf16, load_elem(m.tensor, t, m.tensor_bf16));
+    } else {
+      store_elem(m.tensor, t, m.tensor_bf16, load_elem(m.array, e, m.array_bf16));
+    }
+  }
+}
+
+__global__ void delta_from_kernel(DeltaFromParams p) {
+  const int64_t heads = static_cast<int64_t>(p.heads_per_group) * p.num_groups;
+  const int64_t rh = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;  // r * heads + head
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  if (rh >= p.num_rows * heads) return;
+  const int64_t r = rh / heads;
+  const int64_t head = rh - r * heads;
+  const int64_t g = head / p.heads_per_group;
+  const int64_t h = head - g * p.heads_per_group;
+  const int64_t a = r * p.do_row_stride + head * p.do_head_stride;
+  const int64_t b = r * p.o_row_stride + head * p.o_head_stride;
+  float sum = 0.0F;
+  for (int d = lane; d < p.head_dim; d += 32) sum += load_elem(p.d_o, a + d, p.do_bf16) * load_elem(p.o, b + d, p.o_bf16);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffU, sum, off);
+  if (lane == 0) p.delta[(g * p.num_rows + r) * p.heads_per_group + h] = sum;
+}
+
 void check(const char* where) {
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string(where) + ": launch: " + cudaGetErrorString(err));
@@ -78,6 +167,28 @@ void zero_ranges(const ZeroRange* ranges, int num_ranges, cudaStream_t stream) {
   const dim3 grid(64, static_cast<unsigned>(num_ranges < 65535 ? num_ranges : 65535));
   zero_ranges_kernel<<<grid, 256, 0, stream>>>(ranges, num_ranges);
   check("zero_ranges");
+}
+
+void exchange_rows(const ExchangeBatch& batch, cudaStream_t stream) {
+  if (batch.num_moves == 0) return;
+  int64_t most = 0;
+  for (int i = 0; i < batch.num_moves; ++i) {
+    const ExchangeMove& m = batch.moves[i];
+    const int64_t n = static_cast<int64_t>(m.num_groups) * m.num_rows * m.heads_per_group * m.head_dim;
+    most = n / (m.vector ? 8 : 1) > most ? n / (m.vector ? 8 : 1) : most;
+  }
+  if (most == 0) return;
+  const int64_t blocks = (most + 255) / 256;
+  const dim3 grid(static_cast<unsigned>(blocks < 4096 ? blocks : 4096), static_cast<unsigned>(batch.num_moves));
+  exchange_kernel<<<grid, 256, 0, stream>>>(batch);
+  check("exchange_rows");
+}
+
+void delta_from_tensors(const DeltaFromParams& p, cudaStream_t stream) {
+  const int64_t warps = p.num_rows * p.heads_per_group * p.num_groups;
+  if (warps == 0) return;
+  delta_from_kernel<<<static_cast<unsigned>((warps * 32 + 255) / 256), 256, 0, stream>>>(p);
+  check("delta_from_tensors");
 }
 
 }  // namespace dcp::cuda

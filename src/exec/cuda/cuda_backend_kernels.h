@@ -20,4 +20,47 @@ void fill_random(void* p, bool bf16, int64_t n, uint64_t seed, float amplitude, 
 // Zeroes every range (device array of num_ranges ZeroRange).
 void zero_ranges(const ZeroRange* ranges, int num_ranges, cudaStream_t stream);
 
+// One move between group-major array rows and a caller's strided tensor of all heads (see
+// dcp::LocalExchange): element (g, r, h, d) of the array is array[((g * num_rows + r) *
+// heads_per_group + h) * head_dim + d]; of the tensor, tensor[r * row_stride + (g *
+// heads_per_group + h) * head_stride + d]. Types: 0 fp32, 1 bf16.
+struct ExchangeMove {
+  void* tensor = nullptr;
+  void* array = nullptr;
+  int64_t row_stride = 0;
+  int64_t head_stride = 0;
+  int64_t num_rows = 0;
+  int32_t heads_per_group = 0;
+  int32_t head_dim = 0;
+  int32_t num_groups = 0;
+  int32_t tensor_bf16 = 0;
+  int32_t array_bf16 = 0;
+  int32_t import = 1;  // 1: tensor -> array; 0: array -> tensor
+  int32_t vector = 0;  // 1: 8 consecutive elements per access (16-byte aligned on both sides)
+  int32_t pad_ = 0;
+};
+inline constexpr int kMaxExchangeMoves = 8;
+struct ExchangeBatch {
+  ExchangeMove moves[kMaxExchangeMoves];
+  int32_t num_moves = 0;
+};
+void exchange_rows(const ExchangeBatch& batch, cudaStream_t stream);
+
+// delta[(g * num_rows + r) * heads_per_group + h] = sum_d dO[r, g * hpg + h, d] * O[r, ...]
+// from strided caller tensors (fp32 or bf16 each); one warp per (row, head).
+struct DeltaFromParams {
+  const void* d_o = nullptr;
+  const void* o = nullptr;
+  float* delta = nullptr;
+  int64_t do_row_stride = 0, do_head_stride = 0;
+  int64_t o_row_stride = 0, o_head_stride = 0;
+  int64_t num_rows = 0;
+  int32_t heads_per_group = 0;
+  int32_t num_groups = 0;
+  int32_t head_dim = 0;
+  int32_t do_bf16 = 1;
+  int32_t o_bf16 = 1;
+};
+void delta_from_tensors(const DeltaFromParams& p, cudaStream_t stream);
+
 }  // namespace dcp::cuda

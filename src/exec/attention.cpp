@@ -1,0 +1,113 @@
+// Attention on caller tensors: the plan's executor with one layer of local arrays that each call
+// fills from the caller's tensors and empties into them (exchange), so layers and passes may run
+// in any order while the slots are shared.
+#include "dcp/attention.h"
+
+#include <string>
+#include <utility>
+
+#include "dcp/error.h"
+
+namespace dcp {
+
+struct Attention::Impl {
+  const Plan& plan;
+  Backend& backend;
+  Executor executor;
+  int64_t tokens = 0;
+
+  Impl(const Plan& p, Backend& b, Comm& c, ExecOptions o)
+      : plan(p), backend(b), executor(p, b, c, with_one_layer(o)), tokens(executor.local_rows()) {
+    executor.prepare();
+  }
+  static ExecOptions with_one_layer(ExecOptions o) {
+    o.num_layers = 1;
+    return o;
+  }
+
+  // The tensor fits this rank's tokens and the plan's heads, with strides that keep every head
+  // of every row inside its own elements.
+  void check(const char* name, const TensorView& v, int64_t heads, int64_t head_dim) const {
+    const std::string where = std::string("attention: ") + name;
+    auto shape = [](int64_t a, int64_t b, int64_t c) {
+      std::string out("[");
+      out += std::to_string(a);
+      out += ", ";
+      out += std::to_string(b);
+      out += ", ";
+      out += std::to_string(c);
+      out += "]";
+      return out;
+    };
+    if (v.rows != tokens || v.heads != heads || v.head_dim != head_dim)
+      raise(ErrorKind::InvalidInput, where + " is " + shape(v.rows, v.heads, v.head_dim) + ", this rank's plan needs " +
+                                         shape(tokens, heads, head_dim) + " (tokens, heads, head_dim)");
+    const bool gpu = !backend.host_memory();
+    if (gpu && v.type != ElemType::BF16 && v.type != ElemType::F32)
+      raise(ErrorKind::InvalidInput, where + ": element type must be bf16 or fp32");
+    if (tokens > 0 && v.data == nullptr) raise(ErrorKind::InvalidInput, where + ": no data");
+    const TensorView r = v.resolved();
+    if (r.head_stride < head_dim || (heads > 1 && r.row_stride < (heads - 1) * r.head_stride + head_dim) ||
+        r.row_stride < head_dim)
+      raise(ErrorKind::InvalidInput, where + ": strides (row " + std::to_string(r.row_stride) + ", head " +
+                                         std::to_string(r.head_stride) + ") overlap the " + std::to_string(head_dim) +
+                                         " elements of a head");
+  }
+  void check_type(const char* name, const TensorView& v, ElemType want) const {
+    if (v.type != want)
+      raise(ErrorKind::InvalidInput, std::string("attention: ") + name + " must be " + to_string(want) + ", got " +
+                                         to_string(v.type));
+  }
+};
+
+Attention::Attention(const Plan& plan, Backend& backend, Comm& comm, ExecOptions options)
+    : impl_(std::make_unique<Impl>(plan, backend, comm, options)) {}
+Attention::~Attention() = default;
+
+int64_t Attention::num_tokens() const { return impl_->tokens; }
+int64_t Attention::scratch_bytes() const { return impl_->executor.bytes_allocated(); }
+const Plan& Attention::plan() const { return impl_->plan; }
+
+ExecStats Attention::forward(const AttentionForwardArgs& args) {
+  Impl& m = *impl_;
+  const AttentionShape& s = m.plan.header.shape;
+  m.check("q", args.q, s.q_heads, s.head_dim);
+  m.check("k", args.k, s.kv_heads, s.head_dim);
+  m.check("v", args.v, s.kv_heads, s.head_dim);
+  m.check("o", args.o, s.q_heads, s.head_dim);
+  m.check("lse", args.lse, s.q_heads, 1);
+  m.check_type("lse", args.lse, ElemType::F32);
+  const std::pair<Array, TensorView> in[] = {{Array::Q, args.q}, {Array::K, args.k}, {Array::V, args.v}};
+  const std::pair<Array, TensorView> out[] = {{Array::O, args.o}, {Array::LSE, args.lse}};
+  if (m.tokens > 0) m.executor.exchange(0, in, {});
+  ExecStats stats = m.executor.forward_layer(0);
+  if (m.tokens > 0) m.executor.exchange(0, {}, out);
+  return stats;
+}
+
+ExecStats Attention::backward(const AttentionBackwardArgs& args) {
+  Impl& m = *impl_;
+  const AttentionShape& s = m.plan.header.shape;
+  m.check("q", args.q, s.q_heads, s.head_dim);
+  m.check("k", args.k, s.kv_heads, s.head_dim);
+  m.check("v", args.v, s.kv_heads, s.head_dim);
+  m.check("o", args.o, s.q_heads, s.head_dim);
+  m.check("lse", args.lse, s.q_heads, 1);
+  m.check_type("lse", args.lse, ElemType::F32);
+  m.check("d_o", args.d_o, s.q_heads, s.head_dim);
+  m.check("dq", args.dq, s.q_heads, s.head_dim);
+  m.check("dk", args.dk, s.kv_heads, s.head_dim);
+  m.check("dv", args.dv, s.kv_heads, s.head_dim);
+  const std::pair<Array, TensorView> in[] = {
+      {Array::Q, args.q}, {Array::K, args.k}, {Array::V, args.v}, {Array::dO, args.d_o}, {Array::LSE, args.lse}};
+  const std::pair<Array, TensorView> out[] = {{Array::dQ, args.dq}, {Array::dK, args.dk}, {Array::dV, args.dv}};
+  if (m.tokens > 0) {
+    m.executor.exchange(0, in, {});
+    m.executor.delta_from(0, args.d_o, args.o);
+  }
+  ExecStats stats = m.executor.backward_layer_with_delta(0);
+  if (m.tokens > 0) m.executor.exchange(0, {}, out);
+  return stats;
+}
+
+}  // namespace dcp

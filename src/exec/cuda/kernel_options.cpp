@@ -1,0 +1,35 @@
+// Names of the CUDA backend's kernel options (built with or without CUDA: the command line
+// parses them either way).
+#include <string>
+
+#include "dcp/cuda_backend.h"
+#include "dcp/error.h"
+
+namespace dcp {
+
+const char* to_string(KernelRoute route) {
+  switch (route) {
+    case KernelRoute::Mma: return "mma";
+    case KernelRoute::Wgmma: return "wgmma";
+    case KernelRoute::WgmmaBasic: return "wgmma-basic";
+    case KernelRoute::Auto: break;
+  }
+  return "auto";
+}
+
+const char* to_string(DqReduction dq) { return dq == DqReduction::Atomic ? "atomic" : "bulk"; }
+
+KernelRoute parse_kernel_route(const std::string& s, const std::string& where) {
+  for (KernelRoute r : {KernelRoute::Auto, KernelRoute::Mma, KernelRoute::Wgmma, KernelRoute::WgmmaBasic})
+    if (s == to_string(r)) return r;
+  if (s.empty()) return KernelRoute::Auto;
+  raise(ErrorKind::InvalidInput, where + ": expected auto, mma, wgmma or wgmma-basic, got '" + s + "'");
+}
+
+DqReduction parse_dq_reduction(const std::string& s, const std::string& where) {
+  if (s.empty() || s == "bulk") return DqReduction::Bulk;
+  if (s == "atomic") return DqReduction::Atomic;
+  raise(ErrorKind::InvalidInput, where + ": expected bulk or atomic, got '" + s + "'");
+}
+
+}  // namespace dcp

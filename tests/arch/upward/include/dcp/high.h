@@ -1,0 +1,3 @@
+// The part above it.
+#pragma once
+#include "dcp/low.h"

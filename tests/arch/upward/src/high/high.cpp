@@ -1,0 +1,1 @@
+#include "dcp/high.h"
