@@ -116,20 +116,6 @@ PlanOptions plan_options_for(int stages) {
   return opts;
 }
 
-std::vector<std::string> all_methods() {
-  std::vector<std::string> out{"dcp"};
-  for (BaselineKind kind : all_baselines()) out.emplace_back(to_string(kind));
-  return out;
-}
-
-void check_method(const std::string& name, const std::string& flag) {
-  const auto methods = all_methods();
-  if (std::find(methods.begin(), methods.end(), name) != methods.end()) return;
-  std::string list;
-  for (const auto& m : methods) list += (list.empty() ? "" : ", ") + m;
-  raise(ErrorKind::InvalidInput, flag + ": unknown placement '" + name + "' (expected one of " + list + ")");
-}
-
 CudaKernelOptions kernel_options_from_environment() {
   const auto env = [](const char* name) {
     const char* v = std::getenv(name);
@@ -144,25 +130,6 @@ CudaKernelOptions kernel_options_from_environment() {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-PlacedMethod place_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
-                          const Cluster& cluster, const PlacementOptions& popts) {
-  check_method(method, "--placement");
-  PlacedMethod out;
-  out.method = method;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (method == "dcp") {
-    out.placed.table = build_block_table(batch, blocks);
-    DcpPlacement dcp = place_dcp(out.placed.table, cluster, popts);
-    out.placed.placement = std::move(dcp.placement);
-    out.violations = std::move(dcp.report.violations);
-  } else {
-    for (BaselineKind kind : all_baselines())
-      if (method == to_string(kind)) out.placed = make_baseline(kind, batch, blocks, cluster);
-  }
-  out.placement_ms = ms_since(t0);
-  return out;
 }
 
 }  // namespace dcp::cli

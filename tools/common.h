@@ -16,6 +16,7 @@
 #include "dcp/partition.h"
 #include "dcp/placement.h"
 #include "dcp/plan.h"
+#include "dcp/planner.h"
 
 namespace dcp::cli {
 
@@ -51,20 +52,16 @@ Cluster resolve_cluster(const ClusterSource& src);
 void add_stages_option(CLI::App* app, int& stages);
 PlanOptions plan_options_for(int stages);  // throws InvalidInput naming --stages
 
-// Placement methods by name: "dcp" first, then every static baseline (baselines.h order).
-std::vector<std::string> all_methods();
+// Placement methods by name (dcp/planner.h): "dcp" first, then every static baseline.
+inline std::vector<std::string> all_methods() { return placement_methods(); }
 // Throws InvalidInput naming `flag` and listing the methods if `name` is not one of them.
-void check_method(const std::string& name, const std::string& flag);
-
-struct PlacedMethod {
-  std::string method;
-  PlacedBatch placed;
-  std::vector<std::string> violations;  // DCP balance bounds not met (empty for baselines)
-  double placement_ms = 0;              // block table (DCP) + placement
-};
+inline void check_method(const std::string& name, const std::string& flag) { check_placement_method(name, flag); }
 // Places `batch` with `method` ("dcp" uses `popts`; baselines cut their own tables).
-PlacedMethod place_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
-                          const Cluster& cluster, const PlacementOptions& popts);
+inline PlacedMethod place_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                                 const Cluster& cluster, const PlacementOptions& popts) {
+  check_method(method, "--placement");
+  return place_by_method(method, batch, blocks, cluster, popts);
+}
 
 double ms_since(std::chrono::steady_clock::time_point t0);
 

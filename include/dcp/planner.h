@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "dcp/baselines.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
 #include "dcp/sim.h"
@@ -56,5 +58,72 @@ TileCost tile_cost_from(const Calibration& calibration);
 // Pre: batch.validate() and cluster.validate() pass. Candidates whose placement violates a
 // balance bound are kept only if no candidate is balanced.
 PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const PlannerOptions& opts);
+
+// ---- placement by name ---------------------------------------------------------------------
+
+// "dcp" first, then every static baseline (baselines.h order).
+std::vector<std::string> placement_methods();
+// Throws InvalidInput naming `where` and listing the methods if `name` is not one of them.
+void check_placement_method(const std::string& name, const std::string& where);
+
+struct PlacedMethod {
+  std::string method;
+  PlacedBatch placed;
+  std::vector<std::string> violations;  // DCP balance bounds not met (empty for baselines)
+  double placement_ms = 0;              // block table (DCP) + placement
+};
+// Places `batch` with `method` ("dcp" uses `placement`; baselines cut their own tables).
+PlacedMethod place_by_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                             const Cluster& cluster, const PlacementOptions& placement);
+
+// ---- one step's plan, and planning ahead -----------------------------------------------------
+
+// How every step of a training run is planned: one placement method, fixed options (or DCP's
+// search over `search.block_sizes` x `search.eps_compute` when `search_candidates`).
+struct StepPlanOptions {
+  std::string method = "dcp";
+  BlockOptions blocks;
+  PlacementOptions placement;
+  PlanOptions plan;
+  bool search_candidates = false;  // dcp only: plan_batch over the candidates of `search`
+  PlannerOptions search;
+  void validate() const;  // throws InvalidInput naming the option
+};
+
+// Batch -> Plan for `cluster` (one program per device). Deterministic: every rank that calls it
+// with the same arguments gets the same plan, bit for bit (plan_hash).
+Plan plan_step(const Batch& batch, const Cluster& cluster, const StepPlanOptions& options);
+
+// Plans steps ahead of training on a pool of threads. submit() returns at once; get() blocks only
+// until that step's plan is ready and hands it over (the queue keeps no reference after that).
+// A step whose planning failed rethrows its error from get(), its message prefixed with
+// "step N: ". Thread-safe.
+class PlanQueue {
+ public:
+  struct StepStats {
+    double planning_ms = 0;  // on a worker: batch validation to plan
+    double queued_ms = 0;    // submitted until a worker started it
+    double waited_ms = 0;    // get() blocked
+  };
+
+  // threads >= 1. Throws InvalidInput on bad options or cluster.
+  PlanQueue(Cluster cluster, StepPlanOptions options, int threads);
+  ~PlanQueue();  // finishes the steps being planned, drops the rest
+  PlanQueue(const PlanQueue&) = delete;
+  PlanQueue& operator=(const PlanQueue&) = delete;
+
+  // Throws InvalidInput if `step` was already submitted and not yet taken by get().
+  void submit(int64_t step, Batch batch);
+  // Throws InvalidInput if `step` was never submitted; Timeout after timeout_s seconds.
+  std::shared_ptr<const Plan> get(int64_t step, double timeout_s = 600.0);
+  // Figures of a step taken by get() (the last 1024 steps are kept).
+  StepStats stats(int64_t step) const;
+  int64_t in_flight() const;  // submitted, not yet taken
+  const Cluster& cluster() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace dcp

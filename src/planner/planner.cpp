@@ -1,5 +1,6 @@
 #include "dcp/planner.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "dcp/error.h"
@@ -80,6 +81,63 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   best.candidates = std::move(tried);
   best.search_s = seconds_since(t_search);
   return best;
+}
+
+}  // namespace dcp
+
+namespace dcp {
+
+std::vector<std::string> placement_methods() {
+  std::vector<std::string> out{"dcp"};
+  for (BaselineKind kind : all_baselines()) out.emplace_back(to_string(kind));
+  return out;
+}
+
+void check_placement_method(const std::string& name, const std::string& where) {
+  const auto methods = placement_methods();
+  if (std::find(methods.begin(), methods.end(), name) != methods.end()) return;
+  std::string list;
+  for (const auto& m : methods) list += (list.empty() ? "" : ", ") + m;
+  raise(ErrorKind::InvalidInput, where + ": unknown placement '" + name + "' (expected one of " + list + ")");
+}
+
+PlacedMethod place_by_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                             const Cluster& cluster, const PlacementOptions& placement) {
+  check_placement_method(method, "placement method");
+  PlacedMethod out;
+  out.method = method;
+  const auto t0 = Clock::now();
+  if (method == "dcp") {
+    out.placed.table = build_block_table(batch, blocks);
+    DcpPlacement dcp = place_dcp(out.placed.table, cluster, placement);
+    out.placed.placement = std::move(dcp.placement);
+    out.violations = std::move(dcp.report.violations);
+  } else {
+    for (BaselineKind kind : all_baselines())
+      if (method == to_string(kind)) out.placed = make_baseline(kind, batch, blocks, cluster);
+  }
+  out.placement_ms = seconds_since(t0) * 1e3;
+  return out;
+}
+
+void StepPlanOptions::validate() const {
+  check_placement_method(method, "plan options: method");
+  placement.validate();
+  plan.validate();
+  if (search_candidates) {
+    if (method != "dcp") raise(ErrorKind::InvalidInput, "plan options: the candidate search plans method dcp only");
+    search.validate();
+  }
+}
+
+Plan plan_step(const Batch& batch, const Cluster& cluster, const StepPlanOptions& options) {
+  options.validate();
+  batch.validate();
+  cluster.validate("cluster");
+  options.blocks.validate(batch.shape);
+  if (options.search_candidates) return plan_batch(batch, cluster, options.search).plan;
+  PlacedMethod placed = place_by_method(options.method, batch, options.blocks, cluster, options.placement);
+  return build_plan(placed.placed.table, placed.placed.placement, cluster, options.plan);
 }
 
 }  // namespace dcp

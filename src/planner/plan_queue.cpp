@@ -1,0 +1,158 @@
+// PlanQueue: steps planned on worker threads ahead of the training loop. Workers take submitted
+// steps in submission order; results wait in a map until get() takes them.
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "dcp/error.h"
+#include "dcp/planner.h"
+
+namespace dcp {
+
+using Clock = std::chrono::steady_clock;
+
+struct PlanQueue::State {
+  Cluster cluster;
+  StepPlanOptions options;
+  mutable std::mutex mutex;
+  std::condition_variable work_ready;  // workers: a step was submitted, or stop
+  std::condition_variable plan_ready;  // get(): a step finished
+  struct Step {
+    Batch batch;
+    Clock::time_point submitted;
+    bool started = false;
+    bool done = false;
+    std::shared_ptr<const Plan> plan;
+    std::exception_ptr error;
+    StepStats stats;
+  };
+  std::map<int64_t, Step> steps;  // submitted, not yet taken
+  std::deque<int64_t> todo;       // submission order
+  std::map<int64_t, StepStats> history;
+  bool stop = false;
+  std::vector<std::thread> workers;
+
+  void work() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      work_ready.wait(lock, [&] { return stop || !todo.empty(); });
+      if (stop) return;
+      const int64_t id = todo.front();
+      todo.pop_front();
+      auto it = steps.find(id);
+      if (it == steps.end()) continue;
+      Step& step = it->second;
+      step.started = true;
+      const auto t0 = Clock::now();
+      step.stats.queued_ms = std::chrono::duration<double, std::milli>(t0 - step.submitted).count();
+      Batch batch = std::move(step.batch);
+      lock.unlock();
+      std::shared_ptr<const Plan> plan;
+      std::exception_ptr error;
+      try {
+        plan = std::make_shared<const Plan>(plan_step(batch, cluster, options));
+      } catch (...) {
+        error = std::current_exception();
+      }
+      const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      lock.lock();
+      // The step is still there: get() waits for done and the destructor joins first.
+      Step& s = steps.at(id);
+      s.plan = std::move(plan);
+      s.error = error;
+      s.stats.planning_ms = ms;
+      s.done = true;
+      plan_ready.notify_all();
+    }
+  }
+};
+
+PlanQueue::PlanQueue(Cluster cluster, StepPlanOptions options, int threads) : state_(std::make_unique<State>()) {
+  if (threads < 1 || threads > 256)
+    raise(ErrorKind::InvalidInput, "plan queue: threads must be in [1, 256] (got " + std::to_string(threads) + ")");
+  cluster.validate("plan queue: cluster");
+  options.validate();
+  state_->cluster = std::move(cluster);
+  state_->options = std::move(options);
+  try {
+    for (int i = 0; i < threads; ++i) state_->workers.emplace_back([s = state_.get()] { s->work(); });
+  } catch (...) {  // a thread could not start: stop and join those that did
+    {
+      std::lock_guard lock(state_->mutex);
+      state_->stop = true;
+    }
+    state_->work_ready.notify_all();
+    for (std::thread& t : state_->workers) t.join();
+    throw;
+  }
+}
+
+PlanQueue::~PlanQueue() {
+  {
+    std::lock_guard lock(state_->mutex);
+    state_->stop = true;
+  }
+  state_->work_ready.notify_all();
+  for (std::thread& t : state_->workers) t.join();
+}
+
+void PlanQueue::submit(int64_t step, Batch batch) {
+  std::lock_guard lock(state_->mutex);
+  if (state_->steps.count(step) != 0)
+    raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) + " was already submitted");
+  State::Step& s = state_->steps[step];
+  s.batch = std::move(batch);
+  s.submitted = Clock::now();
+  state_->todo.push_back(step);
+  state_->work_ready.notify_one();
+}
+
+std::shared_ptr<const Plan> PlanQueue::get(int64_t step, double timeout_s) {
+  const auto t0 = Clock::now();
+  std::unique_lock lock(state_->mutex);
+  auto it = state_->steps.find(step);
+  if (it == state_->steps.end())
+    raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) + " was never submitted (or already taken)");
+  const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  if (!state_->plan_ready.wait_until(lock, deadline, [&] { return state_->steps.at(step).done; }))
+    raise(ErrorKind::Timeout, "plan queue: step " + std::to_string(step) + " not planned after " +
+                                  std::to_string(timeout_s) + " s");
+  it = state_->steps.find(step);
+  State::Step s = std::move(it->second);
+  state_->steps.erase(it);
+  s.stats.waited_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  state_->history[step] = s.stats;
+  while (state_->history.size() > 1024) state_->history.erase(state_->history.begin());
+  lock.unlock();
+  if (s.error) {
+    try {
+      std::rethrow_exception(s.error);
+    } catch (const Error& e) {
+      raise(e.kind(), "step " + std::to_string(step) + ": " + e.what());
+    } catch (const std::exception& e) {
+      raise(ErrorKind::System, "step " + std::to_string(step) + ": " + e.what());
+    }
+  }
+  return s.plan;
+}
+
+PlanQueue::StepStats PlanQueue::stats(int64_t step) const {
+  std::lock_guard lock(state_->mutex);
+  auto it = state_->history.find(step);
+  if (it == state_->history.end())
+    raise(ErrorKind::InvalidInput, "plan queue: no figures for step " + std::to_string(step) + " (not taken yet)");
+  return it->second;
+}
+
+int64_t PlanQueue::in_flight() const {
+  std::lock_guard lock(state_->mutex);
+  return static_cast<int64_t>(state_->steps.size());
+}
+
+const Cluster& PlanQueue::cluster() const { return state_->cluster; }
+
+}  // namespace dcp
