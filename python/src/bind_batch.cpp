@@ -1,0 +1,109 @@
+// Batches and clusters from Python: lengths with one mask spec per sequence, and cluster presets.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+
+#include "bind.h"
+#include "dcp/batch.h"
+#include "dcp/cluster.h"
+#include "dcp/error.h"
+#include "dcp/io.h"
+
+namespace nb = nanobind;
+
+namespace dcp::python {
+namespace {
+
+// (kind, params, rows) as the package's mask helpers make them:
+//   full, causal: no params; lambda: (sink, window); causal_blockwise: (block, local, sink);
+//   shared_question: (question, answer lengths...); ranges: rows = per row [(begin, end), ...].
+using MaskSpec = std::tuple<std::string, std::vector<int64_t>, std::vector<std::vector<std::pair<int64_t, int64_t>>>>;
+
+Mask mask_from(const MaskSpec& spec, size_t index) {
+  const auto& [kind, p, rows] = spec;
+  const std::string where = "masks[" + std::to_string(index) + "]";
+  auto need = [&](size_t n, const char* what) {
+    if (p.size() != n)
+      raise(ErrorKind::InvalidInput, where + ": " + kind + " takes " + what + " (" + std::to_string(n) + " numbers, got " +
+                                         std::to_string(p.size()) + ")");
+  };
+  if (kind == "full") return need(0, "nothing"), Mask::full();
+  if (kind == "causal") return need(0, "nothing"), Mask::causal();
+  if (kind == "lambda") return need(2, "sink, window"), Mask::lambda(p[0], p[1]);
+  if (kind == "causal_blockwise") return need(3, "block, local blocks, sink blocks"), Mask::causal_blockwise(p[0], p[1], p[2]);
+  if (kind == "shared_question") {
+    if (p.size() < 2) raise(ErrorKind::InvalidInput, where + ": shared_question takes the question length and answer lengths");
+    Mask m;
+    m.kind = MaskKind::SharedQuestion;
+    m.question = p[0];
+    m.answers.assign(p.begin() + 1, p.end());
+    return m;
+  }
+  if (kind == "ranges") {
+    std::vector<std::vector<Range>> r(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (const auto& [b, e] : rows[i]) r[i].push_back({b, e});
+    return Mask::ranges(std::move(r));
+  }
+  raise(ErrorKind::InvalidInput, where + ": unknown mask kind '" + kind +
+                                     "' (expected full, causal, lambda, causal_blockwise, shared_question, ranges)");
+}
+
+}  // namespace
+
+void bind_batch(nb::module_& m) {
+  nb::class_<Batch>(m, "Batch")
+      .def_prop_ro("total_tokens", &Batch::total_tokens)
+      .def_prop_ro("num_sequences", [](const Batch& b) { return b.sequences.size(); })
+      .def_prop_ro("lengths",
+                   [](const Batch& b) {
+                     std::vector<int64_t> out;
+                     for (const Sequence& s : b.sequences) out.push_back(s.length);
+                     return out;
+                   })
+      .def_prop_ro("mask_area", &Batch::mask_area)
+      .def_prop_ro("forward_flops", &Batch::forward_flops)
+      .def_prop_ro("shape", [](const Batch& b) {
+        return std::make_tuple(b.shape.q_heads, b.shape.kv_heads, b.shape.head_dim, std::string(to_string(b.shape.dtype)));
+      });
+
+  m.def(
+      "make_batch",
+      [](const std::vector<int64_t>& lengths, const std::vector<MaskSpec>& masks, int q_heads, int kv_heads, int head_dim,
+         const std::string& dtype) {
+        if (masks.size() != lengths.size())
+          raise(ErrorKind::InvalidInput, "batch: " + std::to_string(lengths.size()) + " lengths but " +
+                                             std::to_string(masks.size()) + " masks");
+        Batch b;
+        b.shape = AttentionShape{q_heads, kv_heads, head_dim, parse_dtype(dtype, "dtype")};
+        for (size_t i = 0; i < lengths.size(); ++i) b.sequences.push_back(Sequence{lengths[i], mask_from(masks[i], i), ""});
+        b.validate();
+        return b;
+      },
+      nb::arg("lengths"), nb::arg("masks"), nb::arg("q_heads"), nb::arg("kv_heads"), nb::arg("head_dim"),
+      nb::arg("dtype"), "A checked batch: one (kind, params, rows) mask spec per sequence length.");
+
+  nb::class_<Cluster>(m, "Cluster")
+      .def_ro("name", &Cluster::name)
+      .def_ro("nodes", &Cluster::nodes)
+      .def_ro("devices_per_node", &Cluster::devices_per_node)
+      .def_prop_ro("num_devices", &Cluster::num_devices)
+      .def("__repr__", [](const Cluster& c) {
+        return "Cluster(" + c.name + ", " + std::to_string(c.nodes) + " x " + std::to_string(c.devices_per_node) + ")";
+      });
+  m.def(
+      "cluster",
+      [](const std::string& preset, int nodes, int devices_per_node) {
+        Cluster c = cluster_preset(preset, nodes);
+        if (devices_per_node > 0) c.devices_per_node = devices_per_node;
+        c.validate("cluster");
+        return c;
+      },
+      nb::arg("preset"), nb::arg("nodes"), nb::arg("devices_per_node") = 0,
+      "A cluster preset (a100-p4d, h200-nvl) of `nodes` nodes; devices_per_node overrides the preset's.");
+  m.def("load_cluster", &load_cluster, nb::arg("path"), "A cluster from its JSON file (docs/formats.md).");
+  m.def("cluster_presets", &cluster_preset_names);
+}
+
+}  // namespace dcp::python
