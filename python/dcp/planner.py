@@ -1,0 +1,294 @@
+"""Planning ahead: batches go in a step or more before they train, plans come out when needed.
+
+Every rank plans the same batches with the same options, so every rank holds the same plan (the
+plan's hash is compared across the group before the plan is used; a mismatch is an error naming
+both hashes, never a hang). Planning runs on C++ threads with the GIL released, so the training
+loop only waits when a plan is not ready yet; `Planner.stats(step)` says how long it waited.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from . import _dcp
+from . import masks as _masks
+
+
+def _options(options: Any) -> _dcp.PlanOptions:
+    if isinstance(options, _dcp.PlanOptions):
+        return options
+    o = _dcp.PlanOptions()
+    known = {"method", "block_size", "q_heads_per_group", "stages", "eps_compute", "eps_memory", "seed", "search",
+             "search_block_sizes", "search_eps_compute"}
+    for key, value in dict(options or {}).items():
+        if key not in known:
+            raise ValueError(f"plan option '{key}': expected one of {sorted(known)}")
+        setattr(o, key, value)
+    o.validate()
+    return o
+
+
+def _cluster(cluster: Any, world_size: int, devices_per_node: Optional[int]) -> _dcp.Cluster:
+    if isinstance(cluster, _dcp.Cluster):
+        c = cluster
+    elif isinstance(cluster, str) and cluster.endswith(".json"):
+        c = _dcp.load_cluster(cluster)
+    else:
+        preset = cluster or "h200-nvl"
+        per_node = devices_per_node or int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        per_node = max(1, min(per_node, world_size))
+        if world_size % per_node != 0:
+            raise ValueError(f"cluster: {world_size} ranks do not fill nodes of {per_node} devices")
+        c = _dcp.cluster(preset, world_size // per_node, per_node)
+    if c.num_devices != world_size:
+        raise ValueError(f"cluster {c!r} has {c.num_devices} devices, the group {world_size} ranks")
+    return c
+
+
+def make_batch(lengths: Sequence[int], masks: Any, shape: Tuple[int, int, int], dtype: str = "bf16") -> _dcp.Batch:
+    """A checked batch: `masks` is one spec per sequence (dcp.masks), or one spec for all."""
+    lengths = [int(n) for n in lengths]
+    if not isinstance(masks, (list, tuple)) or (isinstance(masks, tuple) and len(masks) == 3 and isinstance(masks[0], str)):
+        masks = [masks] * len(lengths)
+    specs = [_masks.normalize(m) for m in masks]
+    q_heads, kv_heads, head_dim = shape
+    return _dcp.make_batch(lengths, specs, int(q_heads), int(kv_heads), int(head_dim), dtype)
+
+
+class StepPlan:
+    """One step's plan as this rank uses it: which tokens it holds and how to run its attention.
+
+    Tokens: `rows(device)` are the rows of the packed global batch this rank holds, in the order
+    attention expects them (dispatch order); `dispatch(x)` gathers them from any per-token tensor,
+    `positions(device)` are their positions inside their documents (RoPE ids). Attention:
+    dcp.torch.attention(q, k, v, plan, layer). `release()` frees its scratch early; otherwise it
+    goes with the object.
+    """
+
+    def __init__(self, plan: _dcp.Plan, step: int, rank: int, group: Any, planner: "Planner"):
+        self.plan = plan
+        self.step = step
+        self.rank = rank
+        self.group = group
+        self.world_size = plan.world_size
+        self.num_tokens = plan.num_tokens(rank)
+        self._planner = planner
+        self._cache: Dict[Any, Any] = {}
+        self._released = False
+        self.runtime_state: Dict[Any, Any] = {}  # dcp.torch keeps its per-device runtime here
+
+    # ---- tokens ----------------------------------------------------------------------------
+    def _tensor(self, what: str, device: Any):
+        import torch
+
+        key = (what, str(device))
+        if key not in self._cache:
+            arr = {"rows": self.plan.local_rows, "positions": self.plan.local_positions,
+                   "sequences": self.plan.local_sequences}[what](self.rank)
+            self._cache[key] = torch.from_numpy(arr).to(device=device, dtype=torch.int64, non_blocking=True)
+        return self._cache[key]
+
+    def rows(self, device: Any = "cpu"):
+        """Rows of the global batch this rank holds, in dispatch order (int64 tensor)."""
+        return self._tensor("rows", device)
+
+    def positions(self, device: Any = "cpu"):
+        """Position of each local token inside its document (int64 tensor): RoPE position ids."""
+        return self._tensor("positions", device)
+
+    def sequences(self, device: Any = "cpu"):
+        """Document index of each local token (int64 tensor)."""
+        return self._tensor("sequences", device)
+
+    def dispatch(self, x, dim: int = 0):
+        """This rank's tokens of a per-token tensor of the whole packed batch (`dim` indexes tokens)."""
+        if x.shape[dim] != self.plan.total_tokens:
+            raise ValueError(f"dispatch: tensor has {x.shape[dim]} tokens along dim {dim}, the step's batch "
+                             f"{self.plan.total_tokens}")
+        return x.index_select(dim, self.rows(x.device))
+
+    def undispatch(self, x, dim: int = 0):
+        """The whole packed batch from every rank's local tokens (all-gather over the group); with
+        one rank, the inverse of dispatch."""
+        import torch
+
+        if x.shape[dim] != self.num_tokens:
+            raise ValueError(f"undispatch: tensor has {x.shape[dim]} tokens, this rank holds {self.num_tokens}")
+        x = x.movedim(dim, 0)
+        out = x.new_empty((self.plan.total_tokens,) + tuple(x.shape[1:]))
+        if self.world_size == 1:
+            out.index_copy_(0, self.rows(x.device), x)
+            return out.movedim(0, dim)
+        import torch.distributed as dist
+
+        most = max(self.plan.num_tokens(r) for r in range(self.world_size))
+        padded = x.new_zeros((most,) + tuple(x.shape[1:]))
+        padded[: x.shape[0]] = x
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded.contiguous(), group=self.group)
+        for r, part in enumerate(parts):
+            rows = torch.from_numpy(self.plan.local_rows(r)).to(x.device)
+            out.index_copy_(0, rows, part[: rows.shape[0]])
+        return out.movedim(0, dim)
+
+    def num_targets(self, labels, ignore_index: int = -100) -> int:
+        """Loss targets of the whole step (labels of the global batch not equal to ignore_index):
+        the denominator that makes a sum of per-rank losses the global mean."""
+        return int((labels != ignore_index).sum().item())
+
+    # ---- life ----------------------------------------------------------------------------------
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        """Frees what running this plan holds (scratch on the device). Using it afterwards is an error."""
+        self._released = True
+        self.runtime_state.clear()
+        self._cache.clear()
+
+    def check_usable(self) -> None:
+        if self._released:
+            raise ValueError(f"plan of step {self.step} was released")
+
+    def __repr__(self) -> str:
+        return (f"StepPlan(step={self.step}, rank={self.rank}/{self.world_size}, tokens={self.num_tokens}/"
+                f"{self.plan.total_tokens}, method={self.plan.method}, hash={self.plan.hash:#x})")
+
+
+class Planner:
+    """Plans steps ahead on C++ threads; every rank of `group` gets the same plans.
+
+    group:    a torch.distributed process group (None: the default group if initialised, else a
+              single process).
+    cluster:  a cluster preset name ('h200-nvl', 'a100-p4d'), a cluster JSON file or a dcp.Cluster;
+              with a preset, devices per node come from LOCAL_WORLD_SIZE (torchrun) unless given.
+    options:  dict or dcp.PlanOptions: method ('dcp' or a static layout: ring, zigzag, ulysses,
+              a2a_p2p, packing), block_size, stages, eps_compute, eps_memory, search, ...
+    shape:    (q_heads, kv_heads, head_dim) of the model's attention; dtype its element type.
+    threads:  planning threads; lookahead: how many steps `iterate` keeps submitted ahead.
+    verify:   compare the plan hash across the group: 'every' plan (default), 'first', 'never'.
+    broadcast: plan on rank 0 only and send the plan bytes to the others.
+    """
+
+    def __init__(self, group: Any = None, cluster: Any = "h200-nvl", options: Any = None, *,
+                 shape: Tuple[int, int, int], dtype: str = "bf16", threads: int = 4, lookahead: int = 2,
+                 verify: str = "every", broadcast: bool = False, devices_per_node: Optional[int] = None,
+                 timeout_s: float = 600.0):
+        self.group, self.rank, self.world_size = _group_info(group)
+        self.shape = tuple(int(x) for x in shape)
+        self.dtype = dtype
+        self.options = _options(options)
+        self.cluster = _cluster(cluster, self.world_size, devices_per_node)
+        if verify not in ("every", "first", "never"):
+            raise ValueError(f"verify='{verify}': expected 'every', 'first' or 'never'")
+        if lookahead < 0:
+            raise ValueError(f"lookahead={lookahead}: must be >= 0")
+        self.verify = verify
+        self.broadcast = bool(broadcast) and self.world_size > 1
+        self.lookahead = int(lookahead)
+        self.timeout_s = float(timeout_s)
+        self._plans_here = not self.broadcast or self.rank == 0
+        self._queue = _dcp.PlanQueue(self.cluster, self.options, int(threads)) if self._plans_here else None
+        self._verified = False
+        self._stats: Dict[int, Dict[str, float]] = {}
+        self._submitted: set = set()
+
+    def submit(self, step: int, lengths: Sequence[int], masks: Any) -> None:
+        """Queues the batch of `step` (its documents' lengths, one mask each); returns at once."""
+        step = int(step)
+        if step in self._submitted:
+            raise ValueError(f"step {step} was already submitted")
+        batch = make_batch(lengths, masks, self.shape, self.dtype)
+        if self._queue is not None:
+            self._queue.submit(step, batch)
+        self._submitted.add(step)
+
+    def get(self, step: int) -> StepPlan:
+        """The plan of `step`, waiting only if it is not ready. A planning error is raised here as
+        a dcp.Error whose message starts with 'step N:'."""
+        step = int(step)
+        if step not in self._submitted:
+            raise ValueError(f"step {step} was never submitted (or was already taken)")
+        self._submitted.discard(step)
+        t0 = time.perf_counter()
+        plan = self._queue.get(step, self.timeout_s) if self._queue is not None else None
+        stats = dict(self._queue.stats(step)) if self._queue is not None else {"planning_ms": 0.0, "queued_ms": 0.0}
+        if self.broadcast:
+            plan = self._broadcast(plan)
+        stats["waited_ms"] = (time.perf_counter() - t0) * 1e3
+        if self.verify == "every" or (self.verify == "first" and not self._verified):
+            self._check_same(plan, step)
+            self._verified = True
+        self._stats[step] = stats
+        while len(self._stats) > 4096:
+            self._stats.pop(next(iter(self._stats)))
+        return StepPlan(plan, step, self.rank, self.group, self)
+
+    def stats(self, step: int) -> Dict[str, float]:
+        """planning_ms (on a worker), queued_ms, waited_ms (what get() cost the training loop)."""
+        return dict(self._stats[int(step)])
+
+    def iterate(self, batches: Iterable[Tuple[Sequence[int], Any]], first_step: int = 0) -> Iterator[Tuple[int, Any, StepPlan]]:
+        """Runs over (lengths, masks[, payload]) items, keeping `lookahead` steps submitted ahead;
+        yields (step, item, plan)."""
+        it = iter(batches)
+        window: List[Tuple[int, Any]] = []
+        step = first_step
+        done = False
+        while True:
+            while not done and len(window) <= self.lookahead:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    done = True
+                    break
+                self.submit(step, item[0], item[1])
+                window.append((step, item))
+                step += 1
+            if not window:
+                return
+            s, item = window.pop(0)
+            yield s, item, self.get(s)
+
+    # ---- agreement across ranks ----------------------------------------------------------------
+    def _broadcast(self, plan):
+        import torch.distributed as dist
+
+        obj = [plan.to_bytes() if self.rank == 0 else None]
+        dist.broadcast_object_list(obj, src=_global_rank(self.group, 0), group=self.group)
+        return plan if self.rank == 0 else _dcp.plan_from_bytes(obj[0])
+
+    def _check_same(self, plan, step: int) -> None:
+        if self.world_size == 1:
+            return
+        import torch.distributed as dist
+
+        hashes = [None] * self.world_size
+        dist.all_gather_object(hashes, plan.hash, group=self.group)
+        if any(h != hashes[0] for h in hashes):
+            raise _dcp.Error(f"InvalidPlan: step {step}: ranks planned different plans (hashes "
+                             + ", ".join(f"rank {r}: {h:#x}" for r, h in enumerate(hashes))
+                             + "): every rank must submit the same lengths, masks and options")
+
+
+def _group_info(group: Any):
+    try:
+        import torch.distributed as dist
+    except ImportError:  # no torch: one process
+        if group is not None:
+            raise ValueError("a process group needs torch.distributed")
+        return None, 0, 1
+    if group is None and dist.is_available() and dist.is_initialized():
+        group = dist.group.WORLD
+    if group is None:
+        return None, 0, 1
+    return group, dist.get_rank(group), dist.get_world_size(group)
+
+
+def _global_rank(group: Any, rank: int) -> int:
+    import torch.distributed as dist
+
+    return dist.get_global_rank(group, rank) if group is not None and group != dist.group.WORLD else rank
