@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Markdown tables from `dcp bench --json` files: DCP against every static placement.
 
-Usage: bench/exec_tables.py FILE.json... (or a .tar of them, as bench/run_exec_device.sh writes)
+Usage: bench/exec_tables.py FILE... where FILE is a bench JSON, a .tar of them (as
+bench/run_exec_device.sh writes), or a runs file that gathers several device calls
+(bench/results/h200_*/runs.json) with the call after a colon: runs.json:2026-11-30f (no colon: every call).
 Speed-up = (fwd + bwd time of the best static placement) / (fwd + bwd time of dcp); "best CP"
 leaves out packing (whole sequences per device, no context parallelism), which is shown apart.
 """
@@ -13,8 +15,19 @@ STATIC_CP = ("ring", "zigzag", "ulysses", "a2a_p2p")
 
 
 def load(paths):
+    """(name, bench JSON) of every run in `paths` (see the usage above)."""
     for p in paths:
-        if p.endswith(".tar"):
+        path, _, call = p.partition(":")
+        if path.endswith("runs.json"):
+            with open(path) as f:
+                calls = json.load(f)["calls"]
+            if call and call not in calls:
+                sys.exit(f"{path}: no call '{call}' (calls: {', '.join(calls)})")
+            for c, entry in calls.items():
+                if not call or c == call:
+                    for name, d in entry["runs"].items():
+                        yield f"{c}/{name}", d
+        elif p.endswith(".tar"):
             with tarfile.open(p) as t:
                 for m in sorted(t.getmembers(), key=lambda m: m.name):
                     if m.isfile() and m.name.endswith(".json"):

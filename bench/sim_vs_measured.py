@@ -1,53 +1,69 @@
 #!/usr/bin/env python3
 """Simulated vs measured time of the same plans: `dcp bench --json` results against `dcp simulate`.
 
-Usage: bench/sim_vs_measured.py DCP_BINARY CALIBRATION.json BENCH.tar|BENCH.json...
-For every bench file (one batch, one mask, every placement) the same batch is simulated with the
-calibration (same profile, tokens, cluster h200-nvl with the bench's GPU count as one node, B and
-stages of the bench: 1024 and 2) and each placement's fwd / bwd times are compared.
+Usage: bench/sim_vs_measured.py DCP_BINARY [--calibration FILE] RUNS...
+RUNS as bench/exec_tables.py takes them (bench JSON files, .tar files, runs.json[:CALL]). For every
+run (one batch, one mask, every placement) the same batch is simulated on the h200-nvl preset with
+the run's GPU count (as 2 nodes of 1 GPU for the *_2nodes_* runs), block size and 2 stages, with the
+simulator's default calibration or FILE, and each placement's fwd / bwd times are compared.
 """
+import re
 import subprocess
 import sys
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from exec_tables import load  # noqa: E402
 
+METHODS = ("dcp", "ring", "zigzag", "ulysses", "a2a_p2p", "packing")
 
-def simulate(dcp, cal, d):
-    cmd = [dcp, "simulate", "--profile", d["profile"], "--tokens", "131072" if d["tokens"] > 65536 else "65536",
-           "--mask", d["mask"], "--cluster", "h200-nvl", "--nodes", "1", "--devices-per-node", str(d["world"]),
-           "--stages", "2", "--block", str(d["block"]), "--calibration", cal, "--batches", "1"]
+
+def simulate(dcp, cal, name, d):
+    budget = re.search(d["profile"] + r"(\d+)", name)
+    nodes = 2 if "_2nodes_" in name else 1
+    cmd = [dcp, "simulate", "--profile", d["profile"], "--tokens", budget.group(1), "--mask", d["mask"],
+           "--cluster", "h200-nvl", "--nodes", str(nodes), "--devices-per-node", str(d["world"] // nodes),
+           "--stages", "2", "--block", str(d["block"]), "--batches", "1"]
+    cmd += ["--calibration", cal] if cal else []
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     sim = {}
     for line in out.splitlines():
         f = line.split()
-        if len(f) > 3 and f[0] in ("dcp", "ring", "zigzag", "ulysses", "a2a_p2p", "packing"):
+        if len(f) > 3 and f[0] in METHODS:
             sim[f[0]] = (float(f[1]), float(f[2]))
     return sim
 
 
 def main(dcp, cal, paths):
-    print("| batch | mask | method | measured fwd / bwd ms | simulated fwd / bwd ms | error fwd / bwd | error step |")
-    print("|---|---|---|---|---|---|---|")
+    print("| run | method | measured fwd / bwd ms | simulated fwd / bwd ms | error fwd / bwd | error step |")
+    print("|---|---|---|---|---|---|")
     worst = {}
     for name, d in load(paths):
-        if d.get("search") or d["world"] < 2 or "rows" not in d:
+        if d.get("search") or "rows" not in d:
             continue
-        sim = simulate(dcp, cal, d)
+        sim = simulate(dcp, cal, name, d)
         for r in d["rows"]:
             if r["method"] not in sim:
                 continue
             sf, sb = sim[r["method"]]
             mf, mb = r["fwd_ms"], r["bwd_ms"]
             step = (sf + sb - mf - mb) / (mf + mb)
-            worst[r["method"]] = max(worst.get(r["method"], 0), abs(step))
-            print(f'| {d["profile"]} {d["tokens"]} | {d["mask"]} | {r["method"]} | {mf:.2f} / {mb:.2f} | '
-                  f'{sf:.2f} / {sb:.2f} | {(sf - mf) / mf:+.0%} / {(sb - mb) / mb:+.0%} | {step:+.0%} |')
+            key = (r["method"], d["world"])
+            worst[key] = max(worst.get(key, (0, 0)), (abs(step), max(abs(sf / mf - 1), abs(sb / mb - 1))))
+            run = name.rsplit("/", 1)[-1].removeprefix("bench_")
+            print(f'| {run} | {r["method"]} | {mf:.2f} / {mb:.2f} | {sf:.2f} / {sb:.2f} | '
+                  f'{(sf - mf) / mf:+.0%} / {(sb - mb) / mb:+.0%} | {step:+.0%} |')
     print()
-    print("Worst step error per placement: " + ", ".join(f"{k} {v:.0%}" for k, v in worst.items()))
+    print("Worst error per placement and GPU count (step; forward or backward): " +
+          ", ".join(f"{m} {w} GPU(s) {s:.0%}; {p:.0%}" for (m, w), (s, p) in sorted(worst.items())))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 4:
+    args = sys.argv[1:]
+    calibration = ""
+    if "--calibration" in args:
+        i = args.index("--calibration")
+        calibration = args[i + 1]
+        del args[i:i + 2]
+    if len(args) < 2:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2], sys.argv[3:])
+    main(args[0], calibration, args[1:])

@@ -3,7 +3,8 @@
 // Event-driven model, forward then backward (each pass starts with every device idle):
 //   * Each device runs its Program in order on one compute stream. Attend costs
 //     flops / rate + per-tile overhead + a launch overhead; Merge and Copy cost their bytes
-//     (read + write) / memory bandwidth + a launch overhead (rates from a Calibration).
+//     (read + write) / memory bandwidth + a launch overhead (rates from a Calibration), except
+//     that consecutive Merges share one launch, as the executor batches them.
 //   * CommStart posts its transfers as the CUDA executor does: once the host has issued it (the
 //     host runs ahead of the compute stream and only blocks in CommWait, until the round is
 //     complete) and once the compute it depends on is done (dcp/comm_order.h: the last writer
@@ -43,28 +44,40 @@ struct Calibration {
   double bwd_diagonal_efficiency = 1.0, bwd_partial_efficiency = 1.0;
   // Sub-tile model instead (src/sim/kernel_cost.h): every 128 x 128 (forward) / 64 x 128
   // (backward) sub-tile holding an allowed pair costs its dense FLOPs at the full rate, times
-  // the kind's masked cost (>= 1) when it also holds a masked pair; the efficiencies above are
-  // then unused. JSON: "attention_cost_model": "subtiles" (default "area").
+  // the masked cost (>= 1) of its mask path (diagonal: causal-diagonal tiles and the short last
+  // keys of a Full tile; partial: Partial tiles) when it also holds a masked pair; the
+  // efficiencies above are then unused. JSON: "attention_cost_model": "subtiles" (default "area").
+  // All costs below are in full sub-tiles.
   bool subtile_model = false;
   double fwd_diagonal_masked_cost = 1.0, fwd_partial_masked_cost = 1.0;
   double bwd_diagonal_masked_cost = 1.0, bwd_partial_masked_cost = 1.0;
-  // A Partial tile's sub-tile without an allowed pair is still classified before it is
-  // skipped: this fraction of a full sub-tile's time (>= 0).
+  // A Partial tile's sub-tile without an allowed pair is still walked and classified before it
+  // is skipped (>= 0).
   double fwd_empty_subtile_cost = 0.0, bwd_empty_subtile_cost = 0.0;
+  // Fixed cost of one CTA work item (prologue, pipeline fill, output; >= 0). Forward items are
+  // 128 query rows of one output (the tiles writing it run back to back); backward items are
+  // 128 keys of one tile.
+  double fwd_work_item_cost = 0.0, bwd_work_item_cost = 0.0;
   void validate(const std::string& where) const;  // throws InvalidInput naming the field
 };
 
-// Calibration from a cluster's kernel rates with default overheads.
+// The simulator's default for a cluster. A preset whose kernels were measured carries that
+// measurement (h200-nvl: measured_h200_calibration()) as long as the cluster keeps the preset's
+// kernel rates; any other cluster gets its own rates with default overheads.
 Calibration calibration_from_cluster(const Cluster& cluster);
+// The tile-list kernels of this repository on one H200 (subtiles model; 32 query / 8 KV heads,
+// head dim 128, bf16), fitted to the kernel benchmark and the one-GPU whole plans recorded in
+// bench/results (refit: bench/fit_calibration.cpp; the same values as
+// data/calibration/h200_measured_subtiles.json).
+Calibration measured_h200_calibration();
 // JSON file {"name":..., "attn_fwd_tflops":..., "attn_bwd_tflops":..., "tile_overhead_us":...,
 // "launch_overhead_us":..., "memory_bw_GBps":..., (fwd|bwd)_(diagonal|partial)_efficiency in
 // (0, 1], "attention_cost_model": "area"|"subtiles", (fwd|bwd)_(diagonal|partial)_masked_cost
-// >= 1, (fwd|bwd)_empty_subtile_cost >= 0}; missing fields keep the
-// defaults.
+// >= 1, (fwd|bwd)_(empty_subtile|work_item)_cost >= 0}; missing fields keep the defaults.
 Calibration parse_calibration(const std::string& json_text, const std::string& source);
 Calibration load_calibration(const std::string& path);
 
-// Compute-stream time of one instruction of `pass` (0 for CommStart / CommWait).
+// Compute-stream time of one instruction of `pass` run alone (0 for CommStart / CommWait).
 double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& calib);
 
 struct SimOptions {

@@ -4,20 +4,28 @@
 //   area      mask-area FLOPs at the full-tile rate, divided by a per-kind efficiency for
 //             causal-diagonal and partial tiles. Cheap, and right for tiles cut on the mask's
 //             own structure (DCP's blocks).
-//   subtiles  what the kernels actually iterate: a tile is a grid of sub-tiles (forward:
-//             128 query rows x 128 keys; backward: 64 query rows x 128 keys); a sub-tile with
-//             no allowed pair is skipped, one fully allowed costs its dense FLOPs at the full
-//             rate, one that mixes allowed and masked pairs costs that times the kind's
-//             masked cost (masking work, and dense work on masked pairs); in a Partial tile
-//             the kernels also classify every sub-tile they skip (empty_cost each). Static layouts that
-//             cut windows and blocks into slivers pay for whole sub-tiles of little area, which
-//             the area model cannot see.
-// Counts depend only on a tile's geometry (its q and kv blocks), shared by all head groups, so
-// they are cached per (q block, kv block).
+//   subtiles  what the kernels actually do (AttendWork), priced in units of one fully allowed
+//             sub-tile at the full-tile rate:
+//               * a tile is a grid of sub-tiles (forward: 128 query rows x 128 keys; backward:
+//                 64 query rows x 128 keys); one fully allowed costs 1, one mixing allowed and
+//                 masked pairs its mask path's masked cost (masking work, and dense work on
+//                 masked pairs); the kernels stop at a causal-diagonal tile's diagonal, but walk
+//                 and classify every sub-tile of a Partial tile from its rows' key ranges, so an
+//                 empty one there costs the empty cost;
+//               * every CTA work item costs the work-item cost on top (its prologue, pipeline
+//                 fill and output). Forward, an item is 128 query rows of one output: the tiles
+//                 of the Attend that write the same output partial run back to back in one
+//                 CTA, so a long row of tiles pays it once. Backward, an item is 128 keys of one
+//                 tile.
+//             Static layouts that cut windows and blocks into slivers pay for whole sub-tiles of
+//             little area and for many short items, which the area model cannot see.
+// Sub-tile counts depend only on a tile's geometry (its q and kv blocks), shared by all head
+// groups, so they are cached per (q block, kv block).
 #pragma once
 
 #include <cstdint>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "dcp/plan.h"
@@ -29,12 +37,39 @@ inline constexpr int64_t kFwdSubRows = 128, kBwdSubRows = 64, kSubKeys = 128;
 
 struct SubtileCount {
   int64_t full = 0;    // every pair allowed
-  int64_t masked = 0;  // some allowed, some masked
+  int64_t masked = 0;  // some allowed, some masked (or keys past a short kv block)
   int64_t empty = 0;   // Partial tiles: visited and classified, then skipped (no allowed pair)
 };
 
-// Sub-tiles of `rows_per` query rows x `keys_per` keys of tile t that hold an allowed pair.
+// Sub-tiles of `rows_per` query rows x `keys_per` keys of tile t, by class. The count follows
+// t.kind (only a Partial tile counts its empty sub-tiles), so a caller may change a tile's kind to
+// ask how the general mask path would treat the same geometry.
 SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows_per, int64_t keys_per);
+
+// What one Attend asks of the kernels in one pass, summed over its head groups: sub-tiles (of the
+// pass's shape) by class and CTA work items. The subtiles model's time is linear in it.
+struct AttendWork {
+  double full = 0;             // fully allowed sub-tiles
+  double diagonal_masked = 0;  // mixed sub-tiles of the dense mask path: causal-diagonal tiles,
+                               // and the short last key sub-tile of a Full tile
+  double partial_masked = 0;   // mixed sub-tiles of Partial tiles
+  double empty = 0;            // skipped sub-tiles of Partial tiles
+  double items = 0;            // CTA work items
+  AttendWork& operator+=(const AttendWork& o);
+};
+
+// Full sub-tiles' worth of `w` under `cal`'s costs for `pass`.
+double work_units(const AttendWork& w, const Calibration& cal, Pass pass);
+
+// Dense FLOPs of one sub-tile of `pass` for one head group of `table` (mask-area convention:
+// 4 x rows x keys x head_dim x query heads forward, 2.5x backward).
+double subtile_flops(const BlockTable& table, Pass pass);
+
+// Whether instruction pc of `program` is a Merge that the executor runs in one launch with the
+// Merge before it (it batches consecutive merges), so that it pays no launch overhead of its own.
+inline bool joins_merge_batch(const Program& program, size_t pc) {
+  return pc > 0 && std::holds_alternative<Merge>(program.code[pc]) && std::holds_alternative<Merge>(program.code[pc - 1]);
+}
 
 class AttendCost {
  public:
@@ -42,9 +77,11 @@ class AttendCost {
   // Compute-stream seconds of one Attend: its tiles plus the calibration's per-tile and launch
   // overheads.
   double seconds(const Attend& a, Pass pass);
+  // What the kernels do for `a` (the subtiles model's input).
+  AttendWork work(const Attend& a, Pass pass);
 
  private:
-  const SubtileCount& counts(const Tile& t, bool fwd);
+  const SubtileCount& counts(const Tile& t, Pass pass);
   double overhead_s(const Attend& a) const;
   const BlockTable& table_;
   const Calibration& cal_;

@@ -3,9 +3,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 #include <map>
 #include <queue>
 
@@ -256,7 +253,8 @@ bool PassSim::step(int d) {
       s.host = std::max(s.host, g.done);
     } else {
       const auto* attend = std::get_if<Attend>(&ins);
-      const double t = attend != nullptr ? attend_cost_.seconds(*attend, pass_) : instruction_time_s(plan_, ins, pass_, cal_);
+      double t = attend != nullptr ? attend_cost_.seconds(*attend, pass_) : instruction_time_s(plan_, ins, pass_, cal_);
+      if (sim_detail::joins_merge_batch(p, s.pc)) t -= cal_.launch_overhead_s;
       std::string name = "merge";
       if (const auto* a = std::get_if<Attend>(&ins)) name = fmt::format("attend stage {} ({} tiles)", a->stage, a->tiles.size());
       else if (std::holds_alternative<Copy>(ins)) name = "copy";
@@ -272,44 +270,6 @@ bool PassSim::step(int d) {
 }
 
 }  // namespace
-
-void Calibration::validate(const std::string& where) const {
-  auto positive = [&](double v, const char* field) {
-    if (!(v > 0) || !std::isfinite(v))
-      raise(ErrorKind::InvalidInput, where + ": " + field + " must be positive (got " + std::to_string(v) + ")");
-  };
-  positive(attn_fwd_flops, "attn_fwd_tflops");
-  positive(attn_bwd_flops, "attn_bwd_tflops");
-  positive(memory_bw, "memory_bw_GBps");
-  if (tile_overhead_s < 0 || launch_overhead_s < 0)
-    raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
-  auto fraction = [&](double v, const char* field) {
-    if (!(v > 0 && v <= 1))
-      raise(ErrorKind::InvalidInput, where + ": " + field + " must be in (0, 1] (got " + std::to_string(v) + ")");
-  };
-  fraction(fwd_diagonal_efficiency, "fwd_diagonal_efficiency");
-  fraction(fwd_partial_efficiency, "fwd_partial_efficiency");
-  fraction(bwd_diagonal_efficiency, "bwd_diagonal_efficiency");
-  fraction(bwd_partial_efficiency, "bwd_partial_efficiency");
-  auto at_least_one = [&](double v, const char* field) {
-    if (!(v >= 1) || !std::isfinite(v))
-      raise(ErrorKind::InvalidInput, where + ": " + field + " must be >= 1 (got " + std::to_string(v) + ")");
-  };
-  at_least_one(fwd_diagonal_masked_cost, "fwd_diagonal_masked_cost");
-  at_least_one(fwd_partial_masked_cost, "fwd_partial_masked_cost");
-  at_least_one(bwd_diagonal_masked_cost, "bwd_diagonal_masked_cost");
-  at_least_one(bwd_partial_masked_cost, "bwd_partial_masked_cost");
-  if (!(fwd_empty_subtile_cost >= 0) || !(bwd_empty_subtile_cost >= 0))
-    raise(ErrorKind::InvalidInput, where + ": (fwd|bwd)_empty_subtile_cost must be >= 0");
-}
-
-Calibration calibration_from_cluster(const Cluster& cluster) {
-  Calibration c;
-  c.name = cluster.name;
-  c.attn_fwd_flops = cluster.attn_fwd_flops;
-  c.attn_bwd_flops = cluster.attn_bwd_flops;
-  return c;
-}
 
 double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& cal) {
   const BlockTable& t = plan.table;
@@ -329,66 +289,6 @@ double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, c
     return 2.0 * static_cast<double>(plan_block_bytes(t, c->kind, t.token_blocks[c->token_block].length)) /
                cal.memory_bw + cal.launch_overhead_s;
   return 0.0;
-}
-
-Calibration parse_calibration(const std::string& json_text, const std::string& source) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    raise(ErrorKind::InvalidInput, source + ": not valid JSON (" + e.what() + ")");
-  }
-  if (!j.is_object()) raise(ErrorKind::InvalidInput, source + ": expected a JSON object");
-  Calibration c;
-  auto num = [&](const char* key, double scale, double& out) {
-    if (!j.contains(key)) return;
-    if (!j[key].is_number()) raise(ErrorKind::InvalidInput, source + ": " + key + " must be a number");
-    out = j[key].get<double>() * scale;
-  };
-  for (auto& [key, value] : j.items()) {
-    static const char* known[] = {"name", "attn_fwd_tflops", "attn_bwd_tflops", "tile_overhead_us",
-                                  "launch_overhead_us", "memory_bw_GBps", "source", "notes",
-                                  "fwd_diagonal_efficiency", "fwd_partial_efficiency",
-                                  "bwd_diagonal_efficiency", "bwd_partial_efficiency", "attention_cost_model",
-                                  "fwd_diagonal_masked_cost", "fwd_partial_masked_cost",
-                                  "bwd_diagonal_masked_cost", "bwd_partial_masked_cost",
-                                  "fwd_empty_subtile_cost", "bwd_empty_subtile_cost"};
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
-      raise(ErrorKind::InvalidInput, source + ": unknown field '" + key + "'");
-    (void)value;
-  }
-  if (j.contains("name")) c.name = j["name"].get<std::string>();
-  num("attn_fwd_tflops", 1e12, c.attn_fwd_flops);
-  num("attn_bwd_tflops", 1e12, c.attn_bwd_flops);
-  num("tile_overhead_us", 1e-6, c.tile_overhead_s);
-  num("launch_overhead_us", 1e-6, c.launch_overhead_s);
-  num("memory_bw_GBps", 1e9, c.memory_bw);
-  num("fwd_diagonal_efficiency", 1.0, c.fwd_diagonal_efficiency);
-  num("fwd_partial_efficiency", 1.0, c.fwd_partial_efficiency);
-  num("bwd_diagonal_efficiency", 1.0, c.bwd_diagonal_efficiency);
-  num("bwd_partial_efficiency", 1.0, c.bwd_partial_efficiency);
-  num("fwd_diagonal_masked_cost", 1.0, c.fwd_diagonal_masked_cost);
-  num("fwd_partial_masked_cost", 1.0, c.fwd_partial_masked_cost);
-  num("bwd_diagonal_masked_cost", 1.0, c.bwd_diagonal_masked_cost);
-  num("bwd_partial_masked_cost", 1.0, c.bwd_partial_masked_cost);
-  num("fwd_empty_subtile_cost", 1.0, c.fwd_empty_subtile_cost);
-  num("bwd_empty_subtile_cost", 1.0, c.bwd_empty_subtile_cost);
-  if (j.contains("attention_cost_model")) {
-    const auto& m = j["attention_cost_model"];
-    if (!m.is_string() || (m.get<std::string>() != "area" && m.get<std::string>() != "subtiles"))
-      raise(ErrorKind::InvalidInput, source + ": attention_cost_model must be \"area\" or \"subtiles\"");
-    c.subtile_model = m.get<std::string>() == "subtiles";
-  }
-  c.validate(source);
-  return c;
-}
-
-Calibration load_calibration(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) raise(ErrorKind::InvalidInput, path + ": cannot open calibration file");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_calibration(ss.str(), path);
 }
 
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& opts) {

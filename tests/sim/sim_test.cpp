@@ -2,6 +2,8 @@
 // trace and calibration parsing.
 #include <gtest/gtest.h>
 
+#include <variant>
+
 #include <nlohmann/json.hpp>
 
 #include "dcp/error.h"
@@ -26,11 +28,19 @@ TEST(Sim, OneDeviceTimeIsTheSumOfKernelTimes) {
     SimOptions o;
     o.calibration = calibration_from_cluster(cluster_for(1));
     SimResult r = simulate(p, cluster_for(1), o);
-    double fwd = 0, bwd = 0;
-    for (const Instruction& ins : p.devices[0].fwd.code) fwd += instruction_time_s(p, ins, Pass::Forward, o.calibration);
-    for (const Instruction& ins : p.devices[0].bwd.code) bwd += instruction_time_s(p, ins, Pass::Backward, o.calibration);
-    EXPECT_DOUBLE_EQ(r.fwd_s, fwd) << mask;
-    EXPECT_DOUBLE_EQ(r.bwd_s, bwd) << mask;
+    // Consecutive merges run as one batch: one launch overhead for the batch.
+    auto sum = [&](const Program& prog, Pass pass) {
+      double t = 0;
+      for (size_t pc = 0; pc < prog.code.size(); ++pc) {
+        t += instruction_time_s(p, prog.code[pc], pass, o.calibration);
+        if (pc > 0 && std::holds_alternative<Merge>(prog.code[pc]) && std::holds_alternative<Merge>(prog.code[pc - 1]))
+          t -= o.calibration.launch_overhead_s;
+      }
+      return t;
+    };
+    const double fwd = sum(p.devices[0].fwd, Pass::Forward), bwd = sum(p.devices[0].bwd, Pass::Backward);
+    EXPECT_NEAR(r.fwd_s, fwd, 1e-12 * fwd) << mask;
+    EXPECT_NEAR(r.bwd_s, bwd, 1e-12 * bwd) << mask;
     EXPECT_EQ(r.comm_s, 0.0);
     EXPECT_EQ(r.hidden_fraction, 1.0);
     // And the attention part is at least the FLOPs at the calibrated rate.
@@ -141,7 +151,9 @@ namespace dcp {
 namespace {
 
 // Sub-tile counts against a per-pair brute force (every mask kind, both sub-tile shapes, block
-// sizes that do not divide the sub-tile grid), and the closed forms of full and diagonal tiles.
+// sizes that do not divide the sub-tile grid), and the closed forms of full and diagonal tiles. A
+// sub-tile is full only with every one of its rows x keys_per pairs allowed: the kernels mask the
+// keys past a short kv block.
 TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
   const Batch batch = test::batch_of(AttentionShape{4, 2, 64, DType::BF16},
                                      {{700, Mask::causal()}, {333, Mask::lambda(16, 200)},
@@ -163,17 +175,18 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
             int64_t allowed = 0, pairs = 0;
             for (int64_t r = r0; r < std::min(qb.length, r0 + rows_per); ++r) {
               t.tile_row_ranges(tile, qb.begin + r, ranges);
-              for (int64_t k = k0; k < std::min(kb.length, k0 + keys_per); ++k) {
-                ++pairs;
+              pairs += keys_per;
+              for (int64_t k = k0; k < std::min(kb.length, k0 + keys_per); ++k)
                 for (const Range& g : ranges) allowed += (kb.begin + k >= g.begin && kb.begin + k < g.end) ? 1 : 0;
-              }
             }
             if (allowed == pairs) ++want.full;
             else if (allowed > 0) ++want.masked;
+            else if (tile.kind == TileKind::Partial) ++want.empty;
           }
         const sim_detail::SubtileCount got = sim_detail::count_subtiles(t, tile, rows_per, keys_per);
         EXPECT_EQ(got.full, want.full) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.masked, want.masked) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
+        EXPECT_EQ(got.empty, want.empty) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
       }
     }
   }
@@ -207,6 +220,34 @@ TEST(SimKernelCost, SubtileModelMatchesAreaOnFullTilesAndScalesMaskedOnes) {
   EXPECT_THROW(parse_calibration(R"({"attention_cost_model":"dense"})", "x.json"), Error);
   EXPECT_THROW(parse_calibration(R"({"fwd_partial_masked_cost":0.5})", "x.json"), Error);
   EXPECT_TRUE(parse_calibration(R"({"attention_cost_model":"subtiles"})", "x.json").subtile_model);
+}
+
+// Work items: forward, one per 128 query rows of each output (the tiles of a q block in one
+// Attend share an output, so a row of tiles is one run); backward, one per 128 keys of each tile.
+TEST(SimKernelCost, WorkItemsFollowTheKernelsWorkLists) {
+  const Batch batch = test::batch_of(AttentionShape{4, 2, 64, DType::BF16}, {{1024, Mask::causal()}});
+  Plan p = plan_for(placed(BaselineKind::Packing, batch, 1), 1);  // B = 256: 4 blocks, 10 tiles per group
+  const int groups = p.table.groups.num_groups;
+  Calibration cal;
+  cal.subtile_model = true;
+  sim_detail::AttendCost cost(p.table, cal);
+  sim_detail::AttendWork fwd, bwd;
+  for (const Instruction& ins : p.devices[0].fwd.code)
+    if (const auto* a = std::get_if<Attend>(&ins)) fwd += cost.work(*a, Pass::Forward);
+  for (const Instruction& ins : p.devices[0].bwd.code)
+    if (const auto* a = std::get_if<Attend>(&ins)) bwd += cost.work(*a, Pass::Backward);
+  EXPECT_EQ(fwd.items, 4.0 * 2 * groups);
+  EXPECT_EQ(bwd.items, 10.0 * 2 * groups);
+  // Forward sub-tiles (128 x 128): 6 off-diagonal tiles of 2 x 2 full ones; a diagonal tile has
+  // one full (lower left) and two masked (on the diagonal), the upper right one skipped.
+  EXPECT_EQ(fwd.full, (6.0 * 4 + 4.0 * 1) * groups);
+  EXPECT_EQ(fwd.diagonal_masked, 4.0 * 2 * groups);
+  EXPECT_EQ(fwd.partial_masked + fwd.empty, 0.0);
+  // The work-item cost adds exactly items x cost full sub-tiles.
+  Calibration with_items = cal;
+  with_items.fwd_work_item_cost = 2;
+  EXPECT_DOUBLE_EQ(sim_detail::work_units(fwd, with_items, Pass::Forward) - sim_detail::work_units(fwd, cal, Pass::Forward),
+                   2 * fwd.items);
 }
 
 }  // namespace

@@ -1,0 +1,159 @@
+// Kernel calibrations of the simulator: checks, JSON files and the measured defaults of presets.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dcp/cluster.h"
+#include "dcp/error.h"
+#include "dcp/sim.h"
+
+namespace dcp {
+namespace {
+
+// JSON field <-> member, with the factor from the file's unit to the member's.
+struct NumberField {
+  const char* key;
+  double scale;
+  double Calibration::*member;
+};
+
+constexpr NumberField kNumberFields[] = {
+    {"attn_fwd_tflops", 1e12, &Calibration::attn_fwd_flops},
+    {"attn_bwd_tflops", 1e12, &Calibration::attn_bwd_flops},
+    {"tile_overhead_us", 1e-6, &Calibration::tile_overhead_s},
+    {"launch_overhead_us", 1e-6, &Calibration::launch_overhead_s},
+    {"memory_bw_GBps", 1e9, &Calibration::memory_bw},
+    {"fwd_diagonal_efficiency", 1.0, &Calibration::fwd_diagonal_efficiency},
+    {"fwd_partial_efficiency", 1.0, &Calibration::fwd_partial_efficiency},
+    {"bwd_diagonal_efficiency", 1.0, &Calibration::bwd_diagonal_efficiency},
+    {"bwd_partial_efficiency", 1.0, &Calibration::bwd_partial_efficiency},
+    {"fwd_diagonal_masked_cost", 1.0, &Calibration::fwd_diagonal_masked_cost},
+    {"fwd_partial_masked_cost", 1.0, &Calibration::fwd_partial_masked_cost},
+    {"bwd_diagonal_masked_cost", 1.0, &Calibration::bwd_diagonal_masked_cost},
+    {"bwd_partial_masked_cost", 1.0, &Calibration::bwd_partial_masked_cost},
+    {"fwd_empty_subtile_cost", 1.0, &Calibration::fwd_empty_subtile_cost},
+    {"bwd_empty_subtile_cost", 1.0, &Calibration::bwd_empty_subtile_cost},
+    {"fwd_work_item_cost", 1.0, &Calibration::fwd_work_item_cost},
+    {"bwd_work_item_cost", 1.0, &Calibration::bwd_work_item_cost},
+};
+// Text fields: documentation for the reader of the file, and the model's name.
+constexpr const char* kTextFields[] = {"name", "source", "notes", "attention_cost_model"};
+
+}  // namespace
+
+void Calibration::validate(const std::string& where) const {
+  auto positive = [&](double v, const char* field) {
+    if (!(v > 0) || !std::isfinite(v))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be positive (got " + std::to_string(v) + ")");
+  };
+  positive(attn_fwd_flops, "attn_fwd_tflops");
+  positive(attn_bwd_flops, "attn_bwd_tflops");
+  positive(memory_bw, "memory_bw_GBps");
+  if (tile_overhead_s < 0 || launch_overhead_s < 0)
+    raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
+  auto fraction = [&](double v, const char* field) {
+    if (!(v > 0 && v <= 1))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be in (0, 1] (got " + std::to_string(v) + ")");
+  };
+  fraction(fwd_diagonal_efficiency, "fwd_diagonal_efficiency");
+  fraction(fwd_partial_efficiency, "fwd_partial_efficiency");
+  fraction(bwd_diagonal_efficiency, "bwd_diagonal_efficiency");
+  fraction(bwd_partial_efficiency, "bwd_partial_efficiency");
+  auto at_least_one = [&](double v, const char* field) {
+    if (!(v >= 1) || !std::isfinite(v))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be >= 1 (got " + std::to_string(v) + ")");
+  };
+  at_least_one(fwd_diagonal_masked_cost, "fwd_diagonal_masked_cost");
+  at_least_one(fwd_partial_masked_cost, "fwd_partial_masked_cost");
+  at_least_one(bwd_diagonal_masked_cost, "bwd_diagonal_masked_cost");
+  at_least_one(bwd_partial_masked_cost, "bwd_partial_masked_cost");
+  auto non_negative = [&](double v, const char* field) {
+    if (!(v >= 0) || !std::isfinite(v))
+      raise(ErrorKind::InvalidInput, where + ": " + field + " must be >= 0 (got " + std::to_string(v) + ")");
+  };
+  non_negative(fwd_empty_subtile_cost, "fwd_empty_subtile_cost");
+  non_negative(bwd_empty_subtile_cost, "bwd_empty_subtile_cost");
+  non_negative(fwd_work_item_cost, "fwd_work_item_cost");
+  non_negative(bwd_work_item_cost, "bwd_work_item_cost");
+}
+
+Calibration measured_h200_calibration() {
+  // bench/fit_calibration's output for the kernels of 2026-11-30 (sources and fit errors in
+  // data/calibration/h200_measured_subtiles.json, which a test keeps equal to these values).
+  Calibration c;
+  c.name = "h200-measured-subtiles";
+  c.subtile_model = true;
+  c.attn_fwd_flops = 634.0e12;
+  c.attn_bwd_flops = 447.5e12;
+  c.fwd_diagonal_masked_cost = 2.212;
+  c.fwd_partial_masked_cost = 2.158;
+  c.fwd_empty_subtile_cost = 0.498;
+  c.fwd_work_item_cost = 2.354;
+  c.bwd_diagonal_masked_cost = 1.262;
+  c.bwd_partial_masked_cost = 1.871;
+  c.bwd_empty_subtile_cost = 0.32;
+  c.bwd_work_item_cost = 0.32;
+  c.tile_overhead_s = 0;  // the work items carry the per-tile costs
+  c.launch_overhead_s = 4e-6;
+  c.memory_bw = 4200e9;
+  return c;
+}
+
+Calibration calibration_from_cluster(const Cluster& cluster) {
+  // The preset's kernel rates mark a cluster that has not set its own: it runs the measured kernels.
+  const Cluster h200 = cluster_preset("h200-nvl", 1);
+  if (cluster.name == h200.name && cluster.attn_fwd_flops == h200.attn_fwd_flops &&
+      cluster.attn_bwd_flops == h200.attn_bwd_flops)
+    return measured_h200_calibration();
+  Calibration c;
+  c.name = cluster.name;
+  c.attn_fwd_flops = cluster.attn_fwd_flops;
+  c.attn_bwd_flops = cluster.attn_bwd_flops;
+  return c;
+}
+
+Calibration parse_calibration(const std::string& json_text, const std::string& source) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    raise(ErrorKind::InvalidInput, source + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object()) raise(ErrorKind::InvalidInput, source + ": expected a JSON object");
+  for (const auto& [key, value] : j.items()) {
+    const bool number = std::any_of(std::begin(kNumberFields), std::end(kNumberFields),
+                                    [&](const NumberField& f) { return key == f.key; });
+    const bool text = std::any_of(std::begin(kTextFields), std::end(kTextFields),
+                                  [&](const char* k) { return key == k; });
+    if (!number && !text) raise(ErrorKind::InvalidInput, source + ": unknown field '" + key + "'");
+    if (number && !value.is_number()) raise(ErrorKind::InvalidInput, source + ": " + key + " must be a number");
+    if (text && !value.is_string()) raise(ErrorKind::InvalidInput, source + ": " + key + " must be a string");
+  }
+  Calibration c;
+  for (const NumberField& f : kNumberFields)
+    if (j.contains(f.key)) c.*f.member = j[f.key].get<double>() * f.scale;
+  if (j.contains("name")) c.name = j["name"].get<std::string>();
+  if (j.contains("attention_cost_model")) {
+    const std::string m = j["attention_cost_model"].get<std::string>();
+    if (m != "area" && m != "subtiles")
+      raise(ErrorKind::InvalidInput, source + ": attention_cost_model must be \"area\" or \"subtiles\"");
+    c.subtile_model = m == "subtiles";
+  }
+  c.validate(source);
+  return c;
+}
+
+Calibration load_calibration(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) raise(ErrorKind::InvalidInput, path + ": cannot open calibration file");
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_calibration(ss.str(), path);
+}
+
+}  // namespace dcp

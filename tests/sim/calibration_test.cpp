@@ -1,0 +1,94 @@
+// The simulator's default calibration against measurements: with no calibration given, the
+// h200-nvl preset predicts every recorded one-GPU whole plan within 10 % (forward and backward),
+// and its built-in values are those of data/calibration/h200_measured_subtiles.json.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dcp/blocks.h"
+#include "dcp/cluster.h"
+#include "dcp/error.h"
+#include "dcp/io.h"
+#include "dcp/partition.h"
+#include "dcp/plan.h"
+#include "dcp/sim.h"
+
+namespace dcp {
+namespace {
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream f(path);
+  EXPECT_TRUE(f.good()) << path;
+  return nlohmann::json::parse(f);
+}
+
+// Measured on one H200 (bench/results/h200_2026-11-30, call 2026-11-30f; the points file names
+// its source), each plan built as `dcp bench` builds it: DCP's placement on the h200-nvl preset.
+TEST(SimCalibration, DefaultH200PredictsEveryMeasuredOneGpuPlanWithinTenPercent) {
+  const nlohmann::json points = read_json(DCP_SOURCE_DIR "/tests/sim/data/h200_one_gpu_plans.json");
+  ASSERT_GE(points.at("plans").size(), 6u);
+  Cluster cluster = cluster_preset("h200-nvl", 1);
+  cluster.devices_per_node = 1;
+  SimOptions so;
+  so.calibration = calibration_from_cluster(cluster);  // the default path: no calibration given
+  EXPECT_EQ(so.calibration.name, measured_h200_calibration().name);
+  for (const nlohmann::json& p : points.at("plans")) {
+    const std::string name = p.at("name").get<std::string>();
+    const Batch batch = parse_batch(p.at("batch").dump(), name);
+    BlockOptions bo;
+    bo.block_size = p.at("block").get<int64_t>();
+    const BlockTable table = build_block_table(batch, bo);
+    PlanOptions po;
+    po.schedule.num_comm_stages = p.at("stages").get<int>();
+    const Plan plan = build_plan(table, place_dcp(table, cluster, {}).placement, cluster, po);
+    const SimResult r = simulate(plan, cluster, so);
+    const double fwd_ms = p.at("fwd_ms").get<double>(), bwd_ms = p.at("bwd_ms").get<double>();
+    EXPECT_NEAR(r.fwd_s * 1e3 / fwd_ms, 1.0, 0.10) << name << ": forward " << r.fwd_s * 1e3 << " ms simulated, "
+                                                   << fwd_ms << " ms measured";
+    EXPECT_NEAR(r.bwd_s * 1e3 / bwd_ms, 1.0, 0.10) << name << ": backward " << r.bwd_s * 1e3 << " ms simulated, "
+                                                   << bwd_ms << " ms measured";
+  }
+}
+
+TEST(SimCalibration, BuiltInH200IsItsCalibrationFile) {
+  const Calibration file = load_calibration(DCP_SOURCE_DIR "/data/calibration/h200_measured_subtiles.json");
+  const Calibration built = measured_h200_calibration();
+  EXPECT_EQ(file.name, built.name);
+  EXPECT_EQ(file.subtile_model, built.subtile_model);
+  const double Calibration::*fields[] = {
+      &Calibration::attn_fwd_flops,           &Calibration::attn_bwd_flops,           &Calibration::tile_overhead_s,
+      &Calibration::launch_overhead_s,        &Calibration::memory_bw,                &Calibration::fwd_diagonal_masked_cost,
+      &Calibration::fwd_partial_masked_cost,  &Calibration::bwd_diagonal_masked_cost, &Calibration::bwd_partial_masked_cost,
+      &Calibration::fwd_empty_subtile_cost,   &Calibration::bwd_empty_subtile_cost,   &Calibration::fwd_work_item_cost,
+      &Calibration::bwd_work_item_cost};
+  for (size_t i = 0; i < std::size(fields); ++i)
+    EXPECT_DOUBLE_EQ(file.*fields[i], built.*fields[i]) << "field " << i << " of the list above";
+}
+
+// Only the preset's own kernel rates mark the measured kernels: a cluster that sets its rates,
+// or another preset, keeps them.
+TEST(SimCalibration, ClustersWithTheirOwnRatesKeepThem) {
+  Cluster own = cluster_preset("h200-nvl", 1);
+  own.attn_fwd_flops = 300e12;
+  const Calibration c = calibration_from_cluster(own);
+  EXPECT_FALSE(c.subtile_model);
+  EXPECT_DOUBLE_EQ(c.attn_fwd_flops, 300e12);
+  const Calibration a100 = calibration_from_cluster(cluster_preset("a100-p4d", 1));
+  EXPECT_FALSE(a100.subtile_model);
+  EXPECT_DOUBLE_EQ(a100.attn_fwd_flops, cluster_preset("a100-p4d", 1).attn_fwd_flops);
+}
+
+TEST(SimCalibration, WorkItemCostsParseAndAreChecked) {
+  const Calibration c = parse_calibration(R"({"fwd_work_item_cost":2.5,"bwd_work_item_cost":0})", "x.json");
+  EXPECT_DOUBLE_EQ(c.fwd_work_item_cost, 2.5);
+  EXPECT_THROW(parse_calibration(R"({"bwd_work_item_cost":-1})", "x.json"), Error);
+  EXPECT_THROW(parse_calibration(R"({"fwd_work_item_cost":"2"})", "x.json"), Error);
+  EXPECT_THROW(parse_calibration(R"({"name":3})", "x.json"), Error);
+}
+
+}  // namespace
+}  // namespace dcp
