@@ -1,7 +1,8 @@
 # The two commands of the README, plus the steps they are made of.
 #   make demo   install missing packages, build Release, plan the built-in default batch, then run
 #               a small batch for real on 4 in-process ranks and (with mpirun) on 2 MPI ranks
-#   make test   install missing packages, build, run every test (ctest)
+#   make test   install missing packages, build, run every test (ctest, then the Python package's
+#               tests in a virtual environment under $(BUILD): pip install . against PyTorch from PyPI)
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
@@ -10,7 +11,12 @@ RUN_ARGS ?= --backend cpu --profile ldc --seed 3 --tokens 2048 --block 128 --pla
 # Open MPI refuses root unless told; only the demo's own mpirun command gets these variables.
 MPI_ENV := $(if $(filter 0,$(shell id -u)),OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1,)
 
-.PHONY: all deps configure build demo test bench clean
+VENV ?= $(BUILD)/venv
+# The Python tests run the CPU path; the wheel skips nvcc here (the CMake build above compiles the
+# CUDA kernels). On a GPU machine: pip install --no-build-isolation .
+PY_INSTALL_FLAGS ?= -C cmake.define.DCP_ENABLE_CUDA=OFF
+
+.PHONY: all deps configure build demo test test-cpp test-python bench clean
 
 all: build
 
@@ -32,8 +38,14 @@ demo: build
 	  $(MPI_ENV) mpirun -np 2 --oversubscribe ./$(BUILD)/dcp run $(RUN_ARGS); \
 	else echo "(mpirun not found: skipping the MPI run)"; fi
 
-test: build
+test: test-cpp test-python
+
+test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+test-python:
+	scripts/python-env.sh $(VENV) $(PY_INSTALL_FLAGS)
+	cd $(BUILD) && OMP_NUM_THREADS=1 $(abspath $(VENV))/bin/python -m pytest -q $(abspath tests/python)
 
 bench: build
 	scripts/bench.sh $(BUILD)

@@ -1,1 +1,35 @@
-"""placeholder"""
+"""dcp: dynamic context parallelism for long-context training.
+
+Each step's documents (lengths and one attention mask each) are cut into blocks of tokens and
+blocks of attention work, placed on the ranks so that few bytes move while compute and memory
+stay balanced, and run as exact attention, forward and backward, by fused kernels.
+
+    planner = dcp.Planner(group, "h200-nvl", {"block_size": 2048}, shape=(32, 8, 128))
+    planner.submit(step, lengths, masks)          # a step or more ahead; returns at once
+    plan = planner.get(step)                      # waits only if not planned yet
+    ids = plan.dispatch(global_ids)               # this rank's tokens, in attention order
+    o = dcp.torch.attention(q, k, v, plan, layer) # autograd, torch.compile, checkpointing
+
+Modules: dcp.masks (mask specs), dcp.torch (the operator), dcp.hf (transformers). The C++ core
+is dcp._dcp; docs/python.md is the reference.
+"""
+from . import masks
+from ._dcp import Batch, Cluster, Error, Plan, PlanOptions
+from ._dcp import cluster, load_cluster, placement_methods, plan_from_bytes
+from ._dcp import cuda_available, mpi_available, nccl_available
+from .planner import Planner, StepPlan, make_batch
+
+__version__ = "0.1.0"
+
+
+def plan(lengths, masks_, shape, cluster_="h200-nvl", options=None, world_size: int = 1, dtype: str = "bf16"):
+    """One plan, now, without a planner (tests, tools): `world_size` devices of one node."""
+    from .planner import _cluster, _options
+    from ._dcp import plan_step
+
+    return plan_step(make_batch(lengths, masks_, shape, dtype), _cluster(cluster_, world_size, None), _options(options))
+
+
+__all__ = ["Batch", "Cluster", "Error", "Plan", "PlanOptions", "Planner", "StepPlan", "cluster", "load_cluster",
+           "make_batch", "masks", "placement_methods", "plan", "plan_from_bytes", "cuda_available", "mpi_available",
+           "nccl_available"]

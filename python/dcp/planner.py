@@ -47,14 +47,16 @@ def _cluster(cluster: Any, world_size: int, devices_per_node: Optional[int]) -> 
     return c
 
 
-def make_batch(lengths: Sequence[int], masks: Any, shape: Tuple[int, int, int], dtype: str = "bf16") -> _dcp.Batch:
-    """A checked batch: `masks` is one spec per sequence (dcp.masks), or one spec for all."""
+def make_batch(lengths: Sequence[int], masks: Any, shape: Tuple[int, int, int], dtype: str = "bf16",
+               validate: bool = True) -> _dcp.Batch:
+    """A batch (checked unless validate=False): `masks` is one spec per sequence (dcp.masks), or
+    one spec for all."""
     lengths = [int(n) for n in lengths]
     if not isinstance(masks, (list, tuple)) or (isinstance(masks, tuple) and len(masks) == 3 and isinstance(masks[0], str)):
         masks = [masks] * len(lengths)
     specs = [_masks.normalize(m) for m in masks]
     q_heads, kv_heads, head_dim = shape
-    return _dcp.make_batch(lengths, specs, int(q_heads), int(kv_heads), int(head_dim), dtype)
+    return _dcp.make_batch(lengths, specs, int(q_heads), int(kv_heads), int(head_dim), dtype, validate)
 
 
 class StepPlan:
@@ -73,6 +75,7 @@ class StepPlan:
         self.rank = rank
         self.group = group
         self.world_size = plan.world_size
+        self.group_size = planner.world_size  # the ranks that run it (checked against world_size)
         self.num_tokens = plan.num_tokens(rank)
         self._planner = planner
         self._cache: Dict[Any, Any] = {}
@@ -138,6 +141,13 @@ class StepPlan:
         the denominator that makes a sum of per-rank losses the global mean."""
         return int((labels != ignore_index).sum().item())
 
+    @property
+    def handle(self):
+        """The plan as the attention operator takes it (a one-element tensor; dcp.torch)."""
+        from .torch import handle_of
+
+        return handle_of(self)
+
     # ---- life ----------------------------------------------------------------------------------
     @property
     def released(self) -> bool:
@@ -197,11 +207,12 @@ class Planner:
         self._submitted: set = set()
 
     def submit(self, step: int, lengths: Sequence[int], masks: Any) -> None:
-        """Queues the batch of `step` (its documents' lengths, one mask each); returns at once."""
+        """Queues the batch of `step` (its documents' lengths, one mask each); returns at once. The
+        batch is checked on the planning thread: what is wrong with it is raised by get(step)."""
         step = int(step)
         if step in self._submitted:
             raise ValueError(f"step {step} was already submitted")
-        batch = make_batch(lengths, masks, self.shape, self.dtype)
+        batch = make_batch(lengths, masks, self.shape, self.dtype, validate=False)
         if self._queue is not None:
             self._queue.submit(step, batch)
         self._submitted.add(step)

@@ -1,5 +1,6 @@
 // Batches and clusters from Python: lengths with one mask spec per sequence, and cluster presets.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
@@ -71,18 +72,20 @@ void bind_batch(nb::module_& m) {
   m.def(
       "make_batch",
       [](const std::vector<int64_t>& lengths, const std::vector<MaskSpec>& masks, int q_heads, int kv_heads, int head_dim,
-         const std::string& dtype) {
+         const std::string& dtype, bool validate) {
         if (masks.size() != lengths.size())
           raise(ErrorKind::InvalidInput, "batch: " + std::to_string(lengths.size()) + " lengths but " +
                                              std::to_string(masks.size()) + " masks");
         Batch b;
         b.shape = AttentionShape{q_heads, kv_heads, head_dim, parse_dtype(dtype, "dtype")};
         for (size_t i = 0; i < lengths.size(); ++i) b.sequences.push_back(Sequence{lengths[i], mask_from(masks[i], i), ""});
-        b.validate();
+        if (validate) b.validate();
         return b;
       },
       nb::arg("lengths"), nb::arg("masks"), nb::arg("q_heads"), nb::arg("kv_heads"), nb::arg("head_dim"),
-      nb::arg("dtype"), "A checked batch: one (kind, params, rows) mask spec per sequence length.");
+      nb::arg("dtype"), nb::arg("validate") = true,
+      "A batch: one (kind, params, rows) mask spec per sequence length; checked unless validate=False (the\n"
+      "planner checks it on its worker, so the error reaches get() naming the step).");
 
   nb::class_<Cluster>(m, "Cluster")
       .def_ro("name", &Cluster::name)

@@ -46,9 +46,14 @@ struct Attention::Impl {
     if (gpu && v.type != ElemType::BF16 && v.type != ElemType::F32)
       raise(ErrorKind::InvalidInput, where + ": element type must be bf16 or fp32");
     if (tokens > 0 && v.data == nullptr) raise(ErrorKind::InvalidInput, where + ": no data");
+    // Heads and tokens may come in either order in memory (token-major [T, H, D], or a head-major
+    // view like [1, H, T, D] transposed), but no two (token, head) rows may share an element.
     const TensorView r = v.resolved();
-    if (r.head_stride < head_dim || (heads > 1 && r.row_stride < (heads - 1) * r.head_stride + head_dim) ||
-        r.row_stride < head_dim)
+    std::pair<int64_t, int64_t> dims[2] = {{r.head_stride, heads}, {r.row_stride, tokens}};
+    if (dims[0].first > dims[1].first) std::swap(dims[0], dims[1]);
+    const bool inner_ok = dims[0].second <= 1 || dims[0].first >= head_dim;
+    const bool outer_ok = dims[1].second <= 1 || dims[1].first >= (dims[0].second - 1) * dims[0].first + head_dim;
+    if (r.row_stride < 0 || r.head_stride < 0 || !inner_ok || !outer_ok)
       raise(ErrorKind::InvalidInput, where + ": strides (row " + std::to_string(r.row_stride) + ", head " +
                                          std::to_string(r.head_stride) + ") overlap the " + std::to_string(head_dim) +
                                          " elements of a head");

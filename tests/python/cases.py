@@ -1,0 +1,193 @@
+"""Per-rank bodies of the multi-rank tests (importable by spawned ranks)."""
+from __future__ import annotations
+
+import random
+
+import torch
+
+import dcp
+import dcp.torch as dt
+
+SHAPE = (4, 2, 64)
+
+
+def random_docs(seed: int, max_len: int = 150, num_docs: int = 4):
+    """Documents of random lengths, each with a random mask of every kind (explicit ranges too)."""
+    rng = random.Random(seed)
+    lengths, specs = [], []
+    for i in range(num_docs):
+        n = rng.randint(1, max_len)
+        kind = (seed + i) % 6
+        if kind == 0:
+            spec = dcp.masks.causal()
+        elif kind == 1:
+            spec = dcp.masks.full()
+        elif kind == 2:
+            spec = dcp.masks.lambda_mask(rng.randint(0, 8), rng.randint(1, 40))
+        elif kind == 3:
+            spec = dcp.masks.causal_blockwise(16 * rng.randint(1, 2), rng.randint(0, 2), rng.randint(0, 1))
+        elif kind == 4 and n >= 5:
+            spec = dcp.masks.shared_question_for(n, 0.2, rng.randint(1, 4))
+        else:
+            rows = []
+            for r in range(n):
+                row, at = [], 0
+                while at < n and rng.randrange(3) != 0:
+                    b = at + rng.randrange(max(1, n // 4))
+                    if b >= n:
+                        break
+                    e = min(n, b + 1 + rng.randrange(max(1, n // 3)))
+                    row.append((b, e))
+                    at = e + 1
+                rows.append(row)
+            spec = dcp.masks.ranges(rows)
+        lengths.append(n)
+        specs.append(spec)
+    return lengths, specs
+
+
+def inputs(seed: int, total: int, shape=SHAPE):
+    g = torch.Generator().manual_seed(seed)
+    hq, hkv, d = shape
+    q = torch.randn(total, hq, d, generator=g) * 1.5
+    k = torch.randn(total, hkv, d, generator=g) * 1.5
+    v = torch.randn(total, hkv, d, generator=g)
+    w = torch.randn(total, hq, d, generator=g)  # upstream gradient of o
+    return q, k, v, w
+
+
+def op_case(rank, world, seed, dtype_name, method, block):
+    """Forward and backward of the operator on this rank's tokens; the whole batch's outputs and
+    gradients gathered back (identical on every rank)."""
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    lengths, specs = random_docs(seed)
+    planner = dcp.Planner(None, "h200-nvl", {"method": method, "block_size": block, "stages": 2}, shape=SHAPE,
+                          dtype=dtype_name)
+    planner.submit(seed, lengths, specs)
+    plan = planner.get(seed)
+    q, k, v, w = inputs(seed, sum(lengths))
+    ql, kl, vl = (plan.dispatch(t).to(dtype).requires_grad_() for t in (q, k, v))
+    o, lse = dt.attention(ql, kl, vl, plan, 0, return_lse=True)
+    (o.float() * plan.dispatch(w)).sum().backward()
+    return {name: plan.undispatch(t.detach().float()) for name, t in
+            (("o", o), ("lse", lse), ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad))}
+
+
+def dispatch_case(rank, world, seed):
+    lengths, specs = random_docs(seed, max_len=300, num_docs=6)
+    planner = dcp.Planner(None, "a100-p4d", {"block_size": 64}, shape=SHAPE)
+    planner.submit(0, lengths, specs)
+    plan = planner.get(0)
+    total = sum(lengths)
+    x = torch.arange(total * 3, dtype=torch.float32).reshape(total, 3)
+    local = plan.dispatch(x)
+    back = plan.undispatch(local)
+    positions = plan.undispatch(plan.positions())
+    return {"identity": bool(torch.equal(back, x)), "tokens": plan.num_tokens, "positions": positions,
+            "total": total, "lengths": lengths}
+
+
+def hash_case(rank, world, seed, corrupt_rank):
+    """Every rank plans; with corrupt_rank >= 0 that rank plans a different batch."""
+    lengths, specs = random_docs(seed)
+    if rank == corrupt_rank:  # one more document: a valid batch, but not the others'
+        lengths = lengths + [7]
+        specs = specs + [dcp.masks.causal()]
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=SHAPE)
+    planner.submit(0, lengths, specs)
+    try:
+        plan = planner.get(0)
+        return ("ok", plan.plan.hash)
+    except dcp.Error as e:
+        return ("error", str(e))
+
+
+def broadcast_case(rank, world, seed):
+    lengths, specs = random_docs(seed)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=SHAPE, broadcast=True)
+    planner.submit(0, lengths, specs)
+    return planner.get(0).plan.hash
+
+
+def wrong_world_case(rank, world):
+    """A plan for 3 ranks run on 2: a clear error on every rank, no hang."""
+    lengths, specs = random_docs(5)
+    p = dcp.plan(lengths, specs, SHAPE, world_size=3, options={"block_size": 32})
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=SHAPE)
+    step = dcp.StepPlan(p, 0, rank, planner.group, planner)
+    q = torch.randn(p.num_tokens(rank), 4, 64)
+    k = torch.randn(p.num_tokens(rank), 2, 64)
+    try:
+        dt.attention(q, k, k, step, 0)
+    except dcp.Error as e:
+        return str(e)
+    return "accepted"
+
+
+# ---- HF Llama ---------------------------------------------------------------------------------
+def tiny_llama(attn: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    import dcp.hf
+
+    dcp.hf.register()
+    torch.manual_seed(1234)
+    config = LlamaConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                         attention_dropout=0.0, tie_word_embeddings=False)
+    config._attn_implementation = attn
+    model = LlamaForCausalLM(config).float()
+    return model
+
+
+def llama_docs():
+    """Documents of bytes-as-tokens, packed: ids, next-token labels (-100 across documents)."""
+    g = torch.Generator().manual_seed(77)
+    lengths = [37, 80, 19, 64]
+    ids = torch.randint(0, 64, (sum(lengths),), generator=g)
+    labels = torch.full_like(ids, -100)
+    start = 0
+    for n in lengths:
+        labels[start:start + n - 1] = ids[start + 1:start + n]
+        start += n
+    return lengths, ids, labels
+
+
+def llama_dcp_case(rank, world):
+    """Loss and gradients of the packed batch through attn_implementation='dcp' on `world` ranks
+    (gradients summed over ranks, as data parallelism does)."""
+    import torch.distributed as dist
+
+    import dcp.hf
+
+    model = tiny_llama("dcp")
+    lengths, ids, labels = llama_docs()
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")
+    planner.submit(0, lengths, dcp.masks.causal())
+    plan = planner.get(0)
+    logits = model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan).logits[0]
+    loss = torch.nn.functional.cross_entropy(logits, plan.dispatch(labels), ignore_index=-100, reduction="sum")
+    loss = loss / plan.num_targets(labels)
+    loss.backward()
+    total = loss.detach().clone()
+    if world > 1:
+        dist.all_reduce(total)
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+    return {"loss": total, "grads": {n: p.grad for n, p in model.named_parameters()}}
+
+
+def llama_eager_reference():
+    """The same loss with eager attention, one document at a time (no packing involved)."""
+    model = tiny_llama("eager")
+    lengths, ids, labels = llama_docs()
+    targets = int((labels != -100).sum())
+    start, total = 0, 0.0
+    for n in lengths:
+        logits = model(input_ids=ids[start:start + n][None]).logits[0]
+        loss = torch.nn.functional.cross_entropy(logits, labels[start:start + n], ignore_index=-100,
+                                                 reduction="sum") / targets
+        loss.backward()
+        total += float(loss.detach())
+        start += n
+    return {"loss": torch.tensor(total), "grads": {n: p.grad for n, p in model.named_parameters()}}

@@ -1,0 +1,71 @@
+"""Runs a function on N CPU ranks (processes, gloo over a file rendezvous) and returns each rank's
+result, raising the first rank's error. The function must live in an importable module."""
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+
+import torch.multiprocessing as mp
+
+
+def _plain(x):
+    """Tensors as numpy arrays (pickled by value: the rank may exit before the parent reads)."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return ("__tensor__", x.detach().cpu().numpy())
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_plain(v) for v in x)
+    return x
+
+
+def _tensors(x):
+    import torch
+
+    if isinstance(x, tuple) and len(x) == 2 and x[0] == "__tensor__":
+        return torch.from_numpy(x[1])
+    if isinstance(x, dict):
+        return {k: _tensors(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_tensors(v) for v in x)
+    return x
+
+
+def _entry(rank, world, init_file, fn, args, results):
+    import torch.distributed as dist
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        results.put((rank, "ok", _plain(fn(rank, world, *args))))
+    except BaseException:  # report, never hang the parent
+        results.put((rank, "error", traceback.format_exc()))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_ranks(world: int, fn, *args, timeout_s: float = 300.0):
+    ctx = mp.get_context("spawn")
+    results = ctx.Queue()
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        procs = [ctx.Process(target=_entry, args=(r, world, init_file, fn, args, results)) for r in range(world)]
+        for p in procs:
+            p.start()
+        out = {}
+        try:
+            for _ in range(world):
+                rank, status, value = results.get(timeout=timeout_s)
+                if status == "error":
+                    raise RuntimeError(f"rank {rank} failed:\n{value}")
+                out[rank] = _tensors(value)
+        finally:
+            for p in procs:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.kill()
+    return [out[r] for r in range(world)]

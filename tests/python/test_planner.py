@@ -1,0 +1,81 @@
+"""Planning ahead: plans come back per step whatever order they finish in, errors reach get()
+naming the step, and every rank holds the same plan (hash), or gets a clear error."""
+import pytest
+
+import dcp
+import cases
+from ranks import run_ranks
+
+
+def planner(**kw):
+    return dcp.Planner(None, "h200-nvl", {"block_size": 64, "stages": 2}, shape=cases.SHAPE, **kw)
+
+
+def test_plans_come_back_in_submission_order():
+    p = planner(threads=3)
+    batches = [cases.random_docs(seed, max_len=400, num_docs=3) for seed in range(10)]
+    for step, (lengths, specs) in enumerate(batches):
+        p.submit(step, lengths, specs)
+    for step, (lengths, specs) in enumerate(batches):
+        plan = p.get(step)
+        assert plan.step == step
+        assert plan.plan.total_tokens == sum(lengths)
+        assert plan.plan.hash == dcp.plan(lengths, specs, cases.SHAPE, options={"block_size": 64, "stages": 2}).hash
+        s = p.stats(step)
+        assert s["planning_ms"] >= 0 and s["waited_ms"] >= 0
+
+
+def test_iterate_keeps_lookahead_steps_submitted():
+    p = planner(lookahead=2)
+    items = [cases.random_docs(seed) for seed in range(5)]
+    seen = []
+    for step, item, plan in p.iterate(items):
+        assert plan.plan.total_tokens == sum(item[0])
+        seen.append(step)
+        assert len(p._submitted) <= 2  # at most `lookahead` others wait
+    assert seen == list(range(5))
+
+
+def test_planning_error_reaches_get_naming_the_step():
+    p = planner()
+    p.submit(0, [10, 20], dcp.masks.causal())
+    p.submit(1, [10, 5], [dcp.masks.causal(), dcp.masks.shared_question(4, [4])])  # 4 + 4 != 5
+    p.submit(2, [30], dcp.masks.lambda_mask(4, 8))
+    assert p.get(0).num_tokens == 30
+    with pytest.raises(dcp.Error, match=r"step 1: .*shared_question|step 1: .*answers|step 1:"):
+        p.get(1)
+    assert p.get(2).num_tokens == 30
+
+
+def test_misuse_is_refused():
+    p = planner()
+    with pytest.raises(ValueError, match="never submitted"):
+        p.get(3)
+    p.submit(3, [10], "causal")
+    with pytest.raises(ValueError, match="already submitted"):
+        p.submit(3, [10], "causal")
+    with pytest.raises(ValueError, match="plan option 'blok_size'"):
+        dcp.Planner(None, "h200-nvl", {"blok_size": 64}, shape=cases.SHAPE)
+    with pytest.raises(dcp.Error, match="unknown placement"):
+        dcp.Planner(None, "h200-nvl", {"method": "magic"}, shape=cases.SHAPE)
+    with pytest.raises(dcp.Error, match="mask kind"):
+        p.submit(4, [10], ("bogus", [], []))
+    with pytest.raises(ValueError, match="kind"):
+        p.submit(5, [10], {"kind": "unknown"})
+
+
+def test_ranks_agree_on_the_plan():
+    hashes = run_ranks(2, cases.hash_case, 3, -1)
+    assert hashes[0][0] == "ok" and hashes[0] == hashes[1]
+
+
+def test_ranks_that_disagree_get_a_clear_error():
+    results = run_ranks(2, cases.hash_case, 3, 1)
+    for status, message in results:
+        assert status == "error"
+        assert "ranks planned different plans" in message and "step 0" in message
+
+
+def test_rank_zero_can_plan_for_everyone():
+    hashes = run_ranks(2, cases.broadcast_case, 4)
+    assert hashes[0] == hashes[1]
