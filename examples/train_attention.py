@@ -1,0 +1,241 @@
+"""Attention for examples/train.py: one backend per mode, all with the same per-step interface.
+
+A backend turns a global Step (train_data) into this rank's part of it (`Local`): token ids,
+labels and RoPE positions of the tokens this rank holds, in the order its attention expects, the
+step's global target count (the loss denominator), and `attend(q, k, v, layer)` for the model.
+
+  DcpBackend    dcp.torch.attention on the step's plan. The plan's method is 'dcp' or one of the
+                static layouts (ring, zigzag, ulysses, a2a_p2p, packing): the same executor and
+                kernels run all of them, only the placement differs. Plans are made ahead on the
+                planner's threads.
+  FlexBackend   one process holds the whole step: FlexAttention with a document mask of the
+                step's kind (the single-GPU reference).
+  TorchCPBackend PyTorch's native context parallelism with FlexAttention: the step is cut into
+                equal contiguous shards after a processing-time round-robin reordering of 128-token
+                blocks (_PTRRLoadBalancer), keys and values are all-gathered before each
+                attention, the block mask is rewritten for the local queries.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+import torch
+
+import dcp
+import dcp.torch as dcp_torch
+
+from train_data import IGNORE_INDEX, Step, token_tables
+
+
+@dataclass
+class Local:
+    """This rank's part of one step."""
+    ids: torch.Tensor        # [T] int64
+    labels: torch.Tensor     # [T] int64, IGNORE_INDEX where no target
+    positions: torch.Tensor  # [T] int64, positions inside documents
+    num_targets: int         # targets of the whole step, over every rank
+    attend: Callable         # (q, k, v, layer) -> o
+    output_nodes: Tuple[str, ...] = ()  # filled by attend: autograd node names of its outputs
+    stats: Dict[str, float] = field(default_factory=dict)
+    release: Callable[[], None] = lambda: None
+
+
+def _global_tensors(step: Step, device: torch.device):
+    ids = torch.from_numpy(step.tokens.astype(np.int64)).to(device, non_blocking=True)
+    labels_np = step.labels()
+    labels = torch.from_numpy(labels_np).to(device, non_blocking=True)
+    positions = torch.from_numpy(step.positions()).to(device, non_blocking=True)
+    return ids, labels, positions, int((labels_np != IGNORE_INDEX).sum())
+
+
+class _NodeRecorder:
+    """Remembers the autograd node names of attention outputs, so that the profiler's
+    'evaluate_function: <node>' events (the attention backward) can be found by name."""
+
+    def __init__(self):
+        self.names: set = set()
+
+    def note(self, *tensors: torch.Tensor) -> None:
+        for t in tensors:
+            if t.grad_fn is not None:
+                self.names.add(t.grad_fn.name())
+
+
+# ---- dcp and the static layouts ----------------------------------------------------------------
+class DcpBackend:
+    def __init__(self, method: str, shape: Tuple[int, int, int], dtype: str, device: torch.device,
+                 block_size: int, stages: int, threads: int, lookahead: int, cluster: str = "h200-nvl"):
+        self.method = method
+        self.device = device
+        self.nodes = _NodeRecorder()
+        self.planner = dcp.Planner(None, cluster, {"method": method, "block_size": block_size, "stages": stages},
+                                   shape=shape, dtype=dtype, threads=threads, lookahead=lookahead)
+
+    def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
+        items = ((s.lengths, s.masks, s) for s in steps)
+        for step_index, item, plan in self.planner.iterate(items):
+            yield self._local(item[2], plan)
+
+    def _local(self, step: Step, plan) -> Local:
+        ids, labels, positions, num_targets = _global_tensors(step, self.device)
+        nodes = self.nodes
+
+        def attend(q, k, v, layer):
+            o = dcp_torch.attention(q, k, v, plan, layer)
+            nodes.note(o)
+            return o
+
+        stats = dict(self.planner.stats(plan.step))
+        stats["local_tokens"] = plan.num_tokens
+        return Local(plan.dispatch(ids), plan.dispatch(labels), plan.positions(self.device), num_targets, attend,
+                     stats=stats, release=plan.release)
+
+
+# ---- FlexAttention -------------------------------------------------------------------------------
+def mask_mod_for(kind: str, tables: Dict[str, torch.Tensor], sink: int, window: int):
+    """The FlexAttention mask_mod of a packed step (indices are global token indices); the rule
+    per kind is the one documented in train_data.token_tables. Each kind gets its own, simplest
+    function: FlexAttention evaluates it on every partially masked block."""
+    doc = tables["doc"]
+    if kind == "causal":
+        def causal(b, h, q, k):
+            return (doc[q] == doc[k]) & (k <= q)
+        return causal
+    if kind == "lambda":
+        start = tables["start"]
+
+        def lambda_(b, h, q, k):
+            return (doc[q] == doc[k]) & (k <= q) & ((k - start[q] < sink) | (q - k < window))
+        return lambda_
+    if kind == "shared_question":
+        question_end, segment = tables["question_end"], tables["segment"]
+
+        def shared_question(b, h, q, k):
+            return (doc[q] == doc[k]) & (k <= q) & ((k < question_end[q]) | (k >= segment[q]))
+        return shared_question
+    raise ValueError(f"mask '{kind}': FlexAttention masks exist for causal, lambda and shared_question")
+
+
+class FlexBackend:
+    """The whole step on one process. On CUDA both create_block_mask and flex_attention are
+    compiled (the eager block-mask builder materialises the dense mask: out of memory near 100K
+    tokens; eager flex_attention materialises the scores). FlexAttention has no backward on
+    CPUs, so there the same mask_mod is evaluated into a dense mask for PyTorch's SDPA: the
+    tests still check the mask functions and everything around the kernel."""
+
+    def __init__(self, kind: str, sink: int, window: int, device: torch.device, compile: Optional[bool] = None):
+        from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
+
+        self.kind, self.sink, self.window, self.device = kind, sink, window, device
+        self.nodes = _NodeRecorder()
+        self.dense = device.type == "cpu"
+        self.create_mask = create_mask
+        compile = device.type == "cuda" if compile is None else compile
+        self.create_block_mask = torch.compile(create_block_mask, dynamic=False) if compile else create_block_mask
+        self.flex_attention = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
+
+    def block_mask(self, step: Step):
+        tables = {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in token_tables(step).items()}
+        n = step.tokens.shape[0]
+        mask_mod = mask_mod_for(self.kind, tables, self.sink, self.window)
+        if self.dense:
+            return self.create_mask(mask_mod, 1, 1, n, n, device=self.device)
+        return self.create_block_mask(mask_mod, 1, None, n, n, device=self.device)
+
+    def flex(self, q, k, v, block_mask):
+        """q [T, Hq, D], k and v [Tk, Hkv, D] -> [T, Hq, D], grouped-query heads."""
+        gqa = q.shape[1] != k.shape[1]
+        q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))
+        with torch.autocast(self.device.type, enabled=False):
+            if self.dense:
+                o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=block_mask, enable_gqa=gqa)
+            else:
+                o = self.flex_attention(q, k, v, block_mask=block_mask, enable_gqa=gqa)
+        self.nodes.note(o)
+        return o[0].transpose(0, 1)
+
+    def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
+        for step in steps:
+            t0 = time.perf_counter()
+            block_mask = self.block_mask(step)
+            ids, labels, positions, num_targets = _global_tensors(step, self.device)
+            stats = {"mask_host_ms": (time.perf_counter() - t0) * 1e3, "local_tokens": int(ids.shape[0])}
+            yield Local(ids, labels, positions, num_targets,
+                        lambda q, k, v, layer, bm=block_mask: self.flex(q, k, v, bm), stats=stats)
+
+
+# ---- PyTorch native context parallelism -------------------------------------------------------------
+NATIVE_CP_LIMITS = (
+    "PyTorch native context parallelism (torch.distributed.tensor.experimental): "
+    "its public API, context_parallel(), shards buffers and swaps scaled_dot_product_attention for ring "
+    "attention, which only knows full or is_causal attention over ONE sequence: no document (varlen) mask, "
+    "so a packed step of many documents cannot be expressed with it (nor lambda or shared-question masks). "
+    "Its experimental FlexAttention path (_ContextParallel with AttentionType.FLEX, _context_parallel_shard, "
+    "_PTRRLoadBalancer) expresses every mask here, at a price: keys and values of the whole step are "
+    "all-gathered before each attention (no overlap with compute, O(step) memory per rank), and the step "
+    "must be divisible by world size x 128 tokens.")
+
+
+def native_cp_missing() -> Optional[str]:
+    """What this torch lacks for the FlexAttention path of native CP (None: nothing)."""
+    try:
+        from torch.distributed.tensor.experimental._attention import (  # noqa: F401
+            _context_parallel_shard, _ContextParallel, _PTRRLoadBalancer)
+    except ImportError as e:
+        return f"torch {torch.__version__} has no FlexAttention context parallelism ({e})"
+    return None
+
+
+class TorchCPBackend(FlexBackend):
+    def __init__(self, kind: str, sink: int, window: int, device: torch.device, world_size: int):
+        missing = native_cp_missing()
+        if missing:
+            raise NotImplementedError(missing)
+        super().__init__(kind, sink, window, device)
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.experimental._attention import (
+            _context_parallel_shard, _ContextParallel, _PTRRLoadBalancer)
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        self.world_size = world_size
+        self.mesh = init_device_mesh(device.type, (world_size,), mesh_dim_names=("cp",))
+        self._shard = _context_parallel_shard
+        self._balancer = _PTRRLoadBalancer
+        backend = self
+
+        class FlexCall(torch.nn.Module):
+            """flex_attention as a module, which _ContextParallel hooks: its pre-hook all-gathers
+            key and value along the sequence dimension."""
+
+            def forward(self, query, key, value, block_mask=None):
+                return backend.flex_attention(query, key, value, block_mask=block_mask,
+                                              enable_gqa=query.shape[1] != key.shape[1])
+
+        self.call = parallelize_module(FlexCall(), self.mesh,
+                                       _ContextParallel(seq_dim=2, attention_type=_ContextParallel.AttentionType.FLEX))
+
+    def cp_flex(self, q, k, v, block_mask):
+        with torch.autocast(self.device.type, enabled=False):
+            o = self.call(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                          block_mask=block_mask)
+        self.nodes.note(o)
+        return o[0].transpose(0, 1)
+
+    def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
+        for step in steps:
+            n = step.tokens.shape[0]
+            if n % (self.world_size * 128) != 0:
+                raise NotImplementedError(f"native CP: {n} tokens per step are not divisible by world size x 128 = "
+                                          f"{self.world_size * 128}")
+            t0 = time.perf_counter()
+            global_mask = self.block_mask(step)
+            ids, labels, positions, num_targets = _global_tensors(step, self.device)
+            ids, labels, positions, block_mask = self._shard(
+                self.mesh, [ids[None], labels[None], positions[None], global_mask], [1, 1, 1, 2],
+                load_balancer=self._balancer(global_mask, self.world_size))
+            stats = {"mask_host_ms": (time.perf_counter() - t0) * 1e3, "local_tokens": int(ids.shape[1])}
+            yield Local(ids[0], labels[0], positions[0], num_targets,
+                        lambda q, k, v, layer, bm=block_mask: self.cp_flex(q, k, v, bm), stats=stats)
