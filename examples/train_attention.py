@@ -137,11 +137,11 @@ class FlexBackend:
         self.create_block_mask = torch.compile(create_block_mask, dynamic=False) if compile else create_block_mask
         self.flex_attention = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
 
-    def block_mask(self, step: Step):
+    def block_mask(self, step: Step, block: bool = False):
         tables = {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in token_tables(step).items()}
         n = step.tokens.shape[0]
         mask_mod = mask_mod_for(self.kind, tables, self.sink, self.window)
-        if self.dense:
+        if self.dense and not block:
             return self.create_mask(mask_mod, 1, 1, n, n, device=self.device)
         return self.create_block_mask(mask_mod, 1, None, n, n, device=self.device)
 
@@ -211,8 +211,13 @@ class TorchCPBackend(FlexBackend):
             key and value along the sequence dimension."""
 
             def forward(self, query, key, value, block_mask=None):
-                return backend.flex_attention(query, key, value, block_mask=block_mask,
-                                              enable_gqa=query.shape[1] != key.shape[1])
+                gqa = query.shape[1] != key.shape[1]
+                if backend.dense:  # CPUs: the rewritten mask_mod, dense, for SDPA (see FlexBackend)
+                    mask = backend.create_mask(block_mask.mask_mod, 1, 1, query.shape[2], key.shape[2],
+                                               device=query.device)
+                    return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask,
+                                                                            enable_gqa=gqa)
+                return backend.flex_attention(query, key, value, block_mask=block_mask, enable_gqa=gqa)
 
         self.call = parallelize_module(FlexCall(), self.mesh,
                                        _ContextParallel(seq_dim=2, attention_type=_ContextParallel.AttentionType.FLEX))
@@ -231,7 +236,7 @@ class TorchCPBackend(FlexBackend):
                 raise NotImplementedError(f"native CP: {n} tokens per step are not divisible by world size x 128 = "
                                           f"{self.world_size * 128}")
             t0 = time.perf_counter()
-            global_mask = self.block_mask(step)
+            global_mask = self.block_mask(step, block=True)
             ids, labels, positions, num_targets = _global_tensors(step, self.device)
             ids, labels, positions, block_mask = self._shard(
                 self.mesh, [ids[None], labels[None], positions[None], global_mask], [1, 1, 1, 2],
