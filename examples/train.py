@@ -99,7 +99,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="several runs in one process: comma-separated MODE:MASK[:TOKENS], e.g. "
                    "'dcp:causal,flex:causal'; the flags above give everything else")
     g.add_argument("--skip-existing", action="store_true", help="with --runs: skip runs that have a result")
-    g.add_argument("--dump-grads", default=None, help="save the first step's loss and gradients here (rank 0)")
+    g.add_argument("--dump-grads", default=None,
+                   help="save the first step's loss and gradients (after the sum over ranks) to this file; "
+                   "'{name}' in it becomes the run name")
     g.add_argument("--log-every", type=int, default=10, help="print a line every N steps")
     args = p.parse_args(argv)
     if args.attn == "flex" and args.cp not in ("dcp", "torch"):
@@ -377,7 +379,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
             if rank == 0:
                 torch.save({"loss": float(loss_sum), "name": name,
                             "grads": {n: p.grad.detach().float().cpu().clone() for n, p in model.named_parameters()}},
-                           args.dump_grads)
+                           args.dump_grads.format(name=name))
         lr = optimizer.param_groups[0]["lr"]
         norm = torch.nn.utils.clip_grad_norm_(params, args.clip) if args.clip > 0 else torch.zeros((), device=device)
         optimizer.step()
