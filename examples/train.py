@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import math
 import os
@@ -47,10 +48,14 @@ from train_attention import (DcpBackend, FlexBackend, NATIVE_CP_LIMITS, TorchCPB
 from train_model import PRESETS, Decoder, describe  # noqa: E402
 
 import dcp  # noqa: E402
+import dcp.torch as dcp_torch  # noqa: E402
 
 CP_METHODS = ("dcp", "zigzag", "a2a_p2p", "ulysses", "ring", "packing")
 MODES = CP_METHODS + ("torch", "flex")
 ATTENTION_RANGE = "train.attention"
+# Exit status when a failed run stopped the launch before its other runs (relaunch to go on);
+# 1 means every run was attempted and some failed.
+EXIT_STOPPED_EARLY = 3
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -94,7 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--profile-steps", type=int, default=2,
                    help="steps after --steps run under torch.profiler for the attention share (0: none)")
     g.add_argument("--out", default="train_runs", help="directory for NAME.json and NAME.steps.jsonl")
-    g.add_argument("--name", default=None, help="run name (default: preset_mode_mask_tokens_ranks)")
+    g.add_argument("--name", default=None, help="run name (default: PRESET_MODE_MASK_TOKENSk[_ckpt]_RANKS)")
     g.add_argument("--runs", default=None,
                    help="several runs in one process: comma-separated MODE:MASK[:TOKENS], e.g. "
                    "'dcp:causal,flex:causal'; the flags above give everything else")
@@ -255,7 +260,8 @@ def mode_of(args) -> str:
 
 def run_name(args, mode: str, world: int, device: torch.device) -> str:
     ranks = f"{world}{'gpu' if device.type == 'cuda' else 'cpu'}"
-    return args.name or f"{args.preset}_{mode}_{args.mask}_{args.tokens // 1024}k_{ranks}"
+    ckpt = "_ckpt" if args.checkpoint else ""
+    return args.name or f"{args.preset}_{mode}_{args.mask}_{args.tokens // 1024}k{ckpt}_{ranks}"
 
 
 def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_name: str):
@@ -405,6 +411,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
         if step % args.log_every == 0 or step == total_steps - 1:
             say(f"[{name}] step {step:4d} loss {loss_value:.4f} {rec['step_ms']:8.1f} ms "
                 f"({args.tokens / (t1 - t0) / 1e3:.1f}K tok/s) wait {local.stats.get('waited_ms', 0.0):.2f} ms")
+    it.close()  # the planner's lookahead steps are dropped with it
     if log:
         log.close()
     peak = {}
@@ -485,7 +492,7 @@ def main(argv=None) -> int:
     env = environment(device)
     corpus = train_data.text_corpus(args.data)
     runs = parse_runs(args.runs, args) if args.runs else [args]
-    failures = 0
+    failures, stopped_early = 0, False
     for one in runs:
         mode = mode_of(one)
         name = run_name(one, mode, world, device)
@@ -521,14 +528,21 @@ def main(argv=None) -> int:
                           "config": dict(vars(one), mode=mode, runs=None)}
                 with open(path, "w") as f:
                     json.dump(record, f, indent=1)
-            if world > 1 and device.type == "cuda":
-                break  # a collective may be left half done: the next run could hang; the caller retries
+            if world > 1 and device.type == "cuda" and one is not runs[-1]:
+                stopped_early = True
+                break  # a collective may be left half done: the next run could hang; the caller relaunches
         finally:
+            gc.collect()  # the run's planner, model and optimizer go now, not at some later collection
             if device.type == "cuda":
                 torch.cuda.empty_cache()
+    # Tear down in order while the interpreter is whole: planners (their threads) and dcp's
+    # cached communicators first, then the process group they were made from.
+    gc.collect()
+    dcp_torch.configure()  # drops dcp's per-device runtimes (communicators)
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
-    return 1 if failures else 0
+    return EXIT_STOPPED_EARLY if stopped_early else 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -38,7 +38,6 @@ class Local:
     positions: torch.Tensor  # [T] int64, positions inside documents
     num_targets: int         # targets of the whole step, over every rank
     attend: Callable         # (q, k, v, layer) -> o
-    output_nodes: Tuple[str, ...] = ()  # filled by attend: autograd node names of its outputs
     stats: Dict[str, float] = field(default_factory=dict)
     release: Callable[[], None] = lambda: None
 
@@ -189,6 +188,9 @@ def native_cp_missing() -> Optional[str]:
     return None
 
 
+_MESHES: Dict[Tuple[str, int], object] = {}
+
+
 class TorchCPBackend(FlexBackend):
     def __init__(self, kind: str, sink: int, window: int, device: torch.device, world_size: int):
         missing = native_cp_missing()
@@ -201,7 +203,10 @@ class TorchCPBackend(FlexBackend):
         from torch.distributed.tensor.parallel import parallelize_module
 
         self.world_size = world_size
-        self.mesh = init_device_mesh(device.type, (world_size,), mesh_dim_names=("cp",))
+        key = (device.type, world_size)
+        if key not in _MESHES:  # one mesh (and its process group) for every run of the process
+            _MESHES[key] = init_device_mesh(device.type, (world_size,), mesh_dim_names=("cp",))
+        self.mesh = _MESHES[key]
         self._shard = _context_parallel_shard
         self._balancer = _PTRRLoadBalancer
         backend = self

@@ -1,0 +1,172 @@
+#!/bin/bash
+# End-to-end training on the GPU machine (examples/train.py): the one-H200 measurements and the
+# two-GPU runs, as phases. One device call runs a list of phases within PHASE_BUDGET_S seconds
+# (default 540: a call may run 600); runs that no longer fit are skipped and say so.
+#
+# Usage, from the repository root, dcp installed into python3 with its CUDA kernels
+# (pip install --no-build-isolation .):
+#   bash bench/run_train_device.sh single        # nvidia-h200 (or one GPU of the x2), ~8 min
+#   bash bench/run_train_device.sh pair64        # nvidia-h200-x2, ~8 min
+#   bash bench/run_train_device.sh pair64torch   # nvidia-h200-x2, ~7 min
+#   bash bench/run_train_device.sh pair128a      # nvidia-h200-x2, ~8 min
+#   bash bench/run_train_device.sh pair128b      # nvidia-h200-x2, ~8 min
+# Phases (model presets in examples/train_model.py; every run trains from the same weights on the
+# same steps; times are medians over the measured steps):
+#   single      anchor (542M), 64K tokens/step, FlexAttention vs dcp on every mask (24 steps,
+#               medians over steps 8-23, 1 profiled step); small model, 64K, 300 steps, flex vs dcp,
+#               causal, first-step gradients compared; anchor 128K causal with activation
+#               checkpointing, flex vs dcp, if the time left allows (LONG_128K_S)
+#   single128   anchor 128K with checkpointing, flex vs dcp, every mask (16 steps, medians 6-15)
+#   pair64      anchor 64K: dcp on 1 GPU; dcp and every static layout on 2 GPUs; every mask
+#   pair64torch anchor 64K: PyTorch native CP on 2 GPUs; small model 300 steps, dcp on 2 GPUs vs
+#               1 GPU (loss and first-step gradients); FlexAttention on 1 GPU; every mask
+#   pair128a    anchor 128K with checkpointing: dcp on 1 GPU; dcp, zigzag, packing on 2 GPUs
+#   pair128b    anchor 128K with checkpointing: ring, ulysses, a2a_p2p, native CP on 2 GPUs
+# Environment: MASKS (default "causal lambda shared_question"), MODES (static phases' layouts),
+#   PHASE_BUDGET_S, LONG_128K_S (time single needs left to try 128K, default 200), OUT;
+#   DRY_CPU=1 rehearses the phases on CPU ranks with the tiny model (python3 with dcp and torch).
+# Results in $OUT: train_<phases>.tar.gz (each run's NAME.json and NAME.steps.jsonl, grads_*.json,
+#   report/summary.md with every target checked, report/loss.svg, report/tokens.svg) and
+#   train.log (every run's output). Read them with bench/plot_train.py report FILE.tar.gz.
+set -u
+cd "$(dirname "$0")/.."
+phases=${*:-single}
+tag=$(echo "$phases" | tr ' ' '-')
+out=${OUT:-/tmp/train_out}
+runs=${TRAIN_RUNS:-/tmp/train_runs}
+mkdir -p "$out" "$runs"
+log=$out/train.log
+deadline=$((SECONDS + ${PHASE_BUDGET_S:-540}))
+masks=${MASKS:-causal lambda shared_question}
+# NVLink multicast stays off on these machines; a few host threads per rank are plenty (the
+# planner has its own threads).
+export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
+NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))' 2>/dev/null)/nvidia
+[ -d "$NV/nccl/lib" ] && export LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
+
+say() { echo "== $(date +%T) +${SECONDS}s $*" | tee -a "$log"; }
+
+# The measurement windows: every 64K run shares one, every 128K run another, so that runs of
+# different phases (and machines) compare step for step.
+W64="--preset anchor --tokens 65536 --steps 24 --measure-from 8 --profile-steps 1"
+W128="--preset anchor --tokens 131072 --checkpoint --steps 16 --measure-from 6 --profile-steps 1"
+LOSS="--preset small --tokens 65536 --steps 300 --warmup 30 --profile-steps 0 --log-every 50"
+if [ -n "${DRY_CPU:-}" ]; then
+  # A rehearsal of this script's logic on CPU ranks with the tiny model (names keep their
+  # tokens: 2K and 4K stand in for 64K and 128K).
+  tiny="--device cpu --preset tiny --max-doc 700 --window 64 --sink 4"
+  W64="$tiny --tokens 2048 --steps 4 --measure-from 1 --profile-steps 1"
+  W128="$tiny --tokens 4096 --checkpoint --steps 3 --measure-from 1 --profile-steps 1"
+  LOSS="$tiny --tokens 1024 --steps 20 --warmup 5 --profile-steps 0 --log-every 10"
+fi
+
+pack() {
+  python3 bench/plot_train.py report "$runs" --out "$runs/report" >/dev/null 2>>"$log" || say "report: failed (see log)"
+  tar -czf "$out/train_$tag.tar.gz" -C "$runs" --exclude='*.pt' --exclude='*.tmp' . 2>>"$log"
+  [ -f "$runs/report/summary.md" ] && sed -n '/^### /,$p' "$runs/report/summary.md"
+}
+trap pack EXIT
+
+if [ -z "${DRY_CPU:-}" ]; then
+  if ! python3 -c 'import torch, dcp, dcp.torch; assert torch.cuda.is_available() and dcp.cuda_available()' 2>>"$log"; then
+    say "python3 has no CUDA build of dcp: pip install --no-build-isolation . first"
+    exit 1
+  fi
+  say "phases: $phases; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nvidia-smi -L | wc -l) GPU(s)"
+fi
+
+# run_group LABEL NPROC LIMIT_S ARGS...: one launch of train.py for the runs of --runs in ARGS;
+# after a crash or a timeout it is launched again while time is left: finished runs are skipped,
+# the one that was cut short is recorded as failed.
+run_group() {
+  local label=$1 nproc=$2 limit=$3 attempt rc left t from
+  shift 3
+  for attempt in 1 2 3 4; do
+    left=$((deadline - SECONDS))
+    if [ "$left" -lt 45 ]; then
+      say "$label: not run, out of time"
+      return 1
+    fi
+    t=$((limit < left ? limit : left))
+    say "$label (attempt $attempt, at most ${t}s)"
+    from=$(wc -l <"$log")
+    if [ "$nproc" -eq 1 ]; then
+      CUDA_VISIBLE_DEVICES=${ONE_GPU:-0} timeout -k 20 "$t" python3 examples/train.py --out "$runs" --skip-existing "$@" \
+        >>"$log" 2>&1
+    else
+      timeout -k 20 "$t" python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" examples/train.py \
+        --out "$runs" --skip-existing "$@" >>"$log" 2>&1
+    fi
+    rc=$?
+    tail -n +"$((from + 1))" "$log" | grep -E "tokens/s, step|FAILED|skipped|Error|error:" | grep -v "^\s*File" | head -n 40
+    # 0: every run done; 1: every run attempted, some failed (their JSON says why). Anything
+    # else (3: stopped after a failure, 124/137: timeout, a signal) leaves runs to do.
+    [ "$rc" -eq 0 ] && return 0
+    say "$label: exit status $rc"
+    [ "$rc" -eq 1 ] && return 1
+  done
+  return 1
+}
+
+# runs_of "MODES" -> "mode:mask,..." over $masks, mask-major (each mask's modes side by side).
+runs_of() {
+  local r="" m mode
+  for m in $masks; do for mode in $1; do r="$r,$mode:$m"; done; done
+  echo "${r#,}"
+}
+
+loss_name() {  # MODE RANKS: the name train.py gives the loss runs
+  if [ -n "${DRY_CPU:-}" ]; then echo "tiny_$1_causal_1k_$2cpu"; else echo "small_$1_causal_64k_$2gpu"; fi
+}
+
+compare_grads() {  # A B: first-step gradients of two runs that used --dump-grads
+  if [ -f "$runs/grads_$1.pt" ] && [ -f "$runs/grads_$2.pt" ]; then
+    python3 bench/plot_train.py grads "$runs/grads_$1.pt" "$runs/grads_$2.pt" --tol 0.02 \
+      --json "$runs/grads_${1}_vs_$2.json" 2>&1 | tee -a "$log"
+  else
+    say "gradients of $1 / $2: missing"
+  fi
+}
+
+for phase in $phases; do
+  case $phase in
+    single)
+      run_group "1 GPU, anchor 64K, flex vs dcp" 1 330 $W64 --runs "$(runs_of "flex dcp")"
+      run_group "1 GPU, small 64K, 300 steps, flex vs dcp" 1 200 $LOSS --runs flex:causal,dcp:causal \
+        --dump-grads "$runs/grads_{name}.pt"
+      compare_grads "$(loss_name flex 1)" "$(loss_name dcp 1)"
+      if [ $((deadline - SECONDS)) -ge "${LONG_128K_S:-200}" ]; then
+        run_group "1 GPU, anchor 128K causal, dcp vs flex" 1 240 $W128 --runs dcp:causal,flex:causal
+      else
+        say "1 GPU, anchor 128K: not run, out of time (bench/run_train_device.sh single128)"
+      fi
+      ;;
+    single128)
+      run_group "1 GPU, anchor 128K, dcp vs flex" 1 540 $W128 --runs "$(runs_of "dcp flex")"
+      ;;
+    pair64)
+      run_group "1 GPU, anchor 64K, dcp" 1 150 $W64 --runs "$(runs_of dcp)"
+      run_group "2 GPUs, anchor 64K, dcp and static layouts" 2 480 $W64 \
+        --runs "$(runs_of "${MODES:-dcp zigzag ring ulysses a2a_p2p packing}")"
+      ;;
+    pair64torch)
+      run_group "2 GPUs, anchor 64K, native CP" 2 240 $W64 --runs "$(runs_of torch)"
+      run_group "2 GPUs, small 64K, 300 steps, dcp" 2 120 $LOSS --runs dcp:causal --dump-grads "$runs/grads_{name}.pt"
+      run_group "1 GPU, small 64K, 300 steps, dcp" 1 100 $LOSS --runs dcp:causal --dump-grads "$runs/grads_{name}.pt"
+      compare_grads "$(loss_name dcp 2)" "$(loss_name dcp 1)"
+      run_group "1 GPU, anchor 64K, flex" 1 200 $W64 --runs "$(runs_of flex)"
+      ;;
+    pair128a)
+      run_group "1 GPU, anchor 128K, dcp" 1 200 $W128 --runs "$(runs_of dcp)"
+      run_group "2 GPUs, anchor 128K, dcp zigzag packing" 2 400 $W128 --runs "$(runs_of "${MODES:-dcp zigzag packing}")"
+      ;;
+    pair128b)
+      run_group "2 GPUs, anchor 128K, ring ulysses a2a_p2p torch" 2 540 $W128 \
+        --runs "$(runs_of "${MODES:-ring ulysses a2a_p2p torch}")"
+      ;;
+    *)
+      say "unknown phase '$phase' (single single128 pair64 pair64torch pair128a pair128b)"
+      ;;
+  esac
+done
+say "done"
