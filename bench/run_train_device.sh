@@ -23,7 +23,7 @@
 #   pair128a    anchor 128K with checkpointing: dcp on 1 GPU; dcp, zigzag, packing on 2 GPUs
 #   pair128b    anchor 128K with checkpointing: ring, ulysses, a2a_p2p, native CP on 2 GPUs
 # Environment: MASKS (default "causal lambda shared_question"), MODES (static phases' layouts),
-#   PHASE_BUDGET_S, LONG_128K_S (time single needs left to try 128K, default 200), OUT;
+#   PHASE_BUDGET_S, LONG_128K_S (time single needs left to try 128K, default 160), OUT;
 #   DRY_CPU=1 rehearses the phases on CPU ranks with the tiny model (python3 with dcp and torch).
 # Results in $OUT: train_<phases>.tar.gz (each run's NAME.json and NAME.steps.jsonl, grads_*.json,
 #   report/summary.md with every target checked, report/loss.svg, report/tokens.svg) and
@@ -75,19 +75,20 @@ if [ -z "${DRY_CPU:-}" ]; then
   say "phases: $phases; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1), $(nvidia-smi -L | wc -l) GPU(s)"
 fi
 
-# run_group LABEL NPROC LIMIT_S ARGS...: one launch of train.py for the runs of --runs in ARGS;
-# after a crash or a timeout it is launched again while time is left: finished runs are skipped,
-# the one that was cut short is recorded as failed.
+# run_group LABEL NPROC LIMIT_S ARGS...: one launch of train.py for the runs of --runs in ARGS,
+# all within LIMIT_S (and the call's budget); after a crash or a timeout it is launched again
+# while that time lasts: finished runs are skipped, the one that was cut short is recorded as
+# failed.
 run_group() {
-  local label=$1 nproc=$2 limit=$3 attempt rc left t from
+  local label=$1 nproc=$2 attempt rc t from
+  local until=$((SECONDS + $3 < deadline ? SECONDS + $3 : deadline))
   shift 3
   for attempt in 1 2 3 4; do
-    left=$((deadline - SECONDS))
-    if [ "$left" -lt 45 ]; then
-      say "$label: not run, out of time"
+    t=$((until - SECONDS))
+    if [ "$t" -lt 45 ]; then
+      say "$label: not run (or not finished), out of time"
       return 1
     fi
-    t=$((limit < left ? limit : left))
     say "$label (attempt $attempt, at most ${t}s)"
     from=$(wc -l <"$log")
     if [ "$nproc" -eq 1 ]; then
@@ -135,7 +136,7 @@ for phase in $phases; do
       run_group "1 GPU, small 64K, 300 steps, flex vs dcp" 1 200 $LOSS --runs flex:causal,dcp:causal \
         --dump-grads "$runs/grads_{name}.pt"
       compare_grads "$(loss_name flex 1)" "$(loss_name dcp 1)"
-      if [ $((deadline - SECONDS)) -ge "${LONG_128K_S:-200}" ]; then
+      if [ $((deadline - SECONDS)) -ge "${LONG_128K_S:-160}" ]; then
         run_group "1 GPU, anchor 128K causal, dcp vs flex" 1 240 $W128 --runs dcp:causal,flex:causal
       else
         say "1 GPU, anchor 128K: not run, out of time (bench/run_train_device.sh single128)"

@@ -506,6 +506,7 @@ def main(argv=None) -> int:
                 previous.update(status="failed", error="the run did not finish (killed, hung or crashed: see the log)")
                 with open(path, "w") as f:
                     json.dump(previous, f, indent=1)
+                skip = "failed: it did not finish when launched before"
         skip = gather(skip, world)[0]
         if skip is not None:
             print(f"[{name}] skipped (already {skip})") if rank == 0 else None
