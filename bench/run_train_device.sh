@@ -1,33 +1,36 @@
 #!/bin/bash
 # End-to-end training on the GPU machine (examples/train.py): the one-H200 measurements and the
-# two-GPU runs, as phases. One device call runs a list of phases within PHASE_BUDGET_S seconds
-# (default 540: a call may run 600); runs that no longer fit are skipped and say so.
+# two-GPU runs. One device call runs a list of phases within PHASE_BUDGET_S seconds (default 540:
+# a call may run 600); runs that no longer fit are left for the next call, which takes the
+# previous call's results (RESUME) and runs only what is missing.
 #
 # Usage, from the repository root, dcp installed into python3 with its CUDA kernels
 # (pip install --no-build-isolation .):
-#   bash bench/run_train_device.sh single        # nvidia-h200 (or one GPU of the x2), ~8 min
-#   bash bench/run_train_device.sh pair64        # nvidia-h200-x2, ~8 min
-#   bash bench/run_train_device.sh pair64torch   # nvidia-h200-x2, ~7 min
-#   bash bench/run_train_device.sh pair128a      # nvidia-h200-x2, ~8 min
-#   bash bench/run_train_device.sh pair128b      # nvidia-h200-x2, ~8 min
+#   bash bench/run_train_device.sh single                          # nvidia-h200: one call, ~6-9 min
+#   bash bench/run_train_device.sh pair                            # nvidia-h200-x2: ~25 min in all;
+#   RESUME=train_pair.tar.gz bash bench/run_train_device.sh pair   # repeat with the last call's tar
+#                                                                  # until it says "nothing left"
 # Phases (model presets in examples/train_model.py; every run trains from the same weights on the
 # same steps; times are medians over the measured steps):
-#   single      anchor (542M), 64K tokens/step, FlexAttention vs dcp on every mask (24 steps,
-#               medians over steps 8-23, 1 profiled step); small model, 64K, 300 steps, flex vs dcp,
-#               causal, first-step gradients compared; anchor 128K causal with activation
-#               checkpointing, flex vs dcp, if the time left allows (LONG_128K_S)
-#   single128   anchor 128K with checkpointing, flex vs dcp, every mask (16 steps, medians 6-15)
-#   pair64      anchor 64K: dcp on 1 GPU; dcp and every static layout on 2 GPUs; every mask
-#   pair64torch anchor 64K: PyTorch native CP on 2 GPUs; small model 300 steps, dcp on 2 GPUs vs
-#               1 GPU (loss and first-step gradients); FlexAttention on 1 GPU; every mask
-#   pair128a    anchor 128K with checkpointing: dcp on 1 GPU; dcp, zigzag, packing on 2 GPUs
-#   pair128b    anchor 128K with checkpointing: ring, ulysses, a2a_p2p, native CP on 2 GPUs
-# Environment: MASKS (default "causal lambda shared_question"), MODES (static phases' layouts),
-#   PHASE_BUDGET_S, LONG_128K_S (time single needs left to try 128K, default 160), OUT;
-#   DRY_CPU=1 rehearses the phases on CPU ranks with the tiny model (python3 with dcp and torch).
+#   single     anchor (542M), 64K tokens/step, FlexAttention vs dcp on every mask (24 steps,
+#              medians over steps 8-23, then 1 profiled step); small model, 64K, 300 steps, flex
+#              vs dcp, causal, first-step gradients compared; anchor 128K causal with activation
+#              checkpointing, flex vs dcp, if the time left allows (LONG_128K_S)
+#   single128  anchor 128K with checkpointing, flex vs dcp, every mask (16 steps, medians 6-15)
+#   pair       = pair64 pairloss pairtorch pair128 pairflex, in that order (most wanted first):
+#   pair64     anchor 64K: dcp on 1 GPU; dcp and every static layout on 2 GPUs; every mask
+#   pairloss   small model, 300 steps, causal: dcp on 2 GPUs vs 1 GPU (loss, first-step gradients)
+#   pairtorch  anchor 64K: PyTorch native CP on 2 GPUs, every mask
+#   pair128    anchor 128K with checkpointing: dcp on 1 GPU; dcp, every static layout and native
+#              CP on 2 GPUs; every mask
+#   pairflex   anchor 64K: FlexAttention on 1 GPU (native CP's one-GPU counterpart), every mask
+# Environment: MASKS (default "causal lambda shared_question"), MODES (the 2-GPU layouts of
+#   pair64 and pair128), RESUME (tar files or directories of earlier results: their successful
+#   runs are not repeated), PHASE_BUDGET_S, LONG_128K_S (time single needs left to try 128K,
+#   default 160), OUT; DRY_CPU=1 rehearses the phases on CPU ranks with the tiny model.
 # Results in $OUT: train_<phases>.tar.gz (each run's NAME.json and NAME.steps.jsonl, grads_*.json,
-#   report/summary.md with every target checked, report/loss.svg, report/tokens.svg) and
-#   train.log (every run's output). Read them with bench/plot_train.py report FILE.tar.gz.
+#   report/summary.md with every target checked, report/loss.svg, report/tokens.svg; resumed
+#   runs included) and train.log (every run's output). bench/plot_train.py report FILE reads them.
 set -u
 cd "$(dirname "$0")/.."
 phases=${*:-single}
@@ -38,6 +41,8 @@ mkdir -p "$out" "$runs"
 log=$out/train.log
 deadline=$((SECONDS + ${PHASE_BUDGET_S:-540}))
 masks=${MASKS:-causal lambda shared_question}
+static="zigzag ring ulysses a2a_p2p packing"
+incomplete=0
 # NVLink multicast stays off on these machines; a few host threads per rank are plenty (the
 # planner has its own threads).
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
@@ -53,7 +58,7 @@ W128="--preset anchor --tokens 131072 --checkpoint --steps 16 --measure-from 6 -
 LOSS="--preset small --tokens 65536 --steps 300 --warmup 30 --profile-steps 0 --log-every 50"
 if [ -n "${DRY_CPU:-}" ]; then
   # A rehearsal of this script's logic on CPU ranks with the tiny model (names keep their
-  # tokens: 2K and 4K stand in for 64K and 128K).
+  # tokens: 2K and 4K stand in for 64K and 128K, 1K for the loss runs).
   tiny="--device cpu --preset tiny --max-doc 700 --window 64 --sink 4"
   W64="$tiny --tokens 2048 --steps 4 --measure-from 1 --profile-steps 1"
   W128="$tiny --tokens 4096 --checkpoint --steps 3 --measure-from 1 --profile-steps 1"
@@ -64,8 +69,36 @@ pack() {
   python3 bench/plot_train.py report "$runs" --out "$runs/report" >/dev/null 2>>"$log" || say "report: failed (see log)"
   tar -czf "$out/train_$tag.tar.gz" -C "$runs" --exclude='*.pt' --exclude='*.tmp' . 2>>"$log"
   [ -f "$runs/report/summary.md" ] && sed -n '/^### /,$p' "$runs/report/summary.md"
+  if [ "$incomplete" -eq 0 ]; then
+    say "nothing left: every run of '$phases' has a result"
+  else
+    say "runs left: call again with RESUME=<this call's train_$tag.tar.gz>"
+  fi
 }
 trap pack EXIT
+
+for src in ${RESUME:-}; do  # earlier calls' results; only successful runs are kept
+  if [ -d "$src" ]; then cp "$src"/*.json "$src"/*.jsonl "$runs"/ 2>/dev/null; else tar -xzf "$src" -C "$runs" 2>>"$log"; fi
+done
+if [ -n "${RESUME:-}" ]; then
+  python3 - "$runs" <<'KEEP_OK' | tee -a "$log"
+import glob, json, os, sys
+kept = 0
+for path in glob.glob(os.path.join(sys.argv[1], "*.json")):
+    try:
+        with open(path) as f:
+            r = json.load(f)
+    except ValueError:
+        continue
+    if r.get("schema") != "dcp-train/1":
+        continue
+    if r.get("status") == "ok":
+        kept += 1
+    else:
+        os.remove(path)
+print(f"resumed {kept} finished runs")
+KEEP_OK
+fi
 
 if [ -z "${DRY_CPU:-}" ]; then
   if ! python3 -c 'import torch, dcp, dcp.torch; assert torch.cuda.is_available() and dcp.cuda_available()' 2>>"$log"; then
@@ -78,15 +111,21 @@ fi
 # run_group LABEL NPROC LIMIT_S ARGS...: one launch of train.py for the runs of --runs in ARGS,
 # all within LIMIT_S (and the call's budget); after a crash or a timeout it is launched again
 # while that time lasts: finished runs are skipped, the one that was cut short is recorded as
-# failed.
+# failed. Groups whose runs all have results are not launched.
 run_group() {
   local label=$1 nproc=$2 attempt rc t from
   local until=$((SECONDS + $3 < deadline ? SECONDS + $3 : deadline))
   shift 3
+  if [ $((until - SECONDS)) -ge 45 ] && \
+     [ -z "$(WORLD_SIZE=$nproc python3 examples/train.py --pending --out "$runs" "$@" 2>>"$log")" ]; then
+    say "$label: done before"
+    return 0
+  fi
   for attempt in 1 2 3 4; do
     t=$((until - SECONDS))
     if [ "$t" -lt 45 ]; then
       say "$label: not run (or not finished), out of time"
+      incomplete=1
       return 1
     fi
     say "$label (attempt $attempt, at most ${t}s)"
@@ -106,6 +145,7 @@ run_group() {
     say "$label: exit status $rc"
     [ "$rc" -eq 1 ] && return 1
   done
+  incomplete=1
   return 1
 }
 
@@ -121,15 +161,26 @@ loss_name() {  # MODE RANKS: the name train.py gives the loss runs
 }
 
 compare_grads() {  # A B: first-step gradients of two runs that used --dump-grads
+  [ -f "$runs/grads_${1}_vs_$2.json" ] && return 0
   if [ -f "$runs/grads_$1.pt" ] && [ -f "$runs/grads_$2.pt" ]; then
     python3 bench/plot_train.py grads "$runs/grads_$1.pt" "$runs/grads_$2.pt" --tol 0.02 \
       --json "$runs/grads_${1}_vs_$2.json" 2>&1 | tee -a "$log"
   else
-    say "gradients of $1 / $2: missing"
+    say "gradients of $1 / $2: missing (both runs must be made in one call)"
   fi
 }
 
-for phase in $phases; do
+expand() {  # phase names -> the phases they stand for
+  local p
+  for p in "$@"; do
+    case $p in
+      pair) echo pair64 pairloss pairtorch pair128 pairflex ;;
+      *) echo "$p" ;;
+    esac
+  done
+}
+
+for phase in $(expand $phases); do
   case $phase in
     single)
       run_group "1 GPU, anchor 64K, flex vs dcp" 1 330 $W64 --runs "$(runs_of "flex dcp")"
@@ -139,7 +190,7 @@ for phase in $phases; do
       if [ $((deadline - SECONDS)) -ge "${LONG_128K_S:-160}" ]; then
         run_group "1 GPU, anchor 128K causal, dcp vs flex" 1 240 $W128 --runs dcp:causal,flex:causal
       else
-        say "1 GPU, anchor 128K: not run, out of time (bench/run_train_device.sh single128)"
+        say "1 GPU, anchor 128K: not run, out of time (phase single128)"
       fi
       ;;
     single128)
@@ -147,26 +198,26 @@ for phase in $phases; do
       ;;
     pair64)
       run_group "1 GPU, anchor 64K, dcp" 1 150 $W64 --runs "$(runs_of dcp)"
-      run_group "2 GPUs, anchor 64K, dcp and static layouts" 2 480 $W64 \
-        --runs "$(runs_of "${MODES:-dcp zigzag ring ulysses a2a_p2p packing}")"
+      run_group "2 GPUs, anchor 64K, dcp and static layouts" 2 500 $W64 --runs "$(runs_of "${MODES:-dcp $static}")"
       ;;
-    pair64torch)
-      run_group "2 GPUs, anchor 64K, native CP" 2 240 $W64 --runs "$(runs_of torch)"
+    pairloss)
       run_group "2 GPUs, small 64K, 300 steps, dcp" 2 120 $LOSS --runs dcp:causal --dump-grads "$runs/grads_{name}.pt"
       run_group "1 GPU, small 64K, 300 steps, dcp" 1 100 $LOSS --runs dcp:causal --dump-grads "$runs/grads_{name}.pt"
       compare_grads "$(loss_name dcp 2)" "$(loss_name dcp 1)"
-      run_group "1 GPU, anchor 64K, flex" 1 200 $W64 --runs "$(runs_of flex)"
       ;;
-    pair128a)
+    pairtorch)
+      run_group "2 GPUs, anchor 64K, native CP" 2 300 $W64 --runs "$(runs_of torch)"
+      ;;
+    pair128)
       run_group "1 GPU, anchor 128K, dcp" 1 200 $W128 --runs "$(runs_of dcp)"
-      run_group "2 GPUs, anchor 128K, dcp zigzag packing" 2 400 $W128 --runs "$(runs_of "${MODES:-dcp zigzag packing}")"
+      run_group "2 GPUs, anchor 128K, dcp, static layouts, native CP" 2 900 $W128 \
+        --runs "$(runs_of "${MODES:-dcp $static} torch")"
       ;;
-    pair128b)
-      run_group "2 GPUs, anchor 128K, ring ulysses a2a_p2p torch" 2 540 $W128 \
-        --runs "$(runs_of "${MODES:-ring ulysses a2a_p2p torch}")"
+    pairflex)
+      run_group "1 GPU, anchor 64K, flex" 1 240 $W64 --runs "$(runs_of flex)"
       ;;
     *)
-      say "unknown phase '$phase' (single single128 pair64 pair64torch pair128a pair128b)"
+      say "unknown phase '$phase' (single single128 pair pair64 pairloss pairtorch pair128 pairflex)"
       ;;
   esac
 done

@@ -104,6 +104,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="several runs in one process: comma-separated MODE:MASK[:TOKENS], e.g. "
                    "'dcp:causal,flex:causal'; the flags above give everything else")
     g.add_argument("--skip-existing", action="store_true", help="with --runs: skip runs that have a result")
+    g.add_argument("--pending", action="store_true",
+                   help="print the names of the runs that have no successful result in --out, and exit "
+                   "(no training; the world size comes from WORLD_SIZE)")
     g.add_argument("--dump-grads", default=None,
                    help="save the first step's loss and gradients (after the sum over ranks) to this file; "
                    "'{name}' in it becomes the run name")
@@ -485,8 +488,26 @@ def parse_runs(spec: str, args) -> List[argparse.Namespace]:
     return runs
 
 
+def pending(args) -> int:
+    """Names of the runs of args without a result of status 'ok' (one per line)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    for one in parse_runs(args.runs, args) if args.runs else [args]:
+        name = run_name(one, mode_of(one), world, device)
+        try:
+            with open(os.path.join(one.out, name + ".json")) as f:
+                done = json.load(f).get("status") == "ok"
+        except (OSError, ValueError):
+            done = False
+        if not done:
+            print(name)
+    return 0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.pending:
+        return pending(args)
     rank, world, device = setup_distributed(args.device)
     os.makedirs(args.out, exist_ok=True)
     env = environment(device)
