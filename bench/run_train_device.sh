@@ -27,7 +27,8 @@
 # Environment: MASKS (default "causal lambda shared_question"), MODES (the 2-GPU layouts of
 #   pair64 and pair128), RESUME (tar files or directories of earlier results: their successful
 #   runs are not repeated), PHASE_BUDGET_S, LONG_128K_S (time single needs left to try 128K,
-#   default 160), OUT; DRY_CPU=1 rehearses the phases on CPU ranks with the tiny model.
+#   default 160), TRAIN_EXTRA (flags added to every run, e.g. "--block-size 2048"), OUT;
+#   DRY_CPU=1 rehearses the phases on CPU ranks with the tiny model.
 # Results in $OUT: train_<phases>.tar.gz (each run's NAME.json and NAME.steps.jsonl, grads_*.json,
 #   report/summary.md with every target checked, report/loss.svg, report/tokens.svg; resumed
 #   runs included) and train.log (every run's output). bench/plot_train.py report FILE reads them.
@@ -53,9 +54,10 @@ say() { echo "== $(date +%T) +${SECONDS}s $*" | tee -a "$log"; }
 
 # The measurement windows: every 64K run shares one, every 128K run another, so that runs of
 # different phases (and machines) compare step for step.
-W64="--preset anchor --tokens 65536 --steps 24 --measure-from 8 --profile-steps 1"
-W128="--preset anchor --tokens 131072 --checkpoint --steps 16 --measure-from 6 --profile-steps 1"
-LOSS="--preset small --tokens 65536 --steps 300 --warmup 30 --profile-steps 0 --log-every 50"
+# --run-timeout bounds what a hung run costs (a few times a run's expected time, compile included).
+W64="--preset anchor --tokens 65536 --steps 24 --measure-from 8 --profile-steps 1 --run-timeout 240"
+W128="--preset anchor --tokens 131072 --checkpoint --steps 16 --measure-from 6 --profile-steps 1 --run-timeout 300"
+LOSS="--preset small --tokens 65536 --steps 300 --warmup 30 --profile-steps 0 --log-every 50 --run-timeout 240"
 if [ -n "${DRY_CPU:-}" ]; then
   # A rehearsal of this script's logic on CPU ranks with the tiny model (names keep their
   # tokens: 2K and 4K stand in for 64K and 128K, 1K for the loss runs).
@@ -109,22 +111,21 @@ if [ -z "${DRY_CPU:-}" ]; then
 fi
 
 # run_group LABEL NPROC LIMIT_S ARGS...: one launch of train.py for the runs of --runs in ARGS,
-# all within LIMIT_S (and the call's budget); after a crash or a timeout it is launched again
-# while that time lasts: finished runs are skipped, the one that was cut short is recorded as
-# failed. Groups whose runs all have results are not launched.
+# all within LIMIT_S (and the call's budget). While runs are left to do (train.py --pending: no
+# result, or one left 'started' by a launch that died or timed out) and time lasts, it launches
+# again: finished and failed runs are skipped, the one cut short is recorded as failed.
 run_group() {
   local label=$1 nproc=$2 attempt rc t from
   local until=$((SECONDS + $3 < deadline ? SECONDS + $3 : deadline))
   shift 3
-  if [ $((until - SECONDS)) -ge 45 ] && \
-     [ -z "$(WORLD_SIZE=$nproc python3 examples/train.py --pending --out "$runs" "$@" 2>>"$log")" ]; then
-    say "$label: done before"
-    return 0
-  fi
-  for attempt in 1 2 3 4; do
+  for attempt in 1 2 3 4 5 6 7 8; do
+    if [ -z "$(WORLD_SIZE=$nproc python3 examples/train.py --pending --out "$runs" "$@" 2>>"$log")" ]; then
+      [ "$attempt" -eq 1 ] && say "$label: done before"
+      return 0
+    fi
     t=$((until - SECONDS))
-    if [ "$t" -lt 45 ]; then
-      say "$label: not run (or not finished), out of time"
+    if [ "$t" -lt 45 ] || [ "$attempt" -eq 8 ]; then
+      say "$label: not run (or not finished): out of time or attempts"
       incomplete=1
       return 1
     fi
@@ -132,21 +133,16 @@ run_group() {
     from=$(wc -l <"$log")
     if [ "$nproc" -eq 1 ]; then
       CUDA_VISIBLE_DEVICES=${ONE_GPU:-0} timeout -k 20 "$t" python3 examples/train.py --out "$runs" --skip-existing "$@" \
-        >>"$log" 2>&1
+        ${TRAIN_EXTRA:-} >>"$log" 2>&1
     else
       timeout -k 20 "$t" python3 -m torch.distributed.run --standalone --nproc-per-node "$nproc" examples/train.py \
-        --out "$runs" --skip-existing "$@" >>"$log" 2>&1
+        --out "$runs" --skip-existing "$@" ${TRAIN_EXTRA:-} >>"$log" 2>&1
     fi
     rc=$?
-    tail -n +"$((from + 1))" "$log" | grep -E "tokens/s, step|FAILED|skipped|Error|error:" | grep -v "^\s*File" | head -n 40
-    # 0: every run done; 1: every run attempted, some failed (their JSON says why). Anything
-    # else (3: stopped after a failure, 124/137: timeout, a signal) leaves runs to do.
-    [ "$rc" -eq 0 ] && return 0
-    say "$label: exit status $rc"
-    [ "$rc" -eq 1 ] && return 1
+    tail -n +"$((from + 1))" "$log" | grep -E "tokens/s, step|FAILED|skipped|giving up|Error|error:" | grep -v "^\s*File" |
+      head -n 40
+    [ "$rc" -ne 0 ] && say "$label: exit status $rc"
   done
-  incomplete=1
-  return 1
 }
 
 # runs_of "MODES" -> "mode:mask,..." over $masks, mask-major (each mask's modes side by side).

@@ -33,6 +33,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from contextlib import nullcontext
@@ -105,12 +106,15 @@ def parse_args(argv=None) -> argparse.Namespace:
                    "'dcp:causal,flex:causal'; the flags above give everything else")
     g.add_argument("--skip-existing", action="store_true", help="with --runs: skip runs that have a result")
     g.add_argument("--pending", action="store_true",
-                   help="print the names of the runs that have no successful result in --out, and exit "
-                   "(no training; the world size comes from WORLD_SIZE)")
+                   help="print the names of the runs still to do (no result in --out, or one left 'started' by "
+                   "a process that died) and exit; no training; the world size comes from WORLD_SIZE")
     g.add_argument("--dump-grads", default=None,
                    help="save the first step's loss and gradients (after the sum over ranks) to this file; "
                    "'{name}' in it becomes the run name")
     g.add_argument("--log-every", type=int, default=10, help="print a line every N steps")
+    g.add_argument("--run-timeout", type=float, default=0,
+                   help="seconds one run may take; past them the process exits with status 3, leaving the run "
+                   "'started' (a hang costs this much, not the caller's whole time limit; 0: no limit)")
     args = p.parse_args(argv)
     if args.attn == "flex" and args.cp not in ("dcp", "torch"):
         p.error("--attn flex runs on one process (the reference) or under --cp torch")
@@ -157,8 +161,12 @@ def environment(device: torch.device) -> Dict[str, object]:
                                               "DCP_ATTN_BACKWARD_DQ", "OMP_NUM_THREADS") if k in os.environ}}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        env.update(gpu=props.name, gpu_memory_gb=round(props.total_memory / 2**30, 1), cuda=torch.version.cuda,
-                   nccl=".".join(map(str, torch.cuda.nccl.version())))
+        env.update(gpu=props.name, gpu_memory_gb=round(props.total_memory / 2**30, 1), cuda=torch.version.cuda)
+        try:
+            version = torch.cuda.nccl.version()
+            env["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+        except (RuntimeError, AttributeError):
+            pass
         try:
             env["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                            capture_output=True, text=True, timeout=20).stdout.split("\n")[0].strip()
@@ -471,6 +479,13 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     return result
 
 
+def _give_up(name: str, seconds: float) -> None:
+    """The run hung or is far slower than expected: leave it 'started' (the next launch with
+    --skip-existing records it as failed) and end the process, whatever collective it waits in."""
+    print(f"[{name}] no result after {seconds:.0f} s: giving up on this launch", file=sys.stderr, flush=True)
+    os._exit(EXIT_STOPPED_EARLY)
+
+
 def parse_runs(spec: str, args) -> List[argparse.Namespace]:
     runs = []
     for item in spec.split(","):
@@ -489,14 +504,15 @@ def parse_runs(spec: str, args) -> List[argparse.Namespace]:
 
 
 def pending(args) -> int:
-    """Names of the runs of args without a result of status 'ok' (one per line)."""
+    """Names of the runs of args still to do, one per line: no result yet, or a result left
+    'started' (a failed run is done: its result says why)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     for one in parse_runs(args.runs, args) if args.runs else [args]:
         name = run_name(one, mode_of(one), world, device)
         try:
             with open(os.path.join(one.out, name + ".json")) as f:
-                done = json.load(f).get("status") == "ok"
+                done = json.load(f).get("status") != "started"
         except (OSError, ValueError):
             done = False
         if not done:
@@ -539,6 +555,11 @@ def main(argv=None) -> int:
                     json.dump({"schema": "dcp-train/1", "name": name, "status": "unsupported",
                                "error": native_cp_missing(), "limits": NATIVE_CP_LIMITS}, f, indent=1)
             continue
+        watchdog = None
+        if one.run_timeout > 0:
+            watchdog = threading.Timer(one.run_timeout, _give_up, args=(name, one.run_timeout))
+            watchdog.daemon = True
+            watchdog.start()
         try:
             train_run(one, mode, rank, world, device, env, corpus)
         except Exception as e:  # record it and go on with the next run: one failure loses nothing else
@@ -554,6 +575,8 @@ def main(argv=None) -> int:
                 stopped_early = True
                 break  # a collective may be left half done: the next run could hang; the caller relaunches
         finally:
+            if watchdog is not None:
+                watchdog.cancel()
             gc.collect()  # the run's planner, model and optimizer go now, not at some later collection
             if device.type == "cuda":
                 torch.cuda.empty_cache()
