@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reads examples/train.py results: tables, the issue's targets checked, and the two charts.
+"""Reads examples/train.py results: tables, the training targets checked, and the two charts.
 
     bench/plot_train.py report RUNS [RUNS...] [--out DIR]
         RUNS: directories or .tar/.tar.gz files of NAME.json results (bench/run_train_device.sh

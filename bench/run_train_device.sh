@@ -7,7 +7,7 @@
 # Usage, from the repository root, dcp installed into python3 with its CUDA kernels
 # (pip install --no-build-isolation .):
 #   bash bench/run_train_device.sh single                          # nvidia-h200: one call, ~6-9 min
-#   bash bench/run_train_device.sh pair                            # nvidia-h200-x2: ~25 min in all;
+#   bash bench/run_train_device.sh pair                            # nvidia-h200-x2: ~28 min in all;
 #   RESUME=train_pair.tar.gz bash bench/run_train_device.sh pair   # repeat with the last call's tar
 #                                                                  # until it says "nothing left"
 # Phases (model presets in examples/train_model.py; every run trains from the same weights on the
