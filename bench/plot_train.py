@@ -103,7 +103,7 @@ def fmt(x, spec="{:.1f}"):
 def runs_table(results: List[Dict]) -> List[str]:
     lines = ["| run | ranks | mode | mask | tokens | ckpt | step ms (median) | tokens/s | attention share | peak GB "
              "| planner wait ms (share) | fwd+bwd imbalance | loss first -> last |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "|" + " --- |" * 13]
     for r in results:
         if r.get("status") != "ok":
             continue
@@ -112,9 +112,11 @@ def runs_table(results: List[Dict]) -> List[str]:
         pl = r.get("planner")
         wait = f"{pl['waited_ms_median']:.3f} ({pl['waited_share_of_step']:.3%})" if pl else "-"
         lines.append(f"| {r['name']} | {ranks(r)} | {c['mode']} | {c['mask']} | {c['tokens']} | "
-                     f"{'yes' if c.get('checkpoint') else 'no'} | {r['step_ms_median']:.1f} | {r['tokens_per_s'] / 1e3:.1f}K | "
+                     f"{'yes' if c.get('checkpoint') else 'no'} | {r['step_ms_median']:.1f} | "
+                     f"{r['tokens_per_s'] / 1e3:.1f}K | "
                      f"{fmt(att, '{:.0%}')} | {fmt(r['memory'].get('max_peak_allocated_gb') or None)} | {wait} | "
-                     f"{r['imbalance']['fwd_bwd_max_over_mean_median']:.3f} | {r['loss_first']:.3f} -> {r['loss_last']:.3f} |")
+                     f"{r['imbalance']['fwd_bwd_max_over_mean_median']:.3f} | "
+                     f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} |")
     return lines
 
 
@@ -128,17 +130,19 @@ def targets(results: List[Dict]) -> List[str]:
     for r in ok:
         by[key(r)][(r["config"]["mode"], ranks(r))] = r
     lines = ["### One GPU: dcp against FlexAttention (tokens/s)", "",
-             "| model | mask | tokens | ckpt | flex | dcp | dcp / flex | target |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| model | mask | tokens | ckpt | flex | dcp | dcp / flex | target |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (preset, mask, tokens, ckpt), runs in sorted(by.items()):
         f, d = runs.get(("flex", 1)), runs.get(("dcp", 1))
         if f and d:
             ratio = d["tokens_per_s"] / f["tokens_per_s"]
             want = SINGLE_TARGET.get(mask, 1.0)
-            lines.append(f"| {preset} | {mask} | {tokens} | {'yes' if ckpt else 'no'} | {f['tokens_per_s'] / 1e3:.1f}K | "
+            lines.append(f"| {preset} | {mask} | {tokens} | {'yes' if ckpt else 'no'} | "
+                         f"{f['tokens_per_s'] / 1e3:.1f}K | "
                          f"{d['tokens_per_s'] / 1e3:.1f}K | {ratio:.2f}x | >= {want}x: {check(ratio >= want)} |")
     lines += ["", "### Two GPUs: dcp against one GPU and against the best static layout (tokens/s)", "",
-              "| model | mask | tokens | ckpt | dcp 1 GPU | dcp 2 GPUs | scaling (>= 1.9x) | best static | dcp / best static "
-              "| target | native CP (torch) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+              "| model | mask | tokens | ckpt | dcp 1 GPU | dcp 2 GPUs | scaling (>= 1.9x) | best static "
+              "| dcp / best static | target | native CP (torch) |", "|" + " --- |" * 11]
     for (preset, mask, tokens, ckpt), runs in sorted(by.items()):
         d2 = runs.get(("dcp", 2))
         if not d2:
@@ -151,8 +155,9 @@ def targets(results: List[Dict]) -> List[str]:
         want = BEST_STATIC_TARGET.get(mask, 1.0)
         torch_cp = runs.get(("torch", 2))
         lines.append(
-            f"| {preset} | {mask} | {tokens} | {'yes' if ckpt else 'no'} | {fmt(d1 and d1['tokens_per_s'] / 1e3, '{:.1f}K')} | "
-            f"{d2['tokens_per_s'] / 1e3:.1f}K | {fmt(scaling, '{:.2f}x')}{'' if scaling is None else ': ' + check(scaling >= 1.9)} | "
+            f"| {preset} | {mask} | {tokens} | {'yes' if ckpt else 'no'} | "
+            f"{fmt(d1 and d1['tokens_per_s'] / 1e3, '{:.1f}K')} | {d2['tokens_per_s'] / 1e3:.1f}K | "
+            f"{fmt(scaling, '{:.2f}x')}{'' if scaling is None else ': ' + check(scaling >= 1.9)} | "
             f"{best[1] + ' ' + format(best[0] / 1e3, '.1f') + 'K' if best else '-'} | {fmt(ratio, '{:.2f}x')} | "
             f"{'-' if ratio is None else '>= ' + str(want) + 'x: ' + check(ratio >= want)} | "
             f"{fmt(torch_cp and torch_cp['tokens_per_s'] / 1e3, '{:.1f}K')} |")
@@ -162,7 +167,8 @@ def targets(results: List[Dict]) -> List[str]:
         worst = max(waits)
         lines.append(f"Worst median wait: {worst[0]:.3%} of the step ({worst[1]}), over {len(waits)} runs: "
                      f"{check(worst[0] < 0.01)}.")
-    lines += ["", f"### Loss: every step within {LOSS_TOLERANCE} of the reference (runs of >= {LONG_RUN_STEPS} steps)", "",
+    lines += ["", f"### Loss: every step within {LOSS_TOLERANCE} of the reference "
+              f"(runs of >= {LONG_RUN_STEPS} steps)", "",
               "| model | mask | tokens | run | reference | steps | max abs loss difference | at step | target |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (preset, mask, tokens, ckpt), runs in sorted(by.items()):
@@ -175,7 +181,8 @@ def targets(results: List[Dict]) -> List[str]:
                 continue
             diffs = [(abs(a["loss"] - b["loss"]), a["step"]) for a, b in zip(r["steps"], ref["steps"])]
             worst = max(diffs)
-            lines.append(f"| {preset} | {mask} | {tokens} | {label(r)} | {label(ref)} | {len(diffs)} | {worst[0]:.4f} | "
+            lines.append(f"| {preset} | {mask} | {tokens} | {label(r)} | {label(ref)} | {len(diffs)} | "
+                         f"{worst[0]:.4f} | "
                          f"{worst[1]} | {check(worst[0] <= LOSS_TOLERANCE)} |")
     return lines
 
@@ -183,11 +190,13 @@ def targets(results: List[Dict]) -> List[str]:
 def grads_lines(reports: List[Dict]) -> List[str]:
     if not reports:
         return []
-    lines = ["", "### First-step gradients", "", "| a | b | loss a | loss b | worst tensor | relative error | tolerance | |",
+    lines = ["", "### First-step gradients", "",
+             "| a | b | loss a | loss b | worst tensor | relative error | tolerance | |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for g in reports:
         lines.append(f"| {g['a']} | {g['b']} | {g['loss_a']:.5f} | {g['loss_b']:.5f} | {g['worst_tensor']} | "
-                     f"{g['worst_rel_error']:.2e} | {g['tolerance']} | {check(g['worst_rel_error'] <= g['tolerance'])} |")
+                     f"{g['worst_rel_error']:.2e} | {g['tolerance']} | "
+                     f"{check(g['worst_rel_error'] <= g['tolerance'])} |")
     return lines
 
 
@@ -275,7 +284,8 @@ def plot_tokens(results: List[Dict], path: str) -> None:
                 hit = [r for r in runs if r["config"]["mask"] == m and r["config"]["mode"] == mode and ranks(r) == n]
                 values.append(hit[0]["tokens_per_s"] / 1e3 if hit else 0)
             xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(masks))]
-            bars = ax.bar(xs, values, width, label=f"{mode}, {n} GPU{'s' if n > 1 else ''}", color=MODE_COLORS.get(mode),
+            bars = ax.bar(xs, values, width, label=f"{mode}, {n} GPU{'s' if n > 1 else ''}",
+                          color=MODE_COLORS.get(mode),
                           hatch="" if n == 1 else "//" if n == 2 else "xx", edgecolor="white", linewidth=0.5)
             for b, v in zip(bars, values):
                 if v:
@@ -303,7 +313,8 @@ def report(args) -> int:
              f"{env.get('commit')}, {env.get('date')}. Step time: median over the measured steps (each run's "
              "`measured_steps`); tokens/s = tokens per step / that median. Attention share: attention kernels "
              "(forward, recomputation, backward; NCCL apart) of the profiled steps over the median step.", ""]
-    lines += runs_table(results) + [""] + targets(results) + grads_lines(grads_reports(args.sources)) + failures(results)
+    lines += runs_table(results) + [""] + targets(results)
+    lines += grads_lines(grads_reports(args.sources)) + failures(results)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     try:

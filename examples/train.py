@@ -60,7 +60,8 @@ EXIT_STOPPED_EARLY = 3
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter,
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Modes: " + ", ".join(MODES) + ". 'flex' is the one-process FlexAttention "
                                 "reference; 'torch' is PyTorch's native context parallelism (FlexAttention path).")
     g = p.add_argument_group("what to train")
@@ -287,6 +288,10 @@ def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_n
                       args.stages, threads, args.lookahead, args.cluster)
 
 
+def max_over_mean(values: List[float]) -> float:
+    return max(values) / max(1e-9, statistics.mean(values))
+
+
 def gather(obj, world: int):
     if world == 1:
         return [obj]
@@ -363,68 +368,73 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
         torch.cuda.reset_peak_memory_stats(device)
     sync()
     it = backend.iterate(data_steps())
-    for step in range(total_steps):
-        if step == args.steps and args.profile_steps > 0:
-            activities = [torch.profiler.ProfilerActivity.CPU]
-            if cuda:
-                activities.append(torch.profiler.ProfilerActivity.CUDA)
-            prof = torch.profiler.profile(activities=activities)
-            prof.__enter__()
-        if step == args.measure_from and cuda:
-            torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
-        local = next(it)
-        t_ready = time.perf_counter()
+    try:
+        for step in range(total_steps):
+            if step == args.steps and args.profile_steps > 0:
+                activities = [torch.profiler.ProfilerActivity.CPU]
+                if cuda:
+                    activities.append(torch.profiler.ProfilerActivity.CUDA)
+                prof = torch.profiler.profile(activities=activities)
+                prof.__enter__()
+            if step == args.measure_from and cuda:
+                torch.cuda.reset_peak_memory_stats(device)
+            t0 = time.perf_counter()
+            local = next(it)
+            t_ready = time.perf_counter()
 
-        def attend(q, k, v, layer, fn=local.attend):
-            with torch.profiler.record_function(ATTENTION_RANGE):
-                return fn(q, k, v, layer)
+            def attend(q, k, v, layer, fn=local.attend):
+                with torch.profiler.record_function(ATTENTION_RANGE):
+                    return fn(q, k, v, layer)
 
-        with autocast:
-            logits = model(local.ids, local.positions, attend, compute_dtype, args.checkpoint)
-            loss = torch.nn.functional.cross_entropy(logits.float(), local.labels, ignore_index=train_data.IGNORE_INDEX,
-                                                     reduction="sum") / local.num_targets
-        loss.backward()
-        del logits
-        sync()
-        t_backward = time.perf_counter()
-        grads.all_reduce(world)
-        if step == 0 and args.dump_grads:
-            loss_sum = loss.detach().clone()
+            with autocast:
+                logits = model(local.ids, local.positions, attend, compute_dtype, args.checkpoint)
+                loss = torch.nn.functional.cross_entropy(logits.float(), local.labels, reduction="sum",
+                                                         ignore_index=train_data.IGNORE_INDEX) / local.num_targets
+            loss.backward()
+            del logits
+            sync()
+            t_backward = time.perf_counter()
+            grads.all_reduce(world)
+            if step == 0 and args.dump_grads:
+                loss_sum = loss.detach().clone()
+                if world > 1:
+                    dist.all_reduce(loss_sum)
+                if rank == 0:
+                    grads_cpu = {n: p.grad.detach().float().cpu().clone() for n, p in model.named_parameters()}
+                    torch.save({"loss": float(loss_sum), "name": name, "grads": grads_cpu},
+                               args.dump_grads.format(name=name))
+            lr = optimizer.param_groups[0]["lr"]
+            norm = (torch.nn.utils.clip_grad_norm_(params, args.clip) if args.clip > 0
+                    else torch.zeros((), device=device))
+            optimizer.step()
+            schedule.step()
+            grads.zero()
+            loss_sum = loss.detach()
             if world > 1:
                 dist.all_reduce(loss_sum)
-            if rank == 0:
-                torch.save({"loss": float(loss_sum), "name": name,
-                            "grads": {n: p.grad.detach().float().cpu().clone() for n, p in model.named_parameters()}},
-                           args.dump_grads.format(name=name))
-        lr = optimizer.param_groups[0]["lr"]
-        norm = torch.nn.utils.clip_grad_norm_(params, args.clip) if args.clip > 0 else torch.zeros((), device=device)
-        optimizer.step()
-        schedule.step()
-        grads.zero()
-        loss_sum = loss.detach()
-        if world > 1:
-            dist.all_reduce(loss_sum)
-        loss_value, norm_value = float(loss_sum), float(norm)
-        sync()
-        t1 = time.perf_counter()
-        local.release()
-        rec = {"step": step, "loss": round(loss_value, 6), "step_ms": round((t1 - t0) * 1e3, 3),
-               "fwd_bwd_ms": round((t_backward - t_ready) * 1e3, 3), "ready_ms": round((t_ready - t0) * 1e3, 3),
-               "grad_norm": round(norm_value, 5), "lr": lr, "profiled": prof is not None}
-        rec.update({k: round(float(v), 4) for k, v in local.stats.items()})
-        records.append(rec)
+            loss_value, norm_value = float(loss_sum), float(norm)
+            sync()
+            t1 = time.perf_counter()
+            local.release()
+            rec = {"step": step, "loss": round(loss_value, 6), "step_ms": round((t1 - t0) * 1e3, 3),
+                   "fwd_bwd_ms": round((t_backward - t_ready) * 1e3, 3), "ready_ms": round((t_ready - t0) * 1e3, 3),
+                   "grad_norm": round(norm_value, 5), "lr": lr, "profiled": prof is not None}
+            rec.update({k: round(float(v), 4) for k, v in local.stats.items()})
+            records.append(rec)
+            if log:
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f"step {step}: loss {loss_value}")
+            if step % args.log_every == 0 or step == total_steps - 1:
+                say(f"[{name}] step {step:4d} loss {loss_value:.4f} {rec['step_ms']:8.1f} ms "
+                    f"({args.tokens / (t1 - t0) / 1e3:.1f}K tok/s) wait {local.stats.get('waited_ms', 0.0):.2f} ms")
+    finally:  # also when a step fails: the next run of the process starts clean
+        it.close()  # the planner's lookahead steps are dropped with it
         if log:
-            log.write(json.dumps(rec) + "\n")
-            log.flush()
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f"step {step}: loss {loss_value}")
-        if step % args.log_every == 0 or step == total_steps - 1:
-            say(f"[{name}] step {step:4d} loss {loss_value:.4f} {rec['step_ms']:8.1f} ms "
-                f"({args.tokens / (t1 - t0) / 1e3:.1f}K tok/s) wait {local.stats.get('waited_ms', 0.0):.2f} ms")
-    it.close()  # the planner's lookahead steps are dropped with it
-    if log:
-        log.close()
+            log.close()
+        if prof is not None and sys.exc_info()[0] is not None:
+            prof.__exit__(None, None, None)
     peak = {}
     if cuda:
         peak = {"peak_allocated_gb": round(torch.cuda.max_memory_allocated(device) / 1e9, 2),
@@ -438,11 +448,11 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     # ---- figures over the measured steps, across ranks ----
     measured = [r for r in records[args.measure_from:args.steps]]
     step_ms = statistics.median(r["step_ms"] for r in measured)
-    mine = {"fwd_bwd_ms": [r["fwd_bwd_ms"] for r in measured], "local_tokens": [r.get("local_tokens", 0) for r in measured],
+    mine = {"fwd_bwd_ms": [r["fwd_bwd_ms"] for r in measured],
+            "local_tokens": [r.get("local_tokens", 0) for r in measured],
             "attention_compute_ms": attention.get("fwd_ms", 0.0) + attention.get("bwd_ms", 0.0), "peak": peak}
     ranks = gather(mine, world)
-    per_step_ratio = [max(r["fwd_bwd_ms"][i] for r in ranks) / max(1e-9, statistics.mean(r["fwd_bwd_ms"][i] for r in ranks))
-                      for i in range(len(measured))]
+    per_step_ratio = [max_over_mean([r["fwd_bwd_ms"][i] for r in ranks]) for i in range(len(measured))]
     attn_compute = [r["attention_compute_ms"] for r in ranks]
     waited = [r.get("waited_ms", 0.0) for r in measured]
     result.update({
@@ -461,13 +471,13 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
                     "planning_ms_median": round(statistics.median(r.get("planning_ms", 0.0) for r in measured), 3)}
         if mode in CP_METHODS else None,
         "imbalance": {"fwd_bwd_max_over_mean_median": round(statistics.median(per_step_ratio), 4),
-                      "attention_compute_max_over_mean": round(max(attn_compute) / max(1e-9, statistics.mean(attn_compute)), 4)
-                      if attention else None,
+                      "attention_compute_max_over_mean": round(max_over_mean(attn_compute), 4) if attention else None,
                       "fwd_bwd_ms_median_per_rank": [round(statistics.median(r["fwd_bwd_ms"]), 3) for r in ranks],
                       "local_tokens_median_per_rank": [statistics.median(r["local_tokens"]) for r in ranks]},
         "attention": dict(attention, share_of_step=round((attention["fwd_ms"] + attention["bwd_ms"]) / step_ms, 4),
                           profiled_steps=args.profile_steps) if attention else None,
-        "data": dict(train_data.describe_steps(first_steps), first_step_sha=train_data.first_step_checksum(first_steps[0])),
+        "data": dict(train_data.describe_steps(first_steps),
+                     first_step_sha=train_data.first_step_checksum(first_steps[0])),
         "steps": [{k: r[k] for k in ("step", "loss", "step_ms")} for r in records],
     })
     write(result, out_json)

@@ -23,7 +23,8 @@ TINY = ["--preset", "tiny", "--device", "cpu", "--tokens", "2048", "--max-doc", 
 def run(cmd, timeout=120):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    assert done.returncode == 0, f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"{' '.join(cmd)} failed ({done.returncode}):\n"
+                                  f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     return done
 
 
