@@ -75,7 +75,7 @@ class DcpBackend:
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
         items = ((s.lengths, s.masks, s) for s in steps)
-        for step_index, item, plan in self.planner.iterate(items):
+        for _, item, plan in self.planner.iterate(items):
             yield self._local(item[2], plan)
 
     def _local(self, step: Step, plan) -> Local:
