@@ -45,7 +45,7 @@ if has checks; then
   echo "exec check: rc=$?" | tee -a "$log"
   tail -5 "$out/exec_check.log" | tee -a "$log"
   say "dcp run --backend cuda on one GPU (no mpirun)"
-  timeout 120 $b/dcp run --backend cuda --tokens 8192 --block 512 --mask mixed --q-heads 8 --kv-heads 2 --head-dim 128 \
+  timeout 120 $b/dcp run --backend cuda --tokens 2048 --block 256 --mask mixed --q-heads 8 --kv-heads 2 --head-dim 128 \
     --dtype bf16 2>&1 | tail -4 | tee -a "$log"
 fi
 if has pytest; then

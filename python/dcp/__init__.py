@@ -13,6 +13,11 @@ stay balanced, and run as exact attention, forward and backward, by fused kernel
 Modules: dcp.masks (mask specs), dcp.torch (the operator), dcp.hf (transformers). The C++ core
 is dcp._dcp; docs/python.md is the reference.
 """
+try:  # PyTorch first: the module then shares the CUDA and NCCL libraries PyTorch loaded
+    import torch as _torch  # noqa: F401
+except ImportError:  # dcp works without PyTorch (planning, the C++ core)
+    pass
+
 from . import masks
 from ._dcp import Batch, Cluster, Error, Plan, PlanOptions
 from ._dcp import cluster, load_batch, load_cluster, placement_methods, plan_from_bytes, profile_batches
