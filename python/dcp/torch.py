@@ -362,7 +362,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Any, laye
     q, k, v = _as_input(q, "q"), _as_input(k, "k"), _as_input(v, "v")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"dcp attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
+    if not (q.get_device() == k.get_device() == v.get_device()) or not (q.device.type == k.device.type == v.device.type):
         raise ValueError(f"dcp attention: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.shape[2] != k.shape[2] or k.shape != v.shape or q.shape[0] != k.shape[0]:
         raise ValueError(f"dcp attention: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not "
