@@ -54,7 +54,6 @@ struct BenchArgs {
   std::vector<double> search_eps{0.02, 0.05, 0.1};
 };
 
-// A one-rank comm (a one-device plan moves nothing).
 std::vector<float> random_bf16(uint64_t seed, size_t n, float amplitude) {
   std::vector<float> v(n);
   uint64_t x = seed;

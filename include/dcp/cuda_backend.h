@@ -3,8 +3,8 @@
 //
 // Arrays in device memory (Q/K/V/dO bf16, the rest fp32), one executor's arrays in one block from
 // the caller's Allocator (stream-ordered, e.g. PyTorch's caching allocator) or cudaMalloc;
-// compute in order on one stream: the caller's (options.stream, or set_compute_stream per call)
-// or the backend's own. Attend runs the tile-list kernels of attention_cuda.h in one launch per
+// compute in order on one stream: the backend's own, or the caller's (options.stream, or
+// set_compute_stream per call, where 0 means the legacy default stream). Attend runs the tile-list kernels of attention_cuda.h in one launch per
 // instruction (forward: tiles sharing an output run in one CTA with online softmax, so
 // accumulating tiles need no extra partials; backward: outputs zeroed once, then fp32 atomics),
 // Merge one launch of the batched LSE-merge / sum kernel (merge_batch: one launch for the whole
@@ -41,7 +41,10 @@ struct CudaKernelOptions {
 
 struct CudaBackendOptions {
   int device = 0;
-  void* stream = nullptr;          // cudaStream_t to compute on; null: a stream of the backend's own
+  // Where compute is queued: a stream the backend creates (own_stream), or the caller's
+  // cudaStream_t `stream` (0 is the legacy default stream, as PyTorch's default stream is).
+  bool own_stream = true;
+  void* stream = nullptr;
   Allocator* allocator = nullptr;  // null: cudaMalloc / cudaFree; else must outlive the backend
   CudaKernelOptions kernels;
 };

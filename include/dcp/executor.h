@@ -181,8 +181,8 @@ class Backend {
   }
   // The stream that orders compute (CUDA: a cudaStream_t), null for synchronous backends.
   virtual void* compute_stream() { return nullptr; }
-  // Orders later compute on `stream` instead (CUDA: the caller's current stream; null: the
-  // backend's own). Synchronous backends ignore it.
+  // Orders later compute on `stream` instead (CUDA: the caller's current cudaStream_t; 0 is the
+  // legacy default stream). Synchronous backends ignore it.
   virtual void set_compute_stream(void* stream) { (void)stream; }
   virtual void synchronize() {}
   // Timing markers (ExecOptions::timeline): mark(i) records marker i in compute order (CUDA: an

@@ -28,7 +28,11 @@ class SplitMix64 {
   }
   double log_uniform(double lo, double hi) { return lo * std::exp(uniform() * std::log(hi / lo)); }
   // Uniform integer in [0, n), n >= 1 (modulo bias below 2^-40 for the n used here).
-  uint64_t below(uint64_t n) { return next() % n; }
+  int64_t below(int64_t n) { return static_cast<int64_t>(next() % static_cast<uint64_t>(n)); }
+  // Uniform integer in [lo, hi], inclusive.
+  int64_t uniform(int64_t lo, int64_t hi) { return lo + below(hi - lo + 1); }
+  bool coin() { return (next() & 1) != 0; }
+  float symmetric() { return static_cast<float>(2.0 * uniform() - 1.0); }  // [-1, 1)
 
  private:
   uint64_t state_;

@@ -13,9 +13,14 @@ stay balanced, and run as exact attention, forward and backward, by fused kernel
 Modules: dcp.masks (mask specs), dcp.torch (the operator), dcp.hf (transformers). The C++ core
 is dcp._dcp; docs/python.md is the reference.
 """
+try:  # PyTorch first: the module then shares the CUDA and NCCL libraries PyTorch loaded
+    import torch as _torch  # noqa: F401
+except ImportError:  # dcp works without PyTorch (planning, the C++ core)
+    pass
+
 from . import masks
 from ._dcp import Batch, Cluster, Error, Plan, PlanOptions
-from ._dcp import cluster, load_cluster, placement_methods, plan_from_bytes
+from ._dcp import cluster, load_batch, load_cluster, placement_methods, plan_from_bytes, profile_batches
 from ._dcp import cuda_available, mpi_available, nccl_available
 from .planner import Planner, StepPlan, make_batch
 
@@ -30,6 +35,6 @@ def plan(lengths, masks_, shape, cluster_="h200-nvl", options=None, world_size: 
     return plan_step(make_batch(lengths, masks_, shape, dtype), _cluster(cluster_, world_size, None), _options(options))
 
 
-__all__ = ["Batch", "Cluster", "Error", "Plan", "PlanOptions", "Planner", "StepPlan", "cluster", "load_cluster",
+__all__ = ["Batch", "Cluster", "Error", "load_batch", "profile_batches", "Plan", "PlanOptions", "Planner", "StepPlan", "cluster", "load_cluster",
            "make_batch", "masks", "placement_methods", "plan", "plan_from_bytes", "cuda_available", "mpi_available",
            "nccl_available"]

@@ -206,13 +206,19 @@ class Planner:
         self._stats: Dict[int, Dict[str, float]] = {}
         self._submitted: set = set()
 
-    def submit(self, step: int, lengths: Sequence[int], masks: Any) -> None:
-        """Queues the batch of `step` (its documents' lengths, one mask each); returns at once. The
-        batch is checked on the planning thread: what is wrong with it is raised by get(step)."""
+    def submit(self, step: int, lengths: Any, masks: Any = None) -> None:
+        """Queues the batch of `step` (its documents' lengths, one mask each, or a dcp.Batch);
+        returns at once. The batch is checked on the planning thread: what is wrong with it is
+        raised by get(step)."""
         step = int(step)
         if step in self._submitted:
             raise ValueError(f"step {step} was already submitted")
-        batch = make_batch(lengths, masks, self.shape, self.dtype, validate=False)
+        if isinstance(lengths, _dcp.Batch):
+            batch = lengths
+            if batch.shape[:3] != self.shape:
+                raise ValueError(f"step {step}: the batch's heads {batch.shape[:3]} are not the planner's {self.shape}")
+        else:
+            batch = make_batch(lengths, masks, self.shape, self.dtype, validate=False)
         if self._queue is not None:
             self._queue.submit(step, batch)
         self._submitted.add(step)

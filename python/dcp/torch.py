@@ -154,7 +154,7 @@ class _Runtime:
         self.device = device
         if device.type == "cuda":
             index = device.index if device.index is not None else torch.cuda.current_device()
-            self.backend = _dcp.cuda_backend(index, torch.cuda.current_stream(device).cuda_stream,
+            self.backend = _dcp.cuda_backend(index, _raw_stream(device),
                                              _TorchAllocator(device), _config["forward_kernel"],
                                              _config["backward_kernel"], _config["dq_reduction"])
             self.comm = _dcp.self_comm(False) if world == 1 else self._nccl(group, rank, world, index)
@@ -211,6 +211,14 @@ def _runtime(plan: StepPlan, device: torch.device) -> _Runtime:
     return rt
 
 
+def _raw_stream(device: torch.device) -> int:
+    """The current CUDA stream of `device` as an integer handle (0: the legacy default stream)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what compiled code calls: no Stream object
+    if get is not None:
+        return get(device.index if device.index is not None else torch.cuda.current_device())
+    return torch.cuda.current_stream(device).cuda_stream
+
+
 def _attention_of(plan: StepPlan, device: torch.device):
     """The plan's runner on `device` (made on first use: scratch, and the plan's work lists
     uploaded in one copy)."""
@@ -219,12 +227,12 @@ def _attention_of(plan: StepPlan, device: torch.device):
     if attn is None:
         rt = _runtime(plan, device)
         if device.type == "cuda":
-            rt.backend.set_stream(torch.cuda.current_stream(device).cuda_stream)
+            rt.backend.set_stream(_raw_stream(device))
         attn = _dcp.Attention(plan.plan, rt.backend, rt.comm, float(_config["timeout_s"]))
         plan.runtime_state[key] = attn
         plan.runtime_state[("backend", str(device))] = rt.backend
     elif device.type == "cuda":
-        plan.runtime_state[("backend", str(device))].set_stream(torch.cuda.current_stream(device).cuda_stream)
+        plan.runtime_state[("backend", str(device))].set_stream(_raw_stream(device))
     return attn
 
 
@@ -238,11 +246,13 @@ def _code(t: torch.Tensor) -> int:
 
 
 def _view(t: torch.Tensor):
-    return (t.data_ptr(), _code(t), t.shape[0], t.shape[1], t.shape[2], t.stride(0), t.stride(1))
+    n, s = t.shape, t.stride()
+    return (t.data_ptr(), _code(t), n[0], n[1], n[2], s[0], s[1])
 
 
 def _lse_view(t: torch.Tensor):
-    return (t.data_ptr(), 0, t.shape[0], t.shape[1], 1, t.stride(0), t.stride(1))
+    n, s = t.shape, t.stride()
+    return (t.data_ptr(), 0, n[0], n[1], 1, s[0], s[1])
 
 
 def _check_tokens(plan: StepPlan, *tensors: torch.Tensor) -> None:
@@ -252,15 +262,33 @@ def _check_tokens(plan: StepPlan, *tensors: torch.Tensor) -> None:
                              f"tokens of step {plan.step} (dispatch the inputs with plan.dispatch)")
 
 
-@torch.library.custom_op("dcp::attention_forward", mutates_args=())
-def _attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     plan = _plan_of(handle)
     _check_tokens(plan, q, k, v)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
     _attention_of(plan, q.device).forward(_view(q), _view(k), _view(v), _view(o), _lse_view(lse))
     return o, lse
+
+
+def _backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
+                   d_o: torch.Tensor, handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    plan = _plan_of(handle)
+    _check_tokens(plan, q, k, v, o, lse, d_o)
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    _attention_of(plan, q.device).backward(_view(q), _view(k), _view(v), _view(o), _lse_view(lse), _view(d_o),
+                                           _view(dq), _view(dk), _view(dv))
+    return dq, dk, dv
+
+
+# The operator as torch.compile sees it: custom ops with fake kernels and autograd.
+@torch.library.custom_op("dcp::attention_forward", mutates_args=())
+def _attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    return _forward_impl(q, k, v, handle)
 
 
 @_attention_forward.register_fake
@@ -271,14 +299,7 @@ def _(q, k, v, handle):
 @torch.library.custom_op("dcp::attention_backward", mutates_args=())
 def _attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                         d_o: torch.Tensor, handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    plan = _plan_of(handle)
-    _check_tokens(plan, q, k, v, o, lse, d_o)
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    _attention_of(plan, q.device).backward(_view(q), _view(k), _view(v), _view(o), _lse_view(lse), _view(d_o),
-                                           _view(dq), _view(dk), _view(dv))
-    return dq, dk, dv
+    return _backward_impl(q, k, v, o, lse, d_o, handle)
 
 
 @_attention_backward.register_fake
@@ -304,6 +325,26 @@ def _backward(ctx, d_o, d_lse):
 torch.library.register_autograd("dcp::attention_forward", _backward, setup_context=_setup_context)
 
 
+class _EagerAttention(torch.autograd.Function):
+    """The same implementation without the dispatcher's custom-op layer (which costs about 15 us
+    of host time a call): what eager mode runs. Under torch.compile the custom ops are used."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, handle):
+        o, lse = _forward_impl(q, k, v, handle)
+        ctx.save_for_backward(q, k, v, o, lse, handle)
+        ctx.mark_non_differentiable(lse)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, d_o, d_lse):
+        q, k, v, o, lse, handle = ctx.saved_tensors
+        if d_o.stride(-1) != 1:
+            d_o = d_o.contiguous()
+        dq, dk, dv = _backward_impl(q, k, v, o, lse, d_o, handle)
+        return dq, dk, dv, None
+
+
 def _as_input(t: torch.Tensor, name: str) -> torch.Tensor:
     if t.dim() != 3:
         raise ValueError(f"dcp attention: {name} must be [tokens, heads, head_dim], got {tuple(t.shape)}")
@@ -321,14 +362,17 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Any, laye
     q, k, v = _as_input(q, "q"), _as_input(k, "k"), _as_input(v, "v")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"dcp attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.device == k.device == v.device):
+    if not (q.get_device() == k.get_device() == v.get_device()) or not (q.device.type == k.device.type == v.device.type):
         raise ValueError(f"dcp attention: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if q.shape[2] != k.shape[2] or k.shape != v.shape or q.shape[0] != k.shape[0]:
         raise ValueError(f"dcp attention: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not "
                          "fit [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
     if q.shape[1] % k.shape[1] != 0:
         raise ValueError(f"dcp attention: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
-    o, lse = torch.ops.dcp.attention_forward(q, k, v, handle)
+    if torch.compiler.is_compiling() or q.device.type == "meta":
+        o, lse = torch.ops.dcp.attention_forward(q, k, v, handle)
+    else:
+        o, lse = _EagerAttention.apply(q, k, v, handle)
     return (o, lse) if return_lse else o
 
 

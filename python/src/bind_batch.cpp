@@ -10,6 +10,7 @@
 #include "dcp/cluster.h"
 #include "dcp/error.h"
 #include "dcp/io.h"
+#include "dcp/profiles.h"
 
 namespace nb = nanobind;
 
@@ -86,6 +87,28 @@ void bind_batch(nb::module_& m) {
       nb::arg("dtype"), nb::arg("validate") = true,
       "A batch: one (kind, params, rows) mask spec per sequence length; checked unless validate=False (the\n"
       "planner checks it on its worker, so the error reaches get() naming the step).");
+
+  m.def(
+      "load_batch", [](const std::string& path) { return load_batch(path); }, nb::arg("path"),
+      "A batch from its JSON file (docs/formats.md).");
+  m.def(
+      "profile_batches",
+      [](const std::string& profile, uint64_t seed, int64_t tokens, const std::string& mask, int q_heads, int kv_heads,
+         int head_dim, int count, double scale) {
+        ProfileOptions o;
+        o.profile = parse_profile(profile);
+        o.seed = seed;
+        o.token_budget = tokens;
+        o.mask = mask;
+        o.scale = scale;
+        o.shape = AttentionShape{q_heads, kv_heads, head_dim, DType::BF16};
+        o.validate();
+        nb::gil_scoped_release release;
+        return generate_batches(o, count);
+      },
+      nb::arg("profile"), nb::arg("seed"), nb::arg("tokens"), nb::arg("mask"), nb::arg("q_heads"), nb::arg("kv_heads"),
+      nb::arg("head_dim"), nb::arg("count"), nb::arg("scale") = 1.0,
+      "Synthetic batches (docs/profiles.md): the same stream as the dcp command's --profile/--seed/--index.");
 
   nb::class_<Cluster>(m, "Cluster")
       .def_ro("name", &Cluster::name)

@@ -185,6 +185,7 @@ void bind_exec(nb::module_& m) {
         auto owned = std::make_shared<Owned>();
         CudaBackendOptions o;
         o.device = device;
+        o.own_stream = false;  // the caller's stream (PyTorch's current one; 0 = its default stream)
         o.stream = reinterpret_cast<void*>(stream);
         if (!allocator.is_none()) {
           owned->allocator = std::make_unique<PyAllocator>(allocator);

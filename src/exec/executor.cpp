@@ -458,6 +458,7 @@ struct Executor::Impl {
     pass = program.pass;
     const auto t0 = Clock::now();
     const CommOrder& order = comm_orders[program.pass == Pass::Forward ? 0 : 1];
+    comm.bind_stream(backend.compute_stream());  // the caller may have moved compute to another stream
     comm.note_point(kPassStartPoint);
     // Timeline markers: 2e at the start of timeline entry e, 2e + 1 at its end.
     auto& entries = timeline_entries[pass == Pass::Forward ? 0 : 1];

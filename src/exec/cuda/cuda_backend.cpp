@@ -33,7 +33,7 @@ class CudaBackend final : public Backend {
       : device_(options.device), allocator_(options.allocator), kernels_(options.kernels) {
     ck(cudaSetDevice(device_), "cudaSetDevice");
     ck(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    stream_ = options.stream != nullptr ? static_cast<cudaStream_t>(options.stream) : own_stream_;
+    stream_ = options.own_stream ? own_stream_ : static_cast<cudaStream_t>(options.stream);
     ck(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming), "cudaEventCreate");
   }
   ~CudaBackend() override {
@@ -81,9 +81,7 @@ class CudaBackend final : public Backend {
     }
   }
   void* compute_stream() override { return stream_; }
-  void set_compute_stream(void* stream) override {
-    stream_ = stream != nullptr ? static_cast<cudaStream_t>(stream) : own_stream_;
-  }
+  void set_compute_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
   // Timeline markers: one reusable event per marker index (created on first use only).
   void mark(int index) override {
     if (index < 0) return;
@@ -528,7 +526,7 @@ class CudaBackend final : public Backend {
   Allocator* allocator_ = nullptr;
   CudaKernelOptions kernels_;
   cudaStream_t own_stream_ = nullptr;
-  cudaStream_t stream_ = nullptr;  // where compute is queued: own_stream_ or the caller's
+  cudaStream_t stream_ = nullptr;  // where compute is queued: own_stream_ or the caller's (0: legacy default)
   std::vector<cudaEvent_t> events_;  // timeline markers
   std::vector<void*> buffers_;
   int64_t num_allocations_ = 0;

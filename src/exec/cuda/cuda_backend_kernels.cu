@@ -2,6 +2,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <string>
 
 #include "cuda_backend_kernels.h"
@@ -88,36 +89,38 @@ __device__ __forceinline__ void store8(void* p, int64_t i, int bf16, const float
   }
 }
 
-// blockIdx.y: the move; a grid-stride loop over its elements (vector moves: groups of 8). The
-// array side is walked in order, so its accesses are dense; the tensor side is dense within a
-// head and strided between heads and tokens.
+// blockIdx.y: the move; blockIdx.x strides over the array's rows (g, r), the threads of a block
+// over one row's heads x head_dim elements (8 at a time on the vector path), so the index
+// arithmetic is done once a row, not once an element. The array side is dense; the tensor side is
+// dense within a head and strided between heads and tokens.
 __global__ void exchange_kernel(ExchangeBatch batch) {
   const ExchangeMove m = batch.moves[blockIdx.y];
-  const int64_t per_row = static_cast<int64_t>(m.heads_per_group) * m.head_dim;  // array row
-  const int64_t total = static_cast<int64_t>(m.num_groups) * m.num_rows * per_row;
+  const int per_row = m.heads_per_group * m.head_dim;  // elements of an array row
+  const int64_t num_rows = static_cast<int64_t>(m.num_groups) * m.num_rows;
   const int width = m.vector ? 8 : 1;
-  for (int64_t e = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * width; e < total;
-       e += static_cast<int64_t>(gridDim.x) * blockDim.x * width) {
-    const int64_t gr = e / per_row;  // g * num_rows + r
-    const int64_t in_row = e - gr * per_row;
+  for (int64_t gr = blockIdx.x; gr < num_rows; gr += gridDim.x) {
     const int64_t g = gr / m.num_rows;
     const int64_t r = gr - g * m.num_rows;
-    const int64_t h = in_row / m.head_dim;
-    const int64_t d = in_row - h * m.head_dim;
-    const int64_t t = r * m.row_stride + (g * m.heads_per_group + h) * m.head_stride + d;
-    if (m.vector) {
-      float x[8];
-      if (m.import) {
-        load8(m.tensor, t, m.tensor_bf16, x);
-        store8(m.array, e, m.array_bf16, x);
+    const int64_t array_row = gr * per_row;
+    const int64_t tensor_row = r * m.row_stride + g * m.heads_per_group * m.head_stride;
+    for (int x = threadIdx.x * width; x < per_row; x += blockDim.x * width) {
+      const int h = x / m.head_dim;
+      const int64_t t = tensor_row + h * m.head_stride + (x - h * m.head_dim);
+      const int64_t e = array_row + x;
+      if (m.vector) {
+        float v[8];
+        if (m.import) {
+          load8(m.tensor, t, m.tensor_bf16, v);
+          store8(m.array, e, m.array_bf16, v);
+        } else {
+          load8(m.array, e, m.array_bf16, v);
+          store8(m.tensor, t, m.tensor_bf16, v);
+        }
+      } else if (m.import) {
+        store_elem(m.array, e, m.array_bf16, load_elem(m.tensor, t, m.tensor_bf16));
       } else {
-        load8(m.array, e, m.array_bf16, x);
-        store8(m.tensor, t, m.tensor_bf16, x);
+        store_elem(m.tensor, t, m.tensor_bf16, load_elem(m.array, e, m.array_bf16));
       }
-    } else if (m.import) {
-      store_elem(m.array, e, m.array_bf16, load_elem(m.tensor, t, m.tensor_bf16));
-    } else {
-      store_elem(m.tensor, t, m.tensor_bf16, load_elem(m.array, e, m.array_bf16));
     }
   }
 }
@@ -171,16 +174,18 @@ void zero_ranges(const ZeroRange* ranges, int num_ranges, cudaStream_t stream) {
 
 void exchange_rows(const ExchangeBatch& batch, cudaStream_t stream) {
   if (batch.num_moves == 0) return;
-  int64_t most = 0;
+  int64_t rows = 0;
+  int widest = 1;  // threads a row needs
   for (int i = 0; i < batch.num_moves; ++i) {
     const ExchangeMove& m = batch.moves[i];
-    const int64_t n = static_cast<int64_t>(m.num_groups) * m.num_rows * m.heads_per_group * m.head_dim;
-    most = n / (m.vector ? 8 : 1) > most ? n / (m.vector ? 8 : 1) : most;
+    rows = std::max<int64_t>(rows, static_cast<int64_t>(m.num_groups) * m.num_rows);
+    widest = std::max(widest, m.heads_per_group * m.head_dim / (m.vector ? 8 : 1));
   }
-  if (most == 0) return;
-  const int64_t blocks = (most + 255) / 256;
-  const dim3 grid(static_cast<unsigned>(blocks < 4096 ? blocks : 4096), static_cast<unsigned>(batch.num_moves));
-  exchange_kernel<<<grid, 256, 0, stream>>>(batch);
+  if (rows == 0) return;
+  const int threads = std::min(256, (widest + 31) / 32 * 32);
+  // Enough blocks to fill the GPU several times over; each strides over rows.
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, 8192));
+  exchange_kernel<<<dim3(blocks, static_cast<unsigned>(batch.num_moves)), threads, 0, stream>>>(batch);
   check("exchange_rows");
 }
 

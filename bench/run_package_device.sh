@@ -1,0 +1,68 @@
+#!/bin/bash
+# One device call on the GPU machine (one H200) for the PyTorch package: build it with pip (the
+# command line and the GPU checks from the same CMake build, so nvcc runs once), check the kernels
+# and whole plans against fp64, run the package's tests on the GPU, then time the operator against
+# `dcp bench` of the same plan, its host cost per call, and planning hidden by lookahead.
+# Usage (repository root): bench/run_package_device.sh DEPS_DIR [phases...]
+#   phases: build checks pytest op bench (default: all); results and logs in $OUT (or /tmp/dcp_out)
+#   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
+set -u
+cd "$(dirname "$0")/.."
+deps=$(realpath "$1"); shift
+phases=${*:-"build checks pytest op bench"}
+out=${OUT:-/tmp/dcp_out}
+mkdir -p "$out"
+log=$out/package_device.log
+export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 PYTHONUNBUFFERED=1
+NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
+export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
+b=/tmp/dcp_pybuild
+say() { echo "== $(date +%T) $*" | tee -a "$log"; }
+has() { [[ " $phases " == *" $1 "* ]]; }
+if has build; then
+  say "build: pip install --no-build-isolation . (with the dcp command and GPU checks)"
+  nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
+  python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' | tee -a "$log"
+  # The wheel comes back in $OUT: a later call installs it (pip install --no-deps) without building.
+  rm -rf /tmp/wheels
+  CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip wheel --no-build-isolation --no-deps -v -w /tmp/wheels . \
+    -C build-dir=$b -C cmake.define.DCP_DEVICE_DEPS_DIR="$deps" -C cmake.define.NCCL_ROOT="$NCCL_ROOT" \
+    -C cmake.define.DCP_ENABLE_TOOLS=ON -C cmake.define.DCP_ENABLE_TESTS=ON >"$out/build.log" 2>&1 \
+    || { grep -E "error|Error" "$out/build.log" | head -40 | tee -a "$log"; tail -20 "$out/build.log"; exit 1; }
+  python3 -m pip install --no-deps --force-reinstall /tmp/wheels/dcp-*.whl >>"$log" 2>&1
+  cp /tmp/wheels/dcp-*.whl "$out/"
+  ls -la /tmp/wheels | tee -a "$log"
+  grep -E "NCCL:|\[x\]|\[ \]" "$out/build.log" | head -12 | tee -a "$log"
+  python3 -c 'import dcp, dcp.torch; print("dcp", dcp.__version__, "cuda", dcp.cuda_available(), "nccl", dcp.nccl_available())' | tee -a "$log"
+fi
+if has checks; then
+  say "kernel tests (every route against fp64)"
+  timeout 240 $b/tests/cuda/dcp_test_cuda >"$out/kernel_tests.log" 2>&1
+  echo "kernel tests: rc=$?" | tee -a "$log"
+  grep -E "^\[  (FAILED|PASSED) |Failure" "$out/kernel_tests.log" | head -20 | tee -a "$log"
+  say "whole-plan check, 1 GPU (CUDA backend vs CPU backend, every placement)"
+  timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check.log" 2>&1
+  echo "exec check: rc=$?" | tee -a "$log"
+  tail -5 "$out/exec_check.log" | tee -a "$log"
+  say "dcp run --backend cuda on one GPU (no mpirun)"
+  timeout 120 $b/dcp run --backend cuda --tokens 2048 --block 256 --mask mixed --q-heads 8 --kv-heads 2 --head-dim 128 \
+    --dtype bf16 2>&1 | tail -4 | tee -a "$log"
+fi
+if has pytest; then
+  say "package tests on the GPU (every test; the GPU ones included)"
+  (cd /tmp && timeout 300 python3 -m pytest -q -x "$OLDPWD/tests/python" >"$out/pytest.log" 2>&1)
+  echo "pytest: rc=$?" | tee -a "$log"
+  tail -5 "$out/pytest.log" | tee -a "$log"
+fi
+if has op; then
+  say "operator: ldc 131072 causal, 32/8 heads x 128, B 2048, 4 layers (op, host, lookahead)"
+  timeout 300 python3 bench/op_bench.py --tokens 131072 --block 2048 --stages 2 --layers 4 --iters 5 \
+    --json "$out/op_bench.json" 2>&1 | tee -a "$log"
+fi
+if has bench; then
+  say "dcp bench, the same plan"
+  timeout 200 $b/dcp bench --profile ldc --seed 1 --tokens 131072 --mask causal --q-heads 32 --kv-heads 8 \
+    --head-dim 128 --block 2048 --stages 2 --layers 4 --iters 5 --warmup 2 --method dcp --cluster h200-nvl --nodes 1 \
+    --json "$out/dcp_bench.json" 2>&1 | tail -12 | tee -a "$log"
+fi
+say done
