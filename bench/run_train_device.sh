@@ -4,8 +4,9 @@
 # a call may run 600); runs that no longer fit are left for the next call, which takes the
 # previous call's results (RESUME) and runs only what is missing.
 #
-# Usage, from the repository root, dcp installed into python3 with its CUDA kernels
-# (pip install --no-build-isolation .):
+# Usage, from the repository root, dcp installed into python3 with its CUDA kernels (pip install
+# --no-build-isolation .; or DCP_WHEEL=dcp-*.whl, a wheel of bench/run_package_device.sh, is
+# installed first):
 #   bash bench/run_train_device.sh single                          # nvidia-h200: one call, ~6-9 min
 #   bash bench/run_train_device.sh pair                            # nvidia-h200-x2: ~28 min in all;
 #   RESUME=train_pair.tar.gz bash bench/run_train_device.sh pair   # repeat with the last call's tar
@@ -102,6 +103,10 @@ print(f"resumed {kept} finished runs")
 KEEP_OK
 fi
 
+if [ -n "${DCP_WHEEL:-}" ]; then  # a wheel built by an earlier call (bench/run_package_device.sh build)
+  say "installing $DCP_WHEEL"
+  python3 -m pip install -q --no-deps --force-reinstall "$DCP_WHEEL" >>"$log" 2>&1 || say "pip install $DCP_WHEEL failed"
+fi
 if [ -z "${DRY_CPU:-}" ]; then
   if ! python3 -c 'import torch, dcp, dcp.torch; assert torch.cuda.is_available() and dcp.cuda_available()' 2>>"$log"; then
     say "python3 has no CUDA build of dcp: pip install --no-build-isolation . first"
