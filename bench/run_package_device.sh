@@ -57,7 +57,7 @@ fi
 if has op; then
   say "operator: ldc 131072 causal, 32/8 heads x 128, B 2048, 4 layers (op, host, lookahead)"
   timeout 300 python3 bench/op_bench.py --tokens 131072 --block 2048 --stages 2 --layers 4 --iters 5 \
-    --json "$out/op_bench.json" 2>&1 | tee -a "$log"
+    --phases "${OP_PHASES:-op,host,lookahead}" --json "$out/op_bench.json" 2>&1 | tee -a "$log"
 fi
 if has bench; then
   say "dcp bench, the same plan"
