@@ -203,6 +203,7 @@ class Planner:
         self._plans_here = not self.broadcast or self.rank == 0
         self._queue = _dcp.PlanQueue(self.cluster, self.options, int(threads)) if self._plans_here else None
         self._verified = False
+        self._closed = False
         self._stats: Dict[int, Dict[str, float]] = {}
         self._submitted: set = set()
 
@@ -211,6 +212,8 @@ class Planner:
         returns at once. The batch is checked on the planning thread: what is wrong with it is
         raised by get(step)."""
         step = int(step)
+        if self._closed:
+            raise ValueError("the planner was closed")
         if step in self._submitted:
             raise ValueError(f"step {step} was already submitted")
         if isinstance(lengths, _dcp.Batch):
@@ -243,6 +246,19 @@ class Planner:
         while len(self._stats) > 4096:
             self._stats.pop(next(iter(self._stats)))
         return StepPlan(plan, step, self.rank, self.group, self)
+
+    def close(self) -> None:
+        """Stops the planning threads (a step being planned finishes first) and drops what is
+        queued. The planner cannot be used afterwards."""
+        self._queue = None
+        self._closed = True
+        self._submitted.clear()
+
+    def __enter__(self) -> "Planner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def stats(self, step: int) -> Dict[str, float]:
         """planning_ms (on a worker), queued_ms, waited_ms (what get() cost the training loop)."""

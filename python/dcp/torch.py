@@ -31,7 +31,7 @@ import torch
 from . import _dcp
 from .planner import StepPlan
 
-__all__ = ["attention", "configure", "Attention", "handle_of"]
+__all__ = ["attention", "configure", "shutdown", "Attention", "handle_of"]
 
 _config = {
     "timeout_s": 120.0,
@@ -197,9 +197,14 @@ _RUNTIMES: Dict[Tuple[Any, str], _Runtime] = {}
 _runtime_lock = threading.Lock()
 
 
-@atexit.register
-def _drop_runtimes() -> None:  # comms and backends go before the interpreter does
-    _RUNTIMES.clear()
+def shutdown() -> None:
+    """Drops dcp's communicators and backends (call before torch.distributed.destroy_process_group;
+    plans still alive keep theirs until they are released). Later calls make new ones."""
+    with _runtime_lock:
+        _RUNTIMES.clear()
+
+
+atexit.register(shutdown)  # comms and backends go before the interpreter does
 
 
 def _runtime(plan: StepPlan, device: torch.device) -> _Runtime:

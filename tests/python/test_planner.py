@@ -79,3 +79,12 @@ def test_ranks_that_disagree_get_a_clear_error():
 def test_rank_zero_can_plan_for_everyone():
     hashes = run_ranks(2, cases.broadcast_case, 4)
     assert hashes[0] == hashes[1]
+
+
+def test_close_stops_the_planner():
+    with planner() as p:
+        p.submit(0, [10], "causal")
+        assert p.get(0).num_tokens == 10
+        p.submit(1, [12], "causal")
+    with pytest.raises(ValueError, match="closed"):
+        p.submit(2, [10], "causal")
