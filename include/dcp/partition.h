@@ -175,6 +175,14 @@ struct DcpPlacement {
 DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
                        const PlacementOptions& opts = {});
 
+// The driver's repairs applied to a placement made elsewhere (an imported partition, a static
+// layout): vertices move only out of devices over a bound (compute and owned memory, then full
+// memory), cheapest objective increase first; nothing is refined. Report as place_dcp's, with
+// `partitioner` = start.method. Pre: start.validate(table) passes and has the cluster's
+// device count.
+DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
+                              const PlacementOptions& opts, const Placement& start);
+
 // Checks the bounds of `opts` on a finished placement (device and node level); returns the
 // violations as text (empty when all hold) and fills the imbalance fields of `report`.
 std::vector<std::string> check_balance(const PlacementHypergraph& h,
@@ -197,6 +205,17 @@ struct HgrOptions {
   double bytes_unit = 1024;
 };
 void write_hgr(const PlacementHypergraph& h, const HgrOptions& opts, std::ostream& out);
+// Both constraints for an outside partitioner, beside the .hgr (which carries one vertex weight):
+// one line per vertex in .hgr order, "compute_flops memory_bytes" (exact: FLOPs rounded to an
+// integer, owned bytes). Tiles carry compute only and token blocks memory only, so a reader that
+// takes one weight per vertex can still express the memory bound by fixing the token blocks
+// (write_fixed_homes) or by a second balance run on the token blocks.
+void write_vertex_weights(const PlacementHypergraph& h, std::ostream& out);
+// hMETIS fixed-vertex file (as KaHyPar and Mt-KaHyPar read it): one line per vertex, the part a
+// token block is fixed to (its device in `parts`) and -1 for every tile. With the homes fixed,
+// owned memory per device is that of `parts` whatever the partitioner does with the tiles.
+void write_fixed_homes(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
+                       std::ostream& out);
 void write_partition(const std::vector<int32_t>& parts, std::ostream& out);
 // Reads a partition file; `source` names it in errors ("file:line: ..."). Throws InvalidInput
 // for a wrong number of lines, a non-integer or a part id outside [0, num_devices).

@@ -113,7 +113,7 @@ std::vector<int32_t> run_level(const placement::Partitioner& backend,
 // lowers the mean), then refined by FM under all bounds; a node that cannot fix itself inside
 // gets the cross-node repair.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
-                         const Cluster& cluster, const PlacementOptions& opts,
+                         const Cluster& cluster, const PlacementOptions& opts, bool refine,
                          std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices(), dpn = cluster.devices_per_node;
   const int32_t nv = h.num_vertices();
@@ -145,8 +145,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         placement::repair_balance(s, caps, dev);
-        if (opts.partitioner == PartitionerKind::Builtin)
-          placement::refine_fm(s, caps, opts.seed, opts.refine_passes, dev);
+        if (refine) placement::refine_fm(s, caps, opts.seed, opts.refine_passes, dev);
         for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
       }
     }
@@ -172,14 +171,80 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         // devices per node that proxy is close, with 8 FM trades inter-node bytes for
         // intra-node cuts (micro longalign causal_blockwise 0.374 -> 0.420) and runs past the
         // planning-time target (293 ms), so it stays off there.
-        if (dpn <= 2 && opts.partitioner == PartitionerKind::Builtin)
+        if (dpn <= 2 && refine)
           placement::refine_fm(all, caps, opts.seed, opts.refine_passes, parts);
       }
     }
   }
 }
 
+// The bounds after the levels: per-device compute and owned memory (a last resort across nodes:
+// token blocks are coarse, a few per device, so a node can hold a memory share no split of its
+// devices meets even when the node bound holds; moving such a block to another node costs
+// inter-node bytes, but the bounds come first), then full memory. `refine` lets FM win back
+// what the repairs cost.
+void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
+                   const PlacementOptions& opts, bool refine, std::vector<int32_t>& parts) {
+  const int num_dev = cluster.num_devices();
+  const int32_t nv = h.num_vertices();
+  const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
+  const double total_m = static_cast<double>(
+      std::accumulate(h.memory_bytes.begin(), h.memory_bytes.end(), int64_t{0}));
+  placement::PartCaps dev_caps;
+  dev_caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
+  dev_caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
+  std::vector<double> c(static_cast<size_t>(num_dev), 0.0), m(static_cast<size_t>(num_dev), 0.0);
+  for (int32_t v = 0; v < nv; ++v) {
+    c[parts[v]] += h.compute_flops[v];
+    m[parts[v]] += static_cast<double>(h.memory_bytes[v]);
+  }
+  bool over = false;
+  for (int d = 0; d < num_dev; ++d)
+    over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
+  if (over) {
+    const placement::SubHypergraph all = make_sub(table, h, parts, -1, cluster.inter_weight());
+    placement::repair_balance(all, dev_caps, parts);
+  }
+  enforce_full_memory(table, h, cluster, opts, refine, parts);
+}
+
+void measure(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
+             const Cluster& cluster, const PlacementOptions& opts, DcpPlacement& out,
+             const std::string& method) {
+  PlacementReport& rep = out.report;
+  const ConnectivityBytes bytes = connectivity_bytes(h, parts, cluster);
+  rep.intra_bytes = bytes.intra_bytes;
+  rep.inter_bytes = bytes.inter_bytes;
+  rep.objective = bytes.objective;
+  rep.violations = check_balance(h, parts, cluster, opts, rep);
+  out.placement = parts_to_placement(h, parts, cluster.num_devices(), method);
+  out.placement.note = "partitioner " + rep.partitioner;
+  if (!rep.violations.empty())
+    out.placement.note += "; BALANCE VIOLATED (" + std::to_string(rep.violations.size()) +
+                          "): " + rep.violations.front();
+}
+
 }  // namespace
+
+DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
+                              const PlacementOptions& opts, const Placement& start) {
+  opts.validate();
+  cluster.validate("cluster");
+  start.validate(table);
+  if (start.num_devices != cluster.num_devices())
+    raise(ErrorKind::InvalidInput, "repair_placement: placement has " +
+                                       std::to_string(start.num_devices) + " devices, cluster " +
+                                       std::to_string(cluster.num_devices()));
+  const auto t_start = Clock::now();
+  DcpPlacement out;
+  out.report.partitioner = start.method;
+  const PlacementHypergraph h = build_placement_hypergraph(table, opts.tile_cost);
+  std::vector<int32_t> parts = placement_to_parts(h, start);
+  if (cluster.num_devices() > 1) repair_bounds(table, h, cluster, opts, false, parts);
+  measure(h, parts, cluster, opts, out, start.method);
+  out.report.total_s = seconds_since(t_start);
+  return out;
+}
 
 std::vector<std::string> check_balance(const PlacementHypergraph& h,
                                        const std::vector<int32_t>& parts, const Cluster& cluster,
@@ -303,39 +368,11 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
       for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
     }
   }
-  // Last resort across nodes: token blocks are coarse (a few per device), so a node can hold
-  // a memory share no split of its devices meets even when the node bound holds. Moving such a
-  // block to a device of another node costs inter-node bytes, but the bounds come first.
-  if (num_nodes > 1) {
-    placement::PartCaps dev_caps;
-    dev_caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
-    dev_caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
-    std::vector<double> c(static_cast<size_t>(num_dev), 0.0), m(static_cast<size_t>(num_dev), 0.0);
-    for (int32_t v = 0; v < nv; ++v) {
-      c[parts[v]] += h.compute_flops[v];
-      m[parts[v]] += static_cast<double>(h.memory_bytes[v]);
-    }
-    bool over = false;
-    for (int d = 0; d < num_dev; ++d)
-      over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
-    if (over) {
-      const placement::SubHypergraph all = make_sub(table, h, parts, -1, w_inter);
-      placement::repair_balance(all, dev_caps, parts);
-    }
-  }
-  if (num_dev > 1) enforce_full_memory(table, h, cluster, opts, parts);
+  if (num_dev > 1)
+    repair_bounds(table, h, cluster, opts, opts.partitioner == PartitionerKind::Builtin, parts);
   rep.device_level_s = seconds_since(t0);
 
-  const ConnectivityBytes bytes = connectivity_bytes(h, parts, cluster);
-  rep.intra_bytes = bytes.intra_bytes;
-  rep.inter_bytes = bytes.inter_bytes;
-  rep.objective = bytes.objective;
-  rep.violations = check_balance(h, parts, cluster, opts, rep);
-  out.placement = parts_to_placement(h, parts, num_dev, "dcp");
-  out.placement.note = "partitioner " + rep.partitioner;
-  if (!rep.violations.empty())
-    out.placement.note += "; BALANCE VIOLATED (" + std::to_string(rep.violations.size()) +
-                          "): " + rep.violations.front();
+  measure(h, parts, cluster, opts, out, "dcp");
   rep.total_s = seconds_since(t_start);
   return out;
 }

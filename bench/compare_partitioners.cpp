@@ -1,0 +1,346 @@
+// compare_partitioners: the built-in placement against outside hypergraph partitioners on the
+// same instances, objective and constraints. The outside partitioners (KaHyPar, Mt-KaHyPar) run
+// from bench/compare_partitioners.py; this program writes the instances and scores every
+// partition with the library's own measure (connectivity_bytes, check_balance), so that every
+// method is judged by one piece of code.
+//
+//   compare_partitioners export DIR [--profiles ldc,longalign] [--masks causal,...]
+//                        [--nodes 2,4,8,16] [--seeds 1] [--repeat 3]
+//     Per instance NAME (profile_mask_NxD_sSEED), writes into DIR:
+//       NAME.hgr      hMETIS hypergraph (write_hgr): net weight = bytes / 1 KiB, vertex weight =
+//                     compute FLOPs / 1e6
+//       NAME.weights  exact vertex weights, one line per vertex: "compute_flops memory_bytes"
+//                     (write_vertex_weights: the memory constraint the .hgr cannot carry)
+//       NAME.fix      hMETIS fixed-vertex file: the device of every token block in the built-in
+//                     placement, -1 for tiles (write_fixed_homes)
+//       NAME.json     the cluster, the bounds, and the built-in's and the static baselines'
+//                     results (objective, bytes, balance, planning time on this core)
+//   compare_partitioners report DIR [--md PATH] [--json PATH]
+//     Scores every DIR/NAME.METHOD.part (one device per vertex, 0-based) with its time from
+//     DIR/NAME.METHOD.time (seconds), prints one table and writes it as Markdown / JSON.
+//
+// Instances: tokens = 4096 x devices (65536 on 2 x 8 ... 524288 on 16 x 8), B = 1024, 8 query /
+// 2 KV heads, head dim 128, bf16, a100-p4d links (inter-node weight 24), eps_compute 0.1,
+// eps_memory 0.2; one batch of generate_batches per seed.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include "dcp/baselines.h"
+#include "dcp/blocks.h"
+#include "dcp/error.h"
+#include "dcp/metrics.h"
+#include "dcp/partition.h"
+#include "dcp/profiles.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Instance {
+  std::string profile, mask;
+  int nodes = 2;
+  uint64_t seed = 1;
+  std::string name() const {
+    return fmt::format("{}_{}_{}x8_s{}", profile, mask, nodes, seed);
+  }
+};
+
+constexpr int kDevicesPerNode = 8;
+constexpr int64_t kTokensPerDevice = 4096;
+constexpr int64_t kBlockSize = 1024;
+
+dcp::Cluster cluster_of(const Instance& in) {
+  dcp::Cluster c = dcp::cluster_preset("a100-p4d", in.nodes);
+  c.devices_per_node = kDevicesPerNode;
+  return c;
+}
+
+dcp::Batch batch_of(const Instance& in) {
+  dcp::ProfileOptions po;
+  po.profile = dcp::parse_profile(in.profile);
+  po.seed = in.seed;
+  po.token_budget = kTokensPerDevice * in.nodes * kDevicesPerNode;
+  po.mask = in.mask;
+  po.shape = {.q_heads = 8, .kv_heads = 2, .head_dim = 128, .dtype = dcp::DType::BF16};
+  return dcp::generate_batches(po, 1).front();
+}
+
+const dcp::BlockOptions kBlocks{.block_size = kBlockSize, .q_heads_per_group = 0};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');)
+    if (!x.empty()) out.push_back(x);
+  return out;
+}
+
+nlohmann::json score(const dcp::PlacementHypergraph& h, const std::vector<int32_t>& parts,
+                     const dcp::Cluster& c, const dcp::PlacementOptions& po) {
+  const dcp::ConnectivityBytes b = dcp::connectivity_bytes(h, parts, c);
+  dcp::PlacementReport r;
+  const std::vector<std::string> v = dcp::check_balance(h, parts, c, po, r);
+  return {{"objective", b.objective},
+          {"inter_bytes", b.inter_bytes},
+          {"intra_bytes", b.intra_bytes},
+          {"compute_imbalance", r.compute_imbalance},
+          {"memory_imbalance", r.memory_imbalance},
+          {"full_memory_imbalance", r.full_memory_imbalance},
+          {"violations", v.size()},
+          {"first_violation", v.empty() ? "" : v.front()}};
+}
+
+int cmd_export(const fs::path& dir, const std::vector<Instance>& instances, int repeat) {
+  fs::create_directories(dir);
+  const dcp::PlacementOptions po;
+  for (const Instance& in : instances) {
+    const dcp::Cluster c = cluster_of(in);
+    const dcp::Batch batch = batch_of(in);
+    std::vector<double> ms;
+    dcp::DcpPlacement d;
+    for (int r = 0; r < repeat; ++r) {
+      const auto t0 = Clock::now();
+      const dcp::BlockTable table = dcp::build_block_table(batch, kBlocks);
+      d = dcp::place_dcp(table, c, po);
+      ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    }
+    std::sort(ms.begin(), ms.end());
+    const dcp::BlockTable table = dcp::build_block_table(batch, kBlocks);
+    const dcp::PlacementHypergraph h = dcp::build_placement_hypergraph(table);
+    const std::vector<int32_t> parts = dcp::placement_to_parts(h, d.placement);
+    const std::string name = in.name();
+    {
+      std::ofstream out(dir / (name + ".hgr"));
+      dcp::write_hgr(h, dcp::HgrOptions{}, out);
+    }
+    {
+      std::ofstream out(dir / (name + ".weights"));
+      dcp::write_vertex_weights(h, out);
+    }
+    {
+      std::ofstream out(dir / (name + ".fix"));
+      dcp::write_fixed_homes(h, parts, out);
+    }
+    {
+      std::ofstream out(dir / (name + ".builtin.part"));
+      dcp::write_partition(parts, out);
+      std::ofstream(dir / (name + ".builtin.time")) << ms[ms.size() / 2] / 1e3 << "\n";
+    }
+    nlohmann::json statics = nlohmann::json::object();
+    for (dcp::BaselineKind k : {dcp::BaselineKind::Zigzag, dcp::BaselineKind::A2AP2P}) {
+      const dcp::PlacedBatch pb = dcp::make_baseline(k, batch, kBlocks, c);
+      const dcp::PlacementMetrics m = dcp::compute_metrics(pb.table, pb.placement, c);
+      statics[dcp::to_string(k)] = {
+          {"inter_bytes", m.inter_bytes()},
+          {"intra_bytes", m.intra_bytes()},
+          {"objective", static_cast<double>(m.intra_bytes()) +
+                            c.inter_weight() * static_cast<double>(m.inter_bytes())},
+          {"compute_imbalance", m.compute_imbalance},
+          {"memory_imbalance", m.memory_imbalance}};
+    }
+    nlohmann::json meta = {{"name", name},
+                           {"profile", in.profile},
+                           {"mask", in.mask},
+                           {"seed", in.seed},
+                           {"nodes", c.nodes},
+                           {"devices_per_node", c.devices_per_node},
+                           {"tokens", batch.total_tokens()},
+                           {"sequences", batch.sequences.size()},
+                           {"block_size", kBlockSize},
+                           {"num_tiles", h.num_tiles},
+                           {"num_token_blocks", h.num_token_blocks},
+                           {"num_nets", h.num_nets()},
+                           {"num_pins", h.pins.size()},
+                           {"inter_weight", c.inter_weight()},
+                           {"eps_compute", po.eps_compute},
+                           {"eps_memory", po.eps_memory},
+                           {"builtin_ms_median", ms[ms.size() / 2]},
+                           {"static", statics}};
+    std::ofstream(dir / (name + ".json")) << meta.dump(2) << "\n";
+    fmt::print("{:<40} {:>7} tiles {:>5} blocks  builtin {:8.2f} ms  violations {}\n", name,
+               h.num_tiles, h.num_token_blocks, ms[ms.size() / 2], d.report.violations.size());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+double geomean(const std::vector<double>& v) {
+  if (v.empty()) return 0;
+  double s = 0;
+  for (double x : v) s += std::log(x);
+  return std::exp(s / static_cast<double>(v.size()));
+}
+
+int cmd_report(const fs::path& dir, const std::string& md_path, const std::string& json_path) {
+  std::vector<fs::path> metas;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".json") metas.push_back(e.path());
+  std::sort(metas.begin(), metas.end());
+  const dcp::PlacementOptions po;
+  nlohmann::json rows = nlohmann::json::array();
+  std::map<std::string, std::vector<double>> ratios;  // method -> ours / theirs
+  std::vector<double> ours_over_best, time_ratio;
+  int above_13 = 0, behind_static = 0, ours_violations = 0;
+  std::string table;
+  table += "| instance | tiles | ours obj | ours ms | best Mt-KaHyPar (feasible) | its obj | ours / it | "
+           "Mt-KaHyPar default s | time ratio | ours inter GB | best static inter GB | methods (obj / violations / s) |\n";
+  table += "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const fs::path& mp : metas) {
+    nlohmann::json meta;
+    std::ifstream(mp) >> meta;
+    if (!meta.contains("name")) continue;
+    const std::string name = meta["name"];
+    Instance in{meta["profile"], meta["mask"], meta["nodes"], meta["seed"]};
+    const dcp::Cluster c = cluster_of(in);
+    const dcp::BlockTable tbl = dcp::build_block_table(batch_of(in), kBlocks);
+    const dcp::PlacementHypergraph h = dcp::build_placement_hypergraph(tbl);
+    nlohmann::json row = meta;
+    nlohmann::json methods = nlohmann::json::object();
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string fn = e.path().filename().string();
+      if (fn.rfind(name + ".", 0) != 0 || e.path().extension() != ".part") continue;
+      const std::string method = fn.substr(name.size() + 1, fn.size() - name.size() - 6);
+      std::ifstream pin(e.path());
+      const std::vector<int32_t> parts =
+          dcp::read_partition(pin, e.path().string(), h.num_vertices(), c.num_devices());
+      nlohmann::json s = score(h, parts, c, po);
+      double secs = 0;
+      std::ifstream(dir / (name + "." + method + ".time")) >> secs;
+      s["seconds"] = secs;
+      methods[method] = s;
+      if (method == "builtin" || s["violations"].get<size_t>() == 0) continue;
+      // The outside result made feasible by the driver's own repairs (no refinement): what a
+      // user importing it would run.
+      const dcp::Placement imported = dcp::parts_to_placement(h, parts, c.num_devices(), method);
+      const auto t0 = Clock::now();
+      const dcp::DcpPlacement fixed = dcp::repair_placement(tbl, c, po, imported);
+      const double repair_s = std::chrono::duration<double>(Clock::now() - t0).count();
+      nlohmann::json r = score(h, dcp::placement_to_parts(h, fixed.placement), c, po);
+      r["seconds"] = secs + repair_s;
+      methods[method + "+repair"] = r;
+    }
+    if (!methods.contains("builtin")) continue;
+    const nlohmann::json& ours = methods["builtin"];
+    std::string best_name;
+    double best_obj = 0;
+    for (const auto& [m, s] : methods.items()) {
+      if (m == "builtin" || m.rfind("mtkahypar", 0) != 0 || s["violations"].get<size_t>() > 0) continue;
+      if (best_name.empty() || s["objective"].get<double>() < best_obj) {
+        best_name = m;
+        best_obj = s["objective"];
+      }
+    }
+    const double ours_obj = ours["objective"];
+    const double ratio = best_name.empty() ? 0.0 : ours_obj / std::max(best_obj, 1.0);
+    if (!best_name.empty()) {
+      ours_over_best.push_back(ratio);
+      above_13 += ratio > 1.3 ? 1 : 0;
+    }
+    for (const auto& [m, s] : methods.items())
+      if (m != "builtin" && s["violations"].get<size_t>() == 0)
+        ratios[m].push_back(ours_obj / std::max(1.0, s["objective"].get<double>()));
+    const double def_s = methods.contains("mtkahypar_default_fixed")
+                             ? methods["mtkahypar_default_fixed"]["seconds"].get<double>()
+                             : 0.0;
+    const double ours_s = meta["builtin_ms_median"].get<double>() / 1e3;
+    if (def_s > 0) time_ratio.push_back(ours_s / def_s);
+    double static_inter = 1e300, static_obj = 1e300;
+    for (const auto& [k, s] : meta["static"].items()) {
+      static_inter = std::min(static_inter, s["inter_bytes"].get<double>());
+      static_obj = std::min(static_obj, s["objective"].get<double>());
+    }
+    if (ours["inter_bytes"].get<double>() > static_inter || ours_obj > static_obj) ++behind_static;
+    ours_violations += ours["violations"].get<size_t>() > 0 ? 1 : 0;
+    std::string listing;
+    for (const auto& [m, s] : methods.items()) {
+      if (m == "builtin") continue;
+      listing += fmt::format("{} {:.3g} / {} / {:.2f}; ", m, s["objective"].get<double>(),
+                             s["violations"].get<size_t>(), s["seconds"].get<double>());
+    }
+    table += fmt::format(
+        "| {} | {} | {:.4g} | {:.1f} | {} | {:.4g} | **{:.3f}** | {:.2f} | {:.3f} | {:.3f} | {:.3f} | {} |\n",
+        name, meta["num_tiles"].get<int>(), ours_obj, ours_s * 1e3,
+        best_name.empty() ? "none" : best_name, best_obj, ratio, def_s, def_s > 0 ? ours_s / def_s : 0.0,
+        ours["inter_bytes"].get<double>() / 1e9, static_inter / 1e9, listing);
+    row["methods"] = methods;
+    row["ours_over_best_feasible_mtkahypar"] = ratio;
+    row["best_feasible_mtkahypar"] = best_name;
+    rows.push_back(row);
+  }
+  std::string summary = fmt::format(
+      "instances: {}; geometric mean ours / best feasible Mt-KaHyPar: {:.3f} (target <= 1.05); "
+      "max {:.3f}; above 1.3: {} (target 0); ours time / Mt-KaHyPar default time: geometric mean "
+      "{:.4f}, max {:.4f} (target <= 0.1); instances where ours is behind the best static layout "
+      "(inter bytes or objective): {} (target 0); instances where ours violates a bound: {}\n",
+      rows.size(), geomean(ours_over_best),
+      ours_over_best.empty() ? 0.0 : *std::max_element(ours_over_best.begin(), ours_over_best.end()),
+      above_13, geomean(time_ratio),
+      time_ratio.empty() ? 0.0 : *std::max_element(time_ratio.begin(), time_ratio.end()), behind_static,
+      ours_violations);
+  std::string per_method = "\n| method | instances feasible | geometric mean ours / method |\n|---|---|---|\n";
+  for (const auto& [m, v] : ratios)
+    per_method += fmt::format("| {} | {} | {:.3f} |\n", m, v.size(), geomean(v));
+  fmt::print("{}\n{}{}", table, summary, per_method);
+  if (!md_path.empty()) std::ofstream(md_path) << table << "\n" << summary << per_method;
+  if (!json_path.empty())
+    std::ofstream(json_path) << nlohmann::json{{"rows", rows}, {"summary", summary}}.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fprintf(stderr,
+                 "usage: %s export DIR [--profiles P,..] [--masks M,..] [--nodes N,..] [--seeds S,..] "
+                 "[--repeat R]\n       %s report DIR [--md PATH] [--json PATH]\n",
+                 argv[0], argv[0]);
+    return 2;
+  }
+  const std::string cmd = argv[1];
+  const fs::path dir = argv[2];
+  std::map<std::string, std::string> opt{{"--profiles", "ldc,longalign"},
+                                         {"--masks", "causal,lambda,shared_question"},
+                                         {"--nodes", "2,4,8,16"},
+                                         {"--seeds", "1"},
+                                         {"--repeat", "3"},
+                                         {"--md", ""},
+                                         {"--json", ""}};
+  for (int i = 3; i + 1 < argc; i += 2) {
+    if (!opt.contains(argv[i])) {
+      std::fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+    opt[argv[i]] = argv[i + 1];
+  }
+  try {
+    if (cmd == "export") {
+      std::vector<Instance> instances;
+      for (const std::string& n : split(opt["--nodes"]))
+        for (const std::string& p : split(opt["--profiles"]))
+          for (const std::string& m : split(opt["--masks"]))
+            for (const std::string& s : split(opt["--seeds"]))
+              instances.push_back({p, m, std::stoi(n), std::stoull(s)});
+      return cmd_export(dir, instances, std::max(1, std::stoi(opt["--repeat"])));
+    }
+    if (cmd == "report") return cmd_report(dir, opt["--md"], opt["--json"]);
+  } catch (const dcp::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "unknown command %s\n", cmd.c_str());
+  return 2;
+}
