@@ -118,6 +118,29 @@ PartitionerKind parse_partitioner(const std::string& name);   // throws InvalidI
 // Backends compiled into this build (Zoltan is optional).
 std::vector<PartitionerKind> available_partitioners();
 
+// The built-in backend's multilevel scheme (src/placement/coarsen.cpp, multilevel.cpp): every
+// start is refined by a V-cycle (coarsened inside its parts, FM on every level back up), and a
+// multilevel start (coarsened freely, partitioned on the coarsest level, FM on the way up) joins
+// the structured ones. Measured on the 24 comparison instances (bench/results/
+// placement_vs_kahypar.md): the V-cycle alone took the built-in from 1.26x Mt-KaHyPar's best
+// feasible objective to 0.99x (geometric mean).
+struct MultilevelOptions {
+  bool enabled = true;
+  // Coarsening stops at this many vertices per part (Mt-KaHyPar uses 160; the tiles of a
+  // sequence form chains that coarsen well, and 40 keeps the coarsest levels small).
+  int vertices_per_part = 40;
+  // A cluster holds at most this share of the smallest part's compute cap, and of its owned
+  // memory cap (one vertex always fits): clusters stay small enough for the balance bounds.
+  double cluster_compute_share = 1.0 / 12;
+  double cluster_memory_share = 0.25;
+  // Coarsening stops when a pass removes fewer than this share of the vertices.
+  double min_shrink = 0.05;
+  // Nets with more pins are skipped when rating neighbours (their heavy-edge score,
+  // weight / (pins - 1), is small for every pair, and rating them costs pins^2).
+  int max_rated_net_pins = 512;
+  int max_levels = 24;
+};
+
 struct PlacementOptions {
   PartitionerKind partitioner = PartitionerKind::Builtin;
   double eps_compute = 0.1;       // per-device compute tolerance
@@ -135,10 +158,29 @@ struct PlacementOptions {
   // (1: the structured placement; 2: + zigzag rows; 3: + head-group-major). Each start costs
   // about one more device level; 3 was measured ~10 % fewer bytes than 2 on long causal
   // sequences but over the 200 ms planning target on the micro setting.
-  // 0 = auto: 3 starts up to 16 devices (measured on dryrun 8x2: ldc sparse 0.372 -> 0.362 of the
-  // best static baseline for ~1 ms more), 2 above (micro 4x8 needs the time).
+  // 0 = auto: 1 when the multilevel scheme is on (every start is then V-cycled and the
+  // multilevel start joins them: on the comparison instances 1 start gave a lower geometric-mean
+  // objective than 3, for less time); without it, 3 starts up to 16 devices (measured on dryrun
+  // 8x2: ldc sparse 0.372 -> 0.362 of the best static baseline for ~1 ms more), 2 above.
   int initial_starts = 0;
   TileCost tile_cost;  // what compute balance weighs (default: FLOPs)
+  MultilevelOptions multilevel;  // built-in backend
+  // Node-level partitions whose node objective is within this factor of the best one are all
+  // carried through the device level and the repairs, and the lowest final objective wins. The
+  // node objective prices a remote net once per node, the device level once per device reading
+  // it; on the comparison instances the node objective ranked the structured and the multilevel
+  // node partitions like the final objective in 20 of 24 cases, and each miss was within 13 %.
+  double node_candidate_margin = 0.15;
+  // After the repairs: FM over all devices at once on the exact objective (intra-node bytes +
+  // inter_weight x inter-node bytes) under every bound, full memory included; kept only when it
+  // adds no violation. Measured: 3-4 % lower objective (geometric mean) for ~15 % more time.
+  bool global_refinement = true;
+  // Full-memory repair (enforce_full_memory): rounds, and the target each round aims at, as a
+  // share of eps_memory above the mean. Aiming under the bound leaves room for the mean to drop
+  // as tiles move back to their data; a later round aims lower still.
+  int full_memory_rounds = 3;
+  double full_memory_target_first = 0.9;
+  double full_memory_target_later = 0.8;
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, compute factor < 0, passes
   // < 0, starts outside [0, 3], a tile cost that is not positive and finite).
   void validate() const;

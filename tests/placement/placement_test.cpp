@@ -569,8 +569,8 @@ TEST(Placement, PortfolioNeverWorseThanOneStart) {
       const Level level = whole_level_with_caps(random_batch(++seed, 5000, 4, 2, mask), k, 1.1, 1.2);
       const placement::SubHypergraph& s = level.s;
       const placement::PartCaps& caps = level.caps;
-      const auto one = placement::make_builtin_partitioner(1)->partition(s, caps, 1, 12);
-      const auto three = placement::make_builtin_partitioner(3)->partition(s, caps, 1, 12);
+      const auto one = placement::make_builtin_partitioner(1, MultilevelOptions{})->partition(s, caps, 1, 12);
+      const auto three = placement::make_builtin_partitioner(3, MultilevelOptions{})->partition(s, caps, 1, 12);
       const bool one_ok = within_caps(part_loads(s, one, k), caps);
       const bool three_ok = within_caps(part_loads(s, three, k), caps);
       EXPECT_TRUE(three_ok || !one_ok);
@@ -630,7 +630,7 @@ TEST(Placement, SharedBandsCandidateOnOneLongSequence) {
     std::vector<int32_t> alone = best;
     const bool alone_ok = placement::repair_balance(s, caps, alone);
     placement::refine_fm(s, caps, 1, 12, alone);
-    const auto port = placement::make_builtin_partitioner(2)->partition(s, caps, 1, 12);
+    const auto port = placement::make_builtin_partitioner(2, MultilevelOptions{})->partition(s, caps, 1, 12);
     const bool ok = within_caps(part_loads(s, port, k), caps, 1e-12);
     EXPECT_TRUE(ok || !alone_ok) << "k=" << k;
     if (ok && alone_ok) {
