@@ -27,7 +27,6 @@
 #include <cmath>
 #include <ctime>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -107,8 +106,7 @@ nlohmann::json score(const dcp::PlacementHypergraph& h, const std::vector<int32_
 
 int cmd_export(const fs::path& dir, const std::vector<Instance>& instances, int repeat) {
   fs::create_directories(dir);
-  dcp::PlacementOptions po;
-  if (const char* x = std::getenv("DCP_STARTS")) po.initial_starts = std::atoi(x);
+  const dcp::PlacementOptions po;
   for (const Instance& in : instances) {
     const dcp::Cluster c = cluster_of(in);
     const dcp::Batch batch = batch_of(in);
@@ -178,8 +176,9 @@ int cmd_export(const fs::path& dir, const std::vector<Instance>& instances, int 
                            {"builtin_cpu_ms_min", cpu_ms.front()},
                            {"static", statics}};
     std::ofstream(dir / (name + ".json")) << meta.dump(2) << "\n";
-    fmt::print("{:<40} {:>7} tiles {:>5} blocks  builtin {:8.2f} ms  violations {}\n", name,
-               h.num_tiles, h.num_token_blocks, ms[ms.size() / 2], d.report.violations.size());
+    fmt::print("{:<40} {:>7} tiles {:>5} blocks  builtin {:8.2f} ms  violations {}{}\n", name,
+               h.num_tiles, h.num_token_blocks, ms[ms.size() / 2], d.report.violations.size(),
+               d.report.violations.empty() ? "" : " (" + d.report.violations.front() + ")");
     std::fflush(stdout);
   }
   return 0;

@@ -1,5 +1,8 @@
 // The built-in backend: a portfolio of starts for one level, each refined, the best kept.
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 #include "placement/multilevel.h"
 #include "placement/kway.h"
@@ -19,11 +22,12 @@ bool splits_by_group(const SubHypergraph& s, int k) {
 struct Result {
   std::vector<int32_t> part;
   double objective = 0;
-  bool feasible = false;
-  // Feasible first, then the lower objective; ties keep the earlier result.
+  CapExcess excess;  // over the capacities: none when every one holds
+  // The smaller excess over the capacities first, then the lower objective; ties keep the
+  // earlier result.
   bool better_than(const Result& o) const {
     if (o.part.empty()) return true;
-    if (feasible != o.feasible) return feasible;
+    if (!excess.same(o.excess)) return excess.less(o.excess);
     return objective < o.objective * (1 - 1e-12);
   }
 };
@@ -34,8 +38,8 @@ class BuiltinPartitioner final : public Partitioner {
       : starts_(std::clamp(starts, 1, 3)), ml_(ml) {}
 
   std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
-                                 int refine_passes) const override {
-    std::vector<std::vector<int32_t>> c = candidates(s, caps, seed, refine_passes);
+                                 const RefineOptions& refine) const override {
+    std::vector<std::vector<int32_t>> c = candidates(s, caps, seed, refine);
     return std::move(c.front());
   }
 
@@ -56,7 +60,7 @@ class BuiltinPartitioner final : public Partitioner {
   // ignores the geometry and finds different optima, better on masks whose structured cuts are
   // not the cheapest (lambda windows, shared-question answers).
   std::vector<std::vector<int32_t>> candidates(const SubHypergraph& s, const PartCaps& caps,
-                                               uint64_t seed, int refine_passes) const override {
+                                               uint64_t seed, const RefineOptions& refine) const override {
     if (caps.k() <= 1) return {structured_initial(s, caps)};
     const int k = caps.k();
     const bool upper = s.sub_parts > 1;
@@ -74,18 +78,20 @@ class BuiltinPartitioner final : public Partitioner {
       // SharedBands equals Best when no sequence is cut over 5 or more parts: skip the rerun.
       if (i == 0) first_initial = r.part;
       else if (upper && r.part == first_initial) continue;
-      r.feasible = repair_balance(s, caps, r.part);
-      if (ml_.enabled) refine_multilevel(s, caps, ml_, seed, refine_passes, r.part);
-      else refine_fm(s, caps, seed, refine_passes, r.part);
+      repair_balance(s, caps, r.part);
+      if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part);
+      else refine_fm(s, caps, refine, seed, r.part);
       r.objective = sub_objective(s, r.part, k);
+      r.excess = cap_excess(s, caps, r.part);
       if (r.better_than(structured)) structured = std::move(r);
     }
     if (!ml_.enabled) return {std::move(structured.part)};
     Result multilevel;
-    multilevel.part = partition_multilevel(s, caps, ml_, seed, refine_passes);
-    multilevel.feasible = repair_balance(s, caps, multilevel.part);
-    refine_fm(s, caps, seed, refine_passes, multilevel.part);
+    multilevel.part = partition_multilevel(s, caps, ml_, refine, seed);
+    repair_balance(s, caps, multilevel.part);
+    refine_fm(s, caps, refine, seed, multilevel.part);
     multilevel.objective = sub_objective(s, multilevel.part, k);
+    multilevel.excess = cap_excess(s, caps, multilevel.part);
     if (multilevel.better_than(structured)) return {std::move(multilevel.part), std::move(structured.part)};
     return {std::move(structured.part), std::move(multilevel.part)};
   }

@@ -34,9 +34,17 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
     for (int64_t i = s.vertex_begin[u]; i < s.vertex_begin[u + 1]; ++i) {
       const int32_t e = s.vertex_nets[i];
       const int64_t pins = s.net_begin[e + 1] - s.net_begin[e];
-      if (pins < 2 || pins > opts.max_rated_net_pins) continue;
+      if (pins < 2) continue;
       const double r = s.net_weight[e] / static_cast<double>(pins - 1);
-      for (int64_t j = s.net_begin[e]; j < s.net_begin[e + 1]; ++j) {
+      // A large net is rated only against the pins near u in its pin order (table order: the
+      // neighbours of a tile in its row or column), which bounds the work per vertex.
+      int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
+      if (pins > opts.max_rated_net_pins) {
+        const int64_t half = opts.max_rated_net_pins / 2;
+        lo = std::max(lo, s.vertex_pin[i] - half);
+        hi = std::min(hi, s.vertex_pin[i] + half + 1);
+      }
+      for (int64_t j = lo; j < hi; ++j) {
         const int32_t v = s.pins[j];
         if (v == u || (part != nullptr && (*part)[v] != (*part)[u])) continue;
         const int32_t c = rep[v];

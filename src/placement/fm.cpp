@@ -54,11 +54,17 @@ class Fm {
 
   // One pass; returns the objective decrease it kept (>= 0).
   double pass(uint64_t seed, int max_idle) {
-    std::priority_queue<Entry> heap;
     const int32_t n = s_.num_vertices();
     std::fill(locked_.begin(), locked_.end(), 0);
-    for (int32_t v = 0; v < n; ++v)
-      if (on_boundary(v)) push(heap, v, seed);
+    // Every boundary vertex with its best move, heapified at once (linear time).
+    std::vector<Entry> initial;
+    for (int32_t v = 0; v < n; ++v) {
+      if (!on_boundary(v)) continue;
+      int32_t target;
+      const double g = best_move(v, target);
+      if (target >= 0) initial.push_back(entry(g, v, target, seed));
+    }
+    std::priority_queue<Entry> heap(std::less<Entry>(), std::move(initial));
     std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, from)
     double cum = 0, best = 0;
     size_t best_len = 0;
@@ -198,8 +204,12 @@ class Fm {
     int32_t target;
     const double g = best_move(v, target);
     if (target < 0) return;
+    heap.push(entry(g, v, target, seed));
+  }
+
+  Entry entry(double g, int32_t v, int32_t target, uint64_t seed) const {
     uint64_t st = seed ^ (static_cast<uint64_t>(v) * 0x9e3779b97f4a7c15ULL);
-    heap.push({g, splitmix64(st), v, target, version_[v]});
+    return {g, splitmix64(st), v, target, version_[v]};
   }
 
   void move_counts(int32_t v, int32_t from, int32_t to) {
@@ -264,14 +274,19 @@ class Fm {
 
 }  // namespace
 
-void refine_fm(const SubHypergraph& s, const PartCaps& caps, uint64_t seed, int passes,
+void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
                std::vector<int32_t>& part) {
   if (caps.k() <= 1 || s.num_vertices() == 0) return;
   Fm fm(s, caps, part);
-  const int max_idle = std::max(50, std::min(1000, s.num_vertices() / 8));
-  for (int p = 0; p < passes; ++p) {
+  const int max_idle = std::clamp(
+      static_cast<int>(opts.idle_moves_share * s.num_vertices()), opts.idle_moves_min,
+      opts.idle_moves_max);
+  double objective = opts.min_pass_gain > 0 ? sub_objective(s, part, caps.k()) : 0.0;
+  for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);
-    if (fm.pass(splitmix64(st), max_idle) <= 0) break;
+    const double gain = fm.pass(splitmix64(st), max_idle);
+    if (gain <= 0 || gain < opts.min_pass_gain * objective) break;
+    objective -= gain;
   }
 }
 

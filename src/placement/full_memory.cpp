@@ -14,9 +14,9 @@ namespace {
 void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions& opts,
             std::vector<int32_t>& part) {
   if (opts.multilevel.enabled)
-    refine_multilevel(s, caps, opts.multilevel, opts.seed, opts.refine_passes, part);
+    refine_multilevel(s, caps, opts.multilevel, opts.refine, opts.seed, part);
   else
-    refine_fm(s, caps, opts.seed, opts.refine_passes, part);
+    refine_fm(s, caps, opts.refine, opts.seed, part);
 }
 
 double mean_of(const std::vector<int64_t>& v) {
@@ -63,13 +63,14 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         const SubHypergraph s = make_sub(table, h, node, n, w_inter);
         std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
-        const bool ok = repair_balance(s, caps, dev);
+        repair_balance(s, caps, dev);
         if (backend != nullptr) {
           refine(s, caps, opts, dev);
-          std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine_passes);
-          const bool fresh_ok = repair_balance(s, caps, fresh);
-          if ((fresh_ok && !ok) || (fresh_ok == ok && sub_objective(s, fresh, dpn) <
-                                                          sub_objective(s, dev, dpn)))
+          std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine);
+          repair_balance(s, caps, fresh);
+          const CapExcess x_dev = cap_excess(s, caps, dev), x_fresh = cap_excess(s, caps, fresh);
+          if (x_fresh.less(x_dev) ||
+              (x_fresh.same(x_dev) && sub_objective(s, fresh, dpn) < sub_objective(s, dev, dpn)))
             dev = std::move(fresh);
         }
         for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
@@ -90,7 +91,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back.
-        if (backend != nullptr) refine_fm(all, caps, opts.seed, opts.refine_passes, parts);
+        if (backend != nullptr) refine_fm(all, caps, opts.refine, opts.seed, parts);
       }
     }
   }

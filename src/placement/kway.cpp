@@ -14,9 +14,13 @@ void SubHypergraph::finish_incidence() {
   for (int32_t v : pins) ++vertex_begin[static_cast<size_t>(v) + 1];
   for (int32_t v = 0; v < n; ++v) vertex_begin[v + 1] += vertex_begin[v];
   vertex_nets.resize(pins.size());
+  vertex_pin.resize(pins.size());
   std::vector<int64_t> fill(vertex_begin.begin(), vertex_begin.end() - 1);
   for (int32_t e = 0; e < num_nets(); ++e)
-    for (int64_t i = net_begin[e]; i < net_begin[e + 1]; ++i) vertex_nets[fill[pins[i]]++] = e;
+    for (int64_t i = net_begin[e]; i < net_begin[e + 1]; ++i) {
+      vertex_pin[fill[pins[i]]] = i;
+      vertex_nets[fill[pins[i]]++] = e;
+    }
 }
 
 std::vector<double> full_loads(const SubHypergraph& s, const std::vector<int32_t>& count, int k,
@@ -122,6 +126,27 @@ double move_gain(const SubHypergraph& s, const int32_t* count, int k,
     }
   }
   return g;
+}
+
+CapExcess cap_excess(const SubHypergraph& s, const PartCaps& caps, const std::vector<int32_t>& part) {
+  const int k = caps.k();
+  std::vector<double> c(static_cast<size_t>(k), 0.0), m(static_cast<size_t>(k), 0.0);
+  for (int32_t v = 0; v < s.num_vertices(); ++v) {
+    c[part[v]] += s.compute[v];
+    m[part[v]] += s.memory[v];
+  }
+  auto over = [](double load, double cap) { return cap > 0 ? std::max(0.0, load - cap) / cap : 0.0; };
+  CapExcess x;
+  for (int p = 0; p < k; ++p) x.hard += over(c[p], caps.compute[p]) + over(m[p], caps.memory[p]);
+  if (caps.has_full()) {
+    std::vector<int32_t> count(static_cast<size_t>(s.num_nets()) * k, 0);
+    for (int32_t e = 0; e < s.num_nets(); ++e)
+      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
+        ++count[static_cast<size_t>(e) * k + part[s.pins[i]]];
+    const std::vector<double> f = full_loads(s, count, k, part);
+    for (int p = 0; p < k; ++p) x.full += over(f[p], caps.full_memory[p]);
+  }
+  return x;
 }
 
 double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k) {

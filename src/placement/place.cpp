@@ -183,7 +183,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     placement::PartCaps hard;
     hard.compute.assign(num_nodes, (1 + opts.eps_compute) * total_c / num_nodes);
     hard.memory.assign(num_nodes, (1 + opts.eps_memory) * total_m / num_nodes);
-    std::vector<std::vector<int32_t>> cands = backend->candidates(s, caps, opts.seed, opts.refine_passes);
+    std::vector<std::vector<int32_t>> cands = backend->candidates(s, caps, opts.seed, opts.refine);
     std::vector<double> objective;
     for (std::vector<int32_t>& c : cands) {
       check_parts(c, s.num_vertices(), num_nodes, name);
@@ -216,7 +216,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
       for (int n = 0; n < num_nodes; ++n) {
         const placement::SubHypergraph s = placement::make_sub(table, h, node, n, w_inter);
         if (s.num_vertices() == 0) continue;
-        std::vector<int32_t> dev = backend->partition(s, caps, opts.seed, opts.refine_passes);
+        std::vector<int32_t> dev = backend->partition(s, caps, opts.seed, opts.refine);
         check_parts(dev, s.num_vertices(), dpn, name);
         placement::repair_balance(s, caps, dev);
         for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];

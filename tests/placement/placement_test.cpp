@@ -220,7 +220,7 @@ TEST(Placement, FmNeverWorsensAndKeepsCaps) {
         for (int32_t p : part) ASSERT_TRUE(p >= 0 && p < k);
         const bool fits = placement::repair_balance(s, caps, part);
         const double before = placement::sub_objective(s, part, k);
-        placement::refine_fm(s, caps, seed, 8, part);
+        placement::refine_fm(s, caps, RefineOptions{.passes = 8}, seed, part);
         const double after = placement::sub_objective(s, part, k);
         EXPECT_LE(after, before * (1 + 1e-12)) << "k=" << k << " start=" << start;
         if (fits) {
@@ -569,8 +569,8 @@ TEST(Placement, PortfolioNeverWorseThanOneStart) {
       const Level level = whole_level_with_caps(random_batch(++seed, 5000, 4, 2, mask), k, 1.1, 1.2);
       const placement::SubHypergraph& s = level.s;
       const placement::PartCaps& caps = level.caps;
-      const auto one = placement::make_builtin_partitioner(1, MultilevelOptions{})->partition(s, caps, 1, 12);
-      const auto three = placement::make_builtin_partitioner(3, MultilevelOptions{})->partition(s, caps, 1, 12);
+      const auto one = placement::make_builtin_partitioner(1, MultilevelOptions{})->partition(s, caps, 1, RefineOptions{});
+      const auto three = placement::make_builtin_partitioner(3, MultilevelOptions{})->partition(s, caps, 1, RefineOptions{});
       const bool one_ok = within_caps(part_loads(s, one, k), caps);
       const bool three_ok = within_caps(part_loads(s, three, k), caps);
       EXPECT_TRUE(three_ok || !one_ok);
@@ -629,8 +629,8 @@ TEST(Placement, SharedBandsCandidateOnOneLongSequence) {
     // Best alone, repaired and refined, against the portfolio the built-in runs at this level.
     std::vector<int32_t> alone = best;
     const bool alone_ok = placement::repair_balance(s, caps, alone);
-    placement::refine_fm(s, caps, 1, 12, alone);
-    const auto port = placement::make_builtin_partitioner(2, MultilevelOptions{})->partition(s, caps, 1, 12);
+    placement::refine_fm(s, caps, RefineOptions{}, 1, alone);
+    const auto port = placement::make_builtin_partitioner(2, MultilevelOptions{})->partition(s, caps, 1, RefineOptions{});
     const bool ok = within_caps(part_loads(s, port, k), caps, 1e-12);
     EXPECT_TRUE(ok || !alone_ok) << "k=" << k;
     if (ok && alone_ok) {
