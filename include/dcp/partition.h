@@ -28,7 +28,7 @@
 //   mean, so a node at (1 + eps) x its share would need a perfect split of its devices; a node
 //   held to eps/2 leaves every device eps/2 of slack for tile and token-block granularity,
 //   while still letting the node level (where bytes are expensive) trade balance for bytes.
-//   Measured on the issue-3 instances (bench/results/placement.md): 1/2 moves 5-15% fewer
+//   Measured on bench_placement's instances (bench/results/placement.md): 1/2 moves 5-15% fewer
 //   inter-node bytes than 1/4; 1 is no better on average and worse on longalign. (The paper's
 //   "x4 between nodes" loosens the node level instead; with a global per-device bound that
 //   cannot hold.) When a node's share still cannot be split (token blocks are coarse: a few
@@ -165,20 +165,21 @@ struct PlacementOptions {
   double node_eps_factor = 0.5;   // node-level target tolerance = eps x factor
   // Node-level compute target = eps_compute x this factor; 0 = auto: 0.75 with at most 2
   // devices per node (the device level then splits a node's tiles by head group, exactly in
-  // halves, so it needs less slack; measured on dryrun: ldc causal 0.613 -> 0.570 of the best
-  // static baseline), else node_eps_factor (8 devices per node need the slack: 0.75 was
-  // measured worse on micro longalign).
+  // halves, so it needs less slack; measured at 65536 tokens on 8 x 2: ldc causal 0.613 ->
+  // 0.570 of the best static layout's inter-node bytes), else node_eps_factor (8 devices per
+  // node need the slack: 0.75 was measured worse on longalign at 131072 tokens on 4 x 8).
   double node_compute_eps_factor = 0;
   uint64_t seed = 1;
   RefineOptions refine;           // FM (built-in backend and the repairs)
   // Built-in: initial placements tried at the device level, each refined, the best kept
   // (1: the structured placement; 2: + zigzag rows; 3: + head-group-major). Each start costs
-  // about one more device level; 3 was measured ~10 % fewer bytes than 2 on long causal
-  // sequences but over the 200 ms planning target on the micro setting.
+  // about one more device level.
   // 0 = auto: 1 when the multilevel scheme is on (every start is then V-cycled and the
   // multilevel start joins them: on the comparison instances 1 start gave a lower geometric-mean
-  // objective than 3, for less time); without it, 3 starts up to 16 devices (measured on dryrun
-  // 8x2: ldc sparse 0.372 -> 0.362 of the best static baseline for ~1 ms more), 2 above.
+  // objective than 3, for less time); without it, 3 starts up to 16 devices (measured at 65536
+  // tokens on 8 x 2: ldc sparse 0.372 -> 0.362 of the best static layout's inter-node bytes for
+  // ~1 ms more), 2 above (3 was ~10 % fewer bytes than 2 on long causal sequences but over the
+  // 200 ms planning budget at 131072 tokens on 4 x 8).
   int initial_starts = 0;
   TileCost tile_cost;  // what compute balance weighs (default: FLOPs)
   MultilevelOptions multilevel;  // built-in backend
@@ -255,9 +256,12 @@ std::vector<std::string> check_balance(const PlacementHypergraph& h,
 // our net order: "weight pin pin ..." with 1-based vertex ids in our vertex order (tiles, then
 // token blocks) and weight = net bytes (x inter_weight is NOT applied: hMETIS has one level);
 // then one line per vertex with its weight: compute FLOPs / flops_unit for `HgrWeight::Compute`
-// or memory bytes / bytes_unit for `HgrWeight::Memory` (rounded, at least 1; hMETIS takes one
-// vertex weight, so the other constraint is not expressed). Net weights are in units of
-// `bytes_unit` bytes (rounded, at least 1).
+// or memory bytes / bytes_unit for `HgrWeight::Memory` (rounded, at least 1). hMETIS takes one
+// vertex weight: the other constraint travels beside it, in the vertex-weight file
+// (write_vertex_weights: both weights, exact) and, for partitioners that take fixed vertices,
+// the fixed-vertex file (write_fixed_homes: token blocks fixed to memory-balanced homes). `dcp
+// plan --export-hgr PATH` writes PATH and PATH.weights. Net weights are in units of `bytes_unit`
+// bytes (rounded, at least 1).
 // Partition file: one line per vertex, its part id (device), 0-based.
 enum class HgrWeight { Compute, Memory };
 struct HgrOptions {
