@@ -5,7 +5,7 @@
 // method is judged by one piece of code.
 //
 //   compare_partitioners export DIR [--profiles ldc,longalign] [--masks causal,...]
-//                        [--nodes 2,4,8,16] [--seeds 1] [--repeat 3]
+//                        [--nodes 2,4,8,16] [--seeds 1] [--repeat 3] [--set name=value,...]
 //     Per instance NAME (profile_mask_NxD_sSEED), writes into DIR:
 //       NAME.hgr      hMETIS hypergraph (write_hgr): net weight = bytes / 1 KiB, vertex weight =
 //                     compute FLOPs / 1e6
@@ -104,9 +104,37 @@ nlohmann::json score(const dcp::PlacementHypergraph& h, const std::vector<int32_
           {"first_violation", v.empty() ? "" : v.front()}};
 }
 
-int cmd_export(const fs::path& dir, const std::vector<Instance>& instances, int repeat) {
+// `--set name=value,...`: placement options by name, to measure a tuning constant.
+dcp::PlacementOptions options_from(const std::string& set) {
+  dcp::PlacementOptions po;
+  for (const std::string& kv : split(set)) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos) dcp::raise(dcp::ErrorKind::InvalidInput, "--set: expected name=value, got " + kv);
+    const std::string k = kv.substr(0, eq);
+    const double v = std::stod(kv.substr(eq + 1));
+    if (k == "initial_starts") po.initial_starts = static_cast<int>(v);
+    else if (k == "node_candidate_margin") po.node_candidate_margin = v;
+    else if (k == "global_refinement") po.global_refinement = v != 0;
+    else if (k == "full_memory_rounds") po.full_memory_rounds = static_cast<int>(v);
+    else if (k == "full_memory_target_first") po.full_memory_target_first = v;
+    else if (k == "full_memory_target_later") po.full_memory_target_later = v;
+    else if (k == "multilevel.enabled") po.multilevel.enabled = v != 0;
+    else if (k == "multilevel.vertices_per_part") po.multilevel.vertices_per_part = static_cast<int>(v);
+    else if (k == "multilevel.cluster_compute_share") po.multilevel.cluster_compute_share = v;
+    else if (k == "multilevel.cluster_memory_share") po.multilevel.cluster_memory_share = v;
+    else if (k == "refine.passes") po.refine.passes = static_cast<int>(v);
+    else if (k == "refine.min_pass_gain") po.refine.min_pass_gain = v;
+    else if (k == "refine.idle_moves_share") po.refine.idle_moves_share = v;
+    else if (k == "refine.idle_moves_max") po.refine.idle_moves_max = static_cast<int>(v);
+    else dcp::raise(dcp::ErrorKind::InvalidInput, "--set: unknown option " + k);
+  }
+  po.validate();
+  return po;
+}
+
+int cmd_export(const fs::path& dir, const std::vector<Instance>& instances, int repeat,
+               const dcp::PlacementOptions& po) {
   fs::create_directories(dir);
-  const dcp::PlacementOptions po;
   for (const Instance& in : instances) {
     const dcp::Cluster c = cluster_of(in);
     const dcp::Batch batch = batch_of(in);
@@ -313,7 +341,7 @@ int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
                  "usage: %s export DIR [--profiles P,..] [--masks M,..] [--nodes N,..] [--seeds S,..] "
-                 "[--repeat R]\n       %s report DIR [--md PATH] [--json PATH]\n",
+                 "[--repeat R] [--set name=value,...]\n       %s report DIR [--md PATH] [--json PATH]\n",
                  argv[0], argv[0]);
     return 2;
   }
@@ -324,6 +352,7 @@ int main(int argc, char** argv) {
                                          {"--nodes", "2,4,8,16"},
                                          {"--seeds", "1"},
                                          {"--repeat", "3"},
+                                         {"--set", ""},
                                          {"--md", ""},
                                          {"--json", ""}};
   for (int i = 3; i + 1 < argc; i += 2) {
@@ -341,7 +370,7 @@ int main(int argc, char** argv) {
           for (const std::string& m : split(opt["--masks"]))
             for (const std::string& s : split(opt["--seeds"]))
               instances.push_back({p, m, std::stoi(n), std::stoull(s)});
-      return cmd_export(dir, instances, std::max(1, std::stoi(opt["--repeat"])));
+      return cmd_export(dir, instances, std::max(1, std::stoi(opt["--repeat"])), options_from(opt["--set"]));
     }
     if (cmd == "report") return cmd_report(dir, opt["--md"], opt["--json"]);
   } catch (const dcp::Error& e) {

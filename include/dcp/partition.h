@@ -121,16 +121,21 @@ std::vector<PartitionerKind> available_partitioners();
 // The built-in backend's multilevel scheme (src/placement/coarsen.cpp, multilevel.cpp): every
 // start is refined by a V-cycle (coarsened inside its parts, FM on every level back up), and a
 // multilevel start (coarsened freely, partitioned on the coarsest level, FM on the way up) joins
-// the structured ones. Measured on the 24 comparison instances (bench/results/
-// placement_vs_kahypar.md): the V-cycle alone took the built-in from 1.26x Mt-KaHyPar's best
-// feasible objective to 0.99x (geometric mean).
+// the structured ones. Measurements below: `bench/compare_partitioners export DIR --set ...`
+// on its 24 instances, objective = geometric mean of the built-in's over the best feasible
+// hierarchical Mt-KaHyPar result (bench/results/placement_vs_kahypar.md), time = the built-in's
+// planning time summed over the instances (one core). Without the scheme: 1.21 and 0.62 s;
+// with these defaults: 0.85 and 1.36 s.
 struct MultilevelOptions {
   bool enabled = true;
-  // Coarsening stops at this many vertices per part (Mt-KaHyPar uses 160; the tiles of a
-  // sequence form chains that coarsen well, and 40 keeps the coarsest levels small).
+  // Coarsening stops at this many vertices per part: 20 gave 0.87 (1.52 s), 40 0.85 (1.36 s),
+  // 160 (Mt-KaHyPar's default) 1.00 (1.26 s): the tiles of a sequence form chains that coarsen
+  // into few, well-shaped clusters.
   int vertices_per_part = 40;
   // A cluster holds at most this share of the smallest part's compute cap, and of its owned
-  // memory cap (one vertex always fits): clusters stay small enough for the balance bounds.
+  // memory cap (one vertex always fits), so that moving it keeps the bounds reachable. Compute
+  // 1/24: 0.87 (1.52 s); 1/12: 0.85; 1/8: 0.86 (worst instance 1.22 against 1.13); 0.2: 0.85
+  // but worst 1.29. Memory 1/8 to 1/2: within 0.3 %.
   double cluster_compute_share = 1.0 / 12;
   double cluster_memory_share = 0.25;
   // Coarsening stops when a pass removes fewer than this share of the vertices.
@@ -146,13 +151,13 @@ struct MultilevelOptions {
 // vertices best gain first, negative gains allowed, and keeps the best prefix.
 struct RefineOptions {
   int passes = 12;  // at most, per call
-  // Refinement stops after a pass that wins less than this share of the objective. Measured on
-  // the comparison instances: 0 (stop only when a pass wins nothing) took 3.5 s of planning over
-  // the 24 instances, 0.02 took 1.75 s, for a geometric-mean objective 4 % higher.
+  // Refinement stops after a pass that wins less than this share of the objective. Measured (as
+  // MultilevelOptions): 0 (stop only when a pass wins nothing) 0.81 for 3.5 s, 0.02 0.85 for
+  // 1.75 s (with share 1/8 and max 1000 below).
   double min_pass_gain = 0.02;
   // A pass stops after this many moves without a new best prefix: share x vertices, clamped to
-  // [idle_moves_min, idle_moves_max]. Measured: share 1/8 and max 1000 cost 12 % more time than
-  // 1/16 and 500 for 0.5 % lower objective.
+  // [idle_moves_min, idle_moves_max]. Measured: share 1/8 and max 1000 took 12 % more time than
+  // 1/16 and 500 for a 0.5 % lower objective.
   double idle_moves_share = 1.0 / 16;
   int idle_moves_min = 50;
   int idle_moves_max = 500;
@@ -175,8 +180,8 @@ struct PlacementOptions {
   // (1: the structured placement; 2: + zigzag rows; 3: + head-group-major). Each start costs
   // about one more device level.
   // 0 = auto: 1 when the multilevel scheme is on (every start is then V-cycled and the
-  // multilevel start joins them: on the comparison instances 1 start gave a lower geometric-mean
-  // objective than 3, for less time); without it, 3 starts up to 16 devices (measured at 65536
+  // multilevel start joins them; measured as MultilevelOptions: 3 starts gave 0.85 as 1 did, for
+  // 1.87 s against 1.36 s); without it, 3 starts up to 16 devices (measured at 65536
   // tokens on 8 x 2: ldc sparse 0.372 -> 0.362 of the best static layout's inter-node bytes for
   // ~1 ms more), 2 above (3 was ~10 % fewer bytes than 2 on long causal sequences but over the
   // 200 ms planning budget at 131072 tokens on 4 x 8).
@@ -186,18 +191,21 @@ struct PlacementOptions {
   // Node-level partitions whose node objective is within this factor of the best one are all
   // carried through the device level and the repairs, and the lowest final objective wins (the
   // node objective prices a remote net once per node, the device level once per device reading
-  // it). 0 = the best node partition only. Measured on the comparison instances: 0.15 (both
-  // the structured and the multilevel node partition carried on most instances) gave a
-  // geometric-mean objective 1 % higher than 0, for 12 % more time; the node objective ranked
-  // the two like the final objective in 20 of 24 cases.
+  // it). 0 = the best node partition only. Measured (as MultilevelOptions): 0.15 (both the
+  // structured and the multilevel node partition carried on most instances) gave an objective
+  // 1 % higher than 0, for 12 % more time; the node objective ranked the two like the final
+  // objective in 20 of 24 cases.
   double node_candidate_margin = 0;
   // After the repairs: FM over all devices at once on the exact objective (intra-node bytes +
   // inter_weight x inter-node bytes) under every bound, full memory included; kept only when it
-  // adds no violation. Measured: 3-4 % lower objective (geometric mean) for ~15 % more time.
+  // adds no violation. Measured (as MultilevelOptions): 0.85 against 0.87 without, for 12 %
+  // more time.
   bool global_refinement = true;
-  // Full-memory repair (enforce_full_memory): rounds, and the target each round aims at, as a
-  // share of eps_memory above the mean. Aiming under the bound leaves room for the mean to drop
-  // as tiles move back to their data; a later round aims lower still.
+  // Full-memory repair (full_memory.cpp): rounds, and the target each round aims at, as a share
+  // of eps_memory above the mean. Aiming under the bound leaves room for the mean to drop as
+  // tiles move back to their data; a later round aims lower still. Measured: targets 0.9 / 0.8
+  // gave 0.85, 0.95 / 0.9 0.86, 0.8 / 0.7 0.90; one round left one instance over the bound,
+  // two and three none (a round costs nothing when no device is over).
   int full_memory_rounds = 3;
   double full_memory_target_first = 0.9;
   double full_memory_target_later = 0.8;
