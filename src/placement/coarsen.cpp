@@ -28,7 +28,13 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
   std::iota(order.begin(), order.end(), 0);
   uint64_t rng = seed;
   for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(rng) % i]);
+  // A pass stops joining once the clusters are few enough: n / max_shrink (each level then
+  // shrinks by a bounded factor, so every level's refinement moves clusters of a size between
+  // the levels above and below it).
+  int32_t clusters = n;
+  const int32_t floor_clusters = static_cast<int32_t>(n / std::max(1.0, opts.max_shrink));
   for (int32_t u : order) {
+    if (clusters <= floor_clusters) break;
     if (rep[u] != u || size[u] > 1) continue;  // already clustered: only singletons move
     touched.clear();
     for (int64_t i = s.vertex_begin[u]; i < s.vertex_begin[u + 1]; ++i) {
@@ -71,6 +77,7 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
       }
     }
     if (best < 0) continue;
+    --clusters;
     rep[u] = best;
     ++size[best];
     wc[best] += wc[u];
