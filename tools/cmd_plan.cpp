@@ -155,7 +155,12 @@ int run_plan(const PlanArgs& args) {
   if (!args.export_hgr.empty()) {
     std::ofstream out(args.export_hgr);
     if (!out) raise(ErrorKind::InvalidInput, "--export-hgr: cannot write " + args.export_hgr);
-    write_hgr(build_placement_hypergraph(table), HgrOptions{}, out);
+    const PlacementHypergraph h = build_placement_hypergraph(table);
+    write_hgr(h, HgrOptions{}, out);
+    // Both vertex weights (compute and owned memory) beside the .hgr, which carries one.
+    std::ofstream weights(args.export_hgr + ".weights");
+    if (!weights) raise(ErrorKind::InvalidInput, "--export-hgr: cannot write " + args.export_hgr + ".weights");
+    write_vertex_weights(h, weights);
   }
   for (BaselineKind kind : all_baselines()) {
     const std::string name = to_string(kind);
@@ -253,7 +258,8 @@ void register_plan(CLI::App& app, Runner& runner) {
   sub->add_option("--eps-memory", args->placement.eps_memory, "Per-device memory tolerance")->capture_default_str();
   sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")->capture_default_str();
   sub->add_option("--export-hgr", args->export_hgr,
-                  "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file");
+                  "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file, and "
+                  "both vertex weights (compute, memory) to FILE.weights");
   add_stages_option(sub, args->stages);
   sub->add_option("--plan-method", args->plan_method, "Placement whose plan --save-plan, --dump and --svg use")
       ->capture_default_str();

@@ -28,7 +28,7 @@
 //   mean, so a node at (1 + eps) x its share would need a perfect split of its devices; a node
 //   held to eps/2 leaves every device eps/2 of slack for tile and token-block granularity,
 //   while still letting the node level (where bytes are expensive) trade balance for bytes.
-//   Measured on the issue-3 instances (bench/results/placement.md): 1/2 moves 5-15% fewer
+//   Measured on bench_placement's instances (bench/results/placement.md): 1/2 moves 5-15% fewer
 //   inter-node bytes than 1/4; 1 is no better on average and worse on longalign. (The paper's
 //   "x4 between nodes" loosens the node level instead; with a global per-device bound that
 //   cannot hold.) When a node's share still cannot be split (token blocks are coarse: a few
@@ -118,6 +118,57 @@ PartitionerKind parse_partitioner(const std::string& name);   // throws InvalidI
 // Backends compiled into this build (Zoltan is optional).
 std::vector<PartitionerKind> available_partitioners();
 
+// The built-in backend's multilevel scheme (src/placement/coarsen.cpp, multilevel.cpp): every
+// start is refined by a V-cycle (coarsened inside its parts, FM on every level back up), and a
+// multilevel start (coarsened freely, partitioned on the coarsest level, FM on the way up) joins
+// the structured ones. Measurements below (made while tuning, before node_candidate_margin was
+// raised): `bench/compare_partitioners export DIR --set ...` on its 24 seed-1 instances,
+// objective = geometric mean of the built-in's over the best feasible hierarchical Mt-KaHyPar
+// result of a first reference run, time = the built-in's planning time summed over the
+// instances (one core). Without the scheme: 1.21 and 0.62 s; with these defaults: 0.85 and
+// 1.36 s. Current figures: bench/results/placement_vs_kahypar.md.
+struct MultilevelOptions {
+  bool enabled = true;
+  // Coarsening stops at this many vertices per part: 20 gave 0.87 (1.52 s), 40 0.85 (1.36 s),
+  // 160 (Mt-KaHyPar's default) 1.00 (1.26 s): the tiles of a sequence form chains that coarsen
+  // into few, well-shaped clusters.
+  int vertices_per_part = 40;
+  // A cluster holds at most this share of the smallest part's compute cap, and of its owned
+  // memory cap (one vertex always fits), so that moving it keeps the bounds reachable. Compute
+  // 1/24: 0.87 (1.52 s); 1/12: 0.85; 1/8: 0.86 (worst instance 1.22 against 1.13); 0.2: 0.85
+  // but worst 1.29. Memory 1/8 to 1/2: within 0.3 %.
+  double cluster_compute_share = 1.0 / 12;
+  double cluster_memory_share = 0.25;
+  // Coarsening stops when a pass removes fewer than this share of the vertices.
+  double min_shrink = 0.05;
+  // A pass shrinks the vertex count by at most this factor (Mt-KaHyPar uses 2.5, for levels of
+  // gradually growing clusters). Here one pass typically shrinks a level 10-30x; bounding it at
+  // 2.5 gave 0.87 (1.47 s), at 8 0.86 (one instance over a bound), unbounded 0.85 (1.36 s).
+  double max_shrink = 1e9;
+  // A net with more pins rates only the pins within half this many positions of the vertex in
+  // its pin order (table order: the tile's neighbours in its row or column); rating every pair
+  // of a net costs pins^2, and a long causal sequence has nets of hundreds of tiles. Measured:
+  // 8: 0.86; 16: 0.85; 32: 0.84 (1.26 s); 64: 0.85 (1.36 s); 128: 0.85 (1.37 s).
+  int max_rated_net_pins = 32;
+  int max_levels = 24;
+};
+
+// k-way FM (fm.cpp), on every level of the built-in backend and in the repairs. A pass moves
+// vertices best gain first, negative gains allowed, and keeps the best prefix.
+struct RefineOptions {
+  int passes = 12;  // at most, per call
+  // Refinement stops after a pass that wins less than this share of the objective. Measured (as
+  // MultilevelOptions): 0 (stop only when a pass wins nothing) 0.81 for 3.5 s, 0.02 0.85 for
+  // 1.75 s (with share 1/8 and max 1000 below).
+  double min_pass_gain = 0.02;
+  // A pass stops after this many moves without a new best prefix: share x vertices, clamped to
+  // [idle_moves_min, idle_moves_max]. Measured: share 1/8 and max 1000 took 12 % more time than
+  // 1/16 and 500 for a 0.5 % lower objective.
+  double idle_moves_share = 1.0 / 16;
+  int idle_moves_min = 50;
+  int idle_moves_max = 500;
+};
+
 struct PlacementOptions {
   PartitionerKind partitioner = PartitionerKind::Builtin;
   double eps_compute = 0.1;       // per-device compute tolerance
@@ -125,20 +176,45 @@ struct PlacementOptions {
   double node_eps_factor = 0.5;   // node-level target tolerance = eps x factor
   // Node-level compute target = eps_compute x this factor; 0 = auto: 0.75 with at most 2
   // devices per node (the device level then splits a node's tiles by head group, exactly in
-  // halves, so it needs less slack; measured on dryrun: ldc causal 0.613 -> 0.570 of the best
-  // static baseline), else node_eps_factor (8 devices per node need the slack: 0.75 was
-  // measured worse on micro longalign).
+  // halves, so it needs less slack; measured at 65536 tokens on 8 x 2: ldc causal 0.613 ->
+  // 0.570 of the best static layout's inter-node bytes), else node_eps_factor (8 devices per
+  // node need the slack: 0.75 was measured worse on longalign at 131072 tokens on 4 x 8).
   double node_compute_eps_factor = 0;
   uint64_t seed = 1;
-  int refine_passes = 12;         // built-in: FM passes per level
+  RefineOptions refine;           // FM (built-in backend and the repairs)
   // Built-in: initial placements tried at the device level, each refined, the best kept
   // (1: the structured placement; 2: + zigzag rows; 3: + head-group-major). Each start costs
-  // about one more device level; 3 was measured ~10 % fewer bytes than 2 on long causal
-  // sequences but over the 200 ms planning target on the micro setting.
-  // 0 = auto: 3 starts up to 16 devices (measured on dryrun 8x2: ldc sparse 0.372 -> 0.362 of the
-  // best static baseline for ~1 ms more), 2 above (micro 4x8 needs the time).
+  // about one more device level.
+  // 0 = auto: 1 when the multilevel scheme is on (every start is then V-cycled and the
+  // multilevel start joins them; measured as MultilevelOptions: 3 starts gave 0.85 as 1 did, for
+  // 1.87 s against 1.36 s); without it, 3 starts up to 16 devices (measured at 65536
+  // tokens on 8 x 2: ldc sparse 0.372 -> 0.362 of the best static layout's inter-node bytes for
+  // ~1 ms more), 2 above (3 was ~10 % fewer bytes than 2 on long causal sequences but over the
+  // 200 ms planning budget at 131072 tokens on 4 x 8).
   int initial_starts = 0;
   TileCost tile_cost;  // what compute balance weighs (default: FLOPs)
+  MultilevelOptions multilevel;  // built-in backend
+  // Node-level partitions whose node objective is within this factor of the best one are all
+  // carried through the device level and the repairs, and the lowest final objective wins (the
+  // node objective prices a remote net once per node, the device level once per device reading
+  // it). 0 = the best node partition only. Measured on the 48 comparison instances (seeds 1 and
+  // 2): 0: 0.967, worst instance 1.77 (a 2-node batch whose best node split by the node objective
+  // was not the best in the end); 0.15: 0.956, worst 1.32, for 17 % more time; 0.5: 0.951, worst
+  // 1.32, for 50 % more time.
+  double node_candidate_margin = 0.15;
+  // After the repairs: FM over all devices at once on the exact objective (intra-node bytes +
+  // inter_weight x inter-node bytes) under every bound, full memory included; kept only when it
+  // adds no violation. Measured (as MultilevelOptions): 0.85 against 0.87 without, for 12 %
+  // more time.
+  bool global_refinement = true;
+  // Full-memory repair (full_memory.cpp): rounds, and the target each round aims at, as a share
+  // of eps_memory above the mean. Aiming under the bound leaves room for the mean to drop as
+  // tiles move back to their data; a later round aims lower still. Measured: targets 0.9 / 0.8
+  // gave 0.85, 0.95 / 0.9 0.86, 0.8 / 0.7 0.90; one round left one instance over the bound,
+  // two and three none (a round costs nothing when no device is over).
+  int full_memory_rounds = 3;
+  double full_memory_target_first = 0.9;
+  double full_memory_target_later = 0.8;
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, compute factor < 0, passes
   // < 0, starts outside [0, 3], a tile cost that is not positive and finite).
   void validate() const;
@@ -175,6 +251,14 @@ struct DcpPlacement {
 DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
                        const PlacementOptions& opts = {});
 
+// The driver's repairs applied to a placement made elsewhere (an imported partition, a static
+// layout): vertices move only out of devices over a bound (compute and owned memory, then full
+// memory), cheapest objective increase first; nothing is refined. Report as place_dcp's, with
+// `partitioner` = start.method. Pre: start.validate(table) passes and has the cluster's
+// device count.
+DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
+                              const PlacementOptions& opts, const Placement& start);
+
 // Checks the bounds of `opts` on a finished placement (device and node level); returns the
 // violations as text (empty when all hold) and fills the imbalance fields of `report`.
 std::vector<std::string> check_balance(const PlacementHypergraph& h,
@@ -186,9 +270,12 @@ std::vector<std::string> check_balance(const PlacementHypergraph& h,
 // our net order: "weight pin pin ..." with 1-based vertex ids in our vertex order (tiles, then
 // token blocks) and weight = net bytes (x inter_weight is NOT applied: hMETIS has one level);
 // then one line per vertex with its weight: compute FLOPs / flops_unit for `HgrWeight::Compute`
-// or memory bytes / bytes_unit for `HgrWeight::Memory` (rounded, at least 1; hMETIS takes one
-// vertex weight, so the other constraint is not expressed). Net weights are in units of
-// `bytes_unit` bytes (rounded, at least 1).
+// or memory bytes / bytes_unit for `HgrWeight::Memory` (rounded, at least 1). hMETIS takes one
+// vertex weight: the other constraint travels beside it, in the vertex-weight file
+// (write_vertex_weights: both weights, exact) and, for partitioners that take fixed vertices,
+// the fixed-vertex file (write_fixed_homes: token blocks fixed to memory-balanced homes). `dcp
+// plan --export-hgr PATH` writes PATH and PATH.weights. Net weights are in units of `bytes_unit`
+// bytes (rounded, at least 1).
 // Partition file: one line per vertex, its part id (device), 0-based.
 enum class HgrWeight { Compute, Memory };
 struct HgrOptions {
@@ -197,6 +284,17 @@ struct HgrOptions {
   double bytes_unit = 1024;
 };
 void write_hgr(const PlacementHypergraph& h, const HgrOptions& opts, std::ostream& out);
+// Both constraints for an outside partitioner, beside the .hgr (which carries one vertex weight):
+// one line per vertex in .hgr order, "compute_flops memory_bytes" (exact: FLOPs rounded to an
+// integer, owned bytes). Tiles carry compute only and token blocks memory only, so a reader that
+// takes one weight per vertex can still express the memory bound by fixing the token blocks
+// (write_fixed_homes) or by a second balance run on the token blocks.
+void write_vertex_weights(const PlacementHypergraph& h, std::ostream& out);
+// hMETIS fixed-vertex file (as KaHyPar and Mt-KaHyPar read it): one line per vertex, the part a
+// token block is fixed to (its device in `parts`) and -1 for every tile. With the homes fixed,
+// owned memory per device is that of `parts` whatever the partitioner does with the tiles.
+void write_fixed_homes(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
+                       std::ostream& out);
 void write_partition(const std::vector<int32_t>& parts, std::ostream& out);
 // Reads a partition file; `source` names it in errors ("file:line: ..."). Throws InvalidInput
 // for a wrong number of lines, a non-integer or a part id outside [0, num_devices).

@@ -14,6 +14,13 @@
 //   * Two-phase inter-node forwarding: a block needed by several devices of another node
 //     crosses the network once, to one relay device of that node (round r-1), and the relay
 //     forwards it over the intra-node links (round r).
+//   * Per-node reduction of outputs: partials of one output block computed by several devices
+//     of a node other than the home's are sent to one of them (the relay: the one whose own
+//     partial is ready last), merged there into its partial, and cross the network once, as a
+//     ring accumulates partials along the ring. A partial reaches the relay no earlier than the
+//     round after the relay's last tile of the block (so the merge follows it) and the relay
+//     forwards the round after the last partial arrives; partials that could not arrive in time
+//     for the final round go to the home directly.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +54,9 @@ struct ScheduleOptions {
   bool balance_by_time = true;
   // Relay inter-node blocks needed by several devices of one node through one of them.
   bool two_phase = true;
+  // Reduce the partial outputs of several devices of one node at one of them before they cross
+  // the network (applies with two_phase).
+  bool reduce_outputs_per_node = true;
   void validate() const;  // throws InvalidInput naming the option
 };
 

@@ -10,6 +10,7 @@
 #include <queue>
 #include <vector>
 
+#include "placement/gain_cache.h"
 #include "placement/kway.h"
 
 namespace dcp::placement {
@@ -47,15 +48,23 @@ class Fm {
     touched_.assign(k_, 0);
     version_.assign(static_cast<size_t>(s.num_vertices()), 0);
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
+    cached_ = !s.hierarchical();
+    if (cached_) cache_.init(s, k_, part, count_);
   }
 
   // One pass; returns the objective decrease it kept (>= 0).
   double pass(uint64_t seed, int max_idle) {
-    std::priority_queue<Entry> heap;
     const int32_t n = s_.num_vertices();
     std::fill(locked_.begin(), locked_.end(), 0);
-    for (int32_t v = 0; v < n; ++v)
-      if (on_boundary(v)) push(heap, v, seed);
+    // Every boundary vertex with its best move, heapified at once (linear time).
+    std::vector<Entry> initial;
+    for (int32_t v = 0; v < n; ++v) {
+      if (!on_boundary(v)) continue;
+      int32_t target;
+      const double g = best_move(v, target);
+      if (target >= 0) initial.push_back(entry(g, v, target, seed));
+    }
+    std::priority_queue<Entry> heap(std::less<Entry>(), std::move(initial));
     std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, from)
     double cum = 0, best = 0;
     size_t best_len = 0;
@@ -125,14 +134,13 @@ class Fm {
   // gains here are bytes only).
   double best_move(int32_t v, int32_t& target) {
     const int32_t from = part_[v];
-    double leave = 0;
-    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
-      const int32_t e = s_.vertex_nets[i];
-      const int32_t* c = &count_[static_cast<size_t>(e) * k_];
-      if (c[from] == 1) leave += s_.net_weight[e];
+    if (cached_) {
       for (int b = 0; b < k_; ++b) {
-        if (c[b] > 0) touched_[b] = 1;
+        gain_[b] = cache_.gain(v, b);
+        touched_[b] = cache_.touches(v, b) ? 1 : 0;
       }
+    } else {
+      return best_move_hierarchical(v, target);
     }
     const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
                       (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
@@ -143,16 +151,52 @@ class Fm {
       const bool candidate = b != from && (touched_[b] || over) && fits(v, b);
       touched_[b] = 0;
       if (!candidate) continue;
-      double g = leave;
-      for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
-        const int32_t e = s_.vertex_nets[i];
-        if (count_[static_cast<size_t>(e) * k_ + b] == 0) g -= s_.net_weight[e];
+      if (target < 0 || gain_[b] > best) {
+        target = b;
+        best = gain_[b];
       }
-      if (target < 0 || g > best) {
+    }
+    return best;
+  }
+
+  // Under the hierarchical cost (all devices at once) a vertex may go to the devices of its own
+  // node or to the home device of one of its nets (where its data lives); a token block also
+  // to any device its nets touch. Gains are evaluated for those candidates only.
+  double best_move_hierarchical(int32_t v, int32_t& target) {
+    const int32_t from = part_[v];
+    cand_.clear();
+    const int32_t node = s_.part_node[from];
+    for (int b = 0; b < k_; ++b)
+      if (s_.part_node[b] == node && b != from) cand_.push_back(b);
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      const int32_t hv = s_.net_home[e];
+      if (hv >= 0 && hv != v) {
+        cand_.push_back(part_[hv]);
+      } else if (hv == v) {
+        const int32_t* c = &count_[static_cast<size_t>(e) * k_];
+        for (int b = 0; b < k_; ++b)
+          if (c[b] > 0) cand_.push_back(b);
+      }
+    }
+    const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
+                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
+                      full_over(from);
+    if (over)
+      for (int b = 0; b < k_; ++b) cand_.push_back(b);
+    target = -1;
+    double best = 0;
+    for (int32_t b : cand_) {
+      if (b == from || touched_[b]) continue;
+      touched_[b] = 1;
+      if (!fits(v, b)) continue;
+      const double g = move_gain(s_, count_.data(), k_, part_, v, from, b);
+      if (target < 0 || g > best || (g == best && b < target)) {
         target = b;
         best = g;
       }
     }
+    for (int32_t b : cand_) touched_[b] = 0;
     return best;
   }
 
@@ -160,8 +204,12 @@ class Fm {
     int32_t target;
     const double g = best_move(v, target);
     if (target < 0) return;
+    heap.push(entry(g, v, target, seed));
+  }
+
+  Entry entry(double g, int32_t v, int32_t target, uint64_t seed) const {
     uint64_t st = seed ^ (static_cast<uint64_t>(v) * 0x9e3779b97f4a7c15ULL);
-    heap.push({g, splitmix64(st), v, target, version_[v]});
+    return {g, splitmix64(st), v, target, version_[v]};
   }
 
   void move_counts(int32_t v, int32_t from, int32_t to) {
@@ -184,6 +232,7 @@ class Fm {
     load_c_[to] += s_.compute[v];
     load_m_[to] += s_.memory[v];
     part_[v] = to;
+    if (cached_) cache_.update(s_, part_, count_, v, from, to);
   }
 
   void move(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap, uint64_t seed) {
@@ -195,7 +244,8 @@ class Fm {
       // Whose gain changed: `from` emptied or `to` newly touched changes every pin's gain
       // towards that part; one pin left in `from` (or a second one in `to`) changes only the
       // leave bonus of the pins in that part.
-      const bool all = cf == 0 || ct == 1;
+      // Under the hierarchical cost a moved home changes every pin's gain.
+      const bool all = cf == 0 || ct == 1 || (s_.hierarchical() && s_.net_home[e] == v);
       const bool in_from = cf == 1, in_to = ct == 2;
       if (!all && !in_from && !in_to) continue;
       for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) {
@@ -215,20 +265,28 @@ class Fm {
   std::vector<int32_t> count_;
   std::vector<double> load_c_, load_m_, load_f_, gain_;
   std::vector<uint8_t> touched_;
+  std::vector<int32_t> node_scratch_, cand_;
+  bool cached_ = false;
+  GainCache cache_;
   std::vector<uint32_t> version_;
   std::vector<uint8_t> locked_;
 };
 
 }  // namespace
 
-void refine_fm(const SubHypergraph& s, const PartCaps& caps, uint64_t seed, int passes,
+void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
                std::vector<int32_t>& part) {
   if (caps.k() <= 1 || s.num_vertices() == 0) return;
   Fm fm(s, caps, part);
-  const int max_idle = std::max(50, std::min(1000, s.num_vertices() / 8));
-  for (int p = 0; p < passes; ++p) {
+  const int max_idle = std::clamp(
+      static_cast<int>(opts.idle_moves_share * s.num_vertices()), opts.idle_moves_min,
+      opts.idle_moves_max);
+  double objective = opts.min_pass_gain > 0 ? sub_objective(s, part, caps.k()) : 0.0;
+  for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);
-    if (fm.pass(splitmix64(st), max_idle) <= 0) break;
+    const double gain = fm.pass(splitmix64(st), max_idle);
+    if (gain <= 0 || gain < opts.min_pass_gain * objective) break;
+    objective -= gain;
   }
 }
 

@@ -35,6 +35,20 @@ void write_hgr(const PlacementHypergraph& h, const HgrOptions& opts, std::ostrea
   }
 }
 
+void write_vertex_weights(const PlacementHypergraph& h, std::ostream& out) {
+  for (int32_t v = 0; v < h.num_vertices(); ++v)
+    out << std::llround(h.compute_flops[v]) << ' ' << h.memory_bytes[v] << '\n';
+}
+
+void write_fixed_homes(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
+                       std::ostream& out) {
+  if (static_cast<int32_t>(parts.size()) != h.num_vertices())
+    raise(ErrorKind::InvalidInput, "write_fixed_homes: " + std::to_string(parts.size()) +
+                                       " part ids for " + std::to_string(h.num_vertices()) +
+                                       " vertices");
+  for (int32_t v = 0; v < h.num_vertices(); ++v) out << (v < h.num_tiles ? -1 : parts[v]) << '\n';
+}
+
 void write_partition(const std::vector<int32_t>& parts, std::ostream& out) {
   for (int32_t p : parts) out << p << '\n';
 }

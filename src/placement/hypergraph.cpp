@@ -218,8 +218,22 @@ void PlacementOptions::validate() const {
   if (!(node_compute_eps_factor >= 0))
     bad("node_compute_eps_factor must be >= 0, 0 = auto (got " +
         std::to_string(node_compute_eps_factor) + ")");
-  if (refine_passes < 0)
-    bad("refine_passes must be >= 0 (got " + std::to_string(refine_passes) + ")");
+  if (refine.passes < 0)
+    bad("refine.passes must be >= 0 (got " + std::to_string(refine.passes) + ")");
+  if (!(refine.min_pass_gain >= 0) || !(refine.idle_moves_share > 0) || refine.idle_moves_min < 1 ||
+      refine.idle_moves_max < refine.idle_moves_min)
+    bad("refine: min_pass_gain >= 0, idle_moves_share > 0 and 1 <= idle_moves_min <= "
+        "idle_moves_max are required");
+  if (multilevel.vertices_per_part < 1 || !(multilevel.cluster_compute_share > 0) ||
+      !(multilevel.cluster_memory_share > 0) || !(multilevel.min_shrink >= 0) ||
+      multilevel.max_rated_net_pins < 2 || multilevel.max_levels < 0)
+    bad("multilevel: vertices_per_part >= 1, cluster shares > 0, min_shrink >= 0, "
+        "max_rated_net_pins >= 2 and max_levels >= 0 are required");
+  if (!(node_candidate_margin >= 0))
+    bad("node_candidate_margin must be >= 0 (got " + std::to_string(node_candidate_margin) + ")");
+  if (full_memory_rounds < 0 || !(full_memory_target_first > 0 && full_memory_target_first <= 1) ||
+      !(full_memory_target_later > 0 && full_memory_target_later <= 1))
+    bad("full_memory_rounds must be >= 0 and the full-memory targets in (0, 1]");
   if (initial_starts < 0 || initial_starts > 3)
     bad("initial_starts must be in [0, 3], 0 = auto (got " + std::to_string(initial_starts) + ")");
   for (size_t k = 0; k < 3; ++k)

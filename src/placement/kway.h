@@ -2,6 +2,7 @@
 // sub-hypergraph under two per-part capacities, and the backends that compute it.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -41,9 +42,17 @@ struct SubHypergraph {
   std::vector<int32_t> net_home;
   std::vector<int64_t> vertex_begin;  // CSR vertex -> sub nets
   std::vector<int32_t> vertex_nets;
+  std::vector<int64_t> vertex_pin;    // parallel to vertex_nets: the pin's index in `pins`
+  // Hierarchical cost (empty = flat): the node of every part of this level. A part touching a
+  // net costs net_weight when it shares the node of the part holding the net's home, and
+  // net_weight x node_factor when not (the objective across all devices at once: intra-node
+  // bytes + inter_weight x inter-node bytes). Needs net_home.
+  std::vector<int32_t> part_node;
+  double node_factor = 1;
 
   int32_t num_vertices() const { return static_cast<int32_t>(global.size()); }
   int32_t num_nets() const { return static_cast<int32_t>(net_weight.size()); }
+  bool hierarchical() const { return !part_node.empty(); }
   void finish_incidence();  // fills vertex_begin / vertex_nets from the pins
 };
 
@@ -88,14 +97,33 @@ inline void held_delta(const SubHypergraph& s, const int32_t* count, int k,
 
 double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k);
 
+// How far `part` is over the capacities: the sum over parts of the excess as a share of the
+// bound, for compute and owned memory (`hard`) and for full memory (`full`); 0 when they hold.
+// Ranks partitions that cannot meet every bound: compute and owned memory come first.
+struct CapExcess {
+  double hard = 0, full = 0;
+  // Less excess: the hard bounds first, then full memory (differences under 1e-9 are ties).
+  bool less(const CapExcess& o) const {
+    if (std::abs(hard - o.hard) > 1e-9) return hard < o.hard;
+    return full < o.full - 1e-9;
+  }
+  bool same(const CapExcess& o) const { return !less(o) && !o.less(*this); }
+};
+CapExcess cap_excess(const SubHypergraph& s, const PartCaps& caps, const std::vector<int32_t>& part);
+
+// gain[b] = objective decrease when v moves from `from` to part b (gain[from] = 0), exact for
+// the flat and the hierarchical cost, with pin counts `count` (net * k + part) before the move.
+// `node_scratch` is resized as needed.
+void move_gains(const SubHypergraph& s, const int32_t* count, int k,
+                const std::vector<int32_t>& part, int32_t v, int32_t from,
+                std::vector<double>& gain, std::vector<int32_t>& node_scratch);
+// The same gain for one target part `to` (either cost).
+double move_gain(const SubHypergraph& s, const int32_t* count, int k,
+                 const std::vector<int32_t>& part, int32_t v, int32_t from, int32_t to);
+
 // Moves vertices out of parts over a capacity, cheapest objective increase first. Returns
 // true when every capacity holds afterwards.
 bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part);
-
-// Label propagation with exact connectivity gains; only moves that keep capacities (or leave
-// an over-full part) are taken. Never increases the objective.
-void refine_label_propagation(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
-                              int passes, std::vector<int32_t>& part);
 
 // Structured initial placement ("pack, then split only what must be split"): sequences by
 // decreasing size, each placed whole on the part with the most room where it fits both caps;
@@ -117,7 +145,7 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
 
 // k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
 // the best prefix) that keep both capacities; never increases the objective.
-void refine_fm(const SubHypergraph& s, const PartCaps& caps, uint64_t seed, int passes,
+void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
                std::vector<int32_t>& part);
 
 class Partitioner {
@@ -126,15 +154,24 @@ class Partitioner {
   // Post: part has one id in [0, caps.k()) per sub vertex. Capacities are targets; the driver
   // repairs and checks what comes back.
   virtual std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps,
-                                         uint64_t seed, int refine_passes) const = 0;
+                                         uint64_t seed, const RefineOptions& refine) const = 0;
+  // Several partitions of the level, the best first (by the level's objective, those that meet
+  // the capacities first); the driver may carry more than one through the next level. Default:
+  // the one of partition().
+  virtual std::vector<std::vector<int32_t>> candidates(const SubHypergraph& s, const PartCaps& caps,
+                                                       uint64_t seed, const RefineOptions& refine) const {
+    return {partition(s, caps, seed, refine)};
+  }
 };
 
-// `starts`: initial placements tried at the device level (1: Best; 2: + Zigzag; 3: + GroupFirst;
-// GroupSplit is added where the head groups divide evenly over the parts).
-std::unique_ptr<Partitioner> make_builtin_partitioner(int starts = 2);
+// `starts`: structured starts tried at a device level (1: Best; 2: + Zigzag; 3: + GroupFirst;
+// GroupSplit is added where the head groups divide evenly over the parts); `ml`: the multilevel
+// scheme (V-cycles and the multilevel start) when enabled.
+std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml);
 std::unique_ptr<Partitioner> make_metis_partitioner();
 std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built
-std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind, int builtin_starts = 2);
+std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind, int builtin_starts,
+                                              const MultilevelOptions& ml);
 
 // splitmix64: the project's portable PRNG step.
 inline uint64_t splitmix64(uint64_t& state) {

@@ -34,7 +34,7 @@ std::vector<idx_t> to_idx(const std::vector<double>& w, double limit) {
 class MetisPartitioner final : public Partitioner {
  public:
   std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
-                                 int /*refine_passes*/) const override {
+                                 const RefineOptions& /*refine*/) const override {
     const int k = caps.k();
     const int32_t n = s.num_vertices();
     std::vector<int32_t> part(static_cast<size_t>(n), 0);

@@ -216,7 +216,10 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
                                                 last[i].second + 2, false});
     }
   }
-  if (opts.two_phase && cluster.nodes > 1) sched::apply_two_phase(table, cluster, out);
+  if (opts.two_phase && cluster.nodes > 1) {
+    sched::apply_two_phase(table, cluster, out);
+    if (opts.reduce_outputs_per_node) sched::reduce_outputs_per_node(cluster, out);
+  }
   auto order = [](const ScheduledTransfer& a, const ScheduledTransfer& b) {
     return std::tie(a.round, a.src, a.dst, a.kind, a.token_block, a.group) <
            std::tie(b.round, b.src, b.dst, b.kind, b.token_block, b.group);

@@ -16,5 +16,7 @@ double link_latency(const Cluster& c, int src, int dst);
 
 // Reroute inter-node inputs needed by several devices of one node through one relay there.
 void apply_two_phase(const BlockTable& table, const Cluster& cluster, PassSchedule& ps);
+// Reduce inter-node partial outputs of several devices of one node at one relay there.
+void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps);
 
 }  // namespace dcp::sched

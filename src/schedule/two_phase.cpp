@@ -40,6 +40,44 @@ void apply_two_phase(const BlockTable& /*table*/, const Cluster& cluster, PassSc
   }
 }
 
+void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps) {
+  std::vector<ScheduledTransfer>& out = ps.outputs;
+  const int32_t final_round = ps.num_stages + 1;
+  auto node = [&](int d) { return cluster.node_of(d); };
+  auto side = [](DataKind k) { return static_cast<int>(side_of(k)); };
+  // Per (side, block, group, home, source node): the sources, latest own round first. O and LSE
+  // of one source travel together (same round, same destination).
+  std::sort(out.begin(), out.end(), [&](const ScheduledTransfer& a, const ScheduledTransfer& b) {
+    return std::make_tuple(side(a.kind), a.token_block, a.group, a.dst, node(a.src), -a.round, a.src, a.kind) <
+           std::make_tuple(side(b.kind), b.token_block, b.group, b.dst, node(b.src), -b.round, b.src, b.kind);
+  });
+  size_t i = 0;
+  while (i < out.size()) {
+    size_t j = i + 1;
+    while (j < out.size() && side(out[j].kind) == side(out[i].kind) && out[j].token_block == out[i].token_block &&
+           out[j].group == out[i].group && out[j].dst == out[i].dst && node(out[j].src) == node(out[i].src))
+      ++j;
+    if (node(out[i].src) != node(out[i].dst) && out[j - 1].src != out[i].src) {
+      const int32_t relay = out[i].src;
+      const int32_t relay_round = out[i].round;  // the relay's own partial is ready for this round
+      int32_t last_in = 0;
+      for (size_t k = i; k < j; ++k) {
+        if (out[k].src == relay) continue;
+        // After the relay's last tile of the block (its own round - 1), and in time for a
+        // forward no later than the final round.
+        const int32_t round = std::max(out[k].round, relay_round - 1);
+        if (round + 1 > final_round) continue;  // goes to the home directly
+        out[k].dst = relay;
+        out[k].round = round;
+        last_in = std::max(last_in, round);
+      }
+      if (last_in > 0)
+        for (size_t k = i; k < j && out[k].src == relay; ++k) out[k].round = std::max(relay_round, last_in + 1);
+    }
+    i = j;
+  }
+}
+
 }  // namespace sched
 
 namespace {

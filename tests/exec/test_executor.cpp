@@ -170,6 +170,10 @@ TEST(Executor, BaselinePlansMatchDenseReference) {
   for (BaselineKind kind : all_baselines())
     for (int world : {1, 2, 3, 4}) run_case(batch, to_string(kind), 1, world, 1 + world % 3);
   run_case(batch, "a2a_p2p", 2, 2, 2);
+  // Several devices per node computing with remote blocks: partial outputs are reduced at a relay
+  // of their node before they cross to the home's node.
+  run_case(batch, "ring", 2, 3, 2);
+  run_case(batch, "zigzag", 2, 3, 3);
 }
 
 TEST(Executor, DcpPlansMatchDenseReference) {

@@ -11,6 +11,9 @@
 namespace dcp {
 namespace {
 
+// Q side (O, LSE, dQ) or KV side (dKV) of an output kind.
+int sched_side(DataKind k) { return k == DataKind::dKV || k == DataKind::KV ? 1 : 0; }
+
 using testing::cluster_for;
 using testing::placed;
 using testing::plan_for;
@@ -137,6 +140,50 @@ TEST(Plan, TwoPhaseRelaysCrossTheNetworkOncePerNode) {
   EXPECT_LT(inter(a), inter(b));
   PlanOptions po;
   EXPECT_TRUE(validate_plan(build_plan(pb.table, pb.placement, c, a, po)).empty());
+}
+
+TEST(Plan, PartialOutputsCrossTheNetworkOncePerNodeWhenReduced) {
+  // A ring over 2 nodes x 4: every device computing with a remote block sends its partial. Reduced
+  // per node, the partials of one output block leave each node at most once, except those that
+  // could not reach the relay in time for the final round.
+  for (const char* mask : {"causal", "full"}) {
+    auto pb = placed(BaselineKind::Ring, skewed_batch(mask, 8192), 8);
+    const Cluster c = cluster_for(8);
+    ScheduleOptions on, off;
+    off.reduce_outputs_per_node = false;
+    for (int stages : {2, 4}) {
+      on.num_comm_stages = off.num_comm_stages = stages;
+      const Schedule a = build_schedule(pb.table, pb.placement, c, on);
+      const Schedule b = build_schedule(pb.table, pb.placement, c, off);
+      auto inter = [&](const Schedule& sc) {
+        int64_t n = 0;
+        for (const PassSchedule* p : {&sc.fwd, &sc.bwd})
+          for (const ScheduledTransfer& x : p->outputs) n += c.node_of(x.src) != c.node_of(x.dst);
+        return n;
+      };
+      // (A ring's queries stay home: its partials are the backward's dKV.)
+      EXPECT_LT(inter(a), inter(b)) << mask << " stages " << stages;
+      for (const PassSchedule* ps : {&a.fwd, &a.bwd}) {
+        const PassSchedule& pb_ps = ps == &a.fwd ? b.fwd : b.bwd;
+        // Same number of transfers (rerouted, not dropped); a relay forwards after what it merges.
+        EXPECT_EQ(ps->outputs.size(), pb_ps.outputs.size());
+        for (const ScheduledTransfer& x : ps->outputs) {
+          EXPECT_GE(x.round, 1);
+          EXPECT_LE(x.round, ps->num_stages + 1);
+          if (c.node_of(x.src) != c.node_of(x.dst)) continue;
+          for (const ScheduledTransfer& y : ps->outputs) {
+            if (y.src == x.dst && y.token_block == x.token_block && y.group == x.group &&
+                sched_side(y.kind) == sched_side(x.kind) && c.node_of(y.dst) != c.node_of(y.src)) {
+              EXPECT_GT(y.round, x.round);
+            }
+          }
+        }
+      }
+      PlanOptions po;
+      po.schedule = on;
+      EXPECT_TRUE(validate_plan(build_plan(pb.table, pb.placement, c, a, po)).empty()) << mask << " stages " << stages;
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,110 @@
+// The built-in backend: a portfolio of starts for one level, each refined, the best kept.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+
+#include "placement/multilevel.h"
+#include "placement/kway.h"
+
+namespace dcp::placement {
+
+namespace {
+
+// True when the head groups of s's tiles divide evenly over k parts: GroupSplit then gives each
+// part the same compute.
+bool splits_by_group(const SubHypergraph& s, int k) {
+  int32_t num_groups = 0;
+  for (int32_t g : s.group) num_groups = std::max(num_groups, g + 1);
+  return num_groups >= k && num_groups % k == 0;
+}
+
+struct Result {
+  std::vector<int32_t> part;
+  double objective = 0;
+  CapExcess excess;  // over the capacities: none when every one holds
+  // The smaller excess over the capacities first, then the lower objective; ties keep the
+  // earlier result.
+  bool better_than(const Result& o) const {
+    if (o.part.empty()) return true;
+    if (!excess.same(o.excess)) return excess.less(o.excess);
+    return objective < o.objective * (1 - 1e-12);
+  }
+};
+
+class BuiltinPartitioner final : public Partitioner {
+ public:
+  BuiltinPartitioner(int starts, const MultilevelOptions& ml)
+      : starts_(std::clamp(starts, 1, 3)), ml_(ml) {}
+
+  std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
+                                 const RefineOptions& refine) const override {
+    std::vector<std::vector<int32_t>> c = candidates(s, caps, seed, refine);
+    return std::move(c.front());
+  }
+
+  // The best structured start and the multilevel start, best first.
+  //
+  // Structured starts (initial.cpp) know the geometry of attention tiles; each goes through
+  // repair and refinement, and the lowest objective among those that meet every capacity wins.
+  // At a level whose parts are devices the portfolio is Best, then Zigzag and GroupFirst with
+  // more starts, plus GroupSplit where the head groups divide evenly over the devices (every
+  // remote net is then read by one device of the node). At a level whose parts are split again
+  // (nodes) it is Best and SharedBands: both keep each node's tiles in whole (row, head group)
+  // runs that the next level splits by head group for free, so the node objective ranks them as
+  // the final bytes do; zigzag and group-major starts were measured worse there (the node
+  // objective cannot see what the device level pays for them).
+  //
+  // Refinement is a V-cycle (refine_multilevel): moves of whole clusters on the coarse levels
+  // restructure what single-tile FM moves cannot. The multilevel start (partition_multilevel)
+  // ignores the geometry and finds different optima, better on masks whose structured cuts are
+  // not the cheapest (lambda windows, shared-question answers).
+  std::vector<std::vector<int32_t>> candidates(const SubHypergraph& s, const PartCaps& caps,
+                                               uint64_t seed, const RefineOptions& refine) const override {
+    if (caps.k() <= 1) return {structured_initial(s, caps)};
+    const int k = caps.k();
+    const bool upper = s.sub_parts > 1;
+    const int starts = upper ? 2 : starts_;
+    const InitialStrategy device_order[] = {InitialStrategy::Best, InitialStrategy::Zigzag,
+                                            InitialStrategy::GroupFirst};
+    const InitialStrategy node_order[] = {InitialStrategy::Best, InitialStrategy::SharedBands};
+    Result structured;
+    std::vector<int32_t> first_initial;
+    const bool group_split = !upper && splits_by_group(s, k);
+    for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
+      Result r;
+      r.part = structured_initial(
+          s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i]);
+      // SharedBands equals Best when no sequence is cut over 5 or more parts: skip the rerun.
+      if (i == 0) first_initial = r.part;
+      else if (upper && r.part == first_initial) continue;
+      repair_balance(s, caps, r.part);
+      if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part);
+      else refine_fm(s, caps, refine, seed, r.part);
+      r.objective = sub_objective(s, r.part, k);
+      r.excess = cap_excess(s, caps, r.part);
+      if (r.better_than(structured)) structured = std::move(r);
+    }
+    if (!ml_.enabled) return {std::move(structured.part)};
+    Result multilevel;
+    multilevel.part = partition_multilevel(s, caps, ml_, refine, seed);
+    repair_balance(s, caps, multilevel.part);
+    refine_fm(s, caps, refine, seed, multilevel.part);
+    multilevel.objective = sub_objective(s, multilevel.part, k);
+    multilevel.excess = cap_excess(s, caps, multilevel.part);
+    if (multilevel.better_than(structured)) return {std::move(multilevel.part), std::move(structured.part)};
+    return {std::move(structured.part), std::move(multilevel.part)};
+  }
+
+ private:
+  int starts_;
+  MultilevelOptions ml_;
+};
+
+}  // namespace
+
+std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml) {
+  return std::make_unique<BuiltinPartitioner>(starts, ml);
+}
+
+}  // namespace dcp::placement

@@ -1,0 +1,189 @@
+// Coarsening: heavy-edge clustering and contraction, level by level.
+#include "placement/coarsen.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "dcp/error.h"
+
+namespace dcp::placement {
+
+namespace {
+
+// Cluster id of every vertex after one clustering pass; returns the number of clusters.
+// `rep[v]` is the representative (a vertex) of v's cluster; ids are dense in order of first
+// appearance, so the result depends only on the order and the ratings.
+int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, double max_c,
+                     double max_m, const MultilevelOptions& opts, uint64_t seed,
+                     std::vector<int32_t>& cluster_id) {
+  const int32_t n = s.num_vertices();
+  std::vector<int32_t> rep(static_cast<size_t>(n));
+  std::iota(rep.begin(), rep.end(), 0);
+  std::vector<int32_t> size(static_cast<size_t>(n), 1);
+  std::vector<double> wc(s.compute.begin(), s.compute.end()), wm(s.memory.begin(), s.memory.end());
+  std::vector<double> score(static_cast<size_t>(n), 0.0);
+  std::vector<int32_t> touched;
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  uint64_t rng = seed;
+  for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(rng) % i]);
+  // A pass stops joining once the clusters are few enough: n / max_shrink (each level then
+  // shrinks by a bounded factor, so every level's refinement moves clusters of a size between
+  // the levels above and below it).
+  int32_t clusters = n;
+  const int32_t floor_clusters = static_cast<int32_t>(n / std::max(1.0, opts.max_shrink));
+  for (int32_t u : order) {
+    if (clusters <= floor_clusters) break;
+    if (rep[u] != u || size[u] > 1) continue;  // already clustered: only singletons move
+    touched.clear();
+    for (int64_t i = s.vertex_begin[u]; i < s.vertex_begin[u + 1]; ++i) {
+      const int32_t e = s.vertex_nets[i];
+      const int64_t pins = s.net_begin[e + 1] - s.net_begin[e];
+      if (pins < 2) continue;
+      const double r = s.net_weight[e] / static_cast<double>(pins - 1);
+      // A large net is rated only against the pins near u in its pin order (table order: the
+      // neighbours of a tile in its row or column), which bounds the work per vertex.
+      int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
+      if (pins > opts.max_rated_net_pins) {
+        const int64_t half = opts.max_rated_net_pins / 2;
+        lo = std::max(lo, s.vertex_pin[i] - half);
+        hi = std::min(hi, s.vertex_pin[i] + half + 1);
+      }
+      for (int64_t j = lo; j < hi; ++j) {
+        const int32_t v = s.pins[j];
+        if (v == u || (part != nullptr && (*part)[v] != (*part)[u])) continue;
+        const int32_t c = rep[v];
+        if (score[c] == 0) touched.push_back(c);
+        score[c] += r;
+      }
+    }
+    int32_t best = -1;
+    double best_score = 0;
+    for (int32_t c : touched) {
+      const double sc = score[c];
+      score[c] = 0;
+      if (c == u) continue;
+      if (wc[c] + wc[u] > max_c && wc[u] > 0 && wc[c] > 0) continue;
+      if (wm[c] + wm[u] > max_m && wm[u] > 0 && wm[c] > 0) continue;
+      // Ties: a singleton first (it keeps clusters even), then the lower representative.
+      const bool better = best < 0 || sc > best_score * (1 + 1e-12) ||
+                          (sc >= best_score * (1 - 1e-12) &&
+                           ((size[c] == 1) > (size[best] == 1) ||
+                            ((size[c] == 1) == (size[best] == 1) && c < best)));
+      if (better) {
+        best = c;
+        best_score = sc;
+      }
+    }
+    if (best < 0) continue;
+    --clusters;
+    rep[u] = best;
+    ++size[best];
+    wc[best] += wc[u];
+    wm[best] += wm[u];
+  }
+  cluster_id.assign(static_cast<size_t>(n), -1);
+  std::vector<int32_t> id_of_rep(static_cast<size_t>(n), -1);
+  int32_t next = 0;
+  for (int32_t v = 0; v < n; ++v) {
+    int32_t& id = id_of_rep[rep[v]];
+    if (id < 0) id = next++;
+    cluster_id[v] = id;
+  }
+  return next;
+}
+
+SubHypergraph contract(const SubHypergraph& s, const std::vector<int32_t>& cluster_id,
+                       int32_t num_clusters) {
+  SubHypergraph c;
+  const auto nc = static_cast<size_t>(num_clusters);
+  c.global.assign(nc, -1);
+  c.compute.assign(nc, 0.0);
+  c.memory.assign(nc, 0.0);
+  c.anchor.assign(nc, -1);
+  c.seq.assign(nc, -1);
+  c.group.assign(nc, -1);
+  c.row.assign(nc, -1);
+  c.col.assign(nc, -1);
+  c.sub_parts = s.sub_parts;
+  c.part_node = s.part_node;
+  c.node_factor = s.node_factor;
+  for (int32_t v = 0; v < s.num_vertices(); ++v) {
+    const int32_t x = cluster_id[v];
+    c.compute[x] += s.compute[v];
+    c.memory[x] += s.memory[v];
+    if (c.global[x] < 0) {  // geometry of the first member
+      c.global[x] = s.global.empty() ? v : s.global[v];
+      c.seq[x] = s.seq.empty() ? -1 : s.seq[v];
+      c.group[x] = s.group.empty() ? -1 : s.group[v];
+      c.row[x] = s.row.empty() ? -1 : s.row[v];
+      c.col[x] = s.col.empty() ? -1 : s.col[v];
+    }
+  }
+  const bool held = !s.net_held.empty();
+  std::vector<int32_t> stamp(nc, -1);
+  c.net_begin.push_back(0);
+  for (int32_t e = 0; e < s.num_nets(); ++e) {
+    const size_t first = c.pins.size();
+    for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+      const int32_t x = cluster_id[s.pins[i]];
+      if (stamp[x] == e) continue;
+      stamp[x] = e;
+      c.pins.push_back(x);
+    }
+    if (c.pins.size() - first < 2 && !s.net_external[e]) {
+      c.pins.resize(first);
+      continue;
+    }
+    c.net_begin.push_back(static_cast<int64_t>(c.pins.size()));
+    c.net_weight.push_back(s.net_weight[e]);
+    c.net_external.push_back(s.net_external[e]);
+    if (held) {
+      c.net_held.push_back(s.net_held[e]);
+      c.net_home.push_back(s.net_home[e] >= 0 ? cluster_id[s.net_home[e]] : -1);
+    }
+  }
+  c.finish_incidence();
+  return c;
+}
+
+}  // namespace
+
+std::vector<CoarseLevel> coarsen(const SubHypergraph& s, const PartCaps& caps,
+                                 const std::vector<int32_t>* part, const MultilevelOptions& opts,
+                                 uint64_t seed) {
+  std::vector<CoarseLevel> levels;
+  const int k = std::max(1, caps.k());
+  double cap_c = std::numeric_limits<double>::infinity(), cap_m = cap_c;
+  for (int p = 0; p < caps.k(); ++p) {
+    cap_c = std::min(cap_c, caps.compute[p]);
+    cap_m = std::min(cap_m, caps.memory[p]);
+  }
+  const double max_c = opts.cluster_compute_share * cap_c, max_m = opts.cluster_memory_share * cap_m;
+  const int64_t limit = static_cast<int64_t>(opts.vertices_per_part) * k;
+  const SubHypergraph* cur = &s;
+  std::vector<int32_t> cur_part;
+  if (part != nullptr) cur_part = *part;
+  std::vector<int32_t> ids;
+  for (int level = 0; level < opts.max_levels && cur->num_vertices() > limit; ++level) {
+    uint64_t st = seed + static_cast<uint64_t>(level);
+    const int32_t n = cur->num_vertices();
+    const int32_t nc = cluster_pass(*cur, part != nullptr ? &cur_part : nullptr, max_c, max_m,
+                                    opts, splitmix64(st), ids);
+    if (static_cast<double>(n - nc) < opts.min_shrink * n) break;
+    CoarseLevel next;
+    next.graph = contract(*cur, ids, nc);
+    next.cluster_of = ids;
+    if (part != nullptr) {
+      std::vector<int32_t> coarse_part(static_cast<size_t>(nc), 0);
+      for (int32_t v = 0; v < n; ++v) coarse_part[ids[v]] = cur_part[v];
+      cur_part = std::move(coarse_part);
+    }
+    levels.push_back(std::move(next));
+    cur = &levels.back().graph;
+  }
+  return levels;
+}
+
+}  // namespace dcp::placement

@@ -1,0 +1,34 @@
+// placement/driver.h — the pieces of the hierarchical driver shared by place.cpp (the levels)
+// and full_memory.cpp (the repairs after them). Not part of the public interface.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dcp/partition.h"
+#include "placement/kway.h"
+
+namespace dcp::placement {
+
+// The sub-hypergraph of the vertices with level_part[v] == which (all of them when which < 0),
+// with the tile geometry. Nets keep their pins inside; a net whose home lies outside is
+// external. Net weight: bytes x inter_weight at the node level (which < 0: every cut byte
+// crosses nodes) and for external nets (read from another node by every device touching it),
+// bytes otherwise.
+SubHypergraph make_sub(const BlockTable& table, const PlacementHypergraph& h,
+                       const std::vector<int32_t>& level_part, int32_t which, double inter_weight);
+
+// Every device as one level under the exact hierarchical cost (net weight = bytes, node of every
+// device, node_factor = the cluster's inter weight): its objective is connectivity_bytes'.
+SubHypergraph make_all_devices(const BlockTable& table, const PlacementHypergraph& h,
+                               const Cluster& cluster);
+
+// The bounds after the levels: per-device compute and owned memory (moving blocks across nodes
+// when a node's share cannot be split), then full memory (enforce_full_memory), then, with a
+// backend and opts.global_refinement, FM over all devices on the exact objective. `backend`
+// (nullptr: repairs only, nothing is refined) re-partitions nodes under the full-memory bound.
+void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
+                   const PlacementOptions& opts, const Partitioner* backend,
+                   std::vector<int32_t>& parts);
+
+}  // namespace dcp::placement

@@ -1,0 +1,294 @@
+// Properties of the multilevel partitioner: tracked gains equal recomputed ones, coarsening keeps
+// weights, parts and the objective, refinement never worsens the objective and keeps the
+// capacities, and the placement is the same bit for bit from run to run.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+#include <string>
+
+#include "dcp/error.h"
+#include "dcp/metrics.h"
+#include "dcp/partition.h"
+#include "placement/coarsen.h"
+#include "placement/driver.h"
+#include "placement/fixtures.h"
+#include "placement/gain_cache.h"
+#include "placement/kway.h"
+#include "placement/multilevel.h"
+
+namespace dcp {
+namespace {
+
+using namespace placement_test;
+
+std::vector<int32_t> pin_counts(const placement::SubHypergraph& s, const std::vector<int32_t>& part, int k) {
+  std::vector<int32_t> c(static_cast<size_t>(s.num_nets()) * k, 0);
+  for (int32_t e = 0; e < s.num_nets(); ++e)
+    for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) ++c[static_cast<size_t>(e) * k + part[s.pins[i]]];
+  return c;
+}
+
+// A level with external nets (every fifth net's home pretends to lie outside) and held bytes.
+placement::SubHypergraph level_with_external_nets(const BlockTable& table) {
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  placement::SubHypergraph s = whole_level(table, h);
+  for (int32_t e = 0; e < s.num_nets(); ++e) {
+    const bool external = e % 5 == 0;
+    s.net_external[e] = external ? 1 : 0;
+    if (external) s.net_weight[e] *= 3;
+    s.net_held.push_back(static_cast<double>(h.held_bwd_bytes[e]));
+    s.net_home.push_back(external ? -1 : h.pins[h.net_begin[e]]);
+  }
+  return s;
+}
+
+TEST(Multilevel, GainCacheEqualsRecomputedGains) {
+  for (const Mask& mask : {Mask::causal(), Mask::lambda(16, 256)}) {
+    const Batch batch = random_batch(41, 4000, 4, 2, mask);
+    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+    const placement::SubHypergraph s = level_with_external_nets(table);
+    const int k = 5;
+    uint64_t st = 9;
+    std::vector<int32_t> part(static_cast<size_t>(s.num_vertices()));
+    for (int32_t& p : part) p = static_cast<int32_t>(next(st) % k);
+    std::vector<int32_t> count = pin_counts(s, part, k);
+    placement::GainCache cache;
+    cache.init(s, k, part, count);
+    std::vector<double> gain;
+    std::vector<int32_t> scratch;
+    for (int move = 0; move < 400; ++move) {
+      const auto v = static_cast<int32_t>(next(st) % static_cast<uint64_t>(s.num_vertices()));
+      const int32_t from = part[v];
+      const auto to = static_cast<int32_t>((from + 1 + static_cast<int32_t>(next(st) % (k - 1))) % k);
+      for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+        --count[static_cast<size_t>(s.vertex_nets[i]) * k + from];
+        ++count[static_cast<size_t>(s.vertex_nets[i]) * k + to];
+      }
+      part[v] = to;
+      cache.update(s, part, count, v, from, to);
+      // Every 40 moves, every vertex and target; else the moved vertex's net neighbours.
+      for (int32_t u = 0; u < s.num_vertices(); ++u) {
+        if (move % 40 != 39 && u % 37 != v % 37) continue;
+        placement::move_gains(s, count.data(), k, part, u, part[u], gain, scratch);
+        for (int t = 0; t < k; ++t) {
+          if (t == part[u]) continue;
+          ASSERT_EQ(cache.gain(u, t), gain[t]) << "move " << move << " vertex " << u << " to " << t;
+        }
+      }
+    }
+  }
+}
+
+TEST(Multilevel, HierarchicalGainsEqualObjectiveDifferences) {
+  const Batch batch = random_batch(43, 5000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  const Cluster cluster = make_cluster(3, 2);
+  const placement::SubHypergraph s = placement::make_all_devices(table, h, cluster);
+  const int k = cluster.num_devices();
+  uint64_t st = 3;
+  std::vector<int32_t> part(static_cast<size_t>(s.num_vertices()));
+  for (int32_t& p : part) p = static_cast<int32_t>(next(st) % k);
+  // The hierarchical objective is connectivity_bytes' objective.
+  EXPECT_DOUBLE_EQ(placement::sub_objective(s, part, k), connectivity_bytes(h, part, cluster).objective);
+  std::vector<double> gain;
+  std::vector<int32_t> scratch;
+  for (int trial = 0; trial < 300; ++trial) {
+    // Token blocks (homes) half of the time: their moves change every remote pin's cost.
+    const auto v = trial % 2 == 0
+                       ? static_cast<int32_t>(h.num_tiles + next(st) % static_cast<uint64_t>(h.num_token_blocks))
+                       : static_cast<int32_t>(next(st) % static_cast<uint64_t>(h.num_tiles));
+    const int32_t from = part[v];
+    const std::vector<int32_t> count = pin_counts(s, part, k);
+    placement::move_gains(s, count.data(), k, part, v, from, gain, scratch);
+    const double before = placement::sub_objective(s, part, k);
+    for (int t = 0; t < k; ++t) {
+      if (t == from) continue;
+      part[v] = t;
+      const double exact = before - placement::sub_objective(s, part, k);
+      part[v] = from;
+      EXPECT_NEAR(gain[t], exact, 1e-6 * std::max(1.0, before)) << "vertex " << v << " to " << t;
+      EXPECT_NEAR(placement::move_gain(s, count.data(), k, part, v, from, t), exact, 1e-6 * std::max(1.0, before));
+    }
+    part[v] = static_cast<int32_t>(next(st) % k);
+  }
+}
+
+TEST(Multilevel, CoarseningKeepsWeightsPartsAndObjective) {
+  const Level level = whole_level_with_caps(random_batch(47, 8000, 4, 2, Mask::causal()), 4, 1.1, 1.3);
+  const placement::SubHypergraph& s = level.s;
+  std::vector<int32_t> part = placement::structured_initial(s, level.caps);
+  placement::repair_balance(s, level.caps, part);
+  const MultilevelOptions opts{.vertices_per_part = 10};
+  const std::vector<placement::CoarseLevel> levels = placement::coarsen(s, level.caps, &part, opts, 5);
+  ASSERT_GE(levels.size(), 1u);
+  const double fine_obj = placement::sub_objective(s, part, 4);
+  const double total_c = std::accumulate(s.compute.begin(), s.compute.end(), 0.0);
+  const placement::SubHypergraph* finer = &s;
+  std::vector<int32_t> cur = part;
+  for (const placement::CoarseLevel& cl : levels) {
+    const placement::SubHypergraph& g = cl.graph;
+    ASSERT_EQ(cl.cluster_of.size(), static_cast<size_t>(finer->num_vertices()));
+    EXPECT_LT(g.num_vertices(), finer->num_vertices());
+    std::vector<int32_t> coarse(static_cast<size_t>(g.num_vertices()), -1);
+    for (size_t v = 0; v < cur.size(); ++v) {
+      const int32_t c = cl.cluster_of[v];
+      ASSERT_TRUE(c >= 0 && c < g.num_vertices());
+      // Clusters never span parts (the V-cycle's partition projects exactly).
+      ASSERT_TRUE(coarse[c] < 0 || coarse[c] == cur[v]);
+      coarse[c] = cur[v];
+    }
+    EXPECT_NEAR(std::accumulate(g.compute.begin(), g.compute.end(), 0.0), total_c, 1e-6 * total_c);
+    EXPECT_NEAR(placement::sub_objective(g, coarse, 4), fine_obj, 1e-9 * fine_obj);
+    finer = &g;
+    cur = std::move(coarse);
+  }
+  // Same seed, same hierarchy.
+  const std::vector<placement::CoarseLevel> again = placement::coarsen(s, level.caps, &part, opts, 5);
+  ASSERT_EQ(again.size(), levels.size());
+  for (size_t i = 0; i < levels.size(); ++i) EXPECT_EQ(again[i].cluster_of, levels[i].cluster_of);
+}
+
+TEST(Multilevel, RefinementNeverWorsensAndKeepsCaps) {
+  uint64_t seed = 50;
+  for (int k : {2, 4, 7}) {
+    for (Mask mask : {Mask::causal(), Mask::lambda(16, 256), Mask::causal_blockwise(32, 2, 1)}) {
+      const Level level = whole_level_with_caps(random_batch(++seed, 6000, 4, 2, mask), k, 1.1, 1.3);
+      const placement::SubHypergraph& s = level.s;
+      std::vector<int32_t> part = placement::structured_initial(s, level.caps);
+      const bool fits = placement::repair_balance(s, level.caps, part);
+      const double before = placement::sub_objective(s, part, k);
+      placement::refine_multilevel(s, level.caps, MultilevelOptions{}, RefineOptions{}, seed, part);
+      EXPECT_LE(placement::sub_objective(s, part, k), before * (1 + 1e-12)) << "k=" << k;
+      if (fits) {
+        EXPECT_TRUE(within_caps(part_loads(s, part, k), level.caps, 1e-12)) << "k=" << k;
+      }
+      // The full multilevel cycle gives a valid partition that repair can make feasible.
+      std::vector<int32_t> ml = placement::partition_multilevel(s, level.caps, MultilevelOptions{}, RefineOptions{}, seed);
+      ASSERT_EQ(ml.size(), part.size());
+      for (int32_t p : ml) ASSERT_TRUE(p >= 0 && p < k);
+      if (placement::repair_balance(s, level.caps, ml)) {
+        EXPECT_TRUE(within_caps(part_loads(s, ml, k), level.caps, 1e-12));
+      }
+    }
+  }
+}
+
+TEST(Multilevel, HierarchicalRefinementNeverWorsensAndKeepsCaps) {
+  uint64_t seed = 80;
+  for (const Cluster& cluster : {make_cluster(2, 3), make_cluster(4, 2)}) {
+    const Batch batch = random_batch(++seed, 8000, 4, 2, Mask::causal());
+    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+    const PlacementHypergraph h = build_placement_hypergraph(table);
+    PlacementOptions no_global;
+    no_global.global_refinement = false;
+    const DcpPlacement start = place_dcp(table, cluster, no_global);
+    std::vector<int32_t> parts = placement_to_parts(h, start.placement);
+    const placement::SubHypergraph all = placement::make_all_devices(table, h, cluster);
+    const int k = cluster.num_devices();
+    placement::PartCaps caps;
+    const double tc = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
+    double tm = 0;
+    for (int64_t m : h.memory_bytes) tm += static_cast<double>(m);
+    caps.compute.assign(k, 1.1 * tc / k);
+    caps.memory.assign(k, 1.2 * tm / k);
+    const bool fits = within_caps(part_loads(all, parts, k), caps, 1e-12);
+    const double before = connectivity_bytes(h, parts, cluster).objective;
+    placement::refine_multilevel(all, caps, MultilevelOptions{}, RefineOptions{}, seed, parts);
+    EXPECT_LE(connectivity_bytes(h, parts, cluster).objective, before * (1 + 1e-12));
+    if (fits) {
+      EXPECT_TRUE(within_caps(part_loads(all, parts, k), caps, 1e-12));
+    }
+  }
+}
+
+TEST(Multilevel, PlacementBytesAreDeterministic) {
+  // Same batch, options and seed: the same placement bit for bit, on a cluster where every
+  // phase runs (node level, device level, full-memory repair, global refinement).
+  const Batch batch = random_batch(61, 20000, 8, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+  const Cluster cluster = make_cluster(4, 4);
+  std::string first;
+  for (int run = 0; run < 3; ++run) {
+    const DcpPlacement d = place_dcp(table, cluster);
+    std::ostringstream bytes;
+    const PlacementHypergraph h = build_placement_hypergraph(table);
+    write_partition(placement_to_parts(h, d.placement), bytes);
+    if (run == 0) first = bytes.str();
+    else EXPECT_EQ(bytes.str(), first) << "run " << run;
+  }
+}
+
+TEST(Multilevel, EveryBoundHoldsOnMultiNodeBatches) {
+  uint64_t seed = 90;
+  int balanced = 0, total = 0;
+  for (const Cluster& cluster : {make_cluster(2, 4), make_cluster(4, 4), make_cluster(3, 2)}) {
+    for (Mask mask : {Mask::causal(), Mask::lambda(32, 512), Mask::causal_blockwise(64, 2, 1)}) {
+      const Batch batch = random_batch(++seed, 24000, 8, 2, mask);
+      const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+      const DcpPlacement d = place_dcp(table, cluster);
+      d.placement.validate(table);
+      // The report never hides a violation, and compute / owned memory always hold here (these
+      // batches have many token blocks per device).
+      EXPECT_LE(d.report.compute_imbalance, 1.1 + 1e-9);
+      EXPECT_LE(d.report.memory_imbalance, 1.2 + 1e-9);
+      EXPECT_EQ(d.report.violations.empty(), d.report.full_memory_imbalance <= 1.2 + 1e-9);
+      EXPECT_EQ(d.report.inter_bytes, compute_metrics(table, d.placement, cluster).inter_bytes());
+      balanced += d.report.balanced() ? 1 : 0;
+      ++total;
+    }
+  }
+  EXPECT_EQ(balanced, total);
+}
+
+TEST(Multilevel, RepairPlacementMeetsTheBoundsItCan) {
+  const Batch batch = random_batch(71, 16000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+  const Cluster cluster = make_cluster(2, 4);
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  // Every tile and token block on a device chosen by its sequence: far over the bounds.
+  std::vector<int32_t> parts(static_cast<size_t>(h.num_vertices()));
+  for (int32_t v = 0; v < h.num_tiles; ++v) parts[v] = table.tiles[v].seq % 3;
+  for (int32_t b = 0; b < h.num_token_blocks; ++b) parts[h.block_vertex(b)] = table.token_blocks[b].seq % 3;
+  const Placement start = parts_to_placement(h, parts, cluster.num_devices(), "bad");
+  const DcpPlacement fixed = repair_placement(table, cluster, PlacementOptions{}, start);
+  fixed.placement.validate(table);
+  EXPECT_EQ(fixed.report.partitioner, "bad");
+  EXPECT_LE(fixed.report.compute_imbalance, 1.1 + 1e-9);
+  EXPECT_LE(fixed.report.memory_imbalance, 1.2 + 1e-9);
+  EXPECT_EQ(fixed.report.objective,
+            connectivity_bytes(h, placement_to_parts(h, fixed.placement), cluster).objective);
+  EXPECT_THROW(repair_placement(table, make_cluster(1, 2), PlacementOptions{}, start), Error);
+}
+
+TEST(Multilevel, ExportCarriesBothWeightsAndFixedHomes) {
+  const Batch batch = random_batch(73, 3000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  std::ostringstream weights, fixed;
+  write_vertex_weights(h, weights);
+  std::vector<int32_t> parts(static_cast<size_t>(h.num_vertices()));
+  for (int32_t v = 0; v < h.num_vertices(); ++v) parts[v] = v % 3;
+  write_fixed_homes(h, parts, fixed);
+  std::istringstream w(weights.str()), f(fixed.str());
+  for (int32_t v = 0; v < h.num_vertices(); ++v) {
+    double c = -1;
+    int64_t m = -1;
+    int32_t home = -2;
+    ASSERT_TRUE(w >> c >> m) << "vertex " << v;
+    ASSERT_TRUE(f >> home) << "vertex " << v;
+    EXPECT_NEAR(c, h.compute_flops[v], 0.5);
+    EXPECT_EQ(m, h.memory_bytes[v]);
+    EXPECT_EQ(home, v < h.num_tiles ? -1 : parts[v]);
+  }
+  std::string rest;
+  EXPECT_FALSE(w >> rest);
+  EXPECT_FALSE(f >> rest);
+  std::ostringstream sink;
+  EXPECT_THROW(write_fixed_homes(h, std::vector<int32_t>(3, 0), sink), Error);
+}
+
+}  // namespace
+}  // namespace dcp
