@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "dcp/error.h"
+#include "dcp/plan_check.h"
 
 namespace dcp {
 
@@ -148,6 +149,14 @@ void Validator::write(int d, int instr, Content* dst, const Content& value, cons
 }
 
 std::vector<PlanViolation> Validator::run() {
+  // Symbolic execution indexes tiles, blocks and slots: a plan whose numbers do not all point
+  // somewhere is reported as one violation before any of that.
+  try {
+    check_plan_structure(plan_, "plan");
+  } catch (const Error& e) {
+    fail(-1, -1, e.what());
+    return out_;
+  }
   const PlanHeader& h = plan_.header;
   const int P = h.world_size;
   if (static_cast<int>(plan_.devices.size()) != P || plan_.placement.num_devices != P)
