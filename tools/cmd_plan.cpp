@@ -127,6 +127,8 @@ int run_plan(const PlanArgs& args) {
   args.placement.validate();
   const PlanOptions plan_opts = plan_options_for(args.stages);
   check_method(args.plan_method, "--plan-method");
+  check_methods(args.methods, "--method");
+  for (const std::string& p : args.partitioners) (void)parse_partitioner(p);
   const bool want_plan = !args.save_plan.empty() || args.dump || !args.svg.empty();
   if (!args.write_batch.empty()) save_batch(batch, args.write_batch);
   PlacedBatch chosen;  // the placement of --plan-method, when a plan is wanted
@@ -251,7 +253,9 @@ void register_plan(CLI::App& app, Runner& runner) {
   sub->add_option("--eps-compute", args->placement.eps_compute, "Per-device compute tolerance (max <= (1+eps) x mean)")
       ->capture_default_str();
   sub->add_option("--eps-memory", args->placement.eps_memory, "Per-device memory tolerance")->capture_default_str();
-  sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")->capture_default_str();
+  sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   sub->add_option("--export-hgr", args->export_hgr,
                   "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file");
   add_stages_option(sub, args->stages);

@@ -178,7 +178,7 @@ int run_simulate(const SimulateArgs& args) {
 
   std::cout << fmt::format("{} batch(es) of ~{} tokens ({} profile, {} mask), B={}, {} stages\n", batches.size(),
                            batches.front().total_tokens(), in.batch.batch_file.empty() ? in.batch.profile : "file",
-                           in.batch.mask, in.blocks.block_size, args.stages + 1);
+                           mask_label(batches), in.blocks.block_size, args.stages + 1);
   std::cout << fmt::format("cluster: {} x {} devices ({}), calibration {}\n\n", cluster.nodes, cluster.devices_per_node,
                            cluster.name, so.calibration.name);
   Table t({"method", "fwd ms", "bwd ms", "fwd+bwd ms", "DCP speed-up", "range", "comm hidden", "inter bytes",
@@ -227,7 +227,8 @@ void register_simulate(CLI::App& app, Runner& runner) {
   add_block_options(sub, args->in.blocks);
   add_stages_option(sub, args->stages);
   sub->add_option("--batches", args->in.batches, "Batches of the stream to plan and simulate (from --index on)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, 100000));
   sub->add_option("--method", args->methods, "Only these placements (repeatable): dcp, ring, zigzag, ulysses, "
                                              "a2a_p2p, packing");
   sub->add_option("--calibration", args->calibration,

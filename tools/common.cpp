@@ -1,11 +1,16 @@
 #include "common.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "dcp/baselines.h"
 #include "dcp/error.h"
 #include "dcp/io.h"
+#include "dcp/limits.h"
 #include "dcp/profiles.h"
 
 namespace dcp::cli {
@@ -14,11 +19,13 @@ void add_batch_options(CLI::App* app, BatchSource& src) {
   app->add_option("--batch", src.batch_file, "Batch JSON file (docs/formats.md); overrides --profile");
   app->add_option("--dataset", src.dataset_file, "Dataset JSONL file (one batch per line); use with --index");
   app->add_option("--index", src.index, "Which batch of the dataset or of the profile's stream (0-based)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(int_range(0, 1000000));
   app->add_option("--profile", src.profile, "Synthetic length profile: ldc, longalign, uniform, fixed")
       ->capture_default_str();
-  app->add_option("--seed", src.seed, "Seed of the profile generator")->capture_default_str();
-  app->add_option("--tokens", src.tokens, "Token budget per generated batch")->capture_default_str();
+  app->add_option("--seed", src.seed, "Seed of the profile generator")->capture_default_str()->check(non_negative_integer());
+  app->add_option("--tokens", src.tokens, "Token budget per generated batch")
+      ->capture_default_str()
+      ->check(int_range(1, kMaxBatchTokens));
   app->add_option("--scale", src.scale, "Length scale factor of the profile (paper: 0.5, 1, 2, 4)")
       ->capture_default_str();
   app->add_option("--mask", src.mask,
@@ -33,12 +40,22 @@ void add_batch_options(CLI::App* app, BatchSource& src) {
 void add_cluster_options(CLI::App* app, ClusterSource& src) {
   app->add_option("--cluster", src.preset, "Cluster preset (a100-p4d, h200-nvl) or a cluster JSON file")
       ->capture_default_str();
-  app->add_option("--nodes", src.nodes, "Number of nodes")->capture_default_str();
-  app->add_option("--devices-per-node", src.devices_per_node, "Devices per node (default: the preset's)");
+  app->add_option_function<int>(
+         "--nodes",
+         [&src](const int& n) {
+           src.nodes = n;
+           src.nodes_given = true;
+         },
+         "Number of nodes (default " + std::to_string(src.nodes) + "; with a cluster file: the file's)")
+      ->check(int_range(1, kMaxNodes));
+  app->add_option("--devices-per-node", src.devices_per_node, "Devices per node (default: the preset's or the file's)")
+      ->check(int_range(1, kMaxDevicesPerNode));
 }
 
 void add_block_options(CLI::App* app, BlockOptions& opts) {
-  app->add_option("--block", opts.block_size, "Token block size B (a multiple of 16)")->capture_default_str();
+  app->add_option("--block", opts.block_size, "Token block size B (a multiple of 16)")
+      ->capture_default_str()
+      ->check(int_range(16, kMaxBatchTokens));
   app->add_option("--q-heads-per-group", opts.q_heads_per_group,
                   "Query heads per head group (default: the query heads of one KV head)");
 }
@@ -92,10 +109,19 @@ std::vector<Batch> resolve_batches(const BatchSource& src, int count) {
 
 Cluster resolve_cluster(const ClusterSource& src) {
   Cluster c;
-  if (std::filesystem::exists(src.preset) && src.preset.find(".json") != std::string::npos) {
-    c = load_cluster(src.preset);
-  } else {
+  const auto presets = cluster_preset_names();
+  const bool preset = std::find(presets.begin(), presets.end(), src.preset) != presets.end();
+  if (preset) {
     c = cluster_preset(src.preset, src.nodes);
+  } else if (std::filesystem::exists(src.preset) || src.preset.find('/') != std::string::npos ||
+             src.preset.ends_with(".json")) {
+    c = load_cluster(src.preset);  // a missing or unreadable file is reported as such
+    if (src.nodes_given) c.nodes = src.nodes;
+  } else {
+    std::string list;
+    for (const auto& p : presets) list += (list.empty() ? "" : ", ") + p;
+    raise(ErrorKind::InvalidInput, "--cluster: '" + src.preset + "' is neither a preset (" + list +
+                                       ") nor an existing cluster file");
   }
   if (src.devices_per_node > 0) c.devices_per_node = src.devices_per_node;
   c.validate("--cluster");
@@ -104,7 +130,8 @@ Cluster resolve_cluster(const ClusterSource& src) {
 
 void add_stages_option(CLI::App* app, int& stages) {
   app->add_option("--stages", stages, "Communication stages after the local stage 0 (the paper's divisions)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, 64));
 }
 
 PlanOptions plan_options_for(int stages) {
@@ -127,6 +154,64 @@ void check_method(const std::string& name, const std::string& flag) {
   std::string list;
   for (const auto& m : methods) list += (list.empty() ? "" : ", ") + m;
   raise(ErrorKind::InvalidInput, flag + ": unknown placement '" + name + "' (expected one of " + list + ")");
+}
+
+void check_methods(const std::vector<std::string>& names, const std::string& flag) {
+  for (const std::string& n : names) check_method(n, flag);
+}
+
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || p != end || v < lo || v > hi)
+          return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator non_negative_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || text[0] == '-' || ec != std::errc() || p != end)
+          return "'" + text + "' is not an integer in [0, 2^64 - 1]";
+        return {};
+      },
+      "UINT64");
+}
+
+CLI::Validator seconds_option() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v <= 0 || v > 1e6)
+          return "'" + text + "' is not a number of seconds in (0, 1e6]";
+        return {};
+      },
+      "SECONDS in (0, 1e6]");
+}
+
+std::string mask_label(const std::vector<Batch>& batches) {
+  std::map<std::string, int64_t> count;
+  for (const Batch& b : batches)
+    for (const Sequence& s : b.sequences) ++count[to_string(s.mask.kind)];
+  if (count.size() == 1) return count.begin()->first;
+  std::string out;
+  for (const auto& [name, n] : count) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  return "mixed (" + out + ")";
+}
+
+std::string batch_origin(const BatchSource& src) {
+  if (!src.batch_file.empty()) return src.batch_file;
+  if (!src.dataset_file.empty()) return src.dataset_file + " (batch " + std::to_string(src.index) + ")";
+  return "";
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -33,8 +33,9 @@ struct BatchSource {
 
 struct ClusterSource {
   std::string preset = "a100-p4d";  // --cluster: a preset name or a JSON file
-  int nodes = 4;
-  int devices_per_node = 0;          // 0: the preset's
+  int nodes = 4;                     // a preset's node count; a cluster file's unless nodes_given
+  bool nodes_given = false;          // --nodes on the command line (overrides a cluster file)
+  int devices_per_node = 0;          // 0: the preset's or the file's
 };
 
 void add_batch_options(CLI::App* app, BatchSource& src);
@@ -54,6 +55,19 @@ PlanOptions plan_options_for(int stages);  // throws InvalidInput naming --stage
 std::vector<std::string> all_methods();
 // Throws InvalidInput naming `flag` and listing the methods if `name` is not one of them.
 void check_method(const std::string& name, const std::string& flag);
+void check_methods(const std::vector<std::string>& names, const std::string& flag);
+
+// Option checks with short messages ("--nodes: 0 is not in [1, 4096]"), for options whose
+// silent wrap-around or fallback would change what runs.
+CLI::Validator int_range(int64_t lo, int64_t hi);
+CLI::Validator non_negative_integer();  // 64-bit seeds: digits only, no sign
+CLI::Validator seconds_option();        // a finite number of seconds in (0, 1e6]
+
+// The masks of `batches` as one label: "causal", or "mixed (causal 3, lambda 2)".
+std::string mask_label(const std::vector<Batch>& batches);
+// Where a batch comes from, for messages about its contents: the --batch/--dataset file, or
+// the generator options ("--dtype" etc. name themselves).
+std::string batch_origin(const BatchSource& src);
 
 struct PlacedMethod {
   std::string method;

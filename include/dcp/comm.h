@@ -108,4 +108,8 @@ class MpiSession {
 // without MPI.
 std::unique_ptr<Comm> make_mpi_comm_world();
 
+// MPI_Abort of the whole job with `exit_code` (the launcher exits with it), for a tool's top
+// level after it reported an error. Does nothing when MPI is absent or not initialised.
+void mpi_abort_world(int exit_code) noexcept;
+
 }  // namespace dcp
