@@ -345,7 +345,8 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
     if (!j[key].is_number()) raise(ErrorKind::InvalidInput, source + ": " + key + " must be a number");
     out = j[key].get<double>() * scale;
   };
-  for (auto& [key, value] : j.items()) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();  // a named variable: lambdas may not capture bindings (clang 14)
     static const char* known[] = {"name", "attn_fwd_tflops", "attn_bwd_tflops", "tile_overhead_us",
                                   "launch_overhead_us", "memory_bw_GBps", "source", "notes",
                                   "fwd_diagonal_efficiency", "fwd_partial_efficiency",
@@ -355,7 +356,6 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
                                   "fwd_empty_subtile_cost", "bwd_empty_subtile_cost"};
     if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
       raise(ErrorKind::InvalidInput, source + ": unknown field '" + key + "'");
-    (void)value;
   }
   if (j.contains("name")) c.name = j["name"].get<std::string>();
   num("attn_fwd_tflops", 1e12, c.attn_fwd_flops);

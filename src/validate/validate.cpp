@@ -72,6 +72,7 @@ struct Group {
   int32_t round;
   std::vector<size_t> ops;  // indices into ops_
   size_t unmatched = 0;
+  bool waited = false;
 };
 
 class Validator {
@@ -210,6 +211,11 @@ void Validator::run_pass(Pass pass) {
       fail(d, static_cast<int>(pc_[d]),
            "deadlock: blocked at CommWait(" + std::to_string(w ? w->id : -1) + ") whose transfers never complete");
     }
+  // A round left pending would collide with the same round of the next pass or layer.
+  for (int d = 0; d < P; ++d)
+    for (const Group& g : groups_[d])
+      if (!g.waited && pc_[d] >= prog_[d]->code.size())
+        fail(d, -1, "round " + std::to_string(g.round) + " is started but never waited for");
   for (const PendingOp& op : ops_)
     if (!op.matched && out_.size() < max_)
       fail(op.device, -1, std::string("unmatched ") + (op.op->send ? "send to " : "receive from ") +
@@ -460,6 +466,8 @@ bool Validator::step(int d) {
       } else {
         Group& g = groups_[d][gi];
         if (g.unmatched > 0) return advanced;  // blocked
+        if (g.waited) fail(d, pc, "CommWait(" + std::to_string(w->id) + ") of a round already waited for");
+        g.waited = true;
         for (size_t oi : g.ops) {
           PendingOp& op = ops_[oi];
           if (op.op->send) {
