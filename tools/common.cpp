@@ -16,25 +16,36 @@
 namespace dcp::cli {
 
 void add_batch_options(CLI::App* app, BatchSource& src) {
-  app->add_option("--batch", src.batch_file, "Batch JSON file (docs/formats.md); overrides --profile");
-  app->add_option("--dataset", src.dataset_file, "Dataset JSONL file (one batch per line); use with --index");
-  app->add_option("--index", src.index, "Which batch of the dataset or of the profile's stream (0-based)")
-      ->check(int_range(0, 1000000));
-  app->add_option("--profile", src.profile, "Synthetic length profile: ldc, longalign, uniform, fixed")
-      ->capture_default_str();
-  app->add_option("--seed", src.seed, "Seed of the profile generator")->capture_default_str()->check(non_negative_integer());
-  app->add_option("--tokens", src.tokens, "Token budget per generated batch")
-      ->capture_default_str()
-      ->check(int_range(1, kMaxBatchTokens));
-  app->add_option("--scale", src.scale, "Length scale factor of the profile (paper: 0.5, 1, 2, 4)")
-      ->capture_default_str();
-  app->add_option("--mask", src.mask,
-                  "Mask of generated sequences: causal, full, lambda, causal_blockwise, shared_question, mixed")
-      ->capture_default_str();
-  app->add_option("--q-heads", src.q_heads, "Query heads (generated batches)")->capture_default_str();
-  app->add_option("--kv-heads", src.kv_heads, "KV heads (generated batches)")->capture_default_str();
-  app->add_option("--head-dim", src.head_dim, "Head dimension (generated batches)")->capture_default_str();
-  app->add_option("--dtype", src.dtype, "Element type of generated batches: bf16, fp16, fp32")->capture_default_str();
+  CLI::Option* file =
+      app->add_option("--batch", src.batch_file, "Batch JSON file (docs/formats.md); overrides --profile");
+  CLI::Option* dataset =
+      app->add_option("--dataset", src.dataset_file, "Dataset JSONL file (one batch per line); use with --index");
+  CLI::Option* index = app->add_option("--index", src.index, "Which batch of the dataset or of the profile's stream (0-based)")
+                           ->check(int_range(0, 1000000));
+  // Options that shape a generated batch: a batch file fixes all of them itself, so giving one
+  // with --batch (or --dataset) is refused rather than silently ignored.
+  std::vector<CLI::Option*> generator{
+      app->add_option("--profile", src.profile, "Synthetic length profile: ldc, longalign, uniform, fixed")
+          ->capture_default_str(),
+      app->add_option("--seed", src.seed, "Seed of the profile generator")->capture_default_str()->check(non_negative_integer()),
+      app->add_option("--tokens", src.tokens, "Token budget per generated batch")
+          ->capture_default_str()
+          ->check(int_range(1, kMaxBatchTokens)),
+      app->add_option("--scale", src.scale, "Length scale factor of the profile (paper: 0.5, 1, 2, 4)")
+          ->capture_default_str(),
+      app->add_option("--mask", src.mask,
+                      "Mask of generated sequences: causal, full, lambda, causal_blockwise, shared_question, mixed")
+          ->capture_default_str(),
+      app->add_option("--q-heads", src.q_heads, "Query heads (generated batches)")->capture_default_str(),
+      app->add_option("--kv-heads", src.kv_heads, "KV heads (generated batches)")->capture_default_str(),
+      app->add_option("--head-dim", src.head_dim, "Head dimension (generated batches)")->capture_default_str(),
+      app->add_option("--dtype", src.dtype, "Element type of generated batches: bf16, fp16, fp32")->capture_default_str()};
+  file->excludes(dataset);
+  file->excludes(index);
+  for (CLI::Option* g : generator) {
+    file->excludes(g);
+    dataset->excludes(g);
+  }
 }
 
 void add_cluster_options(CLI::App* app, ClusterSource& src) {
