@@ -123,7 +123,8 @@ Cluster resolve_cluster(const ClusterSource& src) {
   const auto presets = cluster_preset_names();
   const bool preset = std::find(presets.begin(), presets.end(), src.preset) != presets.end();
   if (preset) {
-    c = cluster_preset(src.preset, src.nodes);
+    c = cluster_preset(src.preset, 1);  // sized below, checked once complete
+    c.nodes = src.nodes;
   } else if (std::filesystem::exists(src.preset) || src.preset.find('/') != std::string::npos ||
              src.preset.ends_with(".json")) {
     c = load_cluster(src.preset);  // a missing or unreadable file is reported as such
@@ -223,6 +224,47 @@ std::string batch_origin(const BatchSource& src) {
   if (!src.batch_file.empty()) return src.batch_file;
   if (!src.dataset_file.empty()) return src.dataset_file + " (batch " + std::to_string(src.index) + ")";
   return "";
+}
+
+void add_max_tiles_option(CLI::App* app, int64_t& max_tiles) {
+  app->add_option("--max-tiles", max_tiles,
+                  "Skip (with a note) a placement whose tiles would exceed this many (its plan needs ~800 bytes "
+                  "per tile)")
+      ->capture_default_str()
+      ->check(int_range(1, int64_t{1} << 40));
+}
+
+int64_t estimate_tiles(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                       const Cluster& cluster) {
+  const int64_t per_group = blocks.q_heads_per_group > 0 ? blocks.q_heads_per_group : batch.shape.group_ratio();
+  const int64_t groups = per_group > 0 ? std::max<int64_t>(1, batch.shape.q_heads / per_group) : 1;
+  const int64_t P = cluster.num_devices();
+  int64_t pairs = 0;
+  for (const Sequence& s : batch.sequences) {
+    // Chunks of the sequence: blocks of B for DCP and packing, the method's cut otherwise
+    // (chunks of zero tokens are skipped, so never more chunks than tokens).
+    int64_t n = 0;
+    if (method == "dcp" || method == "packing") n = (s.length + blocks.block_size - 1) / std::max<int64_t>(1, blocks.block_size);
+    else if (method == "ring" || method == "ulysses") n = std::min(P, s.length);
+    else n = std::min(2 * P, s.length);  // zigzag, a2a_p2p: two chunks per device
+    // Keys never beyond the row (causal family): chunk pairs at or below the diagonal.
+    const bool below = s.mask.kind != MaskKind::Full && s.mask.kind != MaskKind::Ranges;
+    pairs = checked_add(pairs, below ? checked_mul(n, n + 1, "tile estimate") / 2 : checked_mul(n, n, "tile estimate"),
+                        "tile estimate");
+  }
+  return checked_mul(pairs, groups, "tile estimate");
+}
+
+std::string tile_budget_note(const std::string& method, const std::vector<Batch>& batches, const BlockOptions& blocks,
+                             const Cluster& cluster, int64_t max_tiles) {
+  for (const Batch& b : batches) {
+    const int64_t n = estimate_tiles(method, b, blocks, cluster);
+    if (n > max_tiles)
+      return "skipped: up to " + std::to_string(n) + " tiles, more than --max-tiles " + std::to_string(max_tiles) +
+             (method == "dcp" || method == "packing" ? " (use a larger --block)"
+                                                     : " (it cuts every sequence into chunks per device)");
+  }
+  return {};
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -79,6 +79,19 @@ struct PlacedMethod {
 PlacedMethod place_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
                           const Cluster& cluster, const PlacementOptions& popts);
 
+// The tile budget of one placement. The cutting baselines pair every chunk of every sequence
+// (sequences x chunks^2 x head groups tiles), which outgrows memory long before DCP's block
+// table does: about 800 bytes per tile of plan, so the default keeps one placement near 2 GB.
+inline constexpr int64_t kDefaultMaxTiles = 2'000'000;
+void add_max_tiles_option(CLI::App* app, int64_t& max_tiles);
+// An upper bound of the tiles `method` makes of `batch`, from sequence lengths and mask kinds
+// alone (O(sequences), nothing built).
+int64_t estimate_tiles(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                       const Cluster& cluster);
+// Empty when `method` fits the budget on every batch; else why it is skipped.
+std::string tile_budget_note(const std::string& method, const std::vector<Batch>& batches, const BlockOptions& blocks,
+                             const Cluster& cluster, int64_t max_tiles);
+
 double ms_since(std::chrono::steady_clock::time_point t0);
 
 }  // namespace dcp::cli

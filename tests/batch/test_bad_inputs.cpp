@@ -42,7 +42,7 @@ const std::vector<BadInput>& bad_inputs() {
       {"bad_batch_no_sequences.json", {"sequences", "at least one"}},
       {"bad_batch_lambda_sink.json", {"sequences[0].mask.sink", "got -1"}},
       {"bad_cluster_unknown_preset.json", {"preset: unknown preset 'tpu-v5'", "a100-p4d", "h200-nvl"}},
-      {"bad_cluster_zero_nodes.json", {"nodes: must be in [1, 4096], got 0"}},
+      {"bad_cluster_zero_nodes.json", {"nodes: must be in [1, 1024], got 0"}},
       {"bad_cluster_zero_devices.json", {"devices_per_node: must be in [1, 1024], got 0"}},
       {"bad_cluster_unknown_key.json", {"unknown key 'nodess'"}},
       {"bad_cluster_missing_field.json", {"nic_bw_node_GBps: missing"}},

@@ -139,7 +139,7 @@ TEST(CliHardening, OutOfRangeOptionsGiveShortMessages) {
 TEST(CliHardening, LimitsAreEnforcedQuickly) {
   const auto t0 = std::chrono::steady_clock::now();
   expect(run("plan --nodes 100000"), 2, "--nodes", "--nodes 100000");
-  expect(run("plan --nodes 4096 --devices-per-node 8 --tokens 4096"), 2, "exceed the limit of 16384", "devices");
+  expect(run("plan --nodes 1024 --devices-per-node 16 --tokens 4096"), 2, "exceed the limit of 8192", "devices");
   expect(run("plan --q-heads 4096 --kv-heads 8"), 2, "q: must be <= 1024", "heads");
   expect(run("plan --head-dim 4096"), 2, "dim: must be a positive multiple of 8 up to 1024", "head dim");
   const std::string huge = temp_file("huge_heads.json", R"({"heads": {"q": 1000000, "kv": 1, "dim": 100000}, "sequences": [{"length": 100000}]})");

@@ -265,8 +265,8 @@ def cluster_corpus(out):
         write(f"{out}/seed/{name}.json", dump(obj))
     good = {"preset-only": {"preset": "a100-p4d"}, "zero-latency": with_path(custom, ["intra_latency_us"], 0),
             "one-device": with_path(with_path(custom, ["nodes"], 1), ["devices_per_node"], 1),
-            "max-devices": with_path(with_path(custom, ["nodes"], 16), ["devices_per_node"], 1024),
-            "max-nodes": with_path(with_path(custom, ["nodes"], 4096), ["devices_per_node"], 4),
+            "max-devices": with_path(with_path(custom, ["nodes"], 8), ["devices_per_node"], 1024),
+            "max-nodes": with_path(with_path(custom, ["nodes"], 1024), ["devices_per_node"], 8),
             "tiny-bandwidth": with_path(custom, ["intra_bw_GBps"], 1e-9), "float-fields": with_path(custom, ["attn_fwd_TFLOPs"], 1.5e2),
             "unicode-name": with_path(custom, ["name"], "cl\u00fcster")}
     for name, obj in good.items():
@@ -275,12 +275,12 @@ def cluster_corpus(out):
     text = dump(custom)
     for n in range(0, len(text) - 1, 3):
         bad[f"cut-{n:04d}"] = text[:n]
-    for field, values in [("nodes", [0, -1, 4097, 2**31, 1.5]), ("devices_per_node", [0, -3, 1025, 1.5]),
+    for field, values in [("nodes", [0, -1, 1025, 4097, 2**31, 1.5]), ("devices_per_node", [0, -3, 1025, 1.5]),
                           ("name", [7, None])]:
         for v in values:
             bad[f"{field}-{v}"] = dump(with_path(custom, [field], v))
-    bad["devices-over-limit"] = dump(with_path(with_path(custom, ["nodes"], 4096), ["devices_per_node"], 8))
-    bad["devices-over-limit-preset"] = dump({"preset": "a100-p4d", "nodes": 4096})
+    bad["devices-over-limit"] = dump(with_path(with_path(custom, ["nodes"], 1024), ["devices_per_node"], 9))
+    bad["devices-over-limit-preset"] = dump({"preset": "a100-p4d", "nodes": 1024, "devices_per_node": 16})
     for field in ["intra_bw_GBps", "inter_bw_device_GBps", "nic_bw_node_GBps", "attn_fwd_TFLOPs", "attn_bwd_TFLOPs",
                   "device_memory_GB", "intra_latency_us", "inter_latency_us"]:
         values = [-1, -1e-300] + ([] if "latency" in field else [0])
