@@ -181,20 +181,31 @@ TEST(CliHardening, ZeroReferenceGradientsPass) {
   expect(run("run --ranks 2 --block 64 --batch " + diag), 0, "PASS", "own key only");
 }
 
-TEST(CliHardening, FailedThreadCreationJoinsAndExitsFour) {
-  // A small address space lets only a few rank threads start; the rest of the world must be
-  // stopped and joined, and the process must end with a message, not std::terminate.
-  const std::string cmd = "sh -c 'ulimit -v 400000; " + std::string(DCP_CLI_PATH) +
-                          " run --ranks 1000 --tokens 64 --block 16' 2>&1";
+// Runs dcp with its address space limited to `kib` KiB.
+Result run_limited(int kib, const std::string& args) {
+  const std::string cmd =
+      "sh -c 'ulimit -v " + std::to_string(kib) + "; " + std::string(DCP_CLI_PATH) + " " + args + "' 2>&1";
   Result r;
   FILE* pipe = popen(cmd.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
+  if (pipe == nullptr) return r;
   char buf[4096];
   size_t n = 0;
   while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) r.out.append(buf, n);
   const int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  expect(r, 4, "cannot start in-process rank", "thread creation failure");
+  return r;
+}
+
+TEST(CliHardening, FailedThreadCreationJoinsAndExitsFour) {
+  // A small address space lets only a few rank threads start; the rest of the world must be
+  // stopped and joined, and the process must end with a message, not std::terminate.
+  expect(run_limited(400000, "run --ranks 1000 --tokens 64 --block 16"), 4, "cannot start in-process rank",
+         "thread creation failure");
+}
+
+TEST(CliHardening, OutOfMemoryIsSaidInWords) {
+  expect(run_limited(600000, "run --ranks 1 --tokens 2000000 --block 4096 --q-heads 8 --kv-heads 8 --head-dim 128"), 4,
+         "out of memory", "out of memory");
 }
 
 TEST(CliHardening, ShortSequencesPlanFast) {
