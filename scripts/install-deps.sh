@@ -9,6 +9,7 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   libmetis-dev libtrilinos-zoltan-dev
   libopenmpi-dev openmpi-bin
+  clang libclang-rt-dev
 )
 
 missing=()

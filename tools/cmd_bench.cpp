@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "exit_codes.h"
+#include "startup_watchdog.h"
 #include "common.h"
 #include "dcp/attention_cpu.h"
 #include "dcp/baselines.h"
@@ -264,18 +266,17 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
   return row;
 }
 
-int run_bench(const BenchArgs& args) {
-  std::unique_ptr<MpiSession> session;
-  if (mpi_available()) session = std::make_unique<MpiSession>(nullptr, nullptr);
+int bench_main(const BenchArgs& args, int& world_out) {
   std::unique_ptr<Comm> world_comm = mpi_available() ? make_mpi_comm_world() : nullptr;
   const int rank = world_comm ? world_comm->rank() : 0;
   const int world = world_comm ? world_comm->world_size() : 1;
+  world_out = world;
   world_comm.reset();
   const bool cuda = args.backend == "cuda";
   if (!cuda && args.backend != "cpu") raise(ErrorKind::InvalidInput, "--backend: cuda or cpu");
   const int gpus = cuda_device_count();
   if (cuda && gpus == 0) raise(ErrorKind::Unsupported, "dcp bench: no GPU visible (use --backend cpu)");
-  const int device = cuda ? (session ? mpi_local_rank() : rank) % gpus : 0;
+  const int device = cuda ? (mpi_available() ? mpi_local_rank() : rank) % gpus : 0;
   CudaBackendOptions backend_options;
   backend_options.device = device;
   backend_options.kernels = kernel_options_from_environment();
@@ -295,6 +296,7 @@ int run_bench(const BenchArgs& args) {
   const Calibration calibration =
       args.calibration.empty() ? calibration_from_cluster(cluster) : load_calibration(args.calibration);
   std::vector<std::string> methods = args.methods;
+  check_methods(methods, "--method");
   if (methods.empty()) {
     methods.push_back("dcp");
     for (BaselineKind k : all_baselines()) methods.push_back(to_string(k));
@@ -317,7 +319,7 @@ int run_bench(const BenchArgs& args) {
   for (const Row& r : rows)
     if (r.method != "dcp" && (best_static == 0 || r.fwd_ms + r.bwd_ms < best_static)) best_static = r.fwd_ms + r.bwd_ms;
   std::cout << fmt::format("dcp bench: {} tokens, {} sequences, mask {}, {} GPU(s), backend {}, {} layers, block {}\n",
-                           batch.total_tokens(), batch.sequences.size(), args.batch.mask, world, backend->name(),
+                           batch.total_tokens(), batch.sequences.size(), mask_label({batch}), world, backend->name(),
                            args.layers, args.blocks.block_size);
   std::cout << fmt::format("{:<10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9}\n", "method", "fwd ms",
                            "bwd ms", "fwd TF/s", "bwd TF/s", "sim fwd", "sim bwd", "MB moved", "speedup", "check");
@@ -335,15 +337,34 @@ int run_bench(const BenchArgs& args) {
   }
   if (!args.json.empty()) {
     nlohmann::json out = {{"tokens", batch.total_tokens()}, {"sequences", batch.sequences.size()},
-                          {"profile", args.batch.profile}, {"mask", args.batch.mask}, {"world", world},
+                          {"profile", args.batch.profile}, {"mask", mask_label({batch})}, {"world", world},
                           {"backend", backend->name()}, {"layers", args.layers}, {"block", args.blocks.block_size},
                           {"search", args.search}, {"balance_time", args.balance_time},
                           {"calibration", args.calibration}, {"rows", j}};
     std::ofstream(args.json) << out.dump(2) << "\n";
   }
   for (const Row& r : rows)
-    if (r.check_err > 2e-2) return 1;
-  return 0;
+    if (r.check_err > 2e-2) return kExitCheckFailed;
+  return kExitOk;
+}
+
+int run_bench(const BenchArgs& args) {
+  std::unique_ptr<MpiSession> session;
+  if (mpi_available()) {
+    StartupWatchdog watchdog(args.timeout_s, "dcp bench");
+    session = std::make_unique<MpiSession>(nullptr, nullptr);
+  }
+  int world = 1;
+  try {
+    return bench_main(args, world);
+  } catch (const std::exception& e) {
+    if (world <= 1) throw;
+    // One rank's error would leave the others waiting: report it and end the job with its code.
+    const int code = exit_code_of(e);
+    std::cerr << "dcp bench: " << error_text(e) << "\n" << std::flush;
+    mpi_abort_world(code);
+    return code;
+  }
 }
 
 }  // namespace
@@ -361,13 +382,19 @@ void register_bench(CLI::App& app, Runner& runner) {
                   "PREFIX.<method>.sim.json (the simulator's prediction of the same plan), Chrome/Perfetto format");
   sub->add_option("--eps-compute", args->placement.eps_compute, "DCP per-device compute tolerance")->capture_default_str();
   sub->add_option("--eps-memory", args->placement.eps_memory, "DCP per-device memory tolerance")->capture_default_str();
-  sub->add_option("--layers", args->layers, "Layers per step (forward all, then backward all)")->capture_default_str();
-  sub->add_option("--warmup", args->warmup, "Untimed steps")->capture_default_str();
-  sub->add_option("--iters", args->iters, "Timed steps (median reported)")->capture_default_str();
-  sub->add_option("--stages", args->stages, "Communication stages of the schedule")->capture_default_str();
+  sub->add_option("--layers", args->layers, "Layers per step (forward all, then backward all)")
+      ->capture_default_str()
+      ->check(int_range(1, 2000));
+  sub->add_option("--warmup", args->warmup, "Untimed steps")->capture_default_str()->check(int_range(0, 100000));
+  sub->add_option("--iters", args->iters, "Timed steps (median reported)")->capture_default_str()->check(int_range(1, 100000));
+  sub->add_option("--stages", args->stages, "Communication stages of the schedule")
+      ->capture_default_str()
+      ->check(int_range(1, 64));
   sub->add_option("--backend", args->backend, "cuda or cpu")->capture_default_str();
   sub->add_flag("--verbose", args->verbose, "Progress of every rank on stderr");
-  sub->add_option("--timeout", args->timeout_s, "Seconds every communication wait may take")->capture_default_str();
+  sub->add_option("--timeout", args->timeout_s, "Seconds every communication wait may take")
+      ->capture_default_str()
+      ->check(seconds_option());
   sub->add_flag("--check", args->check, "Compare outputs with the CPU backend (small batches)");
   sub->add_option("--json", args->json, "Also write the results as JSON to this file");
   sub->add_option("--calibration", args->calibration,

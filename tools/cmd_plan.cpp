@@ -43,6 +43,7 @@ struct PlanArgs {
   std::string save_plan;
   bool dump = false;
   std::string svg;
+  int64_t max_tiles = kDefaultMaxTiles;
 };
 
 struct MethodResult {
@@ -54,6 +55,7 @@ struct MethodResult {
   // What the executor allocates per device for this placement's plan (plan_memory: the one
   // sizing formula), local tensors + the larger pass's slot arrays after liveness reuse.
   std::vector<int64_t> plan_memory_bytes;
+  std::string skipped = {};  // why the placement was not made (tile budget); nothing else is set
   double plan_memory_imbalance() const {
     if (plan_memory_bytes.empty()) return 1.0;
     double sum = 0, mx = 0;
@@ -64,6 +66,13 @@ struct MethodResult {
     return sum > 0 ? mx / (sum / static_cast<double>(plan_memory_bytes.size())) : 1.0;
   }
 };
+
+MethodResult skipped_result(const std::string& method, const std::string& why) {
+  MethodResult r;
+  r.method = method;
+  r.skipped = why;
+  return r;
+}
 
 std::vector<int64_t> plan_peaks(const BlockTable& table, const Placement& placement, const Cluster& cluster,
                                 const PlanOptions& opts) {
@@ -87,6 +96,7 @@ void write_plan_svg(const Plan& plan, const Cluster& cluster, const std::string&
 }
 
 nlohmann::json to_json(const MethodResult& r) {
+  if (!r.skipped.empty()) return {{"method", r.method}, {"skipped", r.skipped}};
   nlohmann::json devices = nlohmann::json::array();
   for (size_t i = 0; i < r.metrics.devices.size(); ++i) {
     const DeviceLoad& d = r.metrics.devices[i];
@@ -127,6 +137,8 @@ int run_plan(const PlanArgs& args) {
   args.placement.validate();
   const PlanOptions plan_opts = plan_options_for(args.stages);
   check_method(args.plan_method, "--plan-method");
+  check_methods(args.methods, "--method");
+  for (const std::string& p : args.partitioners) (void)parse_partitioner(p);
   const bool want_plan = !args.save_plan.empty() || args.dump || !args.svg.empty();
   if (!args.write_batch.empty()) save_batch(batch, args.write_batch);
   PlacedBatch chosen;  // the placement of --plan-method, when a plan is wanted
@@ -144,6 +156,10 @@ int run_plan(const PlanArgs& args) {
     popts.partitioner = parse_partitioner(backend);
     const std::string name = args.partitioners.size() == 1 ? "dcp" : "dcp-" + backend;
     if (!wanted(name) && !wanted("dcp")) continue;
+    if (std::string why = tile_budget_note("dcp", {batch}, args.blocks, cluster, args.max_tiles); !why.empty()) {
+      results.push_back(skipped_result(name, why));
+      continue;
+    }
     auto t1 = std::chrono::steady_clock::now();
     DcpPlacement dcp = place_dcp(table, cluster, popts);
     const double ms = ms_since(t1) + table_ms;  // planning = block table + partition
@@ -165,6 +181,10 @@ int run_plan(const PlanArgs& args) {
   for (BaselineKind kind : all_baselines()) {
     const std::string name = to_string(kind);
     if (!wanted(name)) continue;
+    if (std::string why = tile_budget_note(name, {batch}, args.blocks, cluster, args.max_tiles); !why.empty()) {
+      results.push_back(skipped_result(name, why));
+      continue;
+    }
     auto t1 = std::chrono::steady_clock::now();
     PlacedBatch placed = make_baseline(kind, batch, args.blocks, cluster);
     const double ms = ms_since(t1);
@@ -174,7 +194,10 @@ int run_plan(const PlanArgs& args) {
   }
 
   if (want_plan) {
-    if (chosen.placement.num_devices == 0) {  // filtered out by --method: place it now
+    if (chosen.placement.num_devices == 0) {  // filtered out by --method or skipped: place it now
+      if (std::string why = tile_budget_note(args.plan_method, {batch}, args.blocks, cluster, args.max_tiles);
+          !why.empty())
+        raise(ErrorKind::InvalidInput, "--plan-method " + args.plan_method + ": " + why);
       chosen = place_method(args.plan_method, batch, args.blocks, cluster, args.placement).placed;
     }
     const Plan plan = build_plan(chosen.table, chosen.placement, cluster, plan_opts);
@@ -217,6 +240,10 @@ int run_plan(const PlanArgs& args) {
   Table t({"placement", "compute imb", "memory imb", "plan peak mem", "plan mem imb", "intra bytes", "inter bytes",
            "bytes/token", "time ms"});
   for (const auto& r : results) {
+    if (!r.skipped.empty()) {
+      t.add_row({r.method, "-", "-", "-", "-", "-", "-", "-", "-"});
+      continue;
+    }
     const auto& m = r.metrics;
     const int64_t peak = r.plan_memory_bytes.empty()
                              ? 0
@@ -232,6 +259,7 @@ int run_plan(const PlanArgs& args) {
                "for this placement's plan (owned tensors + slot arrays after liveness reuse; plan_memory()).\n"
                "bytes = forward + backward traffic (inputs to remote tiles, fp32 partials back to owners).\n";
   for (const auto& r : results) {
+    if (!r.skipped.empty()) std::cout << fmt::format("  {}: {}\n", r.method, r.skipped);
     if (!r.note.empty()) std::cout << fmt::format("  {}: {}\n", r.method, r.note);
     for (const auto& v : r.violations) std::cout << fmt::format("  {}: BALANCE VIOLATED: {}\n", r.method, v);
   }
@@ -256,11 +284,14 @@ void register_plan(CLI::App& app, Runner& runner) {
   sub->add_option("--eps-compute", args->placement.eps_compute, "Per-device compute tolerance (max <= (1+eps) x mean)")
       ->capture_default_str();
   sub->add_option("--eps-memory", args->placement.eps_memory, "Per-device memory tolerance")->capture_default_str();
-  sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")->capture_default_str();
+  sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   sub->add_option("--export-hgr", args->export_hgr,
                   "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file, and "
                   "both vertex weights (compute, memory) to FILE.weights");
   add_stages_option(sub, args->stages);
+  add_max_tiles_option(sub, args->max_tiles);
   sub->add_option("--plan-method", args->plan_method, "Placement whose plan --save-plan, --dump and --svg use")
       ->capture_default_str();
   sub->add_option("--save-plan", args->save_plan, "Write the binary plan (docs/formats.md) to this file");

@@ -28,7 +28,11 @@
 #include "dcp/executor.h"
 #include "dcp/io.h"
 #include "dcp/plan.h"
+#include "dcp/limits.h"
+#include "dcp/validate.h"
 #include "dense_reference.h"
+#include "exit_codes.h"
+#include "startup_watchdog.h"
 #include "table.h"
 
 #ifdef _OPENMP
@@ -42,6 +46,9 @@ namespace {
 constexpr int32_t kPlanHashRound = 32000;
 constexpr int32_t kResultRound = 32001;
 constexpr int kNumStats = 6;  // plan_ms, fwd_ms, bwd_ms, fwd_wait_ms, bwd_wait_ms, tokens
+// In-process ranks are threads each holding its own plan and tensors: a few hundred at most
+// make sense on one machine.
+constexpr int kMaxInProcessRanks = 1024;
 
 struct RunArgs {
   BatchSource batch;
@@ -98,14 +105,23 @@ int local_device(bool mpi, int rank) {
 Plan make_plan(const RunArgs& args, int world_size, double& plan_ms) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!args.plan_file.empty()) {
+    // Whatever `dcp validate` refuses is refused here, before any rank touches the plan.
     Plan plan = load_plan(args.plan_file);
+    try {
+      check_plan(plan);
+    } catch (const Error& e) {
+      raise(e.kind(), args.plan_file + ": " + e.what());
+    }
     plan_ms = ms_since(t0);
     return plan;
   }
   const Batch batch = resolve_batch(args.batch);
   batch.validate();
-  if (batch.shape.dtype == DType::FP16)
-    raise(ErrorKind::Unsupported, "--dtype fp16: dcp run checks fp32 and bf16-rounded inputs only");
+  if (batch.shape.dtype == DType::FP16) {
+    const std::string origin = batch_origin(args.batch);
+    raise(ErrorKind::Unsupported, (origin.empty() ? std::string("--dtype fp16") : origin + ": dtype fp16") +
+                                      ": dcp run checks fp32 and bf16-rounded inputs only");
+  }
   args.blocks.validate(batch.shape);
   args.placement.validate();
   const PlanOptions popts = plan_options_for(args.stages);
@@ -241,8 +257,9 @@ void rank_main(Comm& comm, Comm* exec_comm, const RunArgs& args, bool mpi, RankR
   // batch dtype.
   out->tolerance = s.dtype == DType::BF16 || backend->storage_type() == ElemType::BF16 ? 2e-2 : 1e-5;
   out->pass = true;
+  const std::array<double, 5> floors = error_floors(exact);
   for (int i = 0; i < 5; ++i) {
-    out->err[i] = compare(global[i], *wants[i]);
+    out->err[i] = compare(global[i], *wants[i], floors[i]);
     if (!(out->err[i].max_rel < out->tolerance)) out->pass = false;
   }
   out->comm_name = comm.name();
@@ -330,7 +347,9 @@ int run_run(const RunArgs& args) {
   RankResult result;
   const bool mpi = mpi_launch;
   if (mpi) {
+    StartupWatchdog watchdog(args.timeout_s, "dcp run");
     MpiSession session(nullptr, nullptr);
+    watchdog.disarm();
     std::unique_ptr<Comm> comm = make_mpi_comm_world();
     try {
       // GPU transfers go over NCCL; the host-side exchanges stay on MPI.
@@ -338,22 +357,20 @@ int run_run(const RunArgs& args) {
       if (cuda && comm->world_size() > 1) nccl = make_nccl_comm_world(local_device(true, comm->rank()));
       rank_main(*comm, nccl.get(), args, true, &result);
     } catch (const std::exception& e) {
-      // Report on the failing rank, then take the whole job down so mpirun exits non-zero.
-      const auto* err = dynamic_cast<const Error*>(&e);
-      std::cerr << fmt::format("dcp run: rank {}: {}: {}\n", comm->rank(), err ? to_string(err->kind()) : "error",
-                               e.what())
-                << std::flush;
-      comm->abort(e.what());
-      return 1;
+      // Report on the failing rank, then take the whole job down with the error's exit code
+      // (the one in-process ranks give too), so mpirun exits with it.
+      const int code = exit_code_of(e);
+      std::cerr << fmt::format("dcp run: rank {}: {}\n", comm->rank(), error_text(e)) << std::flush;
+      mpi_abort_world(code);
+      return code;
     }
     if (comm->rank() != 0) return 0;
   } else {
-    if (args.ranks < 1) raise(ErrorKind::InvalidInput, "--ranks: must be at least 1 (got " + std::to_string(args.ranks) + ")");
     run_local_ranks(args.ranks,
                     [&](Comm& comm) { rank_main(comm, nullptr, args, false, comm.rank() == 0 ? &result : nullptr); });
   }
   print_report(args, result);
-  return result.pass ? 0 : 1;
+  return result.pass ? kExitOk : kExitCheckFailed;
 }
 
 }  // namespace
@@ -376,7 +393,8 @@ void register_run(CLI::App& app, Runner& runner) {
   sub->add_option("--cluster", args->cluster.preset, "Cluster preset or JSON file (link model of the schedule)")
       ->capture_default_str();
   sub->add_option("--nodes", args->cluster.nodes, "Nodes the ranks are split over (ranks / nodes per node)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, kMaxNodes));
   sub->add_option("--placement", args->method, "Placement: dcp, ring, zigzag, ulysses, a2a_p2p, packing")
       ->capture_default_str();
   add_stages_option(sub, args->stages);
@@ -385,11 +403,17 @@ void register_run(CLI::App& app, Runner& runner) {
       ->capture_default_str();
   sub->add_option("--plan", args->plan_file, "Run this saved plan (dcp plan --save-plan) instead of planning");
   CLI::Option* ranks_opt = sub->add_option("--ranks", args->ranks, "In-process ranks (threads) when not launched by mpirun")
-      ->capture_default_str();
-  sub->add_option("--data-seed", args->data_seed, "Seed of the random Q, K, V, dO")->capture_default_str();
-  sub->add_option("--threads", args->threads, "OpenMP threads per rank (default: cores / ranks on this host)");
-  sub->add_option("--timeout", args->timeout_s, "Seconds any communication may wait before failing")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, kMaxInProcessRanks));
+  sub->add_option("--data-seed", args->data_seed, "Seed of the random Q, K, V, dO")
+      ->capture_default_str()
+      ->check(non_negative_integer());
+  sub->add_option("--threads", args->threads, "OpenMP threads per rank (0, the default: cores / ranks on this host)")
+      ->check(int_range(0, 1024));
+  sub->add_option("--timeout", args->timeout_s,
+                  "Seconds any communication (and MPI start-up) may wait before failing")
+      ->capture_default_str()
+      ->check(seconds_option());
   sub->add_option("--eps-compute", args->placement.eps_compute, "DCP per-device compute tolerance")
       ->capture_default_str();
   sub->add_option("--eps-memory", args->placement.eps_memory, "DCP per-device memory tolerance")->capture_default_str();

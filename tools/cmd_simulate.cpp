@@ -35,6 +35,7 @@ struct SimulateArgs {
   bool search = false;
   std::vector<int64_t> search_blocks{1024, 2048, 4096};
   std::vector<double> search_eps{0.02, 0.05, 0.1};
+  int64_t max_tiles = kDefaultMaxTiles;
 };
 
 struct MethodTotals {
@@ -59,6 +60,14 @@ int run_simulate(const SimulateArgs& args) {
   const PlanOptions popts = plan_options_for(args.stages);
   std::vector<std::string> methods = args.methods.empty() ? all_methods() : args.methods;
   for (const auto& m : methods) check_method(m, "--method");
+  std::vector<std::string> skipped;
+  std::erase_if(methods, [&](const std::string& m) {
+    std::string why = tile_budget_note(m, batches, in.blocks, cluster, args.max_tiles);
+    if (!why.empty()) skipped.push_back(m + ": " + why);
+    return !why.empty();
+  });
+  for (const std::string& why : skipped) std::cerr << "dcp simulate: " << why << "\n";
+  if (methods.empty()) raise(ErrorKind::InvalidInput, "dcp simulate: every placement is over --max-tiles");
   // DCP first: the speed-ups are relative to it.
   std::stable_partition(methods.begin(), methods.end(), [](const std::string& m) { return m == "dcp"; });
   SimOptions so;
@@ -178,7 +187,7 @@ int run_simulate(const SimulateArgs& args) {
 
   std::cout << fmt::format("{} batch(es) of ~{} tokens ({} profile, {} mask), B={}, {} stages\n", batches.size(),
                            batches.front().total_tokens(), in.batch.batch_file.empty() ? in.batch.profile : "file",
-                           in.batch.mask, in.blocks.block_size, args.stages + 1);
+                           mask_label(batches), in.blocks.block_size, args.stages + 1);
   std::cout << fmt::format("cluster: {} x {} devices ({}), calibration {}\n\n", cluster.nodes, cluster.devices_per_node,
                            cluster.name, so.calibration.name);
   Table t({"method", "fwd ms", "bwd ms", "fwd+bwd ms", "DCP speed-up", "range", "comm hidden", "inter bytes",
@@ -226,8 +235,10 @@ void register_simulate(CLI::App& app, Runner& runner) {
   add_cluster_options(sub, args->in.cluster);
   add_block_options(sub, args->in.blocks);
   add_stages_option(sub, args->stages);
+  add_max_tiles_option(sub, args->max_tiles);
   sub->add_option("--batches", args->in.batches, "Batches of the stream to plan and simulate (from --index on)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, 100000));
   sub->add_option("--method", args->methods, "Only these placements (repeatable): dcp, ring, zigzag, ulysses, "
                                              "a2a_p2p, packing");
   sub->add_option("--calibration", args->calibration,

@@ -11,7 +11,9 @@
 #include "common.h"
 #include "dcp/error.h"
 #include "dcp/plan.h"
+#include "dcp/plan_check.h"
 #include "dcp/validate.h"
+#include "exit_codes.h"
 #include "table.h"
 
 namespace dcp::cli {
@@ -32,14 +34,16 @@ size_t num_instructions(const Plan& plan) {
 int run_validate(const ValidateArgs& args) {
   Plan plan;
   try {
-    plan = load_plan(args.file);
+    // Format only: a plan whose contents are inconsistent is reported INVALID below (validate_plan
+    // checks its structure first), not refused as unreadable.
+    plan = load_plan_unchecked(args.file);
   } catch (const Error& e) {
     // A file that is not a plan of this build is bad input, whatever the loader's error kind.
     if (args.json) {
       std::cout << nlohmann::json{{"file", args.file}, {"valid", false}, {"error", e.what()}}.dump(2) << "\n";
     }
     std::cerr << "dcp validate: not a readable plan: " << e.what() << "\n";
-    return 2;
+    return kExitBadInput;
   }
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<PlanViolation> violations = validate_plan(plan, static_cast<size_t>(args.max_violations));
@@ -63,7 +67,7 @@ int run_validate(const ValidateArgs& args) {
                        {"validate_ms", ms},
                        {"violations", v}};
     std::cout << out.dump(2) << "\n";
-    return valid ? 0 : 1;
+    return valid ? kExitOk : kExitCheckFailed;
   }
 
   std::cout << fmt::format("plan: {} ({} placement), {} devices on {} ({} x {}), {} stages, B={}\n", args.file,
@@ -74,12 +78,12 @@ int run_validate(const ValidateArgs& args) {
   if (valid) {
     std::cout << "VALID: every tile computed once, every output merged from exactly its tiles, "
                  "every transfer matched, no deadlock, no live slot overwritten.\n";
-    return 0;
+    return kExitOk;
   }
   std::cout << fmt::format("INVALID: {} violation(s){}\n", violations.size(),
                            violations.size() >= static_cast<size_t>(args.max_violations) ? " (stopped collecting)" : "");
   for (const auto& v : violations) std::cout << "  " << v.to_string() << "\n";
-  return 1;
+  return kExitCheckFailed;
 }
 
 }  // namespace
@@ -91,7 +95,7 @@ void register_validate(CLI::App& app, Runner& runner) {
   sub->add_flag("--json", args->json, "Print one JSON object instead of text");
   sub->add_option("--max-violations", args->max_violations, "Stop after this many violations")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(int_range(1, 1 << 20));
   sub->callback([args, &runner] { runner = [args] { return run_validate(*args); }; });
 }
 

@@ -1,45 +1,72 @@
 #include "common.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 
 #include "dcp/baselines.h"
 #include "dcp/error.h"
 #include "dcp/io.h"
+#include "dcp/limits.h"
 #include "dcp/profiles.h"
 
 namespace dcp::cli {
 
 void add_batch_options(CLI::App* app, BatchSource& src) {
-  app->add_option("--batch", src.batch_file, "Batch JSON file (docs/formats.md); overrides --profile");
-  app->add_option("--dataset", src.dataset_file, "Dataset JSONL file (one batch per line); use with --index");
-  app->add_option("--index", src.index, "Which batch of the dataset or of the profile's stream (0-based)")
-      ->check(CLI::NonNegativeNumber);
-  app->add_option("--profile", src.profile, "Synthetic length profile: ldc, longalign, uniform, fixed")
-      ->capture_default_str();
-  app->add_option("--seed", src.seed, "Seed of the profile generator")->capture_default_str();
-  app->add_option("--tokens", src.tokens, "Token budget per generated batch")->capture_default_str();
-  app->add_option("--scale", src.scale, "Length scale factor of the profile (paper: 0.5, 1, 2, 4)")
-      ->capture_default_str();
-  app->add_option("--mask", src.mask,
-                  "Mask of generated sequences: causal, full, lambda, causal_blockwise, shared_question, mixed")
-      ->capture_default_str();
-  app->add_option("--q-heads", src.q_heads, "Query heads (generated batches)")->capture_default_str();
-  app->add_option("--kv-heads", src.kv_heads, "KV heads (generated batches)")->capture_default_str();
-  app->add_option("--head-dim", src.head_dim, "Head dimension (generated batches)")->capture_default_str();
-  app->add_option("--dtype", src.dtype, "Element type of generated batches: bf16, fp16, fp32")->capture_default_str();
+  CLI::Option* file =
+      app->add_option("--batch", src.batch_file, "Batch JSON file (docs/formats.md); overrides --profile");
+  CLI::Option* dataset =
+      app->add_option("--dataset", src.dataset_file, "Dataset JSONL file (one batch per line); use with --index");
+  CLI::Option* index = app->add_option("--index", src.index, "Which batch of the dataset or of the profile's stream (0-based)")
+                           ->check(int_range(0, 1000000));
+  // Options that shape a generated batch: a batch file fixes all of them itself, so giving one
+  // with --batch (or --dataset) is refused rather than silently ignored.
+  std::vector<CLI::Option*> generator{
+      app->add_option("--profile", src.profile, "Synthetic length profile: ldc, longalign, uniform, fixed")
+          ->capture_default_str(),
+      app->add_option("--seed", src.seed, "Seed of the profile generator")->capture_default_str()->check(non_negative_integer()),
+      app->add_option("--tokens", src.tokens, "Token budget per generated batch")
+          ->capture_default_str()
+          ->check(int_range(1, kMaxBatchTokens)),
+      app->add_option("--scale", src.scale, "Length scale factor of the profile (paper: 0.5, 1, 2, 4)")
+          ->capture_default_str(),
+      app->add_option("--mask", src.mask,
+                      "Mask of generated sequences: causal, full, lambda, causal_blockwise, shared_question, mixed")
+          ->capture_default_str(),
+      app->add_option("--q-heads", src.q_heads, "Query heads (generated batches)")->capture_default_str(),
+      app->add_option("--kv-heads", src.kv_heads, "KV heads (generated batches)")->capture_default_str(),
+      app->add_option("--head-dim", src.head_dim, "Head dimension (generated batches)")->capture_default_str(),
+      app->add_option("--dtype", src.dtype, "Element type of generated batches: bf16, fp16, fp32")->capture_default_str()};
+  file->excludes(dataset);
+  file->excludes(index);
+  for (CLI::Option* g : generator) {
+    file->excludes(g);
+    dataset->excludes(g);
+  }
 }
 
 void add_cluster_options(CLI::App* app, ClusterSource& src) {
   app->add_option("--cluster", src.preset, "Cluster preset (a100-p4d, h200-nvl) or a cluster JSON file")
       ->capture_default_str();
-  app->add_option("--nodes", src.nodes, "Number of nodes")->capture_default_str();
-  app->add_option("--devices-per-node", src.devices_per_node, "Devices per node (default: the preset's)");
+  app->add_option_function<int>(
+         "--nodes",
+         [&src](const int& n) {
+           src.nodes = n;
+           src.nodes_given = true;
+         },
+         "Number of nodes (default " + std::to_string(src.nodes) + "; with a cluster file: the file's)")
+      ->check(int_range(1, kMaxNodes));
+  app->add_option("--devices-per-node", src.devices_per_node, "Devices per node (default: the preset's or the file's)")
+      ->check(int_range(1, kMaxDevicesPerNode));
 }
 
 void add_block_options(CLI::App* app, BlockOptions& opts) {
-  app->add_option("--block", opts.block_size, "Token block size B (a multiple of 16)")->capture_default_str();
+  app->add_option("--block", opts.block_size, "Token block size B (a multiple of 16)")
+      ->capture_default_str()
+      ->check(int_range(16, kMaxBatchTokens));
   app->add_option("--q-heads-per-group", opts.q_heads_per_group,
                   "Query heads per head group (default: the query heads of one KV head)");
 }
@@ -93,10 +120,20 @@ std::vector<Batch> resolve_batches(const BatchSource& src, int count) {
 
 Cluster resolve_cluster(const ClusterSource& src) {
   Cluster c;
-  if (std::filesystem::exists(src.preset) && src.preset.find(".json") != std::string::npos) {
-    c = load_cluster(src.preset);
+  const auto presets = cluster_preset_names();
+  const bool preset = std::find(presets.begin(), presets.end(), src.preset) != presets.end();
+  if (preset) {
+    c = cluster_preset(src.preset, 1);  // sized below, checked once complete
+    c.nodes = src.nodes;
+  } else if (std::filesystem::exists(src.preset) || src.preset.find('/') != std::string::npos ||
+             src.preset.ends_with(".json")) {
+    c = load_cluster(src.preset);  // a missing or unreadable file is reported as such
+    if (src.nodes_given) c.nodes = src.nodes;
   } else {
-    c = cluster_preset(src.preset, src.nodes);
+    std::string list;
+    for (const auto& p : presets) list += (list.empty() ? "" : ", ") + p;
+    raise(ErrorKind::InvalidInput, "--cluster: '" + src.preset + "' is neither a preset (" + list +
+                                       ") nor an existing cluster file");
   }
   if (src.devices_per_node > 0) c.devices_per_node = src.devices_per_node;
   c.validate("--cluster");
@@ -105,7 +142,8 @@ Cluster resolve_cluster(const ClusterSource& src) {
 
 void add_stages_option(CLI::App* app, int& stages) {
   app->add_option("--stages", stages, "Communication stages after the local stage 0 (the paper's divisions)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(int_range(1, 64));
 }
 
 PlanOptions plan_options_for(int stages) {
@@ -126,6 +164,105 @@ CudaKernelOptions kernel_options_from_environment() {
   k.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
   k.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
   return k;
+}
+
+void check_methods(const std::vector<std::string>& names, const std::string& flag) {
+  for (const std::string& n : names) check_method(n, flag);
+}
+
+CLI::Validator int_range(int64_t lo, int64_t hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (ec != std::errc() || p != end || v < lo || v > hi)
+          return "'" + text + "' is not an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+        return {};
+      },
+      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+}
+
+CLI::Validator non_negative_integer() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [p, ec] = std::from_chars(text.data(), end, v);
+        if (text.empty() || text[0] == '-' || ec != std::errc() || p != end)
+          return "'" + text + "' is not an integer in [0, 2^64 - 1]";
+        return {};
+      },
+      "UINT64");
+}
+
+CLI::Validator seconds_option() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v) || v <= 0 || v > 1e6)
+          return "'" + text + "' is not a number of seconds in (0, 1e6]";
+        return {};
+      },
+      "SECONDS in (0, 1e6]");
+}
+
+std::string mask_label(const std::vector<Batch>& batches) {
+  std::map<std::string, int64_t> count;
+  for (const Batch& b : batches)
+    for (const Sequence& s : b.sequences) ++count[to_string(s.mask.kind)];
+  if (count.size() == 1) return count.begin()->first;
+  std::string out;
+  for (const auto& [name, n] : count) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
+  return "mixed (" + out + ")";
+}
+
+std::string batch_origin(const BatchSource& src) {
+  if (!src.batch_file.empty()) return src.batch_file;
+  if (!src.dataset_file.empty()) return src.dataset_file + " (batch " + std::to_string(src.index) + ")";
+  return "";
+}
+
+void add_max_tiles_option(CLI::App* app, int64_t& max_tiles) {
+  app->add_option("--max-tiles", max_tiles,
+                  "Skip (with a note) a placement whose tiles would exceed this many (its plan needs ~800 bytes "
+                  "per tile)")
+      ->capture_default_str()
+      ->check(int_range(1, int64_t{1} << 40));
+}
+
+int64_t estimate_tiles(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                       const Cluster& cluster) {
+  const int64_t per_group = blocks.q_heads_per_group > 0 ? blocks.q_heads_per_group : batch.shape.group_ratio();
+  const int64_t groups = per_group > 0 ? std::max<int64_t>(1, batch.shape.q_heads / per_group) : 1;
+  const int64_t P = cluster.num_devices();
+  int64_t pairs = 0;
+  for (const Sequence& s : batch.sequences) {
+    // Chunks of the sequence: blocks of B for DCP and packing, the method's cut otherwise
+    // (chunks of zero tokens are skipped, so never more chunks than tokens).
+    int64_t n = 0;
+    if (method == "dcp" || method == "packing") n = (s.length + blocks.block_size - 1) / std::max<int64_t>(1, blocks.block_size);
+    else if (method == "ring" || method == "ulysses") n = std::min(P, s.length);
+    else n = std::min(2 * P, s.length);  // zigzag, a2a_p2p: two chunks per device
+    // Keys never beyond the row (causal family): chunk pairs at or below the diagonal.
+    const bool below = s.mask.kind != MaskKind::Full && s.mask.kind != MaskKind::Ranges;
+    pairs = checked_add(pairs, below ? checked_mul(n, n + 1, "tile estimate") / 2 : checked_mul(n, n, "tile estimate"),
+                        "tile estimate");
+  }
+  return checked_mul(pairs, groups, "tile estimate");
+}
+
+std::string tile_budget_note(const std::string& method, const std::vector<Batch>& batches, const BlockOptions& blocks,
+                             const Cluster& cluster, int64_t max_tiles) {
+  for (const Batch& b : batches) {
+    const int64_t n = estimate_tiles(method, b, blocks, cluster);
+    if (n > max_tiles)
+      return "skipped: up to " + std::to_string(n) + " tiles, more than --max-tiles " + std::to_string(max_tiles) +
+             (method == "dcp" || method == "packing" ? " (use a larger --block)"
+                                                     : " (it cuts every sequence into chunks per device)");
+  }
+  return {};
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

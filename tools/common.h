@@ -35,8 +35,9 @@ struct BatchSource {
 
 struct ClusterSource {
   std::string preset = "a100-p4d";  // --cluster: a preset name or a JSON file
-  int nodes = 4;
-  int devices_per_node = 0;          // 0: the preset's
+  int nodes = 4;                     // a preset's node count; a cluster file's unless nodes_given
+  bool nodes_given = false;          // --nodes on the command line (overrides a cluster file)
+  int devices_per_node = 0;          // 0: the preset's or the file's
 };
 
 void add_batch_options(CLI::App* app, BatchSource& src);
@@ -56,12 +57,38 @@ PlanOptions plan_options_for(int stages);  // throws InvalidInput naming --stage
 inline std::vector<std::string> all_methods() { return placement_methods(); }
 // Throws InvalidInput naming `flag` and listing the methods if `name` is not one of them.
 inline void check_method(const std::string& name, const std::string& flag) { check_placement_method(name, flag); }
+void check_methods(const std::vector<std::string>& names, const std::string& flag);
+
+// Option checks with short messages ("--nodes: 0 is not in [1, 4096]"), for options whose
+// silent wrap-around or fallback would change what runs.
+CLI::Validator int_range(int64_t lo, int64_t hi);
+CLI::Validator non_negative_integer();  // 64-bit seeds: digits only, no sign
+CLI::Validator seconds_option();        // a finite number of seconds in (0, 1e6]
+
+// The masks of `batches` as one label: "causal", or "mixed (causal 3, lambda 2)".
+std::string mask_label(const std::vector<Batch>& batches);
+// Where a batch comes from, for messages about its contents: the --batch/--dataset file, or
+// the generator options ("--dtype" etc. name themselves).
+std::string batch_origin(const BatchSource& src);
 // Places `batch` with `method` ("dcp" uses `popts`; baselines cut their own tables).
 inline PlacedMethod place_method(const std::string& method, const Batch& batch, const BlockOptions& blocks,
                                  const Cluster& cluster, const PlacementOptions& popts) {
   check_method(method, "--placement");
   return place_by_method(method, batch, blocks, cluster, popts);
 }
+
+// The tile budget of one placement. The cutting baselines pair every chunk of every sequence
+// (sequences x chunks^2 x head groups tiles), which outgrows memory long before DCP's block
+// table does: about 800 bytes per tile of plan, so the default keeps one placement near 2 GB.
+inline constexpr int64_t kDefaultMaxTiles = 2'000'000;
+void add_max_tiles_option(CLI::App* app, int64_t& max_tiles);
+// An upper bound of the tiles `method` makes of `batch`, from sequence lengths and mask kinds
+// alone (O(sequences), nothing built).
+int64_t estimate_tiles(const std::string& method, const Batch& batch, const BlockOptions& blocks,
+                       const Cluster& cluster);
+// Empty when `method` fits the budget on every batch; else why it is skipped.
+std::string tile_budget_note(const std::string& method, const std::vector<Batch>& batches, const BlockOptions& blocks,
+                             const Cluster& cluster, int64_t max_tiles);
 
 double ms_since(std::chrono::steady_clock::time_point t0);
 

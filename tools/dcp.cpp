@@ -1,5 +1,5 @@
 // dcp — the command-line driver of the library. Subcommands live in cmd_*.cpp; this file only
-// parses, dispatches, and turns errors into exit codes (2: bad input, 1: anything else).
+// parses, dispatches, and turns errors into exit codes (exit_codes.h).
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -7,9 +7,10 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "dcp/error.h"
+#include "exit_codes.h"
 
 int main(int argc, char** argv) {
+  using namespace dcp::cli;
   CLI::App app{
       "dcp — dynamic context parallelism: plan, simulate and run exact distributed attention over\n"
       "blocks of data and blocks of attention work placed by hypergraph partitioning."};
@@ -18,25 +19,24 @@ int main(int argc, char** argv) {
   // NVLink multicast stays off unless the user's environment says otherwise: NCCL's NVLS
   // buffers fail on machines that share their GPUs (../shared/device.md). Before any NCCL call.
   setenv("NCCL_NVLS_ENABLE", "0", 0);
-  dcp::cli::Runner runner;
-  dcp::cli::register_plan(app, runner);
-  dcp::cli::register_validate(app, runner);
-  dcp::cli::register_run(app, runner);
-  dcp::cli::register_simulate(app, runner);
-  dcp::cli::register_bench(app, runner);
+  app.footer(kExitCodesHelp);
+  Runner runner;
+  register_plan(app, runner);
+  register_validate(app, runner);
+  register_run(app, runner);
+  register_simulate(app, runner);
+  register_bench(app, runner);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) sub->footer(kExitCodesHelp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return rc == 0 ? kExitOk : kExitBadInput;
   }
   try {
-    return runner ? runner() : 0;
-  } catch (const dcp::Error& e) {
-    std::cerr << "dcp: " << to_string(e.kind()) << ": " << e.what() << "\n";
-    return e.kind() == dcp::ErrorKind::InvalidInput ? 2 : 1;
+    return runner ? runner() : kExitOk;
   } catch (const std::exception& e) {
-    std::cerr << "dcp: error: " << e.what() << "\n";
-    return 1;
+    std::cerr << "dcp: " << error_text(e) << "\n";
+    return exit_code_of(e);
   }
 }

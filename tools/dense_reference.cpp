@@ -134,7 +134,17 @@ ReferenceOutputs dense_reference(const AttentionShape& shape, const std::vector<
   return r;
 }
 
-ErrorStats compare(const std::vector<float>& got, const std::vector<double>& want) {
+std::array<double, 5> error_floors(const AttentionInputs& in) {
+  auto max_abs = [](const std::vector<float>& v) {
+    double m = 0;
+    for (float x : v) m = std::max(m, static_cast<double>(std::abs(x)));
+    return m;
+  };
+  const double q = max_abs(in.q), k = max_abs(in.k), v = max_abs(in.v), d_o = max_abs(in.d_o);
+  return {v, 1.0, d_o * v * k, d_o * v * q, d_o};
+}
+
+ErrorStats compare(const std::vector<float>& got, const std::vector<double>& want, double floor) {
   double max_err = 0, max_ref = 0, sum_err = 0, sum_ref = 0;
   for (size_t i = 0; i < want.size(); ++i) {
     const double g = got[i], w = want[i];
@@ -150,7 +160,8 @@ ErrorStats compare(const std::vector<float>& got, const std::vector<double>& wan
     sum_ref += std::abs(w);
   }
   constexpr double kTiny = 1e-300;
-  return {max_err / std::max(max_ref, kTiny), sum_err / std::max(sum_ref, kTiny)};
+  const double n = static_cast<double>(want.size());
+  return {max_err / std::max({max_ref, floor, kTiny}), sum_err / std::max({sum_ref, n * floor, kTiny})};
 }
 
 }  // namespace dcp::cli

@@ -3,6 +3,7 @@
 // error statistics it reports. Shares no code with the kernels it judges.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -33,10 +34,20 @@ ReferenceOutputs dense_reference(const AttentionShape& shape, const std::vector<
                                  const std::vector<Mask>& masks, const AttentionInputs& in);
 
 struct ErrorStats {
-  double max_rel = 0;   // max |got - want| / max |want|
-  double mean_rel = 0;  // sum |got - want| / sum |want|
+  double max_rel = 0;   // max |got - want| / max(max |want|, floor)
+  double mean_rel = 0;  // sum |got - want| / max(sum |want|, n x floor), n elements
 };
 // -inf in `want` must be -inf in `got`; a NaN, or a mismatched infinity, gives infinite error.
-ErrorStats compare(const std::vector<float>& got, const std::vector<double>& want);
+// `floor` is the magnitude below which a reference counts as zero: errors are relative to the
+// larger of the reference and the floor, so a tensor that is exactly 0 (dQ and dK when every
+// query sees one key) is judged by its absolute error against the scale its inputs give it
+// instead of dividing by 0.
+ErrorStats compare(const std::vector<float>& got, const std::vector<double>& want, double floor);
+
+// The floors of O, LSE, dQ, dK, dV: the magnitude each output has when its inputs are as large
+// as they are here (products of the inputs' largest absolute values; LSE: 1). Softmax scaling
+// by 1/sqrt(head_dim) offsets the sqrt(head_dim) growth of the dot products, so no head_dim
+// factor appears.
+std::array<double, 5> error_floors(const AttentionInputs& in);
 
 }  // namespace dcp::cli

@@ -101,6 +101,12 @@ struct BlockTable {
   void validate() const;
 };
 
+// Checks that the tiles are exactly those the masks make for the token blocks (same blocks,
+// kinds and areas, repeated for every head group) and that every mask fits its sequence; throws
+// InvalidPlan naming the first difference. Pre: table.validate() passed. Costs what building
+// the tiles costs, never more than the table's own tile count allows.
+void check_tiles_against_masks(const BlockTable& table);
+
 // Uniform token blocks of opts.block_size; tiles and areas by interval arithmetic.
 BlockTable build_block_table(const Batch& batch, const BlockOptions& opts);
 

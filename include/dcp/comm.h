@@ -116,4 +116,8 @@ std::unique_ptr<Comm> make_mpi_comm_world();
 // with MPI_COMM_TYPE_SHARED), e.g. to pick a GPU. Pre: MPI initialised.
 int mpi_local_rank();
 
+// MPI_Abort of the whole job with `exit_code` (the launcher exits with it), for a tool's top
+// level after it reported an error. Does nothing when MPI is absent or not initialised.
+void mpi_abort_world(int exit_code) noexcept;
+
 }  // namespace dcp

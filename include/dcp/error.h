@@ -9,7 +9,11 @@
 
 namespace dcp {
 
-enum class ErrorKind { InvalidInput, InvalidPlan, Unsupported, System, Cuda, Nccl, Mpi, Timeout };
+// InvalidInput: the caller's input (files, options, shapes) is wrong. InvalidPlan: a plan is
+// malformed or inconsistent. Unsupported: this build or machine cannot serve the request.
+// System, Cuda, Nccl, Mpi: the environment failed. Timeout: a peer did not answer in time (or
+// aborted). Internal: an invariant of dcp itself broke (a bug, never the caller's input).
+enum class ErrorKind { InvalidInput, InvalidPlan, Unsupported, System, Cuda, Nccl, Mpi, Timeout, Internal };
 
 const char* to_string(ErrorKind kind);
 

@@ -15,6 +15,8 @@ namespace dcp {
 Batch parse_batch(const std::string& json_text, const std::string& source);
 Batch load_batch(const std::string& path);
 std::vector<Batch> load_dataset(const std::string& path);  // JSONL, one batch per line
+// JSONL text; errors name `source` and the line ("data.jsonl:line 3: ...").
+std::vector<Batch> parse_dataset(const std::string& text, const std::string& source);
 std::string batch_to_json(const Batch& batch, bool pretty = true);
 void save_batch(const Batch& batch, const std::string& path);
 void save_dataset(const std::vector<Batch>& batches, const std::string& path);

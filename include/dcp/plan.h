@@ -210,7 +210,9 @@ Plan build_plan(const BlockTable& table, const Placement& placement, const Clust
 
 // Binary plan file: magic "DCPPLAN\0", format version, payload size, payload, FNV-1a 64
 // checksum of the payload. Load errors are InvalidPlan naming the source and the problem
-// ("plan.bin: checksum mismatch", "plan.bin: format version 7, this build reads 1").
+// ("plan.bin: checksum mismatch", "plan.bin: format version 7, this build reads 1"). Loading
+// also checks the contents (check_plan_structure, plan_check.h), so a loaded plan is safe to
+// validate, simulate or execute; an unreadable path is InvalidInput.
 std::vector<uint8_t> serialize_plan(const Plan& plan);
 Plan deserialize_plan(const std::vector<uint8_t>& bytes, const std::string& source);
 void save_plan(const Plan& plan, const std::string& path);

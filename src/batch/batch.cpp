@@ -4,6 +4,7 @@
 #include <string>
 
 #include "dcp/error.h"
+#include "dcp/limits.h"
 
 namespace dcp {
 
@@ -50,6 +51,9 @@ void AttentionShape::validate(const std::string& where) const {
   if (q_heads <= 0) {
     raise(ErrorKind::InvalidInput, q_name + ": must be > 0, got " + std::to_string(q_heads));
   }
+  if (q_heads > kMaxHeads) {
+    raise(ErrorKind::InvalidInput, q_name + ": must be <= " + std::to_string(kMaxHeads) + ", got " + std::to_string(q_heads));
+  }
   if (kv_heads <= 0) {
     raise(ErrorKind::InvalidInput, kv_name + ": must be > 0, got " + std::to_string(kv_heads));
   }
@@ -59,9 +63,9 @@ void AttentionShape::validate(const std::string& where) const {
                                        " (expected a divisor of the query heads, GQA/MQA)");
   }
   // Attention kernels load head vectors in 16-byte chunks: 8 bf16/fp16 elements.
-  if (head_dim <= 0 || head_dim % 8 != 0) {
-    raise(ErrorKind::InvalidInput, dim_name + ": must be a positive multiple of 8, got " +
-                                       std::to_string(head_dim));
+  if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > kMaxHeadDim) {
+    raise(ErrorKind::InvalidInput, dim_name + ": must be a positive multiple of 8 up to " + std::to_string(kMaxHeadDim) +
+                                       ", got " + std::to_string(head_dim));
   }
 }
 
@@ -86,6 +90,10 @@ void Batch::validate() const {
   shape.validate("heads");
   if (sequences.empty()) {
     raise(ErrorKind::InvalidInput, "sequences: must hold at least one sequence, got none");
+  }
+  if (static_cast<int64_t>(sequences.size()) > kMaxSequences) {
+    raise(ErrorKind::InvalidInput, "sequences: " + std::to_string(sequences.size()) + " sequences exceed the limit of " +
+                                       std::to_string(kMaxSequences));
   }
   for (size_t i = 0; i < sequences.size(); ++i) {
     const std::string where = "sequences[" + std::to_string(i) + "]";

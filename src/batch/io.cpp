@@ -275,8 +275,9 @@ Batch parse_batch(const std::string& json_text, const std::string& source) {
 
 Batch load_batch(const std::string& path) { return parse_batch(read_text_file(path), path); }
 
-std::vector<Batch> load_dataset(const std::string& path) {
-  const std::string text = read_text_file(path);
+std::vector<Batch> load_dataset(const std::string& path) { return parse_dataset(read_text_file(path), path); }
+
+std::vector<Batch> parse_dataset(const std::string& text, const std::string& path) {
   std::vector<Batch> batches;
   std::istringstream lines(text);
   std::string line;

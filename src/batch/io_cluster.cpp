@@ -7,6 +7,7 @@
 #include "batch/json_reader.h"
 #include "dcp/error.h"
 #include "dcp/io.h"
+#include "dcp/limits.h"
 
 namespace dcp {
 
@@ -75,11 +76,14 @@ Cluster parse_cluster(const std::string& json_text, const std::string& source) {
   if (auto it = root.find("name"); it != root.end()) c.name = r.get_string(*it, "name");
   if (auto it = root.find("nodes"); it != root.end()) {
     c.nodes = r.get_int32(*it, "nodes");
-    if (c.nodes < 1) r.fail("nodes", "must be >= 1, got " + std::to_string(c.nodes));
+    if (c.nodes < 1 || c.nodes > kMaxNodes)
+      r.fail("nodes", "must be in [1, " + std::to_string(kMaxNodes) + "], got " + std::to_string(c.nodes));
   }
   if (auto it = root.find("devices_per_node"); it != root.end()) {
     c.devices_per_node = r.get_int32(*it, "devices_per_node");
-    if (c.devices_per_node < 1) r.fail("devices_per_node", "must be >= 1, got " + std::to_string(c.devices_per_node));
+    if (c.devices_per_node < 1 || c.devices_per_node > kMaxDevicesPerNode)
+      r.fail("devices_per_node", "must be in [1, " + std::to_string(kMaxDevicesPerNode) + "], got " +
+                                     std::to_string(c.devices_per_node));
   }
   for (const NumberField& f : kNumberFields) {
     auto it = root.find(f.key);

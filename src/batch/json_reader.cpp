@@ -2,22 +2,80 @@
 
 #include <climits>
 #include <cmath>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "dcp/error.h"
 
 namespace dcp::detail {
 
+namespace {
+
+// Follows the parser's events to know the JSON path of the object being read, and records the
+// first key that appears twice in one object (the parser itself would keep the last silently).
+class DuplicateKeys {
+ public:
+  bool on_event(Json::parse_event_t event, const Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start: stack_.push_back({true, {}, {}, 0}); break;
+      case Json::parse_event_t::array_start: stack_.push_back({false, {}, {}, 0}); break;
+      case Json::parse_event_t::key: {
+        Frame& f = stack_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second && first_.empty())
+          first_ = "duplicate key '" + f.key + "' in " + (stack_.size() == 1 ? std::string("the top-level object") : path());
+        break;
+      }
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        stack_.pop_back();
+        next_element();
+        break;
+      case Json::parse_event_t::value: next_element(); break;
+    }
+    return true;
+  }
+  const std::string& first() const { return first_; }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;  // object: the member being read
+    size_t index;     // array: the element being read
+  };
+  void next_element() {
+    if (!stack_.empty() && !stack_.back().object) ++stack_.back().index;
+  }
+  // Path of the innermost object: the members and elements that lead to it.
+  std::string path() const {
+    std::string p;
+    for (size_t i = 0; i + 1 < stack_.size(); ++i)
+      p = stack_[i].object ? member(p, stack_[i].key) : element(p, stack_[i].index);
+    return p;
+  }
+  std::vector<Frame> stack_;
+  std::string first_;
+};
+
+}  // namespace
+
 Json parse_json_text(const std::string& text, const std::string& source) {
+  DuplicateKeys dups;
+  Json root;
   try {
-    return Json::parse(text);
-  } catch (const Json::parse_error& e) {
-    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest names line and column.
+    root = Json::parse(text, [&dups](int, Json::parse_event_t event, Json& parsed) { return dups.on_event(event, parsed); });
+  } catch (const Json::exception& e) {
+    // nlohmann prefixes "[json.exception.parse_error.101] "; the rest names line and column
+    // (syntax errors) or the literal (numbers beyond double range).
     std::string msg = e.what();
     const size_t close = msg.find("] ");
     if (msg.rfind("[json.exception", 0) == 0 && close != std::string::npos) msg = msg.substr(close + 2);
     raise(ErrorKind::InvalidInput, source + ": malformed JSON: " + msg);
   }
+  if (!dups.first().empty()) raise(ErrorKind::InvalidInput, source + ": " + dups.first() + " (each key may appear once)");
+  return root;
 }
 
 std::string describe(const Json& j) {

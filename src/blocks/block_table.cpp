@@ -6,6 +6,7 @@
 // over those rows), and its area inside each of them is summed by interval arithmetic. Work is
 // proportional to (piece, kv block) incidences, never to tokens.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -106,8 +107,11 @@ struct Scratch {
 
 // Appends the tiles of one sequence, ordered by (q block, kv block).
 // `cuts` are its block boundaries; `uniform_b` > 0 when all blocks but the last have that size.
-void sequence_geometry(const Mask& mask, int64_t length, const std::vector<int64_t>& cuts, int64_t uniform_b,
-                       Scratch& s, std::vector<GeoTile>& out) {
+// Stops (returning false) once more than `max_tiles` tiles were appended, so a caller checking a
+// given tile list never pays for more geometry than the list could match.
+bool sequence_geometry(const Mask& mask, int64_t length, const std::vector<int64_t>& cuts, int64_t uniform_b,
+                       Scratch& s, std::vector<GeoTile>& out, size_t max_tiles = SIZE_MAX) {
+  const size_t out_begin = out.size();
   const std::vector<MaskPiece> pieces = mask.pieces(length);
   const int32_t nb = static_cast<int32_t>(cuts.size()) - 1;
   s.acc.assign(static_cast<size_t>(nb), 0);
@@ -162,7 +166,9 @@ void sequence_geometry(const Mask& mask, int64_t length, const std::vector<int64
       s.touched_mark[static_cast<size_t>(kb)] = 0;
     }
     s.touched.clear();
+    if (out.size() - out_begin > max_tiles) return false;
   }
+  return true;
 }
 
 void check_sequences(const Batch& batch) {
@@ -235,6 +241,50 @@ BlockTable build(const Batch& batch, const HeadGroups& groups, int64_t block_siz
 }
 
 }  // namespace
+
+void check_tiles_against_masks(const BlockTable& t) {
+  auto invalid = [](const std::string& what) { raise(ErrorKind::InvalidPlan, "block table: " + what); };
+  Scratch scratch;
+  std::vector<GeoTile> geo;
+  std::vector<int64_t> cuts;
+  size_t next = 0;  // first tile of the sequence being checked
+  for (int s = 0; s < t.num_sequences(); ++s) {
+    const auto su = static_cast<size_t>(s);
+    const int64_t length = t.seq_length[su];
+    try {
+      t.seq_mask[su].validate(length, "seq_mask[" + std::to_string(s) + "]");
+    } catch (const Error& e) {
+      invalid(e.what());
+    }
+    size_t end = next;
+    while (end < t.tiles.size() && t.tiles[end].seq == s) ++end;
+    const size_t given = end - next;
+    const auto groups = static_cast<size_t>(t.groups.num_groups);
+    const int32_t first = t.seq_first_block[su];
+    cuts.clear();
+    for (int32_t b = first; b < t.seq_first_block[su + 1]; ++b) cuts.push_back(t.token_blocks[static_cast<size_t>(b)].begin);
+    cuts.push_back(length);
+    geo.clear();
+    const bool complete = sequence_geometry(t.seq_mask[su], length, cuts, t.block_size, scratch, geo, given / groups);
+    if (!complete || geo.size() * groups != given)
+      invalid("sequence " + std::to_string(s) + " has " + std::to_string(given) + " tiles, its mask makes " +
+              (complete ? std::to_string(geo.size() * groups) : "more"));
+    // Tiles are ordered by (seq, head group, q block, kv block): group g repeats the geometry.
+    for (size_t i = 0; i < given; ++i) {
+      const Tile& x = t.tiles[next + i];
+      const GeoTile& want = geo[i % geo.size()];
+      if (x.head_group != static_cast<int32_t>(i / geo.size()) || x.q_block != first + want.q_block ||
+          x.kv_block != first + want.kv_block || x.kind != want.kind || x.area != want.area)
+        invalid("tiles[" + std::to_string(next + i) + "] (seq " + std::to_string(s) + ", group " +
+                std::to_string(x.head_group) + ", q " + std::to_string(x.q_block) + ", kv " + std::to_string(x.kv_block) +
+                ", " + to_string(x.kind) + ", area " + std::to_string(x.area) + ") is not the tile its mask makes (q " +
+                std::to_string(first + want.q_block) + ", kv " + std::to_string(first + want.kv_block) + ", " +
+                to_string(want.kind) + ", area " + std::to_string(want.area) + ")");
+    }
+    next = end;
+  }
+  if (next != t.tiles.size()) invalid("tiles past the last sequence");
+}
 
 void BlockOptions::validate(const AttentionShape& shape) const {
   if (block_size <= 0 || block_size % 16 != 0) {

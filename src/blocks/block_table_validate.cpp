@@ -8,6 +8,7 @@
 
 #include "dcp/blocks.h"
 #include "dcp/error.h"
+#include "dcp/limits.h"
 
 namespace dcp {
 namespace {
@@ -21,6 +22,13 @@ std::string tile_name(size_t i, const Tile& t) {
 
 void check_groups(const BlockTable& bt) {
   const HeadGroups& g = bt.groups;
+  const AttentionShape& sh = bt.shape;
+  if (sh.q_heads < 1 || sh.kv_heads < 1 || sh.q_heads % sh.kv_heads != 0 || sh.q_heads > kMaxHeads ||
+      sh.head_dim < 1 || sh.head_dim > kMaxHeadDim) {
+    invalid("shape " + std::to_string(sh.q_heads) + " q heads, " + std::to_string(sh.kv_heads) + " KV heads, head dim " +
+            std::to_string(sh.head_dim) + " (expected 1 <= KV heads dividing q heads <= " + std::to_string(kMaxHeads) +
+            ", 1 <= head dim <= " + std::to_string(kMaxHeadDim) + ")");
+  }
   if (g.num_groups < 1 || g.q_heads_per_group < 1 || g.kv_heads_per_group < 1 || g.groups_per_kv_set < 1) {
     invalid("head groups must have positive counts");
   }
@@ -32,12 +40,21 @@ void check_groups(const BlockTable& bt) {
       static_cast<int64_t>(g.num_kv_sets()) * g.kv_heads_per_group != bt.shape.kv_heads) {
     invalid("KV sets times kv_heads_per_group must equal kv_heads " + std::to_string(bt.shape.kv_heads));
   }
+  // A group is either a part of the query heads of one KV head (several groups per KV set) or
+  // whole GQA sets (several KV heads per group), never both.
+  const int ratio = sh.q_heads / sh.kv_heads;
+  const bool finer = g.q_heads_per_group <= ratio && ratio % g.q_heads_per_group == 0 && g.kv_heads_per_group == 1 &&
+                     g.groups_per_kv_set == ratio / g.q_heads_per_group;
+  const bool coarser = g.q_heads_per_group > ratio && g.q_heads_per_group % ratio == 0 &&
+                       g.kv_heads_per_group == g.q_heads_per_group / ratio && g.groups_per_kv_set == 1;
+  if (!finer && !coarser) invalid("head groups do not follow the query heads' sharing of KV heads");
 }
 
 void check_blocks(const BlockTable& bt) {
   const size_t num_seqs = bt.seq_length.size();
   if (bt.seq_mask.size() != num_seqs) invalid("seq_mask must have one mask per sequence");
   if (bt.seq_first_block.size() != num_seqs + 1) invalid("seq_first_block must have num_sequences + 1 entries");
+  if (num_seqs < 1) invalid("no sequences");
   if (bt.seq_first_block.front() != 0 ||
       bt.seq_first_block.back() != static_cast<int32_t>(bt.token_blocks.size())) {
     invalid("seq_first_block must start at 0 and end at the number of token blocks");
@@ -47,6 +64,11 @@ void check_blocks(const BlockTable& bt) {
     const int32_t first = bt.seq_first_block[s];
     const int32_t last = bt.seq_first_block[s + 1];
     if (last <= first) invalid("sequence " + std::to_string(s) + " has no token block");
+    if (last > static_cast<int32_t>(bt.token_blocks.size()))
+      invalid("seq_first_block[" + std::to_string(s + 1) + "] = " + std::to_string(last) + " is past the last token block");
+    if (bt.seq_length[s] < 1 || bt.seq_length[s] > kMaxBatchTokens)
+      invalid("sequence " + std::to_string(s) + " has length " + std::to_string(bt.seq_length[s]) + " (expected 1.." +
+              std::to_string(kMaxBatchTokens) + ")");
     int64_t pos = 0;
     for (int32_t b = first; b < last; ++b) {
       const TokenBlock& tb = bt.token_blocks[static_cast<size_t>(b)];
@@ -56,7 +78,7 @@ void check_blocks(const BlockTable& bt) {
         invalid(name + " must begin where the previous block ends (expected " + std::to_string(pos) + ", got " +
                 std::to_string(tb.begin) + ")");
       }
-      if (tb.length < 1) invalid(name + " is empty");
+      if (tb.length < 1 || tb.length > bt.seq_length[s] - pos) invalid(name + " is empty or runs past its sequence");
       if (bt.block_size > 0 && (tb.length > bt.block_size || (b + 1 < last && tb.length != bt.block_size))) {
         invalid(name + " has length " + std::to_string(tb.length) + " for block size " + std::to_string(bt.block_size));
       }
@@ -67,7 +89,10 @@ void check_blocks(const BlockTable& bt) {
               std::to_string(bt.seq_length[s]));
     }
     global += pos;
+    if (global > kMaxBatchTokens) invalid("sequences hold more than " + std::to_string(kMaxBatchTokens) + " tokens");
   }
+  if (bt.token_blocks.size() != static_cast<size_t>(bt.seq_first_block.back()))
+    invalid("token blocks past the last sequence");
 }
 
 void check_tiles(const BlockTable& bt) {

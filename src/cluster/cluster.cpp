@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "dcp/error.h"
+#include "dcp/limits.h"
 
 namespace dcp {
 
@@ -91,12 +92,18 @@ Cluster h200_nvl(int nodes) {
 double Cluster::inter_weight() const { return intra_bw / inter_bw_device; }
 
 void Cluster::validate(const std::string& where) const {
-  if (nodes < 1) {
-    raise(ErrorKind::InvalidInput, field(where, "nodes") + ": must be >= 1, got " + std::to_string(nodes));
+  if (nodes < 1 || nodes > kMaxNodes) {
+    raise(ErrorKind::InvalidInput, field(where, "nodes") + ": must be in [1, " + std::to_string(kMaxNodes) + "], got " +
+                                       std::to_string(nodes));
   }
-  if (devices_per_node < 1) {
-    raise(ErrorKind::InvalidInput, field(where, "devices_per_node") + ": must be >= 1, got " +
-                                       std::to_string(devices_per_node));
+  if (devices_per_node < 1 || devices_per_node > kMaxDevicesPerNode) {
+    raise(ErrorKind::InvalidInput, field(where, "devices_per_node") + ": must be in [1, " +
+                                       std::to_string(kMaxDevicesPerNode) + "], got " + std::to_string(devices_per_node));
+  }
+  if (int64_t{nodes} * devices_per_node > kMaxDevices) {
+    raise(ErrorKind::InvalidInput, field(where, "nodes") + " x " + field(where, "devices_per_node") + ": " +
+                                       std::to_string(nodes) + " x " + std::to_string(devices_per_node) +
+                                       " devices exceed the limit of " + std::to_string(kMaxDevices));
   }
   require_positive(intra_bw, where, "intra_bw");
   require_positive(inter_bw_device, where, "inter_bw_device");

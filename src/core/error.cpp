@@ -14,6 +14,7 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::Nccl: return "NCCL error";
     case ErrorKind::Mpi: return "MPI error";
     case ErrorKind::Timeout: return "timeout";
+    case ErrorKind::Internal: return "internal error";
   }
   return "error";
 }
@@ -25,7 +26,7 @@ void raise(ErrorKind kind, const std::string& message) { throw Error(kind, messa
 void assertion_failed(const char* expr, const char* file, int line, const std::string& detail) {
   std::string msg = std::string("internal check failed: ") + expr + " at " + file + ":" + std::to_string(line);
   if (!detail.empty()) msg += ": " + detail;
-  throw Error(ErrorKind::InvalidPlan, msg);
+  throw Error(ErrorKind::Internal, msg);
 }
 
 }  // namespace dcp

@@ -13,6 +13,7 @@
 
 #include "dcp/comm_order.h"
 #include "dcp/error.h"
+#include "dcp/limits.h"
 #include "exec/merge_batches.h"
 
 namespace dcp {
@@ -204,9 +205,11 @@ struct Executor::Impl {
       arrays.type[ai] = (kind == DataKind::Q || kind == DataKind::KV || kind == DataKind::dO) ? in_type : ElemType::F32;
       arrays.row_elems[ai] = per_row(kind);
       const int64_t parts = kv_side(kind) ? num_sets : num_groups;
-      slot_row_fwd[ai] = int64_t{options.num_layers} * parts * local_rows;
-      slot_row_bwd[ai] = slot_row_fwd[ai] + int64_t{dev.fwd.num_slots[k]} * max_tokens;
-      arrays.rows[ai] = slot_row_bwd[ai] + int64_t{dev.bwd.num_slots[k]} * max_tokens;
+      // Plans from files bound these counts (plan_check.h), not their products: check each step.
+      const char* what = "executor: array size";
+      slot_row_fwd[ai] = checked_mul(checked_mul(options.num_layers, parts, what), local_rows, what);
+      slot_row_bwd[ai] = checked_add(slot_row_fwd[ai], checked_mul(dev.fwd.num_slots[k], max_tokens, what), what);
+      arrays.rows[ai] = checked_add(slot_row_bwd[ai], checked_mul(dev.bwd.num_slots[k], max_tokens, what), what);
     }
     // One block: each array at a 256-byte boundary (vector loads, TMA and cp.async need 16).
     std::array<int64_t, kNumArrays> offset{};
@@ -524,9 +527,11 @@ struct Executor::Impl {
 LocalTensors LocalTensors::allocate(const AttentionShape& shape, int64_t rows) {
   LocalTensors t;
   t.rows = rows;
-  const auto q_size = static_cast<size_t>(rows * shape.q_heads * shape.head_dim);
-  const auto kv_size = static_cast<size_t>(rows * shape.kv_heads * shape.head_dim);
-  const auto l_size = static_cast<size_t>(rows * shape.q_heads);
+  const char* what = "local tensors";
+  if (rows < 0) raise(ErrorKind::InvalidInput, std::string(what) + ": " + std::to_string(rows) + " rows");
+  const auto q_size = static_cast<size_t>(checked_mul(checked_mul(rows, shape.q_heads, what), shape.head_dim, what));
+  const auto kv_size = static_cast<size_t>(checked_mul(checked_mul(rows, shape.kv_heads, what), shape.head_dim, what));
+  const auto l_size = static_cast<size_t>(checked_mul(rows, shape.q_heads, what));
   t.q.assign(q_size, 0.0f);
   t.o.assign(q_size, 0.0f);
   t.d_o.assign(q_size, 0.0f);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "dcp/error.h"
+#include "dcp/limits.h"
 
 namespace dcp {
 
@@ -27,14 +28,16 @@ class Accumulator {
   Accumulator(PlacementMetrics& m, const Cluster& cluster) : m_(m), cluster_(cluster) {}
 
   // `bytes` move from `src` to `dst` (different devices) in the forward or backward pass.
+  // Totals over all transfers are not bounded by the input limits: their sums are checked.
   void transfer(int src, int dst, int64_t bytes, bool forward) {
-    m_.devices[src].send_bytes += bytes;
-    m_.devices[dst].recv_bytes += bytes;
+    add(m_.devices[src].send_bytes, bytes);
+    add(m_.devices[dst].recv_bytes, bytes);
     const bool intra = cluster_.node_of(src) == cluster_.node_of(dst);
     int64_t& total = forward ? (intra ? m_.intra_bytes_fwd : m_.inter_bytes_fwd)
                              : (intra ? m_.intra_bytes_bwd : m_.inter_bytes_bwd);
-    total += bytes;
+    add(total, bytes);
   }
+  static void add(int64_t& total, int64_t bytes) { total = checked_add(total, bytes, "metrics: bytes moved"); }
 
  private:
   PlacementMetrics& m_;
@@ -83,7 +86,7 @@ PlacementMetrics compute_metrics(const BlockTable& table, const Placement& place
                            table.data_bytes(DataKind::LSE, n) + table.data_bytes(DataKind::dO, n) +
                            table.data_bytes(DataKind::dQ, n) + table.data_bytes(DataKind::Delta, n);
     const int64_t kv_side = table.data_bytes(DataKind::KV, n) + table.data_bytes(DataKind::dKV, n);
-    dev.owned_bytes += groups.num_groups * q_side + num_kv_sets * kv_side;
+    Accumulator::add(dev.owned_bytes, groups.num_groups * q_side + num_kv_sets * kv_side);
   }
 
   // Stamps: (block inside its sequence) x device -> id of the last run that marked it.
@@ -131,10 +134,10 @@ PlacementMetrics compute_metrics(const BlockTable& table, const Placement& place
         const int64_t part_fwd =
             table.partial_bytes(DataKind::O, n) + table.partial_bytes(DataKind::LSE, n);
         const int64_t part_bwd = table.partial_bytes(DataKind::dQ, n);
-        dev.recv_copy_bytes_fwd += copy_fwd;
-        dev.recv_copy_bytes_bwd += copy_bwd;
-        dev.partial_bytes_fwd += part_fwd;
-        dev.partial_bytes_bwd += part_bwd;
+        Accumulator::add(dev.recv_copy_bytes_fwd, copy_fwd);
+        Accumulator::add(dev.recv_copy_bytes_bwd, copy_bwd);
+        Accumulator::add(dev.partial_bytes_fwd, part_fwd);
+        Accumulator::add(dev.partial_bytes_bwd, part_bwd);
         acc.transfer(q_home, d, copy_fwd, true);
         acc.transfer(d, q_home, part_fwd, true);
         acc.transfer(q_home, d, copy_bwd, false);
@@ -150,9 +153,9 @@ PlacementMetrics compute_metrics(const BlockTable& table, const Placement& place
         const int64_t n = table.token_blocks[t.kv_block].length;
         const int64_t copy = table.data_bytes(DataKind::KV, n);
         const int64_t part_bwd = table.partial_bytes(DataKind::dKV, n);
-        dev.recv_copy_bytes_fwd += copy;
-        dev.recv_copy_bytes_bwd += copy;
-        dev.partial_bytes_bwd += part_bwd;
+        Accumulator::add(dev.recv_copy_bytes_fwd, copy);
+        Accumulator::add(dev.recv_copy_bytes_bwd, copy);
+        Accumulator::add(dev.partial_bytes_bwd, part_bwd);
         acc.transfer(kv_home, d, copy, true);
         acc.transfer(kv_home, d, copy, false);
         acc.transfer(d, kv_home, part_bwd, false);

@@ -6,8 +6,10 @@
 #include <map>
 #include <queue>
 #include <tuple>
+#include <unordered_map>
 
 #include "dcp/error.h"
+#include "dcp/limits.h"
 #include "dcp/plan.h"
 
 namespace dcp {
@@ -35,14 +37,16 @@ DeviceMemory plan_memory(const Plan& plan, int device) {
   const int64_t kvd = int64_t{t.shape.kv_heads} * t.shape.head_dim;
   const int64_t per_token = (qd * e) * 4 /* Q, O, dO, dQ */ + (2 * kvd * e) * 2 /* KV, dKV */ +
                             int64_t{t.shape.q_heads} * 4 * 2 /* LSE, Delta */;
-  m.local_bytes = dp.owned_tokens * per_token;
+  const char* what = "plan memory";
+  m.local_bytes = checked_mul(dp.owned_tokens, per_token, what);
   for (auto [prog, pm] : {std::pair{&dp.fwd, &m.fwd}, std::pair{&dp.bwd, &m.bwd}}) {
     for (int k = 0; k < kNumDataKinds; ++k) {
-      pm->slot_bytes[k] = prog->num_slots[k] * slot_bytes(t, static_cast<DataKind>(k));
-      pm->slots_total_bytes += pm->slot_bytes[k];
+      const int64_t slot = plan_block_bytes(t, static_cast<DataKind>(k), plan.header.max_block_tokens);
+      pm->slot_bytes[k] = checked_mul(prog->num_slots[k], slot, what);
+      pm->slots_total_bytes = checked_add(pm->slots_total_bytes, pm->slot_bytes[k], what);
     }
   }
-  m.peak_bytes = m.local_bytes + std::max(m.fwd.slots_total_bytes, m.bwd.slots_total_bytes);
+  m.peak_bytes = checked_add(m.local_bytes, std::max(m.fwd.slots_total_bytes, m.bwd.slots_total_bytes), what);
   return m;
 }
 
@@ -67,6 +71,20 @@ int pool_of(Pass pass, DataKind k) {
   return kQIn;
 }
 
+// key -> virtual buffer (-1: none). Holds only the keys one device touches, so a device's
+// program costs time and memory in proportion to its own work, not to the whole batch.
+class VBufIndex {
+ public:
+  int32_t get(int64_t key) const {
+    const auto it = map_.find(key);
+    return it == map_.end() ? -1 : it->second;
+  }
+  int32_t& at(int64_t key) { return map_.try_emplace(key, -1).first->second; }
+
+ private:
+  std::unordered_map<int64_t, int32_t> map_;
+};
+
 struct VBuf {
   int pool;
   int32_t block, group;
@@ -85,8 +103,6 @@ class ProgramBuilder {
     const int64_t nb = t.num_token_blocks();
     key_q_ = t.groups.num_groups;
     key_kv_base_ = nb * key_q_;
-    input_.assign(static_cast<size_t>(key_kv_base_ + nb * t.groups.num_kv_sets()), -1);
-    acc_.assign(input_.size(), -1);
   }
 
   Program build();
@@ -126,10 +142,11 @@ class ProgramBuilder {
   }
   Program prog_;
   std::vector<VBuf> vbufs_;
-  std::vector<int32_t> input_;  // key -> vbuf of a remote input bundle (-1: none)
-  std::vector<int32_t> acc_;    // key -> vbuf of an output accumulator (-1: none)
+  VBufIndex input_;  // key -> vbuf of a remote input bundle
+  VBufIndex acc_;    // key -> vbuf of an output accumulator
   std::map<int32_t, std::vector<int32_t>> pending_;               // round -> vbufs busy until wait
   std::map<int32_t, std::vector<int32_t>> received_;              // round -> received partials
+  std::map<int32_t, VBufIndex> received_at_;  // round -> (key, pool, source) -> received partial
   std::vector<int32_t> peer_of_;                                   // vbuf -> sending device
   std::vector<int32_t> posted_;                                    // rounds with a CommStart
 };
@@ -149,33 +166,30 @@ void ProgramBuilder::emit_comm(int32_t round) {
       if (send && !x.via_relay) {
         buf = local_ref(x.kind, x.token_block);
       } else {
-        if (input_[k] < 0) {
+        int32_t& in = input_.at(k);
+        if (in < 0) {
           DCP_ASSERT(!send);
-          input_[k] = new_vbuf(pool_of(ps_.pass, x.kind), x.token_block, x.group);
+          in = new_vbuf(pool_of(ps_.pass, x.kind), x.token_block, x.group);
         }
-        buf = slot_ref(x.kind, input_[k]);
-        touch(input_[k], at);
-        pending_[round].push_back(input_[k]);
+        buf = slot_ref(x.kind, in);
+        touch(in, at);
+        pending_[round].push_back(in);
       }
     } else if (send) {
-      const int32_t v = acc_[k];
+      const int32_t v = acc_.get(k);
       DCP_ASSERT(v >= 0);
       buf = slot_ref(x.kind, v);
       touch(v, at);
       pending_[round].push_back(v);
     } else {
       // One received partial per (source, block, group); O and LSE share it.
-      auto& list = received_[round];
-      int32_t v = -1;
-      for (int32_t r : list)
-        if (vbufs_[r].block == x.token_block && vbufs_[r].group == x.group &&
-            vbufs_[r].pool == pool_of(ps_.pass, x.kind) && peer_of_[r] == peer)
-          v = r;
+      const int pool = pool_of(ps_.pass, x.kind);
+      int32_t& v = received_at_[round].at((k * kNumPools + pool) * pl_.num_devices + peer);
       if (v < 0) {
-        v = new_vbuf(pool_of(ps_.pass, x.kind), x.token_block, x.group);
+        v = new_vbuf(pool, x.token_block, x.group);
         peer_of_.resize(vbufs_.size(), -1);
         peer_of_[v] = peer;
-        list.push_back(v);
+        received_[round].push_back(v);
       }
       buf = slot_ref(x.kind, v);
       touch(v, at);
@@ -214,7 +228,7 @@ void ProgramBuilder::emit_wait(int32_t round) {
       ++j;
     const VBuf& first = vbufs_[got[i]];
     const Side side = first.pool == kOutKV ? Side::KV : Side::Q;
-    int32_t& acc = acc_[key(side, first.block, first.group)];
+    int32_t& acc = acc_.at(key(side, first.block, first.group));
     size_t from = i;
     if (acc < 0) {  // adopt the first received partial as the accumulator
       acc = got[i];
@@ -244,7 +258,7 @@ void ProgramBuilder::emit_final_merges() {
       const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : DataKind::dQ;
       Merge m{kind, block, g, {}, {}, local_ref(kind, block), {}, false};
       if (ps_.pass == Pass::Forward) m.dst_lse = local_ref(DataKind::LSE, block);
-      if (const int32_t acc = acc_[key(Side::Q, block, g)]; acc >= 0) {
+      if (const int32_t acc = acc_.get(key(Side::Q, block, g)); acc >= 0) {
         m.src_slots.push_back(acc);
         if (ps_.pass == Pass::Forward) m.src_lse_slots.push_back(acc);
         touch(acc, here());
@@ -254,7 +268,7 @@ void ProgramBuilder::emit_final_merges() {
     if (ps_.pass == Pass::Backward) {
       for (int k = 0; k < num_sets; ++k) {
         Merge m{DataKind::dKV, block, k, {}, {}, local_ref(DataKind::dKV, block), {}, false};
-        if (const int32_t acc = acc_[key(Side::KV, block, k)]; acc >= 0) {
+        if (const int32_t acc = acc_.get(key(Side::KV, block, k)); acc >= 0) {
           m.src_slots.push_back(acc);
           touch(acc, here());
         }
@@ -343,7 +357,7 @@ Program ProgramBuilder::build() {
       op.tile = ti;
       auto input = [&](DataKind k, Side side, int32_t block, int32_t group) {
         if (home(block)) return local_ref(k, block);
-        const int32_t v = input_[key(side, block, group)];
+        const int32_t v = input_.get(key(side, block, group));
         DCP_ASSERT(v >= 0);
         touch(v, at);
         return slot_ref(k, v);
@@ -352,7 +366,7 @@ Program ProgramBuilder::build() {
       op.q = input(DataKind::Q, Side::Q, tile.q_block, tile.head_group);
       op.kv = input(DataKind::KV, Side::KV, tile.kv_block, set);
       auto acc = [&](Side side, int32_t block, int32_t group, bool& accumulate) {
-        int32_t& v = acc_[key(side, block, group)];
+        int32_t& v = acc_.at(key(side, block, group));
         accumulate = v >= 0;
         if (!accumulate) v = new_vbuf(side == Side::Q ? kOutQ : kOutKV, block, group);
         touch(v, at);
@@ -415,16 +429,16 @@ Plan build_plan(const BlockTable& table, const Placement& placement, const Clust
   const auto mine_bwd = bucket(schedule.bwd);
   std::vector<std::vector<int32_t>> tiles_of(P);
   for (size_t i = 0; i < table.tiles.size(); ++i) tiles_of[placement.tile_device[i]].push_back(static_cast<int32_t>(i));
+  for (int32_t b = 0; b < table.num_token_blocks(); ++b) {  // ascending ids: dispatch order
+    DeviceProgram& dp = plan.devices[placement.block_home[b]];
+    pos_of[b] = static_cast<int32_t>(dp.owned_blocks.size());
+    dp.owned_blocks.push_back(b);
+    dp.owned_token_offset.push_back(dp.owned_tokens);
+    dp.owned_tokens += table.token_blocks[b].length;
+  }
   for (int d = 0; d < P; ++d) {
     DeviceProgram& dp = plan.devices[d];
     dp.device = d;
-    for (int32_t b = 0; b < table.num_token_blocks(); ++b)
-      if (placement.block_home[b] == d) {
-        pos_of[b] = static_cast<int32_t>(dp.owned_blocks.size());
-        dp.owned_blocks.push_back(b);
-        dp.owned_token_offset.push_back(dp.owned_tokens);
-        dp.owned_tokens += table.token_blocks[b].length;
-      }
     dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, mine_fwd[d], tiles_of[d]).build();
     dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, mine_bwd[d], tiles_of[d]).build();
   }

@@ -1,7 +1,9 @@
 // Plan file: "DCPPLAN\0", u32 format version, u64 payload size, payload, u64 FNV-1a of the
 // payload. Integers are little-endian; the payload is the header, block table, placement and
 // programs in declaration order (docs/formats.md). Every read is bounds- and range-checked.
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <type_traits>
@@ -9,9 +11,14 @@
 #include "dcp/error.h"
 #include "dcp/hash.h"
 #include "dcp/plan.h"
+#include "dcp/plan_check.h"
 
 namespace dcp {
 namespace {
+
+// The checksum of format version 1 is FNV-1a 64 started from this basis (not FNV's usual one):
+// files written since the format began carry it, so it stays.
+constexpr uint64_t kChecksumBasis = 1469598103934665603ull;
 
 constexpr char kMagic[8] = {'D', 'C', 'P', 'P', 'L', 'A', 'N', '\0'};
 
@@ -398,11 +405,11 @@ std::vector<uint8_t> serialize_plan(const Plan& plan) {
   file.pod<uint32_t>(kPlanFormatVersion);
   file.pod<uint64_t>(w.out.size());
   file.out.insert(file.out.end(), w.out.begin(), w.out.end());
-  file.pod<uint64_t>(fnv1a(w.out.data(), w.out.size()));
+  file.pod<uint64_t>(fnv1a(w.out.data(), w.out.size(), kChecksumBasis));
   return std::move(file.out);
 }
 
-Plan deserialize_plan(const std::vector<uint8_t>& bytes, const std::string& source) {
+Plan deserialize_plan_unchecked(const std::vector<uint8_t>& bytes, const std::string& source) {
   auto bad = [&](const std::string& what) { raise(ErrorKind::InvalidPlan, source + ": " + what); };
   if (bytes.size() < 8 + 4 + 8 + 8) bad("too short for a plan file (" + std::to_string(bytes.size()) + " bytes)");
   if (std::memcmp(bytes.data(), kMagic, 8) != 0) bad("not a dcp plan file (bad magic)");
@@ -416,7 +423,7 @@ Plan deserialize_plan(const std::vector<uint8_t>& bytes, const std::string& sour
     bad("payload size " + std::to_string(size) + " but file holds " + std::to_string(bytes.size() - 28) + " (truncated?)");
   uint64_t sum;
   std::memcpy(&sum, bytes.data() + 20 + size, 8);
-  if (sum != fnv1a(bytes.data() + 20, size)) bad("checksum mismatch");
+  if (sum != fnv1a(bytes.data() + 20, size, kChecksumBasis)) bad("checksum mismatch");
   Reader r(bytes.data() + 20, size, source);
   Plan plan;
   PlanHeader& h = plan.header;
@@ -489,11 +496,27 @@ void save_plan(const Plan& plan, const std::string& path) {
   if (!f) raise(ErrorKind::System, path + ": write failed");
 }
 
-Plan load_plan(const std::string& path) {
+Plan deserialize_plan(const std::vector<uint8_t>& bytes, const std::string& source) {
+  Plan plan = deserialize_plan_unchecked(bytes, source);
+  check_plan_structure(plan, source);
+  return plan;
+}
+
+Plan load_plan_unchecked(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    raise(ErrorKind::InvalidInput, path + ": cannot read plan file (it is a directory)");
   std::ifstream f(path, std::ios::binary);
-  if (!f) raise(ErrorKind::InvalidInput, path + ": cannot open plan file");
+  if (!f) raise(ErrorKind::InvalidInput, path + ": cannot open plan file (" + std::strerror(errno) + ")");
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  return deserialize_plan(bytes, path);
+  if (f.bad()) raise(ErrorKind::InvalidInput, path + ": error while reading plan file");
+  return deserialize_plan_unchecked(bytes, path);
+}
+
+Plan load_plan(const std::string& path) {
+  Plan plan = load_plan_unchecked(path);
+  check_plan_structure(plan, path);
+  return plan;
 }
 
 void check_plan_world_size(const Plan& plan, int world_size, const std::string& where) {

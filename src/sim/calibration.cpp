@@ -125,7 +125,10 @@ Calibration parse_calibration(const std::string& json_text, const std::string& s
     raise(ErrorKind::InvalidInput, source + ": not valid JSON (" + e.what() + ")");
   }
   if (!j.is_object()) raise(ErrorKind::InvalidInput, source + ": expected a JSON object");
-  for (const auto& [key, value] : j.items()) {
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    // Named variables: lambdas may not capture structured bindings (clang 14 builds the fuzzers).
+    const std::string& key = it.key();
+    const nlohmann::json& value = it.value();
     const bool number = std::any_of(std::begin(kNumberFields), std::end(kNumberFields),
                                     [&](const NumberField& f) { return key == f.key; });
     const bool text = std::any_of(std::begin(kTextFields), std::end(kTextFields),

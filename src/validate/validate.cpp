@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "dcp/error.h"
+#include "dcp/plan_check.h"
 
 namespace dcp {
 
@@ -71,6 +72,7 @@ struct Group {
   int32_t round;
   std::vector<size_t> ops;  // indices into ops_
   size_t unmatched = 0;
+  bool waited = false;
 };
 
 class Validator {
@@ -148,6 +150,14 @@ void Validator::write(int d, int instr, Content* dst, const Content& value, cons
 }
 
 std::vector<PlanViolation> Validator::run() {
+  // Symbolic execution indexes tiles, blocks and slots: a plan whose numbers do not all point
+  // somewhere is reported as one violation before any of that.
+  try {
+    check_plan_structure(plan_, "plan");
+  } catch (const Error& e) {
+    fail(-1, -1, e.what());
+    return out_;
+  }
   const PlanHeader& h = plan_.header;
   const int P = h.world_size;
   if (static_cast<int>(plan_.devices.size()) != P || plan_.placement.num_devices != P)
@@ -201,6 +211,11 @@ void Validator::run_pass(Pass pass) {
       fail(d, static_cast<int>(pc_[d]),
            "deadlock: blocked at CommWait(" + std::to_string(w ? w->id : -1) + ") whose transfers never complete");
     }
+  // A round left pending would collide with the same round of the next pass or layer.
+  for (int d = 0; d < P; ++d)
+    for (const Group& g : groups_[d])
+      if (!g.waited && pc_[d] >= prog_[d]->code.size())
+        fail(d, -1, "round " + std::to_string(g.round) + " is started but never waited for");
   for (const PendingOp& op : ops_)
     if (!op.matched && out_.size() < max_)
       fail(op.device, -1, std::string("unmatched ") + (op.op->send ? "send to " : "receive from ") +
@@ -451,6 +466,8 @@ bool Validator::step(int d) {
       } else {
         Group& g = groups_[d][gi];
         if (g.unmatched > 0) return advanced;  // blocked
+        if (g.waited) fail(d, pc, "CommWait(" + std::to_string(w->id) + ") of a round already waited for");
+        g.waited = true;
         for (size_t oi : g.ops) {
           PendingOp& op = ops_[oi];
           if (op.op->send) {

@@ -35,10 +35,10 @@ TEST(Cluster, Presets) {
 
 TEST(Cluster, BadPresetAndSizes) {
   test::expect_invalid_input([] { cluster_preset("dgx-b200", 1); }, {"'dgx-b200'", "a100-p4d, h200-nvl"});
-  test::expect_invalid_input([] { cluster_preset("a100-p4d", 0); }, {"cluster.nodes: must be >= 1, got 0"});
+  test::expect_invalid_input([] { cluster_preset("a100-p4d", 0); }, {"cluster.nodes: must be in [1, 1024], got 0"});
   Cluster c;
   c.devices_per_node = 0;
-  test::expect_invalid_input([&] { c.validate("cluster"); }, {"cluster.devices_per_node: must be >= 1, got 0"});
+  test::expect_invalid_input([&] { c.validate("cluster"); }, {"cluster.devices_per_node: must be in [1, 1024], got 0"});
   c = Cluster{};
   c.inter_bw_device = 0;
   test::expect_invalid_input([&] { c.validate("cluster"); }, {"cluster.inter_bw_device", "got 0"});

@@ -163,19 +163,30 @@ void run_local_ranks(int world_size, const std::function<void(Comm&)>& fn) {
   LocalWorld world(world_size);
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world_size));
   std::vector<std::thread> threads;
-  for (int r = 0; r < world_size; ++r)
-    threads.emplace_back([&, r] {
-      Comm& comm = world.comm(r);
-      try {
-        fn(comm);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-        comm.abort(e.what());
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-        comm.abort("unknown exception");
-      }
-    });
+  threads.reserve(static_cast<size_t>(world_size));
+  try {
+    for (int r = 0; r < world_size; ++r)
+      threads.emplace_back([&, r] {
+        Comm& comm = world.comm(r);
+        try {
+          fn(comm);
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+          comm.abort(e.what());
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+          comm.abort("unknown exception");
+        }
+      });
+  } catch (const std::exception& e) {
+    // The ranks already running wait for peers that will never start: stop them, join them,
+    // and report why the world could not be made.
+    const std::string why = "cannot start in-process rank " + std::to_string(threads.size()) + " of " +
+                            std::to_string(world_size) + " (" + e.what() + ")";
+    world.comm(0).abort(why);
+    for (std::thread& t : threads) t.join();
+    raise(ErrorKind::System, why);
+  }
   for (std::thread& t : threads) t.join();
   // The root cause is the error that is not a consequence of another rank's abort.
   std::exception_ptr first;

@@ -162,6 +162,13 @@ int mpi_local_rank() {
   return rank;
 }
 
+void mpi_abort_world(int exit_code) noexcept {
+  int initialized = 0, finalized = 0;
+  if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return;
+  if (MPI_Finalized(&finalized) != MPI_SUCCESS || finalized) return;
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+}
+
 std::unique_ptr<Comm> make_mpi_comm_world() {
   int initialized = 0;
   DCP_MPI_CHECK(MPI_Initialized(&initialized));
