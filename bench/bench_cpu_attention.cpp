@@ -20,7 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 
 namespace {
 

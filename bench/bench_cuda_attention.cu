@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 
 using namespace dcp::cuda;
 

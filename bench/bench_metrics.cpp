@@ -12,7 +12,7 @@
 
 #include "dcp/baselines.h"
 #include "dcp/metrics.h"
-#include "dcp/rng.h"
+#include "dcp/detail/rng.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "exit_codes.h"
 #include "startup_watchdog.h"
 #include "common.h"
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "dcp/baselines.h"
 #include "dcp/comm.h"
 #include "dcp/cuda_backend.h"

@@ -19,7 +19,7 @@
 
 #include "commands.h"
 #include "common.h"
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "dcp/comm.h"
 #include "dcp/cuda_backend.h"
 #include "dcp/nccl_comm.h"

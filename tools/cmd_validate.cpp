@@ -11,7 +11,7 @@
 #include "common.h"
 #include "dcp/error.h"
 #include "dcp/plan.h"
-#include "dcp/plan_check.h"
+#include "dcp/detail/plan_check.h"
 #include "dcp/validate.h"
 #include "exit_codes.h"
 #include "table.h"

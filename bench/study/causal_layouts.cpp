@@ -36,7 +36,7 @@
 #include "dcp/blocks.h"
 #include "dcp/metrics.h"
 #include "dcp/partition.h"
-#include "dcp/rng.h"
+#include "dcp/detail/rng.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 
 #include <fmt/core.h>
 
-#include "dcp/rng.h"
+#include "dcp/detail/rng.h"
 #include "dcp/baselines.h"
 #include "dcp/blocks.h"
 #include "dcp/metrics.h"

@@ -5,7 +5,7 @@
 // bounds is max(L0, L1 + r). Each has at most one kink, so [r0, r1) splits into at most three
 // runs on which the width is affine with slope -1, 0 or +1; the positive part of an affine run
 // is an arithmetic series.
-#include "dcp/area.h"
+#include "dcp/detail/area.h"
 
 #include <algorithm>
 #include <array>

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "dcp/area.h"
+#include "dcp/detail/area.h"
 #include "dcp/error.h"
 #include "dcp/mask.h"
 

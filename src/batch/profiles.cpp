@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dcp/error.h"
-#include "dcp/rng.h"
+#include "dcp/detail/rng.h"
 
 namespace dcp {
 

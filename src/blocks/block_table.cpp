@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dcp/area.h"
+#include "dcp/detail/area.h"
 #include "dcp/blocks.h"
 #include "dcp/error.h"
 

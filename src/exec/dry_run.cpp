@@ -1,6 +1,6 @@
-// Dry run of a plan (dcp/exec_dry_run.h): the Executor over a backend without memory and a comm
+// Dry run of a plan (dcp/detail/exec_dry_run.h): the Executor over a backend without memory and a comm
 // without messages.
-#include "dcp/exec_dry_run.h"
+#include "dcp/detail/exec_dry_run.h"
 
 #include <map>
 #include <memory>

@@ -11,7 +11,7 @@
 #include <string>
 #include <variant>
 
-#include "dcp/comm_order.h"
+#include "dcp/detail/comm_order.h"
 #include "dcp/error.h"
 #include "dcp/limits.h"
 #include "exec/merge_batches.h"

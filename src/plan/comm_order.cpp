@@ -1,5 +1,5 @@
 // Per-buffer last-writer / last-toucher analysis for CommStart ordering (see comm_order.h).
-#include "dcp/comm_order.h"
+#include "dcp/detail/comm_order.h"
 
 #include <algorithm>
 #include <map>

@@ -1,7 +1,7 @@
-// Structural check of a plan (dcp/plan_check.h): every index in range, every shape consistent.
+// Structural check of a plan (dcp/detail/plan_check.h): every index in range, every shape consistent.
 // Cheap checks first (header, sizes), then the block table against its masks, then every
 // instruction of every program. Each failure names the device, pass and instruction.
-#include "dcp/plan_check.h"
+#include "dcp/detail/plan_check.h"
 
 #include <algorithm>
 #include <string>

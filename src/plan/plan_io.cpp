@@ -9,9 +9,9 @@
 #include <type_traits>
 
 #include "dcp/error.h"
-#include "dcp/hash.h"
+#include "dcp/detail/hash.h"
 #include "dcp/plan.h"
-#include "dcp/plan_check.h"
+#include "dcp/detail/plan_check.h"
 
 namespace dcp {
 namespace {

@@ -9,7 +9,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "dcp/comm_order.h"
+#include "dcp/detail/comm_order.h"
 #include "dcp/error.h"
 #include "kernel_cost.h"
 

@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "dcp/error.h"
-#include "dcp/plan_check.h"
+#include "dcp/detail/plan_check.h"
 
 namespace dcp {
 

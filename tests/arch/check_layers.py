@@ -7,6 +7,9 @@ of every source and public header: a header owned by another part must belong to
 includer's transitive dependencies, so the layering of docs/architecture.md holds in the code and
 not only in the link lines. Every header under include/dcp/ must be owned by exactly one part.
 
+Headers under include/dcp/detail/ are a part's internals that other parts (and tools and tests)
+may still use; they are checked the same way.
+
 usage: check_layers.py <source dir> <dcp_parts.jsonl>
 """
 import json
@@ -33,9 +36,11 @@ def main(src_dir, records_path):
                 errors.append(f"include/dcp/{h}: owned by both {owner[h]} and {name}")
             owner[h] = name
     public_dir = os.path.join(src_dir, "include", "dcp")
-    for h in sorted(os.listdir(public_dir)):
-        if h.endswith(".h") and h not in owner:
-            errors.append(f"include/dcp/{h}: no part owns it (list it in a dcp_add_part HEADERS)")
+    for root, _, files in os.walk(public_dir):
+        for f in sorted(files):
+            h = os.path.relpath(os.path.join(root, f), public_dir)
+            if h.endswith(".h") and h not in owner:
+                errors.append(f"include/dcp/{h}: no part owns it (list it in a dcp_add_part HEADERS)")
 
     closure = {}
 
@@ -63,9 +68,7 @@ def main(src_dir, records_path):
             text = f.read()
         for inc in INCLUDE.findall(text):
             if inc.startswith("dcp/"):
-                h = inc[len("dcp/"):]
-                if "/" in h:  # dcp/detail/...: internal headers of the part that owns the folder's name
-                    continue
+                h = inc[len("dcp/"):]  # "plan.h", or "detail/comm_order.h"
                 o = owner.get(h)
                 if o is None:
                     errors.append(f"{path}: includes {inc}, which no part owns")

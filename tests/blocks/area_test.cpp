@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "blocks/brute.h"
-#include "dcp/area.h"
+#include "dcp/detail/area.h"
 
 namespace dcp {
 namespace {

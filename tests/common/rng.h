@@ -1,8 +1,8 @@
-// tests/common/rng.h — the test suites use the library's generator (dcp/rng.h): explicitly seeded,
+// tests/common/rng.h — the test suites use the library's generator (dcp/detail/rng.h): explicitly seeded,
 // so every random test case is reproducible from its seed on any platform.
 #pragma once
 
-#include "dcp/rng.h"
+#include "dcp/detail/rng.h"
 
 namespace dcp::test {
 

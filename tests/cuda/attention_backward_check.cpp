@@ -17,7 +17,7 @@
 
 #include "attention_cuda_check.h"
 #include "check_util.h"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 
 namespace dcp::cuda::check {
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "check_util.h"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 
 namespace dcp::cuda::check {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 
 namespace dcp::cuda::check {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 
 #include "attention_cuda_check.h"

@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "dcp/attention_cuda.h"
-#include "dcp/bf16.h"
-#include "dcp/rng.h"
+#include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/bf16.h"
+#include "dcp/detail/rng.h"
 
 namespace dcp::cuda::check {
 

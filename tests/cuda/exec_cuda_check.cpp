@@ -25,7 +25,7 @@
 #include "dcp/nccl_comm.h"
 #include "dcp/dispatch.h"
 #include "dcp/error.h"
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "dcp/executor.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"

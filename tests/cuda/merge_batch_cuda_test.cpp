@@ -1,4 +1,4 @@
-// merge_batch (dcp/attention_cuda.h): the host preparation (everywhere) and one launch of many
+// merge_batch (dcp/detail/attention_cuda.h): the host preparation (everywhere) and one launch of many
 // LSE-merge and sum segments against an fp64 host reference (skipped without a GPU), including
 // in-place accumulation, empty partial lists, -inf partials and bf16 outputs.
 #include <cuda_runtime_api.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/rng.h"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "dcp/error.h"
 #include "exec/reference_attention.h"
 #include "exec/tile_builder.h"

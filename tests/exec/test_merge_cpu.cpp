@@ -6,8 +6,8 @@
 #include <limits>
 #include <vector>
 
-#include "dcp/attention_cpu.h"
-#include "dcp/bf16.h"
+#include "dcp/detail/attention_cpu.h"
+#include "dcp/detail/bf16.h"
 #include "exec/reference_attention.h"
 
 namespace dcp::test {

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "exec/reference_attention.h"
 
 namespace dcp::test {

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "dcp/exec_dry_run.h"
+#include "dcp/detail/exec_dry_run.h"
 #include "dcp/plan.h"
-#include "dcp/plan_check.h"
+#include "dcp/detail/plan_check.h"
 #include "dcp/validate.h"
 #include "fuzz/fuzz_common.h"
 

@@ -21,7 +21,7 @@
 #include "dcp/error.h"
 #include "dcp/partition.h"
 #include "dcp/plan.h"
-#include "dcp/plan_check.h"
+#include "dcp/detail/plan_check.h"
 #include "dcp/validate.h"
 
 using namespace dcp;

@@ -1,4 +1,4 @@
-// What each CommStart waits for on the compute stream (dcp/comm_order.h): hand-made
+// What each CommStart waits for on the compute stream (dcp/detail/comm_order.h): hand-made
 // programs with known answers, and every program of real plans against a brute-force pairwise
 // check (any compute instruction before a CommStart that conflicts with one of its transfers
 // must be at or before the point the CommStart follows, and that point must be noted).
@@ -15,7 +15,7 @@
 #include "dcp/partition.h"
 #include "dcp/plan.h"
 #include "common/batches.h"
-#include "dcp/comm_order.h"
+#include "dcp/detail/comm_order.h"
 
 namespace dcp::test {
 namespace {

@@ -1,4 +1,4 @@
-// Backward blockwise attention on the CPU (see dcp/attention_cpu.h for the math and layout).
+// Backward blockwise attention on the CPU (see dcp/detail/attention_cpu.h for the math and layout).
 //
 // Work unit: (tile, kv head, split of the keys). A unit owns the dK/dV rows of its keys, so units
 // of one tile run in parallel; every q head of the kv head and every query row is visited inside
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "dcp/error.h"
 #include "exec/cpu/microkernels.h"
 #include "exec/cpu/tile_mask.h"

@@ -1,4 +1,4 @@
-// Forward blockwise attention on the CPU (see dcp/attention_cpu.h for the math and layout).
+// Forward blockwise attention on the CPU (see dcp/detail/attention_cpu.h for the math and layout).
 //
 // Work unit: (tile, q head, chunk of <= 64 query rows). Units of one tile write disjoint rows of
 // O/LSE, so they run in parallel; tiles run in order, which keeps accumulate = true safe when
@@ -8,7 +8,7 @@
 #include <limits>
 #include <string>
 
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "dcp/error.h"
 #include "exec/cpu/microkernels.h"
 #include "exec/cpu/tile_mask.h"

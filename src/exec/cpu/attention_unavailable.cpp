@@ -1,7 +1,7 @@
 // Stand-ins for the CPU attention kernels in builds that cannot compile them: clang rejects
 // their 64-byte vector arguments unless the whole build targets AVX-512. Only the instrumented
 // fuzzing build (DCP_FUZZ_BUILD) uses this file; its targets never compute attention.
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "dcp/error.h"
 
 namespace dcp::cpu {

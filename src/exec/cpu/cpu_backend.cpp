@@ -6,8 +6,8 @@
 #include <memory>
 #include <vector>
 
-#include "dcp/attention_cpu.h"
-#include "dcp/bf16.h"
+#include "dcp/detail/attention_cpu.h"
+#include "dcp/detail/bf16.h"
 #include "dcp/error.h"
 #include "dcp/executor.h"
 

@@ -7,8 +7,8 @@
 #include <limits>
 #include <string>
 
-#include "dcp/attention_cpu.h"
-#include "dcp/bf16.h"
+#include "dcp/detail/attention_cpu.h"
+#include "dcp/detail/bf16.h"
 #include "dcp/error.h"
 #include "exec/cpu/tile_mask.h"
 

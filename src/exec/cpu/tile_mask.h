@@ -8,7 +8,7 @@
 #include <limits>
 #include <span>
 
-#include "dcp/attention_cpu.h"
+#include "dcp/detail/attention_cpu.h"
 #include "exec/cpu/microkernels.h"
 
 namespace dcp::cpu::detail {

@@ -1,5 +1,5 @@
 // attention_backward.cu — backward attention over a tile list, one launch (math and layouts in
-// dcp/attention_cuda.h).
+// dcp/detail/attention_cuda.h).
 //
 // Roles inside one CTA (kBwdKeys = 128 keys x one kv head, 8 warps x 16 keys; 128 keys per CTA
 // halve the dQ atomics and the Q/dO traffic per FLOP against 64):
@@ -24,7 +24,7 @@
 #include <string>
 
 #include "attention_common.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda {

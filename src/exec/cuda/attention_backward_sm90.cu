@@ -1,5 +1,5 @@
 // attention_backward_sm90.cu — backward attention over a tile list on Hopper (sm_90a): warpgroup
-// MMA. Same contract as attention_backward.cu (dcp/attention_cuda.h): same work items (one CTA =
+// MMA. Same contract as attention_backward.cu (dcp/detail/attention_cuda.h): same work items (one CTA =
 // 128 keys x one kv head, looping over the group's q heads and 64-row q sub-tiles), masks, skips
 // and fp32 atomic outputs; attention_backward() picks it on sm_90 devices (route Wgmma).
 //
@@ -39,7 +39,7 @@
 
 #include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 #include "wgmma_sm90.cuh"
 #include "wgmma_sm90_bwd.cuh"

@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "attention_common.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "wgmma_sm90.cuh"
 #include "wgmma_sm90_bwd.cuh"
 

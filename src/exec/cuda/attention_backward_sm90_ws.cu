@@ -3,7 +3,7 @@
 // math per q sub-tile (attention_backward_sm90.cu: S^T, dP^T, P^T, dS^T, dV += P^T dO,
 // dK += dS^T Q, dQ = dS K by bulk reductions), with the loads, the step walk and the Partial
 // classification moved to a producer warpgroup. Same contract as the other backward kernels
-// (dcp/attention_cuda.h); dQ always leaves by bulk reductions.
+// (dcp/detail/attention_cuda.h); dQ always leaves by bulk reductions.
 //
 // CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: it loads K and V once, then walks
 // the steps (q head, 64-row q sub-tile) as the basic kernel does, classifies each (Partial: one
@@ -41,7 +41,7 @@
 
 #include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "sync_sm90.cuh"
 #include "tensor_map.h"
 #include "wgmma_sm90.cuh"

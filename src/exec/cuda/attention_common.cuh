@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda::detail {

@@ -1,4 +1,4 @@
-// attention_forward.cu — forward attention over a tile list, one launch (see dcp/attention_cuda.h
+// attention_forward.cu — forward attention over a tile list, one launch (see dcp/detail/attention_cuda.h
 // for the math and layouts).
 //
 // Roles inside one CTA (kFwdRows = 128 q rows x one q head, 4 warps x 32 rows: each K/V
@@ -24,7 +24,7 @@
 #include <string>
 
 #include "attention_common.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda {

@@ -1,5 +1,5 @@
 // attention_forward_sm90.cu — forward attention over a tile list on Hopper (sm_90a): warpgroup
-// MMA. Same contract as attention_forward.cu (dcp/attention_cuda.h): same work items, masks,
+// MMA. Same contract as attention_forward.cu (dcp/detail/attention_cuda.h): same work items, masks,
 // accumulate and outputs. Route WgmmaBasic; the default Hopper kernel (route Wgmma) is the
 // warp-specialised one built from it (attention_forward_sm90_ws.cu), this one the fallback.
 // Shape and layout constants: attention_forward_sm90.cuh.
@@ -21,7 +21,7 @@
 
 #include "attention_common.cuh"
 #include "attention_forward_sm90.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "wgmma_sm90.cuh"
 
 namespace dcp::cuda::detail {

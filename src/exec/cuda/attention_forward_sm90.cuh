@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "attention_common.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "tensor_map.h"
 #include "wgmma_sm90.cuh"
 

@@ -1,5 +1,5 @@
 // attention_forward_sm90_ws.cu — the warp-specialised Hopper (sm_90a) forward kernel (route
-// Wgmma, the default on Hopper). Contract: dcp/attention_cuda.h; CTA shape, tile layout and the
+// Wgmma, the default on Hopper). Contract: dcp/detail/attention_cuda.h; CTA shape, tile layout and the
 // online softmax as in the basic kernel (attention_forward_sm90.cu).
 //
 // Per 128-key sub-tile j each MMA warpgroup issues S_j = Q K_j^T together with
@@ -31,7 +31,7 @@
 
 #include "attention_common.cuh"
 #include "attention_forward_sm90.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "sync_sm90.cuh"
 #include "wgmma_sm90.cuh"
 

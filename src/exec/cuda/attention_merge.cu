@@ -14,7 +14,7 @@
 #include <string>
 
 #include "attention_common.cuh"
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda {

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "dcp/attention_cuda.h"
+#include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda {

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "cuda_backend_kernels.h"
-#include "dcp/attention_cuda.h"
-#include "dcp/bf16.h"
+#include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/bf16.h"
 #include "dcp/cuda_backend.h"
 #include "dcp/error.h"
 
