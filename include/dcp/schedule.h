@@ -82,7 +82,7 @@ struct PassSchedule {
   std::vector<ScheduledTransfer> outputs;// partial outputs to the owners, same order
   // Predicted per device and stage: compute seconds and incoming transfer seconds (cost model).
   std::vector<std::vector<double>> stage_compute_s;   // [device][stage]
-  std::vector<std::vector<double>> round_transfer_s;  // [device][round], round 0 unused
+  std::vector<std::vector<double>> round_transfer_s;  // [device][round]; index 0 is unused
 };
 
 struct Schedule {
