@@ -58,6 +58,17 @@ struct Attention::Impl {
                                          std::to_string(r.head_stride) + ") overlap the " + std::to_string(head_dim) +
                                          " elements of a head");
   }
+  // The tensors both passes take: q, k, v, o and lse (fp32).
+  void check_qkv_o_lse(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& o,
+                       const TensorView& lse) const {
+    const AttentionShape& s = plan.header.shape;
+    check("q", q, s.q_heads, s.head_dim);
+    check("k", k, s.kv_heads, s.head_dim);
+    check("v", v, s.kv_heads, s.head_dim);
+    check("o", o, s.q_heads, s.head_dim);
+    check("lse", lse, s.q_heads, 1);
+    check_type("lse", lse, ElemType::F32);
+  }
   void check_type(const char* name, const TensorView& v, ElemType want) const {
     if (v.type != want)
       raise(ErrorKind::InvalidInput, std::string("attention: ") + name + " must be " + to_string(want) + ", got " +
@@ -75,13 +86,7 @@ const Plan& Attention::plan() const { return impl_->plan; }
 
 ExecStats Attention::forward(const AttentionForwardArgs& args) {
   Impl& m = *impl_;
-  const AttentionShape& s = m.plan.header.shape;
-  m.check("q", args.q, s.q_heads, s.head_dim);
-  m.check("k", args.k, s.kv_heads, s.head_dim);
-  m.check("v", args.v, s.kv_heads, s.head_dim);
-  m.check("o", args.o, s.q_heads, s.head_dim);
-  m.check("lse", args.lse, s.q_heads, 1);
-  m.check_type("lse", args.lse, ElemType::F32);
+  m.check_qkv_o_lse(args.q, args.k, args.v, args.o, args.lse);
   const std::pair<Array, TensorView> in[] = {{Array::Q, args.q}, {Array::K, args.k}, {Array::V, args.v}};
   const std::pair<Array, TensorView> out[] = {{Array::O, args.o}, {Array::LSE, args.lse}};
   if (m.tokens > 0) m.executor.exchange(0, in, {});
@@ -93,12 +98,7 @@ ExecStats Attention::forward(const AttentionForwardArgs& args) {
 ExecStats Attention::backward(const AttentionBackwardArgs& args) {
   Impl& m = *impl_;
   const AttentionShape& s = m.plan.header.shape;
-  m.check("q", args.q, s.q_heads, s.head_dim);
-  m.check("k", args.k, s.kv_heads, s.head_dim);
-  m.check("v", args.v, s.kv_heads, s.head_dim);
-  m.check("o", args.o, s.q_heads, s.head_dim);
-  m.check("lse", args.lse, s.q_heads, 1);
-  m.check_type("lse", args.lse, ElemType::F32);
+  m.check_qkv_o_lse(args.q, args.k, args.v, args.o, args.lse);
   m.check("d_o", args.d_o, s.q_heads, s.head_dim);
   m.check("dq", args.dq, s.q_heads, s.head_dim);
   m.check("dk", args.dk, s.kv_heads, s.head_dim);
