@@ -77,14 +77,17 @@ def handle_of(plan: StepPlan) -> torch.Tensor:
         _plans[i] = weakref.ref(plan)
         weakref.finalize(plan, _plans.pop, i, None)
         h = torch.tensor([i], dtype=torch.int64)
+        h._dcp_plan = weakref.ref(plan)  # the operator finds the plan without reading the tensor
         plan.runtime_state["handle"] = h
     return h
 
 
 def _plan_of(handle: torch.Tensor) -> StepPlan:
-    if handle.numel() != 1 or handle.dtype != torch.int64:
-        raise ValueError("dcp attention: the plan handle must be plan.handle (one int64)")
-    ref = _plans.get(int(handle.item()))
+    ref = getattr(handle, "_dcp_plan", None)  # plan.handle itself; a copy (e.g. from a graph) is read
+    if ref is None:
+        if handle.numel() != 1 or handle.dtype != torch.int64:
+            raise ValueError("dcp attention: the plan handle must be plan.handle (one int64)")
+        ref = _plans.get(int(handle.item()))
     plan = ref() if ref is not None else None
     if plan is None:
         raise ValueError("dcp attention: the plan of this handle was released (keep the StepPlan until the "
@@ -216,28 +219,33 @@ def _runtime(plan: StepPlan, device: torch.device) -> _Runtime:
     return rt
 
 
+_get_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what compiled code calls
+
+
 def _raw_stream(device: torch.device) -> int:
     """The current CUDA stream of `device` as an integer handle (0: the legacy default stream)."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what compiled code calls: no Stream object
-    if get is not None:
-        return get(device.index if device.index is not None else torch.cuda.current_device())
-    return torch.cuda.current_stream(device).cuda_stream
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if _get_raw_stream is not None:
+        return _get_raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
 
 
 def _attention_of(plan: StepPlan, device: torch.device):
     """The plan's runner on `device` (made on first use: scratch, and the plan's work lists
-    uploaded in one copy)."""
-    key = ("attention", str(device))
-    attn = plan.runtime_state.get(key)
-    if attn is None:
+    uploaded in one copy); on a GPU, bound to the current stream."""
+    entry = plan.runtime_state.get(device)
+    if entry is None:
         rt = _runtime(plan, device)
-        if device.type == "cuda":
+        cuda = device.type == "cuda"
+        if cuda:
             rt.backend.set_stream(_raw_stream(device))
         attn = _dcp.Attention(plan.plan, rt.backend, rt.comm, float(_config["timeout_s"]))
-        plan.runtime_state[key] = attn
+        entry = plan.runtime_state[device] = (attn, rt.backend if cuda else None)
         plan.runtime_state[("backend", str(device))] = rt.backend
-    elif device.type == "cuda":
-        plan.runtime_state[("backend", str(device))].set_stream(_raw_stream(device))
+        return attn
+    attn, backend = entry
+    if backend is not None:
+        backend.set_stream(_raw_stream(device))
     return attn
 
 
@@ -270,7 +278,7 @@ def _check_tokens(plan: StepPlan, *tensors: torch.Tensor) -> None:
 def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                   handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     plan = _plan_of(handle)
-    _check_tokens(plan, q, k, v)
+    _check_tokens(plan, q)  # k and v match q (attention() checks; the core checks again)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[0], q.shape[1]), dtype=torch.float32, device=q.device)
     _attention_of(plan, q.device).forward(_view(q), _view(k), _view(v), _view(o), _lse_view(lse))
@@ -280,7 +288,7 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 def _backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
                    d_o: torch.Tensor, handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     plan = _plan_of(handle)
-    _check_tokens(plan, q, k, v, o, lse, d_o)
+    _check_tokens(plan, q, d_o)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
@@ -367,14 +375,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Any, laye
     q, k, v = _as_input(q, "q"), _as_input(k, "k"), _as_input(v, "v")
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"dcp attention: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if not (q.get_device() == k.get_device() == v.get_device()) or not (q.device.type == k.device.type == v.device.type):
+    device = q.device
+    if k.device != device or v.device != device:
         raise ValueError(f"dcp attention: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    if q.shape[2] != k.shape[2] or k.shape != v.shape or q.shape[0] != k.shape[0]:
-        raise ValueError(f"dcp attention: shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not "
+    qs, ks = q.shape, k.shape
+    if qs[2] != ks[2] or ks != v.shape or qs[0] != ks[0]:
+        raise ValueError(f"dcp attention: shapes q {tuple(qs)}, k {tuple(ks)}, v {tuple(v.shape)} do not "
                          "fit [T, Hq, D], [T, Hkv, D], [T, Hkv, D]")
-    if q.shape[1] % k.shape[1] != 0:
-        raise ValueError(f"dcp attention: {q.shape[1]} query heads are not a multiple of {k.shape[1]} kv heads")
-    if torch.compiler.is_compiling() or q.device.type == "meta":
+    if qs[1] % ks[1] != 0:
+        raise ValueError(f"dcp attention: {qs[1]} query heads are not a multiple of {ks[1]} kv heads")
+    if device.type == "meta" or torch.compiler.is_compiling():
         o, lse = torch.ops.dcp.attention_forward(q, k, v, handle)
     else:
         o, lse = _EagerAttention.apply(q, k, v, handle)
