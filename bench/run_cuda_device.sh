@@ -12,13 +12,13 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
 # sm_90a: the wgmma kernels (attention_*_sm90*.cu) use arch-specific instructions.
 nvcc_flags="-std=c++20 -O3 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Xptxas -warn-spills"
 srcs="src/exec/cuda/attention_forward.cu src/exec/cuda/attention_forward_sm90.cu src/exec/cuda/attention_forward_sm90_ws.cu src/exec/cuda/attention_backward.cu src/exec/cuda/attention_backward_sm90.cu src/exec/cuda/attention_backward_sm90_ws.cu src/exec/cuda/attention_merge.cu
-      src/exec/cuda/attention_work.cpp src/exec/cuda/tensor_map.cpp src/core/error.cpp tests/cuda/attention_cuda_check.cpp
+      src/exec/cuda/attention_work.cpp src/exec/cuda/tensor_map.cpp src/core/error.cpp src/validate/reference.cpp tests/cuda/attention_cuda_check.cpp
       tests/cuda/attention_forward_check.cpp tests/cuda/attention_backward_check.cpp tests/cuda/standalone_main.cpp bench/bench_cuda_attention.cu"
 for f in $srcs; do nvcc $nvcc_flags -c "$f" -o "/tmp/dcp_obj/$(basename "$f").o" & done
 wait
 o=/tmp/dcp_obj
 lib="$o/attention_forward.cu.o $o/attention_forward_sm90.cu.o $o/attention_forward_sm90_ws.cu.o $o/attention_backward.cu.o $o/attention_backward_sm90.cu.o $o/attention_backward_sm90_ws.cu.o $o/attention_merge.cu.o $o/attention_work.cpp.o $o/tensor_map.cpp.o $o/error.cpp.o"
-nvcc -o /tmp/dcp_check $lib $o/attention_cuda_check.cpp.o $o/attention_forward_check.cpp.o $o/attention_backward_check.cpp.o $o/standalone_main.cpp.o || exit 1
+nvcc -o /tmp/dcp_check $lib $o/reference.cpp.o $o/attention_cuda_check.cpp.o $o/attention_forward_check.cpp.o $o/attention_backward_check.cpp.o $o/standalone_main.cpp.o || exit 1
 nvcc -o /tmp/dcp_bench $lib $o/bench_cuda_attention.cu.o || exit 1
 rc=0
 if [ "$what" != bench ]; then

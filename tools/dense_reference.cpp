@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "dcp/reference.h"
+
 namespace dcp::cli {
 namespace {
 
@@ -13,16 +15,6 @@ uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
-}
-
-// Four partial sums: the compiler may not reorder an fp64 reduction, and one chain is latency-bound.
-double dot(const double* __restrict a, const double* __restrict b, int64_t n) {
-  double acc[4] = {0, 0, 0, 0};
-  int64_t x = 0;
-  for (; x + 4 <= n; x += 4)
-    for (int64_t u = 0; u < 4; ++u) acc[u] += a[x + u] * b[x + u];
-  for (; x < n; ++x) acc[0] += a[x] * b[x];
-  return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
 std::vector<float> random_tensor(uint64_t seed, uint64_t stream, size_t n, float amplitude) {
@@ -50,87 +42,43 @@ AttentionInputs make_inputs(const AttentionShape& shape, int64_t total_tokens, u
 
 ReferenceOutputs dense_reference(const AttentionShape& shape, const std::vector<int64_t>& lengths,
                                  const std::vector<Mask>& masks, const AttentionInputs& in) {
-  const int64_t hq = shape.q_heads, hkv = shape.kv_heads, d = shape.head_dim;
-  const int64_t ratio = hq / hkv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  int64_t total = 0;
-  std::vector<int64_t> start;
-  for (int64_t len : lengths) {
-    start.push_back(total);
-    total += len;
+  const int64_t qw = int64_t{shape.q_heads} * shape.head_dim, kw = int64_t{shape.kv_heads} * shape.head_dim;
+  // One problem per sequence, reading its rows of the packed tensors in place.
+  std::vector<ReferenceProblem> problems(lengths.size());
+  int64_t start = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    ReferenceProblem& p = problems[i];
+    const int64_t len = lengths[i];
+    p.num_q = p.num_kv = len;
+    p.q_heads = shape.q_heads;
+    p.kv_heads = shape.kv_heads;
+    p.head_dim = shape.head_dim;
+    p.q = in.q.data() + start * qw;
+    p.k = in.k.data() + start * kw;
+    p.v = in.v.data() + start * kw;
+    p.d_o = in.d_o.data() + start * qw;
+    p.row_keys = [&mask = masks[i], len](int64_t row, std::vector<Range>& out) { mask.row_ranges(row, len, out); };
+    start += len;
   }
-  ReferenceOutputs r;
-  r.o.assign(static_cast<size_t>(total * hq * d), 0.0);
-  r.lse.assign(static_cast<size_t>(total * hq), -kInf);
-  r.dq.assign(r.o.size(), 0.0);
-  r.dk.assign(static_cast<size_t>(total * hkv * d), 0.0);
-  r.dv.assign(r.dk.size(), 0.0);
-  // fp64 copies: the loops below then vectorise as plain double arithmetic.
-  const std::vector<double> qd(in.q.begin(), in.q.end()), kd(in.k.begin(), in.k.end()),
-      vd(in.v.begin(), in.v.end()), dod(in.d_o.begin(), in.d_o.end());
-  const auto num_seq = static_cast<int64_t>(lengths.size());
-  const int64_t num_jobs = num_seq * hkv;
-
-  // A (sequence, KV head) job owns its rows of every output: no two threads write one value.
-#pragma omp parallel
-  {
-    std::vector<Range> ranges;
-    std::vector<int64_t> keys;
-    std::vector<double> s, o_row, do_row;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t job = 0; job < num_jobs; ++job) {
-      const auto si = static_cast<size_t>(job / hkv);
-      const int64_t g = job % hkv;
-      const int64_t len = lengths[si], s0 = start[si];
-      auto qi = [&](int64_t row, int64_t h) { return static_cast<size_t>(((s0 + row) * hq + h) * d); };
-      auto ki = [&](int64_t key) { return static_cast<size_t>(((s0 + key) * hkv + g) * d); };
-      for (int64_t row = 0; row < len; ++row) {
-        masks[si].row_ranges(row, len, ranges);
-        keys.clear();
-        for (const Range& rg : ranges)
-          for (int64_t j = rg.begin; j < rg.end; ++j) keys.push_back(j);
-        if (keys.empty()) continue;  // O = 0, LSE = -inf, no gradient
-        s.resize(keys.size());
-        for (int64_t h = g * ratio; h < (g + 1) * ratio; ++h) {
-          const double* __restrict q = &qd[qi(row, h)];
-          double m = -kInf;
-          for (size_t n = 0; n < keys.size(); ++n) {
-            const double* __restrict k = &kd[ki(keys[n])];
-            s[n] = dot(q, k, d) * scale;
-            m = std::max(m, s[n]);
-          }
-          double l = 0.0;
-          for (double sn : s) l += std::exp(sn - m);
-          const double lse = m + std::log(l);
-          r.lse[static_cast<size_t>((s0 + row) * hq + h)] = lse;
-          double* __restrict o = &r.o[qi(row, h)];
-          for (size_t n = 0; n < keys.size(); ++n) {
-            s[n] = std::exp(s[n] - lse);  // probability from here on
-            const double* __restrict v = &vd[ki(keys[n])];
-            for (int64_t x = 0; x < d; ++x) o[x] += s[n] * v[x];
-          }
-          const double* __restrict d_o = &dod[qi(row, h)];
-          double delta = 0.0;
-          for (int64_t x = 0; x < d; ++x) delta += o[x] * d_o[x];
-          double* __restrict dq = &r.dq[qi(row, h)];
-          for (size_t n = 0; n < keys.size(); ++n) {
-            const size_t kv = ki(keys[n]);
-            const double* __restrict k = &kd[kv];
-            const double* __restrict v = &vd[kv];
-            double* __restrict dk = &r.dk[kv];
-            double* __restrict dv = &r.dv[kv];
-            const double dp = dot(d_o, v, d);
-            const double ds = s[n] * (dp - delta) * scale, p = s[n];
-            for (int64_t x = 0; x < d; ++x) {
-              dq[x] += ds * k[x];
-              dk[x] += ds * q[x];
-              dv[x] += p * d_o[x];
-            }
-          }
-        }
-      }
+  std::vector<ReferenceResult> per_seq = reference_attention(problems);
+  // Sequence results one after the other, each freed once copied.
+  auto pack = [&](std::vector<double> ReferenceResult::*field) {
+    size_t n = 0;
+    for (const ReferenceResult& s : per_seq) n += (s.*field).size();
+    std::vector<double> all;
+    all.reserve(n);
+    for (ReferenceResult& s : per_seq) {
+      all.insert(all.end(), (s.*field).begin(), (s.*field).end());
+      std::vector<double>().swap(s.*field);
     }
-  }
+    return all;
+  };
+  ReferenceOutputs r;
+  r.o = pack(&ReferenceResult::o);
+  r.lse = pack(&ReferenceResult::lse);
+  r.dq = pack(&ReferenceResult::dq);
+  r.dk = pack(&ReferenceResult::dk);
+  r.dv = pack(&ReferenceResult::dv);
   return r;
 }
 

@@ -1,6 +1,7 @@
 // tools/dense_reference.h — what `dcp run` checks the distributed result against: dense fp64
 // attention (forward and backward) of a whole batch with its exact per-token masks, and the
-// error statistics it reports. Shares no code with the kernels it judges.
+// error statistics it reports. The math is the library's fp64 reference (dcp/reference.h), which
+// shares no code with the kernels it judges.
 #pragma once
 
 #include <array>
@@ -28,8 +29,9 @@ struct ReferenceOutputs {
 AttentionInputs make_inputs(const AttentionShape& shape, int64_t total_tokens, uint64_t seed);
 
 // Softmax attention with scale 1/sqrt(head_dim); rows without an allowed key give O = 0,
-// LSE = -inf and no gradient. Cost O(allowed pairs x head_dim) (per-row ranges from
-// Mask::row_ranges); threads over (sequence, KV head).
+// LSE = -inf and no gradient. dcp::reference_attention (dcp/reference.h) with one problem per
+// sequence, its rows' keys from Mask::row_ranges: cost O(allowed pairs x head_dim), threads over
+// (sequence, KV head).
 ReferenceOutputs dense_reference(const AttentionShape& shape, const std::vector<int64_t>& lengths,
                                  const std::vector<Mask>& masks, const AttentionInputs& in);
 

@@ -5,7 +5,8 @@
 //
 // The backward's inputs LSE and Delta are given (not computed): LSE is the fp64 log-sum-exp of
 // each row over every tile's allowed keys (-inf for rows with none), Delta random in [-0.5, 0.5]
-// (the kernels use it only through ds = p (dp - Delta)).
+// (the kernels use it only through ds = p (dp - Delta)). The reference (dcp/reference.h) takes
+// the same two as given statistics.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include "attention_cuda_check.h"
 #include "check_util.h"
 #include "dcp/detail/attention_cuda.h"
+#include "dcp/reference.h"
 
 namespace dcp::cuda::check {
 namespace {
@@ -150,51 +152,39 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     const std::vector<float> h_delta = rand_f32(static_cast<std::size_t>(qo_rows) * hq, 0.5);
     const double amp0 = c.accumulate ? 1.0 : 0.0;
     const std::vector<float> dq0 = rand_f32(qo_elems, amp0), dk0 = rand_f32(kvo_elems, amp0), dv0 = rand_f32(kvo_elems, amp0);
-    auto widen = [](const std::vector<uint16_t>& v) {
-      std::vector<double> out(v.size());
-      for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_bf16(v[i]);
-      return out;
-    };
-    const std::vector<double> x_q = widen(h_q), x_k = widen(h_k), x_v = widen(h_v), x_do = widen(h_do);
+    const std::vector<float> x_q = widen(h_q), x_k = widen(h_k), x_v = widen(h_v), x_do = widen(h_do);
     const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
     const AttnShape shape{hq, hkv, dim, static_cast<float>(scale)};
 
-    // LSE over every tile's allowed keys (a row's keys may come from several tiles). Scores are
-    // computed once, in the (tile, head, row, key) order that every pass below walks.
-    auto score = [&](int qr, int h, int kr) {
-      double s = 0;
-      const std::size_t qi = (static_cast<std::size_t>(qr) * hq + h) * d;
-      const std::size_t ki = (static_cast<std::size_t>(kr) * hkv + h / group) * d;
-      for (std::size_t e = 0; e < d; ++e) s += x_q[qi + e] * x_k[ki + e];
-      return s * scale;
-    };
-    const double inf = std::numeric_limits<double>::infinity();
-    std::vector<double> mx(static_cast<std::size_t>(qo_rows) * hq, -inf), sum(mx.size(), 0.0), scores;
-    std::vector<uint8_t> covered(mx.size(), 0);
-    for (int pass = 0; pass < 2; ++pass) {
-      std::size_t si = 0;
-      for (const AttnTile& t : l.tiles) {
-        for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
-          for (int a = 0; a < t.q_len; ++a) {
-            const std::size_t li = static_cast<std::size_t>(row_of(t.lse_begin, t.q_begin) + a) * hq + h;
-            covered[li] = 1;
-            for (int b = 0; b < t.kv_len; ++b) {
-              if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
-              if (pass == 0) {
-                scores.push_back(score(t.q_begin + a, h, t.kv_begin + b));
-                mx[li] = std::max(mx[li], scores.back());
-              } else {
-                sum[li] += std::exp(scores[si++] - mx[li]);
-              }
-            }
-          }
-        }
-      }
+    // Every tile puts its dO / LSE / Delta / dQ rows l.shift after its Q rows and its dK / dV rows
+    // l.shift after its K / V rows, so one fp64 problem over the union of the tiles' masks (a
+    // row's keys may come from several tiles) reads dO and the statistics l.shift rows later.
+    require_whole_head_sets(l.tiles, hkv);
+    for (const AttnTile& t : l.tiles) {
+      const int q_rows[] = {t.lse_begin, t.dout_begin, t.delta_begin, t.dq_begin};
+      for (const int r : q_rows)
+        if (row_of(r, t.q_begin) != t.q_begin + l.shift) throw std::runtime_error("tile rows not shifted uniformly");
+      if (row_of(t.dkv_begin, t.kv_begin) != t.kv_begin + l.shift) throw std::runtime_error("tile rows not shifted uniformly");
     }
-    std::vector<float> h_lse(mx.size());
-    for (std::size_t i = 0; i < mx.size(); ++i) {
-      h_lse[i] = sum[i] > 0 ? static_cast<float>(mx[i] + std::log(sum[i])) : -std::numeric_limits<float>::infinity();
-      if (sum[i] == 0 && covered[i] != 0) ++res.num_empty_rows;
+    ReferenceProblem p;
+    p.num_q = l.q_rows;
+    p.num_kv = l.kv_rows;
+    p.q_heads = hq;
+    p.kv_heads = hkv;
+    p.head_dim = dim;
+    p.q = x_q.data();
+    p.k = x_k.data();
+    p.v = x_v.data();
+    p.row_keys = [&](int64_t a, std::vector<Range>& out) { append_union_row_keys(l.tiles, l.row_offsets, l.ranges, a, out); };
+    // LSE: the forward's, rounded to the fp32 the kernels read; -inf for rows without keys.
+    const ReferenceResult fwd = reference_attention(p);
+    std::vector<float> h_lse(static_cast<std::size_t>(qo_rows) * hq, -std::numeric_limits<float>::infinity());
+    std::vector<uint8_t> covered(static_cast<std::size_t>(l.q_rows), 0);
+    for (const AttnTile& t : l.tiles)
+      for (int a = 0; a < t.q_len; ++a) covered[static_cast<std::size_t>(t.q_begin + a)] = 1;
+    for (std::size_t rh = 0; rh < fwd.lse.size(); ++rh) {
+      h_lse[static_cast<std::size_t>(l.shift) * hq + rh] = static_cast<float>(fwd.lse[rh]);
+      if (std::isinf(fwd.lse[rh]) && covered[rh / static_cast<std::size_t>(hq)] != 0) ++res.num_empty_rows;
     }
 
     DevBuf<uint16_t> d_q(q_elems), d_k(kv_elems), d_v(kv_elems), d_do(qo_elems);
@@ -234,35 +224,27 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     cuda_ok(cudaDeviceSynchronize(), "backward");
     const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
 
-    // fp64 reference, and for each output element the last tile that touched it (for reports).
+    // fp64 reference under the LSE and Delta the kernels were given.
+    const std::size_t q_shift = static_cast<std::size_t>(l.shift) * hq, kv_shift = static_cast<std::size_t>(l.shift) * hkv;
+    p.d_o = x_do.data() + q_shift * d;
+    p.backward_lse = h_lse.data() + q_shift;
+    p.backward_delta = h_delta.data() + q_shift;
+    const ReferenceResult bwd = reference_attention(p);
     std::vector<double> r_dq(qo_elems, 0.0), r_dk(kvo_elems, 0.0), r_dv(kvo_elems, 0.0);
+    std::copy(bwd.dq.begin(), bwd.dq.end(), r_dq.begin() + static_cast<std::ptrdiff_t>(q_shift * d));
+    std::copy(bwd.dk.begin(), bwd.dk.end(), r_dk.begin() + static_cast<std::ptrdiff_t>(kv_shift * d));
+    std::copy(bwd.dv.begin(), bwd.dv.end(), r_dv.begin() + static_cast<std::ptrdiff_t>(kv_shift * d));
+    // For each output element the last tile that touched it (for reports).
     std::vector<int> q_tile(static_cast<std::size_t>(qo_rows) * hq, -1), kv_tile(static_cast<std::size_t>(kvo_rows) * hkv, -1);
-    std::size_t si = 0;
     for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
       const AttnTile& t = l.tiles[ti];
-      for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
-        const int kh = h / group;
-        for (int a = 0; a < t.q_len; ++a) {
-          const std::size_t qi = (static_cast<std::size_t>(t.q_begin + a) * hq + h) * d;
-          const std::size_t oi = (static_cast<std::size_t>(row_of(t.dout_begin, t.q_begin) + a) * hq + h) * d;
-          const std::size_t qgi = (static_cast<std::size_t>(row_of(t.dq_begin, t.q_begin) + a) * hq + h) * d;
-          const double lse = h_lse[static_cast<std::size_t>(row_of(t.lse_begin, t.q_begin) + a) * hq + h];
-          const double delta = h_delta[static_cast<std::size_t>(row_of(t.delta_begin, t.q_begin) + a) * hq + h];
-          for (int b = 0; b < t.kv_len; ++b) {
-            if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
-            const std::size_t ki = (static_cast<std::size_t>(t.kv_begin + b) * hkv + kh) * d;
-            const std::size_t kgi = (static_cast<std::size_t>(row_of(t.dkv_begin, t.kv_begin) + b) * hkv + kh) * d;
-            double dp = 0;
-            for (std::size_t e = 0; e < d; ++e) dp += x_do[oi + e] * x_v[ki + e];
-            const double pw = std::exp(scores[si++] - lse);
-            const double ds = pw * (dp - delta);
-            for (std::size_t e = 0; e < d; ++e) {
-              r_dv[kgi + e] += pw * x_do[oi + e];
-              r_dk[kgi + e] += scale * ds * x_q[qi + e];
-              r_dq[qgi + e] += scale * ds * x_k[ki + e];
-            }
-            q_tile[qgi / d] = static_cast<int>(ti);
-            kv_tile[kgi / d] = static_cast<int>(ti);
+      for (int a = 0; a < t.q_len; ++a) {
+        for (int b = 0; b < t.kv_len; ++b) {
+          if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
+          for (int kh = t.kv_head_begin; kh < t.kv_head_end; ++kh) {
+            kv_tile[static_cast<std::size_t>(t.kv_begin + l.shift + b) * hkv + kh] = static_cast<int>(ti);
+            for (int h = kh * group; h < (kh + 1) * group; ++h)
+              q_tile[static_cast<std::size_t>(t.q_begin + l.shift + a) * hq + h] = static_cast<int>(ti);
           }
         }
       }

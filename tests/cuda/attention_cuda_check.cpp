@@ -1,5 +1,6 @@
 // attention_cuda_check.cpp — random tile lists of every kind over one sequence, run through the
-// CUDA kernels and compared with an fp64 reference built from per-token masks.
+// CUDA kernels and compared with the fp64 reference (dcp/reference.h): per tile for the partials,
+// over the union of the tiles' masks for the merge and the backward.
 #include "attention_cuda_check.h"
 
 #include <cuda_runtime_api.h>
@@ -8,12 +9,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
 #include <stdexcept>
 #include <vector>
 
 #include "check_util.h"
 #include "dcp/detail/attention_cuda.h"
+#include "dcp/reference.h"
 
 namespace dcp::cuda::check {
 
@@ -34,10 +35,9 @@ CaseResult run_case(const CaseConfig& cfg) {
     for (int b = 0; b < cfg.num_blocks; ++b) block_begin.push_back(block_begin.back() + rng.uniform_int(1, cfg.max_block_len));
     const int n_tok = block_begin.back();
 
-    // Tiles (i, j <= i), some dropped, some split into two head groups; per-token global mask.
+    // Tiles (i, j <= i), some dropped, some split into two head groups.
     std::vector<AttnTile> tiles;
     std::vector<int32_t> row_offsets, ranges;
-    std::vector<uint8_t> mask(static_cast<std::size_t>(n_tok) * n_tok * hkv, 0);  // [q][k][kv head]
     int out_rows = 0;
     for (int i = 0; i < cfg.num_blocks; ++i) {
       for (int j = 0; j <= i; ++j) {
@@ -88,17 +88,6 @@ CaseResult run_case(const CaseConfig& cfg) {
         }
       }
     }
-    // Partial tiles keep their own row_offsets block even when split (both halves share it).
-    for (const AttnTile& t : tiles) {
-      for (int a = 0; a < t.q_len; ++a) {
-        for (int b = 0; b < t.kv_len; ++b) {
-          if (!allowed(t, row_offsets, ranges, a, b)) continue;
-          for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) {
-            mask[(static_cast<std::size_t>(t.q_begin + a) * n_tok + (t.kv_begin + b)) * hkv + h] = 1;
-          }
-        }
-      }
-    }
     if (row_offsets.empty()) row_offsets.push_back(0);
     if (ranges.empty()) ranges = {0, 0};
     res.num_tiles = static_cast<int>(tiles.size());
@@ -112,7 +101,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     const std::size_t kv_elems = static_cast<std::size_t>(n_tok) * hkv * dim;
     const std::vector<uint16_t> hq_b = rand_bf16(q_elems), hk_b = rand_bf16(kv_elems), hv_b = rand_bf16(kv_elems),
                                 hdo_b = rand_bf16(q_elems);
-    auto at = [](const std::vector<uint16_t>& v, std::size_t i) { return static_cast<double>(from_bf16(v[i])); };
+    const std::vector<float> x_q = widen(hq_b), x_k = widen(hk_b), x_v = widen(hv_b), x_do = widen(hdo_b);
     const double scale = 1.0 / std::sqrt(static_cast<double>(dim));
     AttnShape shape{hq, hkv, dim, static_cast<float>(scale)};
 
@@ -148,25 +137,32 @@ CaseResult run_case(const CaseConfig& cfg) {
     cuda_ok(cudaDeviceSynchronize(), "forward");
     const std::vector<float> o_part = d_opart.download(), l_part = d_lpart.download();
 
+    // fp64 reference of each tile alone (every head; the tile's own heads are compared).
+    std::vector<ReferenceProblem> tile_problems(tiles.size());
+    for (std::size_t ti = 0; ti < tiles.size(); ++ti) {
+      const AttnTile& t = tiles[ti];
+      ReferenceProblem& p = tile_problems[ti];
+      p.num_q = t.q_len;
+      p.num_kv = t.kv_len;
+      p.q_heads = hq;
+      p.kv_heads = hkv;
+      p.head_dim = dim;
+      p.q = x_q.data() + static_cast<std::size_t>(t.q_begin) * hq * dim;
+      p.k = x_k.data() + static_cast<std::size_t>(t.kv_begin) * hkv * dim;
+      p.v = x_v.data() + static_cast<std::size_t>(t.kv_begin) * hkv * dim;
+      p.row_keys = [&t, &row_offsets, &ranges](int64_t a, std::vector<Range>& out) {
+        append_tile_row_keys(t, row_offsets, ranges, static_cast<int>(a), 0, out);
+      };
+    }
+    const std::vector<ReferenceResult> tile_refs = reference_attention(tile_problems);
     RelErr e_o, e_l;
-    std::vector<double> srow(static_cast<std::size_t>(n_tok));
     for (const AttnTile& t : tiles) {
+      const ReferenceResult& ref = tile_refs[static_cast<std::size_t>(&t - tiles.data())];
       for (int h = t.kv_head_begin * group; h < t.kv_head_end * group; ++h) {
-        const int kh = h / group;
         for (int a = 0; a < t.q_len; ++a) {
           const std::size_t orow = static_cast<std::size_t>(t.out_begin + a) * hq + static_cast<std::size_t>(h);
-          double mx = -std::numeric_limits<double>::infinity();
-          for (int b = 0; b < t.kv_len; ++b) {
-            if (!allowed(t, row_offsets, ranges, a, b)) continue;
-            double s = 0;
-            for (int d = 0; d < dim; ++d) {
-              s += at(hq_b, (static_cast<std::size_t>(t.q_begin + a) * hq + h) * dim + d) *
-                   at(hk_b, (static_cast<std::size_t>(t.kv_begin + b) * hkv + kh) * dim + d);
-            }
-            srow[static_cast<std::size_t>(b)] = s * scale;
-            mx = std::max(mx, s * scale);
-          }
-          if (mx == -std::numeric_limits<double>::infinity()) {
+          const std::size_t rh = static_cast<std::size_t>(a) * hq + static_cast<std::size_t>(h);
+          if (std::isinf(ref.lse[rh])) {
             ++res.num_empty_rows;
             if (!(std::isinf(l_part[orow]) && l_part[orow] < 0)) {
               res.fwd_empty_rows_ok = false;
@@ -181,23 +177,15 @@ CaseResult run_case(const CaseConfig& cfg) {
             }
             continue;
           }
-          double sum = 0;
-          std::vector<double> o(static_cast<std::size_t>(dim), 0.0);
-          for (int b = 0; b < t.kv_len; ++b) {
-            if (!allowed(t, row_offsets, ranges, a, b)) continue;
-            const double pw = std::exp(srow[static_cast<std::size_t>(b)] - mx);
-            sum += pw;
-            for (int d = 0; d < dim; ++d) o[static_cast<std::size_t>(d)] += pw * at(hv_b, (static_cast<std::size_t>(t.kv_begin + b) * hkv + kh) * dim + d);
-          }
           for (int d = 0; d < dim; ++d) {
             const float got = o_part[orow * dim + d];
-            const double ref = o[static_cast<std::size_t>(d)] / sum;
+            const double want = ref.o[rh * dim + d];
             if (std::isnan(got)) res.any_nan = true;
-            e_o.add(got, ref);
-            if (res.first_mismatch.empty() && !(std::fabs(got - ref) <= kOElemTol))
-              res.first_mismatch = mismatch_text(&t - tiles.data(), a, h, d, "O", ref, got);
+            e_o.add(got, want);
+            if (res.first_mismatch.empty() && !(std::fabs(got - want) <= kOElemTol))
+              res.first_mismatch = mismatch_text(&t - tiles.data(), a, h, d, "O", want, got);
           }
-          const double lse_ref = mx + std::log(sum);
+          const double lse_ref = ref.lse[rh];
           if (std::isnan(l_part[orow])) res.any_nan = true;
           e_l.add(l_part[orow], lse_ref);
           if (res.first_mismatch.empty() && !(std::fabs(l_part[orow] - lse_ref) <= kLseElemTol))
@@ -219,34 +207,23 @@ CaseResult run_case(const CaseConfig& cfg) {
       }
       part_offsets.push_back(static_cast<int32_t>(part_rows.size()));
     }
-    // Reference over the union mask (fp64), also the backward's O, LSE and Delta.
-    std::vector<double> ref_o(q_elems, 0.0), ref_lse(static_cast<std::size_t>(n_tok) * hq);
-    std::vector<double> p_row(static_cast<std::size_t>(n_tok));
-    for (int r = 0; r < n_tok; ++r) {
-      for (int h = 0; h < hq; ++h) {
-        const int kh = h / group;
-        double mx = -std::numeric_limits<double>::infinity();
-        for (int c = 0; c < n_tok; ++c) {
-          if (!mask[(static_cast<std::size_t>(r) * n_tok + c) * hkv + kh]) continue;
-          double s = 0;
-          for (int d = 0; d < dim; ++d) s += at(hq_b, (static_cast<std::size_t>(r) * hq + h) * dim + d) * at(hk_b, (static_cast<std::size_t>(c) * hkv + kh) * dim + d);
-          p_row[static_cast<std::size_t>(c)] = s * scale;
-          mx = std::max(mx, s * scale);
-        }
-        const std::size_t rh = static_cast<std::size_t>(r) * hq + h;
-        ref_lse[rh] = mx;
-        if (mx == -std::numeric_limits<double>::infinity()) continue;
-        double sum = 0;
-        for (int c = 0; c < n_tok; ++c) {
-          if (!mask[(static_cast<std::size_t>(r) * n_tok + c) * hkv + kh]) continue;
-          const double pw = std::exp(p_row[static_cast<std::size_t>(c)] - mx);
-          sum += pw;
-          for (int d = 0; d < dim; ++d) ref_o[rh * dim + d] += pw * at(hv_b, (static_cast<std::size_t>(c) * hkv + kh) * dim + d);
-        }
-        for (int d = 0; d < dim; ++d) ref_o[rh * dim + d] /= sum;
-        ref_lse[rh] = mx + std::log(sum);
-      }
-    }
+    // fp64 reference over the union mask, forward and backward: the merge's O and LSE, the
+    // backward's inputs LSE and Delta and its dQ, dK, dV.
+    require_whole_head_sets(tiles, hkv);
+    ReferenceProblem whole;
+    whole.num_q = whole.num_kv = n_tok;
+    whole.q_heads = hq;
+    whole.kv_heads = hkv;
+    whole.head_dim = dim;
+    whole.q = x_q.data();
+    whole.k = x_k.data();
+    whole.v = x_v.data();
+    whole.d_o = x_do.data();
+    whole.row_keys = [&](int64_t r, std::vector<Range>& out) { append_union_row_keys(tiles, row_offsets, ranges, r, out); };
+    const ReferenceResult union_ref = reference_attention(whole);
+    const std::vector<double>& ref_o = union_ref.o;
+    const std::vector<double>& ref_lse = union_ref.lse;
+    const std::vector<double>& ref_delta = union_ref.delta;
     DevBuf<int32_t> d_poff(part_offsets.size()), d_prows(std::max<std::size_t>(part_rows.size(), 1));
     d_poff.upload(part_offsets);
     if (!part_rows.empty()) d_prows.upload(part_rows);
@@ -285,14 +262,11 @@ CaseResult run_case(const CaseConfig& cfg) {
     attention_backward_delta(d_do.ptr, d_obf.ptr, d_delta.ptr, n_tok, hq, dim, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "delta");
     const std::vector<float> g_delta = d_delta.download();
-    std::vector<double> ref_delta(ref_lse.size(), 0.0);
+    // The Delta kernel reads the merged bf16 O: its exact value is rowsum(dO * bf16 O).
     RelErr e_delta;
     for (std::size_t rh = 0; rh < ref_lse.size(); ++rh) {
       double ref_bf = 0;
-      for (int d = 0; d < dim; ++d) {
-        ref_delta[rh] += at(hdo_b, rh * dim + d) * ref_o[rh * dim + d];
-        ref_bf += at(hdo_b, rh * dim + d) * from_bf16(m_obf[rh * dim + d]);
-      }
+      for (int d = 0; d < dim; ++d) ref_bf += static_cast<double>(x_do[rh * dim + d]) * from_bf16(m_obf[rh * dim + d]);
       if (std::isnan(g_delta[rh])) res.any_nan = true;
       e_delta.add(g_delta[rh], ref_bf);
     }
@@ -330,30 +304,6 @@ CaseResult run_case(const CaseConfig& cfg) {
     cuda_ok(cudaDeviceSynchronize(), "backward");
     const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
 
-    std::vector<double> r_dq(q_elems, 0.0), r_dk(kv_elems, 0.0), r_dv(kv_elems, 0.0);
-    for (int r = 0; r < n_tok; ++r) {
-      for (int h = 0; h < hq; ++h) {
-        const int kh = h / group;
-        const std::size_t rh = static_cast<std::size_t>(r) * hq + h;
-        if (std::isinf(ref_lse[rh])) continue;
-        for (int c = 0; c < n_tok; ++c) {
-          if (!mask[(static_cast<std::size_t>(r) * n_tok + c) * hkv + kh]) continue;
-          const std::size_t ck = static_cast<std::size_t>(c) * hkv + kh;
-          double s = 0, dp = 0;
-          for (int d = 0; d < dim; ++d) {
-            s += at(hq_b, rh * dim + d) * at(hk_b, ck * dim + d);
-            dp += at(hdo_b, rh * dim + d) * at(hv_b, ck * dim + d);
-          }
-          const double pw = std::exp(s * scale - ref_lse[rh]);
-          const double ds = pw * (dp - ref_delta[rh]);
-          for (int d = 0; d < dim; ++d) {
-            r_dv[ck * dim + d] += pw * at(hdo_b, rh * dim + d);
-            r_dq[rh * dim + d] += scale * ds * at(hk_b, ck * dim + d);
-            r_dk[ck * dim + d] += scale * ds * at(hq_b, rh * dim + d);
-          }
-        }
-      }
-    }
     // Norms decide; the first element beyond 5e-2 rms + 3e-2 |ref| is reported (row, head, col).
     auto rel = [&](const char* what, const std::vector<float>& got, const std::vector<double>& ref, int heads) {
       double sq = 0;
@@ -372,9 +322,9 @@ CaseResult run_case(const CaseConfig& cfg) {
       }
       return e.value();
     };
-    res.dq_rel = rel("dQ", g_dq, r_dq, hq);
-    res.dk_rel = rel("dK", g_dk, r_dk, hkv);
-    res.dv_rel = rel("dV", g_dv, r_dv, hkv);
+    res.dq_rel = rel("dQ", g_dq, union_ref.dq, hq);
+    res.dk_rel = rel("dK", g_dk, union_ref.dk, hkv);
+    res.dv_rel = rel("dV", g_dv, union_ref.dv, hkv);
   } catch (const std::exception& e) {
     res.error = e.what();
   }

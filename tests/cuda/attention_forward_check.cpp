@@ -1,6 +1,7 @@
 // attention_forward_check.cpp — targeted forward checks: one q block (rows [0, q_len), outputs
 // at rows out_begin..) against one or more kv blocks, per scenario, compared with fp64 per
-// element; a failure names the first mismatching (tile, row, head, col).
+// element (the fp64 reference of dcp/reference.h over the union of the tiles' masks); a failure
+// names the first mismatching (tile, row, head, col).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "attention_cuda_check.h"
 #include "check_util.h"
 #include "dcp/detail/attention_cuda.h"
+#include "dcp/reference.h"
 
 namespace dcp::cuda::check {
 namespace {
@@ -134,7 +136,7 @@ ForwardResult run_forward_case(const ForwardCase& c) {
     Rng rng{c.seed * 7919};
     const Lists l = build(c, rng);
     res.num_tiles = static_cast<int>(l.tiles.size());
-    const int hq = c.num_q_heads, hkv = c.num_kv_heads, dim = c.head_dim, group = hq / hkv;
+    const int hq = c.num_q_heads, hkv = c.num_kv_heads, dim = c.head_dim;
     const std::size_t q_elems = static_cast<std::size_t>(c.q_len) * hq * dim;
     const std::size_t kv_elems = static_cast<std::size_t>(l.kv_rows) * hkv * dim;
     auto rand_bf16 = [&](std::size_t n) {
@@ -192,36 +194,37 @@ ForwardResult run_forward_case(const ForwardCase& c) {
     const std::vector<float> o = d_o.download(), lse = d_lse.download();
 
     // fp64 reference over the union of every tile's keys (tiles cover disjoint kv rows).
+    const std::vector<float> x_q = widen(hq_b), x_k = widen(hk_b), x_v = widen(hv_b);
+    ReferenceProblem p;
+    p.num_q = c.q_len;
+    p.num_kv = l.kv_rows;
+    p.q_heads = hq;
+    p.kv_heads = hkv;
+    p.head_dim = dim;
+    p.q = x_q.data();
+    p.k = x_k.data();
+    p.v = x_v.data();
+    p.row_keys = [&](int64_t a, std::vector<Range>& out) { append_union_row_keys(l.tiles, l.row_offsets, l.ranges, a, out); };
+    const ReferenceResult ref = reference_attention(p);
     RelErr e_o, e_l;
-    std::vector<double> sc, acc(static_cast<std::size_t>(dim));
-    std::vector<int> keys;
+    std::vector<Range> keys;
     const double inf = std::numeric_limits<double>::infinity();
-    for (int h = 0; h < hq; ++h) {
-      const int kh = h / group;
-      for (int a = 0; a < c.q_len; ++a) {
+    // Per row, the tile a mismatch is reported against: the last one with a key.
+    std::vector<int> last_tile_of(static_cast<std::size_t>(c.q_len), 0);
+    for (int a = 0; a < c.q_len; ++a) {
+      for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
         keys.clear();
-        sc.clear();
-        int last_tile = 0;  // the tile a mismatch is reported against (the last one with a key)
-        for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
-          const AttnTile& t = l.tiles[ti];
-          for (int b = 0; b < t.kv_len; ++b) {
-            if (!allowed(t, l.row_offsets, l.ranges, a, b)) continue;
-            keys.push_back(t.kv_begin + b);
-            last_tile = static_cast<int>(ti);
-          }
-        }
-        double mx = -inf;
-        for (const int kv : keys) {
-          double s = 0;
-          for (int d = 0; d < dim; ++d) {
-            s += static_cast<double>(from_bf16(hq_b[(static_cast<std::size_t>(a) * hq + h) * dim + d])) *
-                 from_bf16(hk_b[(static_cast<std::size_t>(kv) * hkv + kh) * dim + d]);
-          }
-          sc.push_back(s * scale);
-          mx = std::max(mx, s * scale);
-        }
+        append_tile_row_keys(l.tiles[ti], l.row_offsets, l.ranges, a, 0, keys);
+        for (const Range& r : keys)
+          if (r.end > r.begin) last_tile_of[static_cast<std::size_t>(a)] = static_cast<int>(ti);
+      }
+    }
+    for (int h = 0; h < hq; ++h) {
+      for (int a = 0; a < c.q_len; ++a) {
+        const int last_tile = last_tile_of[static_cast<std::size_t>(a)];
         const std::size_t orow = static_cast<std::size_t>(kOutBegin + a) * hq + h;
-        if (keys.empty()) {
+        const std::size_t rh = static_cast<std::size_t>(a) * hq + h;
+        if (std::isinf(ref.lse[rh])) {
           ++res.num_empty_rows;
           if (!(std::isinf(lse[orow]) && lse[orow] < 0)) {
             res.empty_rows_ok = false;
@@ -234,26 +237,17 @@ ForwardResult run_forward_case(const ForwardCase& c) {
           }
           continue;
         }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        double sum = 0;
-        for (std::size_t i = 0; i < keys.size(); ++i) {
-          const double pw = std::exp(sc[i] - mx);
-          sum += pw;
-          for (int d = 0; d < dim; ++d) {
-            acc[static_cast<std::size_t>(d)] += pw * from_bf16(hv_b[(static_cast<std::size_t>(keys[i]) * hkv + kh) * dim + d]);
-          }
-        }
         for (int d = 0; d < dim; ++d) {
-          const double ref = acc[static_cast<std::size_t>(d)] / sum;
+          const double want = ref.o[rh * dim + d];
           const float got = o[orow * dim + d];
           if (std::isnan(got)) res.any_nan = true;
-          e_o.add(got, ref);
-          if (!(std::fabs(got - ref) <= kOElemTol)) {
+          e_o.add(got, want);
+          if (!(std::fabs(got - want) <= kOElemTol)) {
             ++res.num_bad;
-            if (res.first_mismatch.empty()) res.first_mismatch = mismatch_text(last_tile, a, h, d, "O", ref, got);
+            if (res.first_mismatch.empty()) res.first_mismatch = mismatch_text(last_tile, a, h, d, "O", want, got);
           }
         }
-        const double lse_ref = mx + std::log(sum);
+        const double lse_ref = ref.lse[rh];
         if (std::isnan(lse[orow])) res.any_nan = true;
         e_l.add(lse[orow], lse_ref);
         if (!(std::fabs(lse[orow] - lse_ref) <= kLseElemTol)) {

@@ -1,5 +1,6 @@
 // check_util.h — small host helpers shared by the GPU checks: PRNG, bf16 conversion, device
-// buffers and a relative-error accumulator.
+// buffers, a relative-error accumulator and the masks of tile lists as key ranges (the form the
+// fp64 reference, dcp/reference.h, reads).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -17,6 +18,7 @@
 #include "dcp/detail/attention_cuda.h"
 #include "dcp/detail/bf16.h"
 #include "dcp/detail/rng.h"
+#include "dcp/mask.h"
 
 namespace dcp::cuda::check {
 
@@ -102,6 +104,58 @@ inline bool allowed(const AttnTile& t, const std::vector<int32_t>& row_offsets, 
       return false;
   }
   return false;
+}
+
+// Tile t's allowed keys of its row i as ranges of kv rows: the tile-local ranges plus `offset`
+// (t.kv_begin for rows of the whole K / V buffer, 0 for the tile's own), appended to `out`.
+inline void append_tile_row_keys(const AttnTile& t, const std::vector<int32_t>& row_offsets,
+                                 const std::vector<int32_t>& ranges, int i, int64_t offset, std::vector<Range>& out) {
+  switch (t.kind) {
+    case TileKind::Full: out.push_back({offset, offset + t.kv_len}); return;
+    case TileKind::CausalDiagonal: out.push_back({offset, offset + std::min(i + 1, t.kv_len)}); return;
+    case TileKind::Partial:
+      for (int r = row_offsets[static_cast<std::size_t>(t.range_row_begin + i)];
+           r < row_offsets[static_cast<std::size_t>(t.range_row_begin + i + 1)]; ++r)
+        out.push_back({offset + ranges[2 * static_cast<std::size_t>(r)], offset + ranges[2 * static_cast<std::size_t>(r) + 1]});
+      return;
+  }
+}
+
+// The union mask of a tile list: the keys of Q row `row` over every tile, in tile order (which
+// must be kv order for each row). A tile split by kv heads counts once: its parts, the tiles
+// with kv_head_begin > 0, cover the same keys (require_whole_head_sets checks it).
+inline void append_union_row_keys(const std::vector<AttnTile>& tiles, const std::vector<int32_t>& row_offsets,
+                                  const std::vector<int32_t>& ranges, int64_t row, std::vector<Range>& out) {
+  for (const AttnTile& t : tiles) {
+    if (t.kv_head_begin != 0 || row < t.q_begin || row >= t.q_begin + t.q_len) continue;
+    append_tile_row_keys(t, row_offsets, ranges, static_cast<int>(row - t.q_begin), t.kv_begin, out);
+  }
+}
+
+// The union mask is the same for every kv head only when each tile split by heads has parts
+// that together cover heads [0, num_kv_heads): throws otherwise.
+inline void require_whole_head_sets(const std::vector<AttnTile>& tiles, int num_kv_heads) {
+  auto same_block = [](const AttnTile& a, const AttnTile& b) {
+    return a.q_begin == b.q_begin && a.q_len == b.q_len && a.kv_begin == b.kv_begin && a.kv_len == b.kv_len &&
+           a.kind == b.kind && a.range_row_begin == b.range_row_begin;
+  };
+  for (const AttnTile& t : tiles) {
+    if (t.kv_head_begin != 0) continue;
+    int end = t.kv_head_end;
+    while (end < num_kv_heads) {
+      const auto next = std::find_if(tiles.begin(), tiles.end(),
+                                     [&](const AttnTile& u) { return same_block(t, u) && u.kv_head_begin == end; });
+      if (next == tiles.end()) throw std::runtime_error("a tile's kv heads are not covered by its head-split parts");
+      end = next->kv_head_end;
+    }
+  }
+}
+
+// bf16 values as floats (exact), the inputs of the fp64 reference.
+inline std::vector<float> widen(const std::vector<uint16_t>& v) {
+  std::vector<float> out(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) out[i] = from_bf16(v[i]);
+  return out;
 }
 
 // Per-element bounds for the first-mismatch report (the pass/fail verdict uses the norms).

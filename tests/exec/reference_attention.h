@@ -1,16 +1,18 @@
-// Dense fp64 reference attention over one sequence with a per-token mask allowed[i][j], plus a
-// deterministic PRNG for test data. Shares no code with the kernels under test.
+// Dense fp64 reference attention over one sequence with a per-token mask allowed[i][j] (the
+// library's reference, dcp/reference.h, which shares no code with the kernels under test), plus
+// random test tensors and the relative error the tests compare with.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "common/rng.h"
+#include "dcp/reference.h"
 
 namespace dcp::test {
-
 
 inline std::vector<float> random_tensor(SplitMix64& rng, size_t n, float amplitude = 1.0f) {
   std::vector<float> v(n);
@@ -18,7 +20,8 @@ inline std::vector<float> random_tensor(SplitMix64& rng, size_t n, float amplitu
   return v;
 }
 
-// allowed[i * num_kv + j] for one sequence; q, o, d_o: [L][hq][d]; k, v: [L][hkv][d].
+// allowed[i * num_kv + j] for one sequence; q, o, d_o: [num_q][hq][d]; k, v: [num_kv][hkv][d].
+// d_o empty: forward only (the gradients come back as zeros).
 struct DenseProblem {
   int64_t num_q = 0;
   int64_t num_kv = 0;
@@ -33,59 +36,34 @@ struct DenseResult {
   std::vector<double> o, lse, dq, dk, dv;
 };
 
+// The library's fp64 reference (dcp/reference.h), each row's allowed keys read off the matrix
+// as runs of ones.
 inline DenseResult dense_reference(const DenseProblem& p) {
-  const int d = p.head_dim;
-  const int ratio = p.q_heads / p.kv_heads;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  DenseResult r;
-  r.o.assign(static_cast<size_t>(p.num_q * p.q_heads * d), 0.0);
-  r.lse.assign(static_cast<size_t>(p.num_q * p.q_heads), -std::numeric_limits<double>::infinity());
-  r.dq.assign(r.o.size(), 0.0);
-  r.dk.assign(static_cast<size_t>(p.num_kv * p.kv_heads * d), 0.0);
-  r.dv.assign(r.dk.size(), 0.0);
-  auto qi = [&](int64_t i, int h) { return (i * p.q_heads + h) * d; };
-  auto ki = [&](int64_t j, int g) { return (j * p.kv_heads + g) * d; };
-  std::vector<double> s(static_cast<size_t>(p.num_kv));
-  for (int h = 0; h < p.q_heads; ++h) {
-    const int g = h / ratio;
-    for (int64_t i = 0; i < p.num_q; ++i) {
-      double m = -std::numeric_limits<double>::infinity();
-      for (int64_t j = 0; j < p.num_kv; ++j) {
-        if (!p.allowed[i * p.num_kv + j]) continue;
-        double acc = 0.0;
-        for (int x = 0; x < d; ++x) acc += static_cast<double>(p.q[qi(i, h) + x]) * p.k[ki(j, g) + x];
-        s[j] = acc * scale;
-        m = std::max(m, s[j]);
-      }
-      if (m == -std::numeric_limits<double>::infinity()) continue;  // O = 0, LSE = -inf
-      double l = 0.0;
-      for (int64_t j = 0; j < p.num_kv; ++j)
-        if (p.allowed[i * p.num_kv + j]) l += std::exp(s[j] - m);
-      const double lse = m + std::log(l);
-      r.lse[i * p.q_heads + h] = lse;
-      for (int64_t j = 0; j < p.num_kv; ++j) {
-        if (!p.allowed[i * p.num_kv + j]) continue;
-        const double pij = std::exp(s[j] - lse);
-        for (int x = 0; x < d; ++x) r.o[qi(i, h) + x] += pij * p.v[ki(j, g) + x];
-      }
-      if (p.d_o.empty()) continue;
-      double delta = 0.0;
-      for (int x = 0; x < d; ++x) delta += r.o[qi(i, h) + x] * p.d_o[qi(i, h) + x];
-      for (int64_t j = 0; j < p.num_kv; ++j) {
-        if (!p.allowed[i * p.num_kv + j]) continue;
-        const double pij = std::exp(s[j] - lse);
-        double dp = 0.0;
-        for (int x = 0; x < d; ++x) dp += static_cast<double>(p.d_o[qi(i, h) + x]) * p.v[ki(j, g) + x];
-        const double ds = pij * (dp - delta) * scale;
-        for (int x = 0; x < d; ++x) {
-          r.dv[ki(j, g) + x] += pij * p.d_o[qi(i, h) + x];
-          r.dq[qi(i, h) + x] += ds * p.k[ki(j, g) + x];
-          r.dk[ki(j, g) + x] += ds * p.q[qi(i, h) + x];
-        }
-      }
+  ReferenceProblem rp;
+  rp.num_q = p.num_q;
+  rp.num_kv = p.num_kv;
+  rp.q_heads = p.q_heads;
+  rp.kv_heads = p.kv_heads;
+  rp.head_dim = p.head_dim;
+  rp.q = p.q.data();
+  rp.k = p.k.data();
+  rp.v = p.v.data();
+  rp.d_o = p.d_o.empty() ? nullptr : p.d_o.data();
+  rp.row_keys = [&p](int64_t i, std::vector<Range>& out) {
+    const uint8_t* row = p.allowed.data() + i * p.num_kv;
+    for (int64_t j = 0; j < p.num_kv; ++j) {
+      if (!row[j]) continue;
+      if (!out.empty() && out.back().end == j) ++out.back().end;
+      else out.push_back({j, j + 1});
     }
+  };
+  ReferenceResult r = reference_attention(rp);
+  if (rp.d_o == nullptr) {
+    r.dq.assign(r.o.size(), 0.0);
+    r.dk.assign(static_cast<size_t>(p.num_kv * p.kv_heads * p.head_dim), 0.0);
+    r.dv.assign(r.dk.size(), 0.0);
   }
-  return r;
+  return {std::move(r.o), std::move(r.lse), std::move(r.dq), std::move(r.dk), std::move(r.dv)};
 }
 
 // max |got - want| / max(max |want|, floor): the norm-wise relative error used by the tests.
