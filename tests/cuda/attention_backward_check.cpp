@@ -166,16 +166,8 @@ BackwardResult run_backward_case(const BackwardCase& c) {
         if (row_of(r, t.q_begin) != t.q_begin + l.shift) throw std::runtime_error("tile rows not shifted uniformly");
       if (row_of(t.dkv_begin, t.kv_begin) != t.kv_begin + l.shift) throw std::runtime_error("tile rows not shifted uniformly");
     }
-    ReferenceProblem p;
-    p.num_q = l.q_rows;
-    p.num_kv = l.kv_rows;
-    p.q_heads = hq;
-    p.kv_heads = hkv;
-    p.head_dim = dim;
-    p.q = x_q.data();
-    p.k = x_k.data();
-    p.v = x_v.data();
-    p.row_keys = [&](int64_t a, std::vector<Range>& out) { append_union_row_keys(l.tiles, l.row_offsets, l.ranges, a, out); };
+    ReferenceProblem p = union_problem(l.tiles, l.row_offsets, l.ranges, l.q_rows, l.kv_rows, hq, hkv, dim, x_q.data(),
+                                       x_k.data(), x_v.data());
     // LSE: the forward's, rounded to the fp32 the kernels read; -inf for rows without keys.
     const ReferenceResult fwd = reference_attention(p);
     std::vector<float> h_lse(static_cast<std::size_t>(qo_rows) * hq, -std::numeric_limits<float>::infinity());

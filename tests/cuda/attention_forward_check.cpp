@@ -195,17 +195,8 @@ ForwardResult run_forward_case(const ForwardCase& c) {
 
     // fp64 reference over the union of every tile's keys (tiles cover disjoint kv rows).
     const std::vector<float> x_q = widen(hq_b), x_k = widen(hk_b), x_v = widen(hv_b);
-    ReferenceProblem p;
-    p.num_q = c.q_len;
-    p.num_kv = l.kv_rows;
-    p.q_heads = hq;
-    p.kv_heads = hkv;
-    p.head_dim = dim;
-    p.q = x_q.data();
-    p.k = x_k.data();
-    p.v = x_v.data();
-    p.row_keys = [&](int64_t a, std::vector<Range>& out) { append_union_row_keys(l.tiles, l.row_offsets, l.ranges, a, out); };
-    const ReferenceResult ref = reference_attention(p);
+    const ReferenceResult ref = reference_attention(union_problem(l.tiles, l.row_offsets, l.ranges, c.q_len, l.kv_rows, hq,
+                                                                  hkv, dim, x_q.data(), x_k.data(), x_v.data()));
     RelErr e_o, e_l;
     std::vector<Range> keys;
     const double inf = std::numeric_limits<double>::infinity();

@@ -19,6 +19,7 @@
 #include "dcp/detail/bf16.h"
 #include "dcp/detail/rng.h"
 #include "dcp/mask.h"
+#include "dcp/reference.h"
 
 namespace dcp::cuda::check {
 
@@ -130,6 +131,26 @@ inline void append_union_row_keys(const std::vector<AttnTile>& tiles, const std:
     if (t.kv_head_begin != 0 || row < t.q_begin || row >= t.q_begin + t.q_len) continue;
     append_tile_row_keys(t, row_offsets, ranges, static_cast<int>(row - t.q_begin), t.kv_begin, out);
   }
+}
+
+// One fp64 problem of `num_q` query rows against the list's `num_kv` key rows under the list's
+// union mask, over widened inputs (q, k, v outlive it; so does the tile list it reads).
+inline dcp::ReferenceProblem union_problem(const std::vector<AttnTile>& tiles, const std::vector<int32_t>& row_offsets,
+                                           const std::vector<int32_t>& ranges, int64_t num_q, int64_t num_kv, int hq,
+                                           int hkv, int dim, const float* q, const float* k, const float* v) {
+  dcp::ReferenceProblem p;
+  p.num_q = num_q;
+  p.num_kv = num_kv;
+  p.q_heads = hq;
+  p.kv_heads = hkv;
+  p.head_dim = dim;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.row_keys = [&tiles, &row_offsets, &ranges](int64_t a, std::vector<Range>& out) {
+    append_union_row_keys(tiles, row_offsets, ranges, a, out);
+  };
+  return p;
 }
 
 // The union mask is the same for every kv head only when each tile split by heads has parts
