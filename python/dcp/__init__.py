@@ -27,12 +27,12 @@ from .planner import Planner, StepPlan, make_batch
 __version__ = "0.1.0"
 
 
-def plan(lengths, masks_, shape, cluster_="h200-nvl", options=None, world_size: int = 1, dtype: str = "bf16"):
+def plan(lengths, masks, shape, cluster="h200-nvl", options=None, world_size: int = 1, dtype: str = "bf16"):
     """One plan, now, without a planner (tests, tools): `world_size` devices of one node."""
     from .planner import _cluster, _options
     from ._dcp import plan_step
 
-    return plan_step(make_batch(lengths, masks_, shape, dtype), _cluster(cluster_, world_size, None), _options(options))
+    return plan_step(make_batch(lengths, masks, shape, dtype), _cluster(cluster, world_size, None), _options(options))
 
 
 __all__ = ["Batch", "Cluster", "Error", "load_batch", "profile_batches", "Plan", "PlanOptions", "Planner", "StepPlan", "cluster", "load_cluster",
