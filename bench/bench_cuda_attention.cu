@@ -12,6 +12,8 @@
 // backward. Time: CUDA events, median of the timed runs after warm-up. Forward and backward are
 // timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic and
 // wgmma (the default Hopper kernels).
+// On sm_90 the deterministic backward (route wgmma, make_deterministic_backward_work) is timed
+// too (column wgmma-det; DCP_BENCH_ROUTES selects it by that name).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -194,18 +196,24 @@ int main(int argc, char** argv) {
     routes.push_back({AttnKernelRoute::Wgmma, "wgmma"});
   }
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
+  // The deterministic backward (wgmma only) is timed beside the default one.
+  const bool with_det = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det");
   struct Row {
     int seq, block;
     std::string list;
     int tiles;
     double flops;                       // forward mask-area FLOPs (backward: 2.5x)
     std::vector<double> fwd_ms, bwd_ms;  // per route
+    double det_ms = 0;                   // deterministic backward (with_det)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
+  if (with_det) std::printf(" %18s", "bwd wgmma-det TF/s");
   std::printf("\n");
+  int32_t* semaphores = nullptr;
+  int32_t semaphore_capacity = 0;
   for (int seq : {16384, 32768}) {
     for (int block : {1024, 2048, 4096}) {
       for (const char* name : {"full", "causal", "sequence", "partial", "window"}) {
@@ -256,10 +264,32 @@ int main(int argc, char** argv) {
           bp.route = r.route;
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
         }
+        if (with_det) {
+          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape);
+          if (det.num_semaphores > semaphore_capacity) {
+            cudaFree(semaphores);
+            ck(cudaMalloc(&semaphores, static_cast<size_t>(det.num_semaphores) * 4), "malloc semaphores");
+            semaphore_capacity = det.num_semaphores;
+          }
+          AttnTile* d_det_tiles = upload(det.tiles);
+          AttnWorkItem* d_det_work = upload(det.work);
+          int32_t* d_order = upload(det.order);
+          AttnBackwardParams dp = bp;
+          dp.list = AttnTileList{d_det_tiles, d_det_work, static_cast<int32_t>(det.work.size()), d_off, d_rng, d_order};
+          dp.route = AttnKernelRoute::Wgmma;
+          dp.deterministic = true;
+          dp.semaphores = semaphores;
+          dp.num_semaphores = det.num_semaphores;
+          row.det_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
+          cudaFree(d_det_tiles);
+          cudaFree(d_det_work);
+          cudaFree(d_order);
+        }
         ck(cudaGetLastError(), "kernels");
         std::printf("%-6d %-5d %-9s %6d", seq, block, name, row.tiles);
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
+        if (with_det) std::printf(" %18.1f", 2.5 * flops / (row.det_ms * 1e9));
         std::printf("\n");
         rows.push_back(row);
         std::fflush(stdout);
@@ -292,6 +322,10 @@ int main(int argc, char** argv) {
         std::fprintf(m, " %s %s ms | %s %s TFLOP/s |", pass, r.name, pass, r.name);
         rule += "---|---|";
       }
+    if (with_det) {
+      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma |");
+      rule += "---|---|---|";
+    }
     std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -306,6 +340,15 @@ int main(int argc, char** argv) {
           std::fprintf(j, ", \"%s_%s_ms\": %.4f, \"%s_%s_tflops\": %.1f", p, routes[ri].name, ms, p, routes[ri].name, tflops);
           std::fprintf(m, " %.3f | %.1f |", ms, tflops);
         }
+      if (with_det) {
+        const double tflops = 2.5 * r.flops / (r.det_ms * 1e9);
+        std::fprintf(j, ", \"bwd_wgmma-det_ms\": %.4f, \"bwd_wgmma-det_tflops\": %.1f", r.det_ms, tflops);
+        double base_ms = 0;
+        for (size_t ri = 0; ri < routes.size(); ++ri)
+          if (routes[ri].route == AttnKernelRoute::Wgmma) base_ms = r.bwd_ms[ri];
+        std::fprintf(m, " %.3f | %.1f | %s |", r.det_ms, tflops,
+                     base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-");
+      }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
       std::fprintf(m, "\n");
     }

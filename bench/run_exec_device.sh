@@ -2,7 +2,9 @@
 # One device call (GPU machine, 2 x H200): build dcp + the GPU executor checks with CMake (the
 # header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
-# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels ncu checks single pair nodes trace scaling
+# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels ncu checks det single pair nodes trace scaling
+# (det: the whole-plan checks on one GPU with the deterministic backward, gradients bitwise equal
+# over three steps)
 # Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), SCALING_ITERS (scaling), BENCH_EXTRA (added to every bench,
 # e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT, JSON_DIR (where
 # the bench JSON files go before they are tarred into $OUT/json.tar), NO_REFERENCE (single: skip
@@ -22,7 +24,8 @@ export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}  # empty: the kernels choose (wg
 export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ (atomic: wgmma-basic only)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ"
+export DCP_ATTN_DETERMINISTIC=${DCP_ATTN_DETERMINISTIC:-}
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_DETERMINISTIC"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -61,6 +64,11 @@ if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K causa
       "$nd/ncu_$kern.txt" | head -20 | tee -a "$log"
   done
   tar -cf "$out/ncu.tar" -C $nd .
+fi
+if has det; then
+  say "check 1 GPU, deterministic backward"
+  CUDA_VISIBLE_DEVICES=0 DCP_ATTN_DETERMINISTIC=1 timeout ${CHECK_TIMEOUT:-150} $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
+  echo "deterministic check: rc=${PIPESTATUS[0]}" | tee -a "$log"
 fi
 if has checks; then
   # Whole plans on 1 GPU against the CPU backend; on a failure fall back route by route (newest

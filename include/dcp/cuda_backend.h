@@ -32,11 +32,17 @@ const char* to_string(DqReduction dq);       // "bulk", "atomic"
 // Throws InvalidInput naming `where` (a flag or variable) and the accepted spellings.
 KernelRoute parse_kernel_route(const std::string& s, const std::string& where);
 DqReduction parse_dq_reduction(const std::string& s, const std::string& where);
+// An on/off setting: "", "0", "off", "false" -> false; "1", "on", "true" -> true.
+bool parse_switch(const std::string& s, const std::string& where);
 
 struct CudaKernelOptions {
   KernelRoute forward = KernelRoute::Auto;
   KernelRoute backward = KernelRoute::Auto;
   DqReduction dq = DqReduction::Bulk;
+  // dQ, dK and dV bitwise identical run to run (no order-dependent float reductions; the
+  // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
+  // other routes. Costs the semaphore waits of the dQ order (bench/results for the figure).
+  bool deterministic_backward = false;
 };
 
 struct CudaBackendOptions {

@@ -41,6 +41,9 @@ _config = {
     "forward_kernel": os.environ.get("DCP_ATTN_FORWARD", "auto") or "auto",
     "backward_kernel": os.environ.get("DCP_ATTN_BACKWARD", "auto") or "auto",
     "dq_reduction": os.environ.get("DCP_ATTN_BACKWARD_DQ", "bulk") or "bulk",
+    # Bitwise reproducible gradients (CUDA: the deterministic wgmma backward; the CPU kernels
+    # always are).
+    "deterministic": (os.environ.get("DCP_ATTN_DETERMINISTIC", "") or "0") not in ("0", "off", "false"),
     "nccl_blocking_wait": True,
 }
 
@@ -48,7 +51,8 @@ _config = {
 def configure(**options: Any) -> None:
     """Process-wide settings: timeout_s (any transfer), cpu_comm ('gloo' or 'mpi'),
     forward_kernel / backward_kernel ('auto', 'mma', 'wgmma', 'wgmma-basic'), dq_reduction
-    ('bulk', 'atomic'), nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
+    ('bulk', 'atomic'), deterministic (True: dQ, dK, dV bitwise identical run to run; CUDA needs
+    a Hopper GPU), nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
     Takes effect for runtimes made afterwards."""
     for key, value in options.items():
         if key not in _config:
@@ -159,7 +163,8 @@ class _Runtime:
             index = device.index if device.index is not None else torch.cuda.current_device()
             self.backend = _dcp.cuda_backend(index, _raw_stream(device),
                                              _TorchAllocator(device), _config["forward_kernel"],
-                                             _config["backward_kernel"], _config["dq_reduction"])
+                                             _config["backward_kernel"], _config["dq_reduction"],
+                                             bool(_config["deterministic"]))
             self.comm = _dcp.self_comm(False) if world == 1 else self._nccl(group, rank, world, index)
         elif device.type == "cpu":
             self.backend = _dcp.cpu_backend()

@@ -279,16 +279,33 @@ CaseResult run_case(const CaseConfig& cfg) {
     }
     d_lse.upload(h_lse);
     d_delta.upload(h_delta);
-    const std::vector<AttnWorkItem> bwork = make_backward_work(tiles, shape);
+    // The deterministic backward runs its own tile list (one tile per kv head, by key block).
+    DeterministicBackwardWork det;
+    if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape);
+    const std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.work : make_backward_work(tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
+    DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.tiles.size(), 1));
+    DevBuf<int32_t> d_order(std::max<std::size_t>(det.order.size(), 1)),
+        d_sems(static_cast<std::size_t>(std::max(det.num_semaphores, 1)));
+    if (cfg.deterministic_backward) {
+      d_btiles.upload(det.tiles);
+      d_order.upload(det.order);
+    }
     DevBuf<float> d_dq(q_elems), d_dk(kv_elems), d_dv(kv_elems);
     d_dq.fill(0);
     d_dk.fill(0);
     d_dv.fill(0);
     AttnBackwardParams bp;
     bp.shape = shape;
-    bp.list = AttnTileList{d_tiles.ptr, d_bwork.ptr, static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
+    bp.list = AttnTileList{cfg.deterministic_backward ? d_btiles.ptr : d_tiles.ptr, d_bwork.ptr,
+                           static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
+    if (cfg.deterministic_backward) {
+      bp.list.order = d_order.ptr;
+      bp.deterministic = true;
+      bp.semaphores = d_sems.ptr;
+      bp.num_semaphores = det.num_semaphores;
+    }
     bp.q = d_q.ptr;
     bp.k = d_k.ptr;
     bp.v = d_v.ptr;
@@ -303,6 +320,19 @@ CaseResult run_case(const CaseConfig& cfg) {
     attention_backward(bp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "backward");
     const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
+    if (cfg.deterministic_backward) {
+      for (int repeat = 0; repeat < 3 && res.repeat_bitwise; ++repeat) {
+        d_dq.fill(0);
+        d_dk.fill(0);
+        d_dv.fill(0);
+        attention_backward(bp, nullptr);
+        cuda_ok(cudaDeviceSynchronize(), "backward (repeat)");
+        const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+          return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+        };
+        res.repeat_bitwise = same(d_dq.download(), g_dq) && same(d_dk.download(), g_dk) && same(d_dv.download(), g_dv);
+      }
+    }
 
     // Norms decide; the first element beyond 5e-2 rms + 3e-2 |ref| is reported (row, head, col).
     auto rel = [&](const char* what, const std::vector<float>& got, const std::vector<double>& ref, int heads) {
@@ -335,11 +365,11 @@ std::string describe(const CaseConfig& c, const CaseResult& r) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
                 "fwd=%s bwd=%s seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
-                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d %s",
+                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d det=%d bitwise=%d %s",
                 route_name(c.forward_route), route_name(c.backward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
                 r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
                 r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
-                r.error.c_str());
+                c.deterministic_backward ? 1 : 0, r.repeat_bitwise ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!passed(r) && !r.first_mismatch.empty()) text += "\n    first forward mismatch: " + r.first_mismatch;
   if (!passed(r) && !r.first_bwd_mismatch.empty()) text += "\n    first gradient mismatch: " + r.first_bwd_mismatch;

@@ -19,6 +19,9 @@ struct CaseConfig {
   int max_block_len = 160;
   AttnKernelRoute forward_route = AttnKernelRoute::Mma;
   AttnKernelRoute backward_route = AttnKernelRoute::Mma;
+  // The deterministic backward (backward_route must be Wgmma): run twice, results compared bit
+  // for bit (CaseResult::repeat_bitwise) as well as against fp64.
+  bool deterministic_backward = false;
 };
 
 struct CaseResult {
@@ -32,6 +35,7 @@ struct CaseResult {
   double delta_rel = 0;
   double dq_rel = 0, dk_rel = 0, dv_rel = 0;
   bool any_nan = false;
+  bool repeat_bitwise = true;   // deterministic backward: two runs gave identical dQ, dK, dV
   std::string first_mismatch;   // forward partials: "(tile, row, head, col): expected / got"
   std::string first_bwd_mismatch;  // gradients (tile -1: summed over tiles): beyond the per-element bound
 };
@@ -44,7 +48,7 @@ std::string describe(const CaseConfig& config, const CaseResult& result);
 inline bool passed(const CaseResult& r, double tol = 2e-2, double fp32_tol = 1e-4) {
   return r.error.empty() && !r.any_nan && r.fwd_empty_rows_ok && r.fwd_o_rel < tol && r.fwd_lse_rel < fp32_tol &&
          r.merge_o_rel < tol && r.merge_o_bf16_rel < tol && r.merge_lse_rel < fp32_tol && r.delta_rel < fp32_tol &&
-         r.dq_rel < tol && r.dk_rel < tol && r.dv_rel < tol;
+         r.dq_rel < tol && r.dk_rel < tol && r.dv_rel < tol && r.repeat_bitwise;
 }
 
 // ---- Targeted forward checks (attention_forward_check.cpp): one q block against kv blocks,

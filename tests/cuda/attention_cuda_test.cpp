@@ -41,6 +41,32 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   }
 }
 
+// The deterministic backward (Hopper, route wgmma): against fp64 like the default, and four runs
+// bitwise identical. Lists of up to 8 blocks of up to 420 tokens, so full 64-row dQ sub-tiles (TMA
+// reductions) and partial ones (atomics) both meet many walkers of other key blocks.
+TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  const auto routes = dcp::cuda::check::kernel_routes();
+  if (std::find(routes.begin(), routes.end(), dcp::cuda::AttnKernelRoute::Wgmma) == routes.end())
+    GTEST_SKIP() << "the deterministic backward needs an sm_90 device";
+  const Shape s = GetParam();
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    CaseConfig cfg;
+    cfg.seed = seed * 7919 + static_cast<uint64_t>(s.hkv * 10 + s.dim);
+    cfg.num_q_heads = s.hq;
+    cfg.num_kv_heads = s.hkv;
+    cfg.head_dim = s.dim;
+    cfg.num_blocks = seed == 1 ? 5 : seed == 2 ? 8 : 6;
+    cfg.max_block_len = seed == 1 ? 160 : seed == 2 ? 300 : 420;
+    cfg.forward_route = dcp::cuda::AttnKernelRoute::Wgmma;
+    cfg.backward_route = dcp::cuda::AttnKernelRoute::Wgmma;
+    cfg.deterministic_backward = true;
+    const auto r = dcp::cuda::check::run_case(cfg);
+    ASSERT_TRUE(r.ran);
+    EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
+  }
+}
+
 // Targeted forward scenarios (full, causal, partial with many ranges and empty rows, multi-tile
 // items with accumulate; odd lengths) through every route, per element against fp64.
 TEST(CudaAttentionForward, TargetedScenariosEveryRoute) {

@@ -5,7 +5,9 @@
 //                              relative error of O, LSE, dQ, dK, dV < 2e-2, no NaN; every device
 //                              array poisoned (NaN) first; a second and third step allocate nothing.
 //                              Each config runs twice: merges batched (ExecOptions::batch_merges,
-//                              fewer launches than merges) and one launch per merge.
+//                              fewer launches than merges) and one launch per merge. With
+//                              DCP_ATTN_DETERMINISTIC=1 the three steps' gradients must also be
+//                              bitwise equal.
 //   exec_cuda_check die        rank 1 exits after setting up; the others must abort the NCCL
 //                              communicator and exit non-zero within the timeout.
 // Exit 0: all passed; 1: a check failed; 77: skipped (no GPU).
@@ -169,6 +171,7 @@ CudaBackendOptions backend_options(int device) {
   o.kernels.forward = parse_kernel_route(env("DCP_ATTN_FORWARD"), "DCP_ATTN_FORWARD");
   o.kernels.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
   o.kernels.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
+  o.kernels.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
   return o;
 }
 
@@ -186,6 +189,10 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
   bool steady = true;
   bool explained = false;
   int merges = 0, launches = 0;
+  // Deterministic backward: every step's gradients equal the first step's bit for bit.
+  const bool deterministic = backend_options(device).kernels.deterministic_backward;
+  std::vector<float> first_dq, first_dk, first_dv;
+  bool repeat_ok = true;
   for (int step = 0; step < 3; ++step) {
     poison(exec.arrays());
     exec.upload(0, got, Pass::Forward);
@@ -199,6 +206,13 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
     launches = fs.num_merge_calls + bs.num_merge_calls;
     if (step == 0) allocs = gpu->num_allocations();
     else steady = steady && gpu->num_allocations() == allocs;
+    if (deterministic && step == 0) {
+      first_dq = got.dq;
+      first_dk = got.dk;
+      first_dv = got.dv;
+    } else if (deterministic) {
+      repeat_ok = repeat_ok && got.dq == first_dq && got.dk == first_dk && got.dv == first_dv;
+    }
     const double e[] = {rel(got.o, want.o, 1e-30), rel(got.lse, want.lse, 1.0), rel(got.dq, want.dq, 1.0),
                         rel(got.dk, want.dk, 1.0), rel(got.dv, want.dv, 1.0), rel(got.delta, want.delta, 1.0)};
     for (double x : e) worst = std::max(worst, x);
@@ -212,12 +226,15 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
   }
   // Batched: fewer launches than merges (every plan ends with a run of final merges).
   const bool batching_ok = batched ? launches <= merges && (launches < merges || merges <= 2) : launches == merges;
-  const bool ok = worst < 2e-2 && steady && batching_ok;
+  const bool ok = worst < 2e-2 && steady && batching_ok && repeat_ok;
   std::printf("rank %d/%d %-8s hq=%d hkv=%d d=%d rows=%lld %s merges %d in %d launches: max rel err %.2e, "
-              "allocations %lld (steady: %s) %s\n",
+              "allocations %lld (steady: %s)%s %s\n",
               comm.rank(), world, c.method.c_str(), c.q_heads, c.kv_heads, c.head_dim,
               static_cast<long long>(got.rows), batched ? "batched" : "one-by-one", merges, launches, worst,
-              static_cast<long long>(allocs), steady ? "yes" : "NO", ok ? "ok" : "FAIL");
+              static_cast<long long>(allocs), steady ? "yes" : "NO",
+              deterministic ? (repeat_ok ? ", deterministic: gradients bitwise equal over 3 steps" : ", deterministic: gradients DIFFER")
+                            : "",
+              ok ? "ok" : "FAIL");
   std::fflush(stdout);
   return ok ? 0 : 1;
 }

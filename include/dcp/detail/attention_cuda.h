@@ -51,7 +51,8 @@
 //
 // Backward outputs are ACCUMULATED with fp32 atomicAdd: the caller zeroes dq/dk/dv (or passes
 // buffers holding earlier partials). Summation order is therefore not deterministic (results
-// vary in the last bits between runs); forward and merge are deterministic.
+// vary in the last bits between runs) unless the deterministic backward (below) is asked for;
+// forward and merge are deterministic.
 //
 // Preconditions (checked on the host where cheap, else undefined behaviour): head_dim is 64 or
 // 128; num_q_heads % num_kv_heads == 0; tile ranges lie inside the buffers; for each tile and
@@ -86,7 +87,12 @@ struct AttnTile {
   int32_t delta_begin = -1;     // backward: Delta (default q_begin)
   int32_t dq_begin = -1;        // backward: dQ (default q_begin)
   int32_t dkv_begin = -1;       // backward: dK and dV (default kv_begin)
-  int32_t pad2_[3] = {0, 0, 0};
+  // Deterministic backward only (filled by make_deterministic_backward_work): the tile's first dQ
+  // semaphore (that of 64-row sub-tile 0 and q head 0 of its dQ rows) and its entry in
+  // AttnTileList::order (its tiles have one kv head each).
+  int32_t dq_sem = -1;
+  int32_t order = -1;
+  int32_t pad2_ = 0;
 };
 
 struct AttnShape {
@@ -128,6 +134,7 @@ struct AttnTileList {
   int32_t num_work = 0;
   const int32_t* row_offsets = nullptr;  // Partial tiles only (may be null otherwise)
   const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
+  const int32_t* order = nullptr;        // deterministic backward only: pairs {A, D} (see below)
 };
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
@@ -171,6 +178,53 @@ struct AttnForwardParams {
   AttnKernelRoute route = AttnKernelRoute::Auto;
 };
 
+// ---- Deterministic backward ----------------------------------------------------------------
+// The default backward adds dQ, dK and dV with fp32 reductions in whatever order CTAs arrive, so
+// the last bits vary run to run. The deterministic backward (route Wgmma only) fixes every order:
+//   dK, dV: the tiles sharing key rows (same kv rows and dK/dV rows: a "key block") run in ONE
+//     work item per (block, 128-key chunk, kv head), which walks them and adds its dK / dV once;
+//     no two items touch the same dK / dV element.
+//   dQ: each (dQ 64-row sub-tile, q head) has a semaphore. The walkers of that block (every step
+//     of every item whose walk covers it, masked or not) add in work-item order: a walker waits
+//     until the semaphore reaches 2 x its rank, adds (or, for a step with no allowed pair, adds
+//     nothing), and bumps the semaphore once per consumer warpgroup. Ranks only point to lower
+//     work items, which the GPU dispatches first, so the waits cannot cycle.
+// Work order: key blocks (tiles sharing kv rows and dK/dV rows) in list order, chunks from last
+// to first (a causal diagonal tile's late chunks start their walk deepest and reach each block
+// first), kv heads innermost; an item walks the tiles of its block and head in list order. The
+// rank of a walker of tile t, chunk c, at sub-tile u is closed-form:
+//   rank = A + (D > 0 ? min(D, u / 2 + 1) : 0) + (t causal diagonal ? max(0, min(n - 1, u / 2) - c)
+//                                                                  : n - 1 - c)
+// with n the block's chunk count and {A, D} = order[t.order]: A the chunks of earlier blocks
+// whose Full or Partial tile covers the same dQ rows and kv head, D the chunk count of an
+// earlier block's causal diagonal tile there (0: none); a causal diagonal chunk c' walks
+// sub-tiles u >= 2 c' only.
+// Preconditions (InvalidInput otherwise): tiles sharing dQ rows share them exactly (same first
+// row and length); tiles sharing dK/dV rows of a kv head share their kv rows exactly; at most one
+// causal diagonal tile per (dQ rows, kv head); one tile per (key block, kv head, dQ rows).
+struct DeterministicBackwardWork {
+  std::vector<AttnTile> tiles;     // one tile per kv head, grouped by (key block, head); dq_sem, order set
+  std::vector<AttnWorkItem> work;  // tile = first tile of its (block, head), num_tiles = their count
+  std::vector<int32_t> order;      // pairs {A, D}
+  int32_t num_semaphores = 0;      // int32 semaphores the launch needs (zeroed by the launcher)
+};
+DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape);
+
+// Rank of a dQ walker (see above); host and device share it.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline int deterministic_dq_rank(int a, int d, bool causal_diagonal, int num_chunks, int chunk, int sub_tile) {
+  const int half = sub_tile / 2;
+  const int diag_before = d > 0 ? (d < half + 1 ? d : half + 1) : 0;
+  int own = num_chunks - 1 - chunk;
+  if (causal_diagonal) {
+    const int last = num_chunks - 1 < half ? num_chunks - 1 : half;
+    own = last - chunk > 0 ? last - chunk : 0;
+  }
+  return a + diag_before + own;
+}
+
 struct AttnBackwardParams {
   AttnShape shape;
   AttnTileList list;                     // work from make_backward_work
@@ -190,6 +244,12 @@ struct AttnBackwardParams {
   // Which backward kernel runs (see AttnKernelRoute).
   AttnKernelRoute route = AttnKernelRoute::Auto;
   AttnDqMode dq_mode = AttnDqMode::Bulk;
+  // Deterministic backward: the list and work come from make_deterministic_backward_work, and
+  // `semaphores` holds at least its num_semaphores int32 (device memory; the launch zeroes them
+  // on the stream first). Route Wgmma only (Unsupported otherwise).
+  bool deterministic = false;
+  int32_t* semaphores = nullptr;
+  int32_t num_semaphores = 0;
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);

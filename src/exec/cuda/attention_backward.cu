@@ -307,7 +307,13 @@ AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
 
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
-  switch (attention_backward_route(params)) {
+  const AttnKernelRoute route = attention_backward_route(params);
+  if (params.deterministic && route != AttnKernelRoute::Wgmma) {
+    raise(ErrorKind::Unsupported, "attention_backward: the deterministic backward runs on the warp-specialised Hopper "
+                                  "kernel only (route wgmma on an sm_90 device), not on route " +
+                                      std::string(route == AttnKernelRoute::Mma ? "mma" : "wgmma-basic"));
+  }
+  switch (route) {
     case AttnKernelRoute::Wgmma: detail::attention_backward_wgmma_ws(params, stream); break;
     case AttnKernelRoute::WgmmaBasic: detail::attention_backward_wgmma(params, stream); break;
     default: detail::attention_backward_mma(params, stream); break;

@@ -34,10 +34,19 @@
 // reductions, 64 per warpgroup and step, were issued one thread at a time and cost about a fifth
 // of the consumers' time in the profile: bench/results/kernel_profile_2026-11-30.md.) Sub-tiles
 // with fewer rows (the last of a tile), or no tensor map, add dQ with fp32 atomics from registers.
+//
+// Deterministic variant (template flag kDet; the contract in dcp/detail/attention_cuda.h): a work
+// item walks every tile of its kv group (the record names each step's tile), so dK / dV leave
+// once per (group, chunk, kv head); steps with no allowed pair are passed to the consumers
+// instead of skipped, and before adding a dQ block a consumer's thread 0 waits until the block's
+// semaphore reaches its turn. The release of a TMA reduction is deferred to the next step's
+// wait for the staging tile (the reduction has long completed by then), so a walker's successor
+// trails it by about half a step instead of blocking it for the reduction's latency.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <string>
 
 #include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
@@ -76,11 +85,28 @@ inline constexpr int kDqBoxBytes = kBwRows * 128;
 inline constexpr int kDqTmaTileBytes = 2 * kDqBoxBytes;
 
 struct BwStageInfo {
-  int32_t step;  // the step's index in the walk (q head and q sub-tile follow from it)
-  int32_t cls;   // kFull or kMasked
+  int32_t step;  // the step's index in its tile's walk (q head and q sub-tile follow from it)
+  int32_t cls;   // kFull or kMasked; kEmpty only in the deterministic kernel (no data loaded)
   int32_t end;   // 1: no step left (nothing else in the slot is valid)
-  int32_t pad_;
+  int32_t tile;  // the step's tile (a deterministic work item walks several)
 };
+
+// Deterministic dQ order (dcp/detail/attention_cuda.h): a gpu-scope acquire spin on a block's
+// semaphore, and its release once this thread's additions are complete and visible.
+__device__ __forceinline__ void sem_wait_at_least(const int32_t* sem, int target) {
+  int v = 0;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+    if (v >= target) break;
+    __nanosleep(64);
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // later bulk reductions after the acquire
+}
+__device__ __forceinline__ void sem_release(int32_t* sem) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // completed bulk reductions before the release
+  __threadfence();
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
+}
 
 template <int kD>
 struct BwWsSmem {
@@ -132,7 +158,7 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
                : "memory");
 }
 
-template <int kD>
+template <int kD, bool kDet>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -165,15 +191,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before anyone uses them
 
   const AttnWorkItem w = p.list.work[blockIdx.x];
-  const AttnTile t = p.list.tiles[w.tile];
+  const AttnTile t0 = p.list.tiles[w.tile];  // the group's tiles share kv rows, dK/dV rows and heads
+  const int tile_end = w.tile + (kDet ? w.num_tiles : 1);
   const int hq = p.shape.num_q_heads;
   const int hkv = p.shape.num_kv_heads;
   const int group = hq / hkv;
   const int kvh = w.head;
   const int c0 = w.chunk * kBwKeys;
-  const int keys = min(kBwKeys, t.kv_len - c0);
-  const BwSteps steps(t, c0, group);
-  const int num_steps = steps.num_steps;
+  const int keys = min(kBwKeys, t0.kv_len - c0);
 
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
@@ -181,10 +206,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const int ptid = tid;
     const int64_t q_stride = static_cast<int64_t>(hq) * kD;
     const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
-    const int64_t kv_off = (static_cast<int64_t>(t.kv_begin + c0) * hkv + kvh) * kD;
+    const int64_t kv_off = (static_cast<int64_t>(t0.kv_begin + c0) * hkv + kvh) * kD;
     producer_load_rows<kBwKeys, kD>(s_k, static_cast<const __nv_bfloat16*>(p.k) + kv_off, kv_stride, keys, ptid);
     producer_load_rows<kBwKeys, kD>(s_v, static_cast<const __nv_bfloat16*>(p.v) + kv_off, kv_stride, keys, ptid);
 
+    // The walk: tiles [w.tile, tile_end), each tile's steps in order.
+    int ti = w.tile;
+    AttnTile t = t0;
+    BwSteps steps(t, c0, group);
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
     auto classify = [&](int step, int slot) -> int {
@@ -208,11 +237,27 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     for (int j = 0;; ++j, ++step) {
       const int slot = j & 1;
       if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
+      // The next step: the default kernel skips steps with no allowed pair; the deterministic one
+      // passes them on (no data) since their walkers still take their turn at the dQ semaphores.
       int cls = kEmpty;
-      while (step < num_steps && (cls = classify(step, slot)) == kEmpty) ++step;
-      const bool end = step >= num_steps;
-      if (ptid == 0) s_info[slot] = BwStageInfo{step, cls, end ? 1 : 0, 0};
-      if (!end) {
+      bool end = false;
+      for (;;) {
+        if (step >= steps.num_steps) {
+          if (++ti >= tile_end) {
+            end = true;
+            break;
+          }
+          t = p.list.tiles[ti];
+          steps = BwSteps(t, c0, group);
+          step = 0;
+          continue;
+        }
+        cls = classify(step, slot);
+        if (kDet || cls != kEmpty) break;
+        ++step;
+      }
+      if (ptid == 0) s_info[slot] = BwStageInfo{step, cls, end ? 1 : 0, ti};
+      if (!end && cls != kEmpty) {
         // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
         const int qh = steps.q_head(step, kvh, group);
         const int rq0 = steps.row0(step);
@@ -246,9 +291,19 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int tq = lane & 3;
   const float scale = p.shape.softmax_scale;
   const float scale_log2 = scale * kLog2e;
-  const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
-  const int dkv_row0 = t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin;
+  const int dkv_row0 = t0.dkv_begin >= 0 ? t0.dkv_begin : t0.kv_begin;
+  // Deterministic dQ: the semaphore this thread (tw == 0) still has to release once its last
+  // bulk reduction completes (released before its next wait, so a walker never waits on itself).
+  int32_t* pending_sem = nullptr;
+  auto release_pending = [&]() {
+    if (kDet && pending_sem != nullptr) {
+      bulk_wait<0>();
+      sem_release(pending_sem);
+      pending_sem = nullptr;
+    }
+  };
   unsigned char* s_ds_ptr = smem + Smem::kDs;
+  int ds_steps = 0;  // deterministic kernel: steps that computed so far
   const uint32_t s_ds = base + Smem::kDs;
   const uint32_t s_dqt = base + Smem::kDqT;
 
@@ -265,21 +320,51 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     mbar_wait(full_bar + static_cast<uint32_t>(buf * 8), static_cast<uint32_t>((j >> 1) & 1));
     const BwStageInfo info = s_info[buf];
     if (info.end != 0) break;
+    const AttnTile t = p.list.tiles[info.tile];
+    const BwSteps steps(t, c0, group);
     const int step = info.step;
     const int cls = info.cls;
     const int qh = steps.q_head(step, kvh, group);
     const int rq0 = steps.row0(step);
+    const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
+    // This walker's turn at the block's semaphore: 2 rank (+ wg at D = 64, where both warpgroups
+    // add to the same columns and warpgroup 0 goes first).
+    int32_t* sem = nullptr;
+    int sem_target = 0;
+    if constexpr (kDet) {
+      const int u = rq0 / kBwRows;
+      const int num_chunks = (t0.kv_len + kBwKeys - 1) / kBwKeys;
+      const int2 ad = reinterpret_cast<const int2*>(p.list.order)[t.order];
+      const int rank = deterministic_dq_rank(ad.x, ad.y, t.kind == TileKind::CausalDiagonal, num_chunks, w.chunk, u);
+      sem = p.semaphores + t.dq_sem + u * hq + qh;
+      sem_target = 2 * rank + (kD == 64 ? wg : 0);
+      if (cls == kEmpty) {  // nothing to add: wait for the turn, pass it on
+        mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
+        if (tw == 0) {
+          release_pending();
+          sem_wait_at_least(sem, sem_target);
+          sem_release(sem);
+        }
+        continue;
+      }
+    }
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
-    const uint32_t dsb = s_ds + static_cast<uint32_t>(buf * Smem::kDsBytes);
-    unsigned char* ds_ptr = s_ds_ptr + buf * Smem::kDsBytes;
+    // dS^T alternates over the steps that compute (the deterministic kernel's empty steps meet
+    // at no barrier, so they must not advance it: see the double-buffer argument above).
+    const int ds_buf = kDet ? ds_steps++ & 1 : buf;
+    const uint32_t dsb = s_ds + static_cast<uint32_t>(ds_buf * Smem::kDsBytes);
+    unsigned char* ds_ptr = s_ds_ptr + ds_buf * Smem::kDsBytes;
     const float* lse_b = s_lse + buf * kBwRows;
     const float* delta_b = s_delta + buf * kBwRows;
 
     bw_sub_tile_dv_dk<kD>(dv, dk, s_k, s_v, qb, dob, lse_b, delta_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0,
-                          ds_ptr, wg, key_lo, tq, scale_log2);  // dS^T into buffer j & 1
+                          ds_ptr, wg, key_lo, tq, scale_log2);  // dS^T into buffer ds_buf
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
+    if constexpr (kDet && kD == 128) {
+      if (tw == 0) release_pending();  // the last step's reduction is long done by now
+    }
     bar_sync_n<kBarDsReady, kConsumerThreads>();
 
     float dq[32];
@@ -307,13 +392,32 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
       if (tw == 0) {
+        if constexpr (kDet) {
+          release_pending();
+          sem_wait_at_least(sem, sem_target);
+        }
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
         const int row = dq_row0 + rq0;
         tma_reduce_add_2d(&wp.dq_map, src, col0, row);
         tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
         bulk_commit();
+        if constexpr (kDet) {
+          pending_sem = sem;
+          if constexpr (kD == 64) release_pending();  // warpgroup 1 waits for it within this step
+        }
       }
     } else {
+      if constexpr (kDet) {  // every thread of the warpgroup adds after the turn comes
+        if (tw == 0) {
+          release_pending();
+          sem_wait_at_least(sem, sem_target);
+        }
+        if (wg == 0) {
+          bar_sync_n<kBarDq0, 128>();
+        } else {
+          bar_sync_n<kBarDq1, 128>();
+        }
+      }
       // Thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31 (box tw & 1), from the tile.
       const int row = tw >> 1;
       if (row < q_rows) {
@@ -326,10 +430,21 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
         }
       }
+      if constexpr (kDet) {  // all of the warpgroup's additions are visible before the release
+        __threadfence();
+        if (wg == 0) {
+          bar_sync_n<kBarDq0, 128>();
+        } else {
+          bar_sync_n<kBarDq1, 128>();
+        }
+        if (tw == 0) sem_release(sem);
+      }
     }
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
+  if (tw == 0) release_pending();
 
+  // Deterministic too: one work item per (kv group, chunk, kv head) adds these rows.
   bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
 #endif
 }
@@ -337,7 +452,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
-  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD>, kSmem);
+  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, false>, kSmem);
   BwWsParams wp{};
   wp.p = p;
   // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.
@@ -345,7 +460,19 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
                                                          int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32,
                                                          kBwRows);
   wp.tma_dq = tma ? 1 : 0;
-  attention_backward_sm90_ws_kernel<kD><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+  if (!p.deterministic) {
+    attention_backward_sm90_ws_kernel<kD, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    return;
+  }
+  allow_shared_memory("attention_backward_sm90_ws (deterministic)", attention_backward_sm90_ws_kernel<kD, true>, kSmem);
+  if (p.semaphores == nullptr || p.list.order == nullptr) {
+    raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no semaphores or order table (make_deterministic_backward_work)");
+  }
+  if (const cudaError_t e = cudaMemsetAsync(p.semaphores, 0, static_cast<size_t>(p.num_semaphores) * sizeof(int32_t), stream);
+      e != cudaSuccess) {
+    raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
+  }
+  attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
 }
 
 }  // namespace

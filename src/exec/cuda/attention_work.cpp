@@ -3,9 +3,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "dcp/detail/attention_cuda.h"
@@ -88,6 +91,137 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
     }
   }
   return work;
+}
+
+DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
+  const char* where = "make_deterministic_backward_work";
+  validate(tiles, shape, where);
+  const int hq = shape.num_q_heads;
+  const int hkv = shape.num_kv_heads;
+  auto dq_row0 = [](const AttnTile& t) { return t.dq_begin >= 0 ? t.dq_begin : t.q_begin; };
+  auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
+  auto name = [](std::size_t i) { return "tile " + std::to_string(i); };
+
+  // Key blocks (tiles sharing kv rows and dK/dV rows) in order of first appearance, and in each
+  // the input tiles per kv head: the kernel's items walk one head's tiles of one key block.
+  std::map<std::tuple<int, int, int>, std::size_t> block_of;
+  std::vector<std::vector<std::vector<int>>> members;  // [block][kv head] -> input tiles
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const AttnTile& t = tiles[i];
+    if (t.q_len == 0 || t.kv_len == 0) continue;
+    const auto [it, added] = block_of.emplace(std::make_tuple(t.kv_begin, t.kv_len, dkv_row0(t)), members.size());
+    if (added) members.emplace_back(static_cast<std::size_t>(hkv));
+    for (int h = t.kv_head_begin; h < t.kv_head_end; ++h)
+      members[it->second][static_cast<std::size_t>(h)].push_back(static_cast<int>(i));
+  }
+  // dK / dV rows: two key blocks may share rows only for disjoint heads.
+  {
+    struct Rows {
+      int begin, end;
+      std::size_t block;
+    };
+    std::vector<Rows> rows;
+    for (const auto& [key, blk] : block_of) rows.push_back({std::get<2>(key), std::get<2>(key) + std::get<1>(key), blk});
+    std::sort(rows.begin(), rows.end(), [](const Rows& x, const Rows& y) { return x.begin < y.begin; });
+    for (std::size_t x = 0; x < rows.size(); ++x) {
+      for (std::size_t y = x + 1; y < rows.size() && rows[y].begin < rows[x].end; ++y) {
+        for (int h = 0; h < hkv; ++h) {
+          const auto& mx = members[rows[x].block][static_cast<std::size_t>(h)];
+          const auto& my = members[rows[y].block][static_cast<std::size_t>(h)];
+          if (mx.empty() || my.empty()) continue;
+          raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(my[0])) + " and " +
+                                             name(static_cast<std::size_t>(mx[0])) + " share dK/dV rows of kv head " +
+                                             std::to_string(h) + " but not their kv rows (a deterministic backward needs "
+                                             "tiles that share key gradients to share their keys exactly)");
+        }
+      }
+    }
+  }
+  // dQ segments: tiles sharing dQ rows share them exactly; segments are disjoint.
+  std::map<int, std::pair<int, int>> segments;  // first dQ row -> (length, segment index)
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const AttnTile& t = tiles[i];
+    if (t.q_len == 0 || t.kv_len == 0) continue;
+    const auto [it, added] = segments.emplace(dq_row0(t), std::make_pair(t.q_len, 0));
+    if (!added && it->second.first != t.q_len) {
+      raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(i) + " writes " + std::to_string(t.q_len) +
+                                         " dQ rows from row " + std::to_string(dq_row0(t)) + ", another tile " +
+                                         std::to_string(it->second.first) +
+                                         " rows from there (tiles sharing dQ rows must share them exactly)");
+    }
+  }
+  std::vector<int> sem_base;
+  int64_t sems = 0;
+  int64_t prev_end = std::numeric_limits<int64_t>::min();
+  for (auto& [row, seg] : segments) {
+    if (row < prev_end) {
+      raise(ErrorKind::InvalidInput, std::string(where) + ": dQ rows from " + std::to_string(row) +
+                                         " overlap the previous tile's dQ rows (ending at " + std::to_string(prev_end) + ")");
+    }
+    prev_end = int64_t{row} + seg.first;
+    seg.second = static_cast<int>(sem_base.size());
+    sem_base.push_back(static_cast<int>(sems));
+    sems += static_cast<int64_t>((seg.first + 63) / 64) * hq;
+  }
+  if (sems > std::numeric_limits<int32_t>::max()) raise(ErrorKind::InvalidInput, std::string(where) + ": too many dQ rows");
+
+  DeterministicBackwardWork out;
+  out.num_semaphores = static_cast<int32_t>(sems);
+  // Per (segment, kv head): chunks of earlier items' Full or Partial tiles there (A), and the
+  // chunk count of an earlier causal diagonal tile there (D). Items of one head run in block
+  // order, chunks last to first; other heads' items never share a semaphore.
+  const std::size_t nseg = sem_base.size();
+  std::vector<int32_t> cover(nseg * static_cast<std::size_t>(hkv), 0), diag(nseg * static_cast<std::size_t>(hkv), 0);
+  auto seg_of = [&](const AttnTile& t) { return static_cast<std::size_t>(segments.at(dq_row0(t)).second); };
+  for (const auto& heads : members) {
+    int chunks = 0;
+    std::vector<int32_t> first(static_cast<std::size_t>(hkv), -1);
+    for (int h = 0; h < hkv; ++h) {
+      const auto& m = heads[static_cast<std::size_t>(h)];
+      if (m.empty()) continue;
+      chunks = (tiles[static_cast<std::size_t>(m[0])].kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
+      first[static_cast<std::size_t>(h)] = static_cast<int32_t>(out.tiles.size());
+      std::set<std::size_t> seen;
+      for (const int i : m) {
+        AttnTile t = tiles[static_cast<std::size_t>(i)];
+        const std::size_t seg = seg_of(t);
+        if (!seen.insert(seg).second) {
+          raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
+                                             " repeats the dQ rows of another tile over the same keys and kv head");
+        }
+        const std::size_t at = seg * static_cast<std::size_t>(hkv) + static_cast<std::size_t>(h);
+        t.kv_head_begin = h;
+        t.kv_head_end = h + 1;
+        t.dq_sem = sem_base[seg];
+        t.order = static_cast<int32_t>(out.order.size() / 2);
+        out.order.push_back(cover[at]);
+        out.order.push_back(diag[at]);
+        out.tiles.push_back(t);
+      }
+      for (const int i : m) {
+        const AttnTile& t = tiles[static_cast<std::size_t>(i)];
+        const std::size_t at = seg_of(t) * static_cast<std::size_t>(hkv) + static_cast<std::size_t>(h);
+        if (t.kind != TileKind::CausalDiagonal) {
+          cover[at] += chunks;
+        } else if (diag[at] != 0) {
+          raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
+                                             " is a second causal diagonal tile over the same dQ rows and kv head");
+        } else {
+          diag[at] = chunks;
+        }
+      }
+    }
+    for (int c = chunks - 1; c >= 0; --c) {
+      for (int h = 0; h < hkv; ++h) {
+        if (first[static_cast<std::size_t>(h)] < 0) continue;
+        AttnWorkItem w{first[static_cast<std::size_t>(h)], c, h, 0};
+        w.num_tiles = static_cast<int32_t>(heads[static_cast<std::size_t>(h)].size());
+        out.work.push_back(w);
+      }
+    }
+  }
+  if (out.order.empty()) out.order = {0, 0};
+  return out;
 }
 
 double attention_forward_flops(std::span<const AttnTile> tiles, const AttnShape& shape,

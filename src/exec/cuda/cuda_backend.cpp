@@ -164,6 +164,12 @@ class CudaBackend final : public Backend {
     p.dv = static_cast<float*>(a.base[idx(Array::dV)]);
     p.route = route(kernels_.backward);
     p.dq_mode = kernels_.dq == DqReduction::Atomic ? cuda::AttnDqMode::Atomic : cuda::AttnDqMode::Bulk;
+    if (kernels_.deterministic_backward) {
+      p.deterministic = true;
+      p.list.order = d.order;
+      p.semaphores = semaphores_;
+      p.num_semaphores = d.num_semaphores;
+    }
     cuda::attention_backward(p, stream_);
   }
 
@@ -280,6 +286,8 @@ class CudaBackend final : public Backend {
     const int32_t* ranges = nullptr;
     const cuda::ZeroRange* zero = nullptr;
     int num_zero = 0;
+    const int32_t* order = nullptr;  // deterministic backward
+    int32_t num_semaphores = 0;
   };
   struct DeviceMerge {
     const cuda::MergeSegment* segments = nullptr;
@@ -307,13 +315,15 @@ class CudaBackend final : public Backend {
     return offset == MetaBuilder::kNone ? nullptr : reinterpret_cast<const T*>(device + offset);
   }
   struct HostAttend {
-    size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0;
+    size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0, order = MetaBuilder::kNone;
     int32_t num_work = 0;
     int num_zero = 0;
+    int32_t num_semaphores = 0;
     DeviceAttend at(char* device) const {
       return DeviceAttend{at_offset<cuda::AttnTile>(device, tiles), at_offset<cuda::AttnWorkItem>(device, work),
                           num_work, at_offset<int32_t>(device, row_offsets), at_offset<int32_t>(device, ranges),
-                          at_offset<cuda::ZeroRange>(device, zero), num_zero};
+                          at_offset<cuda::ZeroRange>(device, zero), num_zero, at_offset<int32_t>(device, order),
+                          num_semaphores};
     }
   };
   struct HostMerge {
@@ -335,6 +345,15 @@ class CudaBackend final : public Backend {
       case KernelRoute::Auto: break;
     }
     return cuda::AttnKernelRoute::Auto;
+  }
+
+  // The deterministic backward's dQ semaphores: one buffer for every call (calls run in order on
+  // the compute stream; each launch zeroes what it uses), grown while calls are prepared.
+  void reserve_semaphores(int32_t count) {
+    if (count <= semaphore_capacity_) return;
+    if (semaphores_ != nullptr) deallocate(semaphores_);
+    semaphores_ = static_cast<int32_t*>(allocate(int64_t{count} * static_cast<int64_t>(sizeof(int32_t))));
+    semaphore_capacity_ = count;
   }
 
   void release(void* p) noexcept {
@@ -459,11 +478,21 @@ class CudaBackend final : public Backend {
             work.push_back(w);
           }
       }
-    } else {
-      cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
-      work = cuda::make_backward_work(tiles, shape);
     }
     HostAttend h;
+    if (!fwd) {
+      cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
+      if (kernels_.deterministic_backward) {
+        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape);
+        tiles = std::move(det.tiles);
+        work = std::move(det.work);
+        h.order = meta.add(det.order);
+        h.num_semaphores = det.num_semaphores;
+        reserve_semaphores(det.num_semaphores);
+      } else {
+        work = cuda::make_backward_work(tiles, shape);
+      }
+    }
     h.tiles = meta.add(tiles);
     h.work = meta.add(work);
     h.num_work = i32(static_cast<int64_t>(work.size()), "work items");
@@ -537,6 +566,8 @@ class CudaBackend final : public Backend {
   std::map<uint64_t, DeviceAttend> attends_;
   std::map<uint64_t, DeviceMerge> merges_;         // per call (merge)
   std::map<uint64_t, DeviceMerge> merge_batches_;  // per batch (merge_batch)
+  int32_t* semaphores_ = nullptr;                  // deterministic backward (reserve_semaphores)
+  int32_t semaphore_capacity_ = 0;
 };
 
 }  // namespace

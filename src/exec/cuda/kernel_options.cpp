@@ -26,6 +26,12 @@ KernelRoute parse_kernel_route(const std::string& s, const std::string& where) {
   raise(ErrorKind::InvalidInput, where + ": expected auto, mma, wgmma or wgmma-basic, got '" + s + "'");
 }
 
+bool parse_switch(const std::string& s, const std::string& where) {
+  if (s.empty() || s == "0" || s == "off" || s == "false") return false;
+  if (s == "1" || s == "on" || s == "true") return true;
+  raise(ErrorKind::InvalidInput, where + ": expected 0, 1, on, off, true or false, got '" + s + "'");
+}
+
 DqReduction parse_dq_reduction(const std::string& s, const std::string& where) {
   if (s.empty() || s == "bulk") return DqReduction::Bulk;
   if (s == "atomic") return DqReduction::Atomic;

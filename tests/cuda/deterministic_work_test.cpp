@@ -1,0 +1,211 @@
+// Host tests of the deterministic backward's work lists (no GPU needed): the closed-form dQ rank
+// that the kernel computes per walker step must equal the number of walkers of the same dQ block
+// in earlier work items, found here by walking every item as the kernel does; every (tile, kv
+// head, key chunk) is walked exactly once; no two items add to the same dK / dV element; lists
+// that break the preconditions are refused with a message.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/rng.h"
+#include "dcp/error.h"
+
+namespace {
+
+using dcp::cuda::AttnShape;
+using dcp::cuda::AttnTile;
+using dcp::cuda::TileKind;
+constexpr int kChunk = dcp::cuda::kAttnBackwardChunkRows;  // keys per work item
+constexpr int kSub = 64;                                    // q rows per step
+
+struct Rand : dcp::SplitMix64 {
+  explicit Rand(uint64_t seed) : SplitMix64(seed) {}
+  int in(int lo, int hi) { return lo + static_cast<int>(below(static_cast<uint64_t>(hi - lo + 1))); }
+};
+
+// Tiles of a few causal sequences cut into blocks as a DCP stage list has them: (i, j <= i) of
+// each sequence, some dropped, diagonal tiles causal or partial, off-diagonal full or partial,
+// some split into two head groups, operand rows optionally moved to other buffers, in shuffled
+// order.
+std::vector<AttnTile> random_list(Rand& rng, int hkv) {
+  std::vector<AttnTile> tiles;
+  int row = 0;
+  const int seqs = rng.in(1, 3);
+  const bool moved = rng.uniform() < 0.5;
+  for (int s = 0; s < seqs; ++s) {
+    std::vector<int> begin{row};
+    const int blocks = rng.in(1, 6);
+    for (int b = 0; b < blocks; ++b) begin.push_back(begin.back() + rng.in(1, 700));
+    row = begin.back();
+    for (int i = 0; i < blocks; ++i) {
+      for (int j = 0; j <= i; ++j) {
+        if (rng.uniform() < 0.15) continue;
+        AttnTile t;
+        t.q_begin = begin[static_cast<size_t>(i)];
+        t.q_len = begin[static_cast<size_t>(i) + 1] - t.q_begin;
+        t.kv_begin = begin[static_cast<size_t>(j)];
+        t.kv_len = begin[static_cast<size_t>(j) + 1] - t.kv_begin;
+        t.kind = i == j ? (rng.uniform() < 0.7 ? TileKind::CausalDiagonal : TileKind::Partial)
+                        : (rng.uniform() < 0.7 ? TileKind::Full : TileKind::Partial);
+        if (moved) {
+          t.dq_begin = 3 * t.q_begin + 7;
+          t.dkv_begin = 2 * t.kv_begin + 5;
+        }
+        const int cut = hkv >= 2 && rng.uniform() < 0.3 ? rng.in(1, hkv - 1) : hkv;
+        t.kv_head_begin = 0;
+        t.kv_head_end = cut;
+        tiles.push_back(t);
+        if (cut < hkv) {
+          t.kv_head_begin = cut;
+          t.kv_head_end = hkv;
+          tiles.push_back(t);
+        }
+      }
+    }
+  }
+  for (size_t i = tiles.size(); i > 1; --i) std::swap(tiles[i - 1], tiles[static_cast<size_t>(rng.in(0, static_cast<int>(i) - 1))]);
+  return tiles;
+}
+
+int dq_row(const AttnTile& t) { return t.dq_begin >= 0 ? t.dq_begin : t.q_begin; }
+int dkv_row(const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; }
+
+TEST(DeterministicBackwardWork, ClosedFormRanksMatchTheWalkOrder) {
+  const int shapes[][2] = {{8, 8}, {8, 2}, {8, 1}, {32, 8}};
+  int checked_steps = 0;
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    Rand rng(seed);
+    const auto& sh = shapes[seed % 4];
+    const AttnShape shape{sh[0], sh[1], 128, 0.1F};
+    const int group = shape.num_q_heads / shape.num_kv_heads;
+    const std::vector<AttnTile> tiles = random_list(rng, shape.num_kv_heads);
+    const dcp::cuda::DeterministicBackwardWork det = dcp::cuda::make_deterministic_backward_work(tiles, shape);
+    size_t tile_heads = 0;
+    for (const AttnTile& t : tiles) tile_heads += static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
+    ASSERT_EQ(det.tiles.size(), tile_heads) << "one tile per kv head, seed " << seed;
+
+    std::map<int, int> walkers;  // semaphore -> walkers seen so far (in work order)
+    std::set<std::tuple<int, int, int, int, int>> walked;         // (q row, kv row, head, kind, chunk)
+    std::map<std::tuple<int, int>, std::set<int>> dkv_owner;      // (dK/dV row, kv head) -> items
+    int max_sem = -1;
+    for (size_t k = 0; k < det.work.size(); ++k) {
+      const dcp::cuda::AttnWorkItem& w = det.work[k];
+      const AttnTile& g = det.tiles[static_cast<size_t>(w.tile)];
+      const int chunks = (g.kv_len + kChunk - 1) / kChunk;
+      for (int key = 0; key < std::min(kChunk, g.kv_len - w.chunk * kChunk); ++key)
+        dkv_owner[{dkv_row(g) + w.chunk * kChunk + key, w.head}].insert(static_cast<int>(k));
+      for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
+        const AttnTile& t = det.tiles[static_cast<size_t>(ti)];
+        ASSERT_EQ(t.kv_begin, g.kv_begin);
+        ASSERT_EQ(dkv_row(t), dkv_row(g));
+        ASSERT_TRUE(t.kv_head_begin == w.head && t.kv_head_end == w.head + 1);
+        ASSERT_TRUE(walked.insert({t.q_begin, t.kv_begin, w.head, static_cast<int>(t.kind), w.chunk}).second)
+            << "a (tile, head, chunk) walked twice, seed " << seed;
+        const bool diag = t.kind == TileKind::CausalDiagonal;
+        const int first_sub = diag ? w.chunk * kChunk / kSub : 0;
+        const int per_head = (t.q_len + kSub - 1) / kSub - first_sub;
+        for (int s = 0; s < std::max(per_head, 0) * group; ++s) {
+          const int qh = w.head * group + s / per_head;
+          const int u = first_sub + s % per_head;
+          const int sem = t.dq_sem + u * shape.num_q_heads + qh;
+          max_sem = std::max(max_sem, sem);
+          const int expected = walkers[sem]++;
+          const int a = det.order[2 * static_cast<size_t>(t.order)];
+          const int d = det.order[2 * static_cast<size_t>(t.order) + 1];
+          ASSERT_EQ(dcp::cuda::deterministic_dq_rank(a, d, diag, chunks, w.chunk, u), expected)
+              << "seed " << seed << " item " << k << " tile " << ti << " q head " << qh << " sub-tile " << u;
+          ++checked_steps;
+        }
+      }
+    }
+    EXPECT_LT(max_sem, det.num_semaphores);
+    // Every (tile, head, chunk) of the input is walked, and nothing else.
+    size_t expected_walks = 0;
+    for (const AttnTile& t : tiles)
+      expected_walks += static_cast<size_t>((t.kv_len + kChunk - 1) / kChunk) * static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
+    EXPECT_EQ(walked.size(), expected_walks) << "seed " << seed;
+    for (const auto& [at, items] : dkv_owner) EXPECT_EQ(items.size(), 1U) << "dK/dV row " << std::get<0>(at) << " seed " << seed;
+    // Semaphores of different dQ rows never collide: one block's walkers all write the same rows.
+    std::map<int, int> row_of_sem;
+    for (const AttnTile& t : det.tiles)
+      for (int u = 0; u < (t.q_len + kSub - 1) / kSub; ++u) {
+        const auto [it, added] = row_of_sem.emplace(t.dq_sem + u * shape.num_q_heads, dq_row(t) + u * kSub);
+        EXPECT_EQ(it->second, dq_row(t) + u * kSub) << "seed " << seed;
+      }
+  }
+  EXPECT_GT(checked_steps, 10000);
+}
+
+TEST(DeterministicBackwardWork, RefusesListsItCannotOrder) {
+  const AttnShape shape{8, 2, 128, 0.1F};
+  auto tile = [](int q, int nq, int kv, int nkv, TileKind kind) {
+    AttnTile t;
+    t.q_begin = q;
+    t.q_len = nq;
+    t.kv_begin = kv;
+    t.kv_len = nkv;
+    t.kind = kind;
+    t.kv_head_begin = 0;
+    t.kv_head_end = 2;
+    return t;
+  };
+  auto refused = [&](const std::vector<AttnTile>& tiles, const std::string& words) {
+    try {
+      (void)dcp::cuda::make_deterministic_backward_work(tiles, shape);
+    } catch (const dcp::Error& e) {
+      EXPECT_EQ(e.kind(), dcp::ErrorKind::InvalidInput);
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted a list that should be refused (" << words << ")";
+  };
+  // dQ rows shared with different lengths.
+  refused({tile(0, 100, 0, 100, TileKind::Full), tile(0, 90, 100, 100, TileKind::Full)}, "share them exactly");
+  // dQ rows overlapping without sharing the first row.
+  refused({tile(0, 100, 0, 100, TileKind::Full), tile(50, 100, 100, 100, TileKind::Full)}, "overlap");
+  // dK / dV rows shared by tiles over different keys.
+  refused({tile(0, 100, 0, 150, TileKind::Full), tile(100, 100, 100, 100, TileKind::Full)}, "share dK/dV rows");
+  // Two causal diagonal tiles over the same dQ rows and heads.
+  refused({tile(0, 100, 0, 100, TileKind::CausalDiagonal), tile(0, 100, 200, 100, TileKind::CausalDiagonal)},
+          "second causal diagonal");
+  // The same dQ rows twice in one kv group.
+  AttnTile moved = tile(0, 100, 0, 100, TileKind::Full);
+  moved.q_begin = 300;
+  moved.dq_begin = 0;
+  refused({tile(0, 100, 0, 100, TileKind::Full), moved}, "repeats the dQ rows");
+  // A list it can order: two head groups over the same rows.
+  std::vector<AttnTile> ok{tile(0, 100, 0, 100, TileKind::Full), tile(0, 100, 0, 100, TileKind::Full)};
+  ok[0].kv_head_end = 1;
+  ok[1].kv_head_begin = 1;
+  EXPECT_NO_THROW((void)dcp::cuda::make_deterministic_backward_work(ok, shape));
+}
+
+// Only the warp-specialised Hopper kernel has the deterministic order: other routes refuse
+// before launching anything (no GPU needed to see it).
+TEST(DeterministicBackwardWork, OtherRoutesRefuse) {
+  dcp::cuda::AttnBackwardParams p;
+  p.shape = AttnShape{8, 2, 128, 0.1F};
+  p.list.num_work = 1;
+  p.deterministic = true;
+  for (const auto route : {dcp::cuda::AttnKernelRoute::Mma, dcp::cuda::AttnKernelRoute::WgmmaBasic}) {
+    p.route = route;
+    try {
+      dcp::cuda::attention_backward(p, nullptr);
+      ADD_FAILURE() << "a deterministic backward ran on another route";
+    } catch (const dcp::Error& e) {
+      EXPECT_EQ(e.kind(), dcp::ErrorKind::Unsupported);
+      // Off Hopper the wgmma-basic route is refused for the device first.
+      if (route == dcp::cuda::AttnKernelRoute::Mma) {
+        EXPECT_NE(std::string(e.what()).find("deterministic"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
+}  // namespace
