@@ -39,9 +39,9 @@
 // item walks every tile of its kv group (the record names each step's tile), so dK / dV leave
 // once per (group, chunk, kv head); steps with no allowed pair are passed to the consumers
 // instead of skipped, and before adding a dQ block a consumer's thread 0 waits until the block's
-// semaphore reaches its turn. The release of a TMA reduction is deferred to the next step's
-// wait for the staging tile (the reduction has long completed by then), so a walker's successor
-// trails it by about half a step instead of blocking it for the reduction's latency.
+// semaphore reaches its turn. The release of a TMA reduction waits until the step after next
+// (when it has long completed), so no step stalls on a reduction's latency; a walker's
+// successor trails it by a step and a half, once per item.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -91,20 +91,26 @@ struct BwStageInfo {
   int32_t tile;  // the step's tile (a deterministic work item walks several)
 };
 
-// Deterministic dQ order (dcp/detail/attention_cuda.h): a gpu-scope acquire spin on a block's
-// semaphore, and its release once this thread's additions are complete and visible.
-__device__ __forceinline__ void sem_wait_at_least(const int32_t* sem, int target) {
+// Deterministic dQ order (dcp/detail/attention_cuda.h). A walker reads its block's semaphore
+// early in the step (relaxed: the load's latency hides under the step's products) and, at the
+// point of adding, spins with acquire loads only if that value was short of its turn; its
+// additions are issued after the value that allowed them was read (the reductions are performed
+// at the L2 slice that also performed the predecessor's, which completed them before releasing).
+__device__ __forceinline__ int sem_peek(const int32_t* sem) {
   int v = 0;
-  for (;;) {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-    if (v >= target) break;
-    __nanosleep(64);
-  }
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // later bulk reductions after the acquire
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
+  return v;
 }
+__device__ __forceinline__ void sem_wait_at_least(const int32_t* sem, int target, int seen) {
+  while (seen < target) {
+    __nanosleep(32);
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
+  }
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // later bulk reductions after the read
+}
+// After this thread's additions to the block completed (bulk_wait of their group, or its atomics).
 __device__ __forceinline__ void sem_release(int32_t* sem) {
   asm volatile("fence.proxy.async.global;\n" ::: "memory");  // completed bulk reductions before the release
-  __threadfence();
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
 }
 
@@ -292,14 +298,29 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const float scale = p.shape.softmax_scale;
   const float scale_log2 = scale * kLog2e;
   const int dkv_row0 = t0.dkv_begin >= 0 ? t0.dkv_begin : t0.kv_begin;
-  // Deterministic dQ: the semaphore this thread (tw == 0) still has to release once its last
-  // bulk reduction completes (released before its next wait, so a walker never waits on itself).
-  int32_t* pending_sem = nullptr;
-  auto release_pending = [&]() {
-    if (kDet && pending_sem != nullptr) {
+  // Deterministic dQ: the semaphores of this thread's (tw == 0) last two bulk reductions, released
+  // once those complete: the older one at the next step's wait for the staging tile (bulk_wait<1>:
+  // all but the newest group done), so a release costs no stall. Holding them while waiting for
+  // other blocks cannot deadlock: a walker only waits for lower work items, which never wait for
+  // higher ones (except at D = 64, where warpgroup 1 waits for warpgroup 0 of the same step, which
+  // therefore releases at once).
+  int32_t* pending_old = nullptr;
+  int32_t* pending_new = nullptr;
+  auto release_older = [&]() {
+    if (pending_new == nullptr) return;  // no newer group: bulk_wait<1> would not cover the older
+    if (kDet && pending_old != nullptr) {
+      bulk_wait<1>();
+      sem_release(pending_old);
+    }
+    pending_old = pending_new;
+    pending_new = nullptr;
+  };
+  auto release_all = [&]() {
+    if (kDet && (pending_old != nullptr || pending_new != nullptr)) {
       bulk_wait<0>();
-      sem_release(pending_sem);
-      pending_sem = nullptr;
+      if (pending_old != nullptr) sem_release(pending_old);
+      if (pending_new != nullptr) sem_release(pending_new);
+      pending_old = pending_new = nullptr;
     }
   };
   unsigned char* s_ds_ptr = smem + Smem::kDs;
@@ -331,6 +352,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     // add to the same columns and warpgroup 0 goes first).
     int32_t* sem = nullptr;
     int sem_target = 0;
+    int sem_seen = 0;
     if constexpr (kDet) {
       const int u = rq0 / kBwRows;
       const int num_chunks = (t0.kv_len + kBwKeys - 1) / kBwKeys;
@@ -341,12 +363,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       if (cls == kEmpty) {  // nothing to add: wait for the turn, pass it on
         mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
         if (tw == 0) {
-          release_pending();
-          sem_wait_at_least(sem, sem_target);
+          sem_wait_at_least(sem, sem_target, sem_peek(sem));
           sem_release(sem);
         }
         continue;
       }
+      if (tw == 0) sem_seen = sem_peek(sem);
     }
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
@@ -363,7 +385,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     if constexpr (kDet && kD == 128) {
-      if (tw == 0) release_pending();  // the last step's reduction is long done by now
+      if (tw == 0) release_older();  // issued a step and a half ago: complete by now
     }
     bar_sync_n<kBarDsReady, kConsumerThreads>();
 
@@ -392,26 +414,24 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
       if (tw == 0) {
-        if constexpr (kDet) {
-          release_pending();
-          sem_wait_at_least(sem, sem_target);
-        }
+        if constexpr (kDet) sem_wait_at_least(sem, sem_target, sem_seen);
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
         const int row = dq_row0 + rq0;
         tma_reduce_add_2d(&wp.dq_map, src, col0, row);
         tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
         bulk_commit();
         if constexpr (kDet) {
-          pending_sem = sem;
-          if constexpr (kD == 64) release_pending();  // warpgroup 1 waits for it within this step
+          if constexpr (kD == 64) {  // warpgroup 1 waits for it within this step
+            bulk_wait<0>();
+            sem_release(sem);
+          } else {
+            pending_new = sem;
+          }
         }
       }
     } else {
       if constexpr (kDet) {  // every thread of the warpgroup adds after the turn comes
-        if (tw == 0) {
-          release_pending();
-          sem_wait_at_least(sem, sem_target);
-        }
+        if (tw == 0) sem_wait_at_least(sem, sem_target, sem_seen);
         if (wg == 0) {
           bar_sync_n<kBarDq0, 128>();
         } else {
@@ -442,7 +462,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
-  if (tw == 0) release_pending();
+  if (tw == 0) release_all();
 
   // Deterministic too: one work item per (kv group, chunk, kv head) adds these rows.
   bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
