@@ -84,12 +84,24 @@ struct BwWsParams {
 inline constexpr int kDqBoxBytes = kBwRows * 128;
 inline constexpr int kDqTmaTileBytes = 2 * kDqBoxBytes;
 
+// What the consumers need of a step, written by the producer: the consumers read it from shared
+// memory where they use it instead of holding a tile in registers (they have none to spare:
+// dK, dV, dQ and the two score tiles fill them). Four records rotate over two data slots, so a
+// record stays intact for its whole step (the producer writes record j + 4 only after the
+// consumers released data slot j + 2, which they do within step j + 2).
 struct BwStageInfo {
-  int32_t step;  // the step's index in its tile's walk (q head and q sub-tile follow from it)
-  int32_t cls;   // kFull or kMasked; kEmpty only in the deterministic kernel (no data loaded)
-  int32_t end;   // 1: no step left (nothing else in the slot is valid)
-  int32_t tile;  // the step's tile (a deterministic work item walks several)
+  int32_t cls;     // kFull or kMasked; kEmpty only in the deterministic kernel (no data loaded)
+  int32_t end;     // 1: no step left (nothing else in the record is valid)
+  int32_t kind;    // the step's tile kind
+  int32_t rq0;     // first q row of the sub-tile in the tile
+  int32_t qh;      // q head
+  int32_t q_rows;  // rows of the sub-tile (64, or fewer at the end of the tile)
+  int32_t dq_row;  // dQ row of the sub-tile's first row
+  int32_t sem;     // deterministic: the block's semaphore
+  int32_t target;  // deterministic: 2 x the walker's rank
+  int32_t pad_[3];
 };
+inline constexpr int kInfoRecords = 4;
 
 // Deterministic dQ order (dcp/detail/attention_cuda.h). A walker reads its block's semaphore
 // early in the step (relaxed: the load's latency hides under the step's products) and, at the
@@ -130,7 +142,7 @@ struct BwWsSmem {
   static constexpr int kDelta = kLse + 2 * kBwRows * 4;   // 2 x 64 floats
   static constexpr int kMask = kDelta + 2 * kBwRows * 4;  // [slot][key half][64 rows] uint64
   static constexpr int kInfo = kMask + 2 * 2 * kBwRows * 8;
-  static constexpr int kFull = kInfo + 2 * static_cast<int>(sizeof(BwStageInfo));  // uint64 mbarrier[2]
+  static constexpr int kFull = kInfo + kInfoRecords * static_cast<int>(sizeof(BwStageInfo));  // uint64 mbarrier[2]
   static constexpr int kEmpty = kFull + 16;                                         // uint64 mbarrier[2]
   static constexpr int kBytes = kEmpty + 16;
   static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
@@ -197,14 +209,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before anyone uses them
 
   const AttnWorkItem w = p.list.work[blockIdx.x];
-  const AttnTile t0 = p.list.tiles[w.tile];  // the group's tiles share kv rows, dK/dV rows and heads
-  const int tile_end = w.tile + (kDet ? w.num_tiles : 1);
   const int hq = p.shape.num_q_heads;
   const int hkv = p.shape.num_kv_heads;
   const int group = hq / hkv;
   const int kvh = w.head;
   const int c0 = w.chunk * kBwKeys;
-  const int keys = min(kBwKeys, t0.kv_len - c0);
+  // A deterministic item's tiles share kv rows, dK/dV rows and their kv head.
+  const int keys = min(kBwKeys, p.list.tiles[w.tile].kv_len - c0);
 
   if (tid < 128) {
     // ---------------- producer warpgroup ----------------
@@ -212,26 +223,30 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const int ptid = tid;
     const int64_t q_stride = static_cast<int64_t>(hq) * kD;
     const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
-    const int64_t kv_off = (static_cast<int64_t>(t0.kv_begin + c0) * hkv + kvh) * kD;
-    producer_load_rows<kBwKeys, kD>(s_k, static_cast<const __nv_bfloat16*>(p.k) + kv_off, kv_stride, keys, ptid);
-    producer_load_rows<kBwKeys, kD>(s_v, static_cast<const __nv_bfloat16*>(p.v) + kv_off, kv_stride, keys, ptid);
+    {
+      const int64_t kv_off = (static_cast<int64_t>(p.list.tiles[w.tile].kv_begin + c0) * hkv + kvh) * kD;
+      producer_load_rows<kBwKeys, kD>(s_k, static_cast<const __nv_bfloat16*>(p.k) + kv_off, kv_stride, keys, ptid);
+      producer_load_rows<kBwKeys, kD>(s_v, static_cast<const __nv_bfloat16*>(p.v) + kv_off, kv_stride, keys, ptid);
+    }
 
-    // The walk: tiles [w.tile, tile_end), each tile's steps in order.
+    // The walk: tiles [w.tile, tile_end), each tile's steps in order. The tile is read through a
+    // pointer (L1 serves it) rather than copied: this warpgroup runs on 40 registers.
+    const int tile_end = w.tile + (kDet ? w.num_tiles : 1);
     int ti = w.tile;
-    AttnTile t = t0;
-    BwSteps steps(t, c0, group);
+    const AttnTile* t = p.list.tiles + ti;
+    BwSteps steps(*t, c0, group);
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
     auto classify = [&](int step, int slot) -> int {
       const int rq0 = steps.row0(step);
-      const int rows = min(kBwRows, t.q_len - rq0);
-      if (t.kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t.kind, rq0, rows, c0, keys);
+      const int rows = min(kBwRows, t->q_len - rq0);
+      if (t->kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t->kind, rq0, rows, c0, keys);
       const int row = ptid & (kBwRows - 1);
       const int half = ptid >> 6;
       const bool row_valid = row < rows;
       uint64_t mask = 0;
       if (row_valid) {
-        mask = row_key_mask(p.list.row_offsets, p.list.ranges, t.range_row_begin + rq0 + row, c0 + half * kRows, t.kv_len);
+        mask = row_key_mask(p.list.row_offsets, p.list.ranges, t->range_row_begin + rq0 + row, c0 + half * kRows, t->kv_len);
       }
       s_mask[(slot * 2 + half) * kBwRows + row] = mask;
       if (!bar_any_n<kBarProducer, 128>(mask != 0)) return kEmpty;
@@ -253,8 +268,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
             end = true;
             break;
           }
-          t = p.list.tiles[ti];
-          steps = BwSteps(t, c0, group);
+          t = p.list.tiles + ti;
+          steps = BwSteps(*t, c0, group);
           step = 0;
           continue;
         }
@@ -262,20 +277,39 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         if (kDet || cls != kEmpty) break;
         ++step;
       }
-      if (ptid == 0) s_info[slot] = BwStageInfo{step, cls, end ? 1 : 0, ti};
+      const int qh = end ? 0 : steps.q_head(step, kvh, group);
+      const int rq0 = end ? 0 : steps.row0(step);
+      const int rows = end ? 0 : min(kBwRows, t->q_len - rq0);
+      if (ptid == 0) {
+        BwStageInfo info{};
+        info.cls = cls;
+        info.end = end ? 1 : 0;
+        if (!end) {
+          info.kind = static_cast<int32_t>(t->kind);
+          info.rq0 = rq0;
+          info.qh = qh;
+          info.q_rows = rows;
+          info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
+          if constexpr (kDet) {
+            const int u = rq0 / kBwRows;
+            const int num_chunks = (t->kv_len + kBwKeys - 1) / kBwKeys;
+            const int2 ad = reinterpret_cast<const int2*>(p.list.order)[t->order];
+            info.sem = t->dq_sem + u * hq + qh;
+            info.target = 2 * deterministic_dq_rank(ad.x, ad.y, t->kind == TileKind::CausalDiagonal, num_chunks, w.chunk, u);
+          }
+        }
+        s_info[j & (kInfoRecords - 1)] = info;
+      }
       if (!end && cls != kEmpty) {
         // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
-        const int qh = steps.q_head(step, kvh, group);
-        const int rq0 = steps.row0(step);
-        const int rows = min(kBwRows, t.q_len - rq0);
-        const int dout_row0 = t.dout_begin >= 0 ? t.dout_begin : t.q_begin;
-        const int64_t off = (static_cast<int64_t>(t.q_begin + rq0) * hq + qh) * kD;
+        const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
+        const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
         const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
         const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
         producer_load_rows<kBwRows, kD>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
         producer_load_rows<kBwRows, kD>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
                                         ptid);
-        if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
+        if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
       }
       cp_async_commit();
       cp_async_wait<0>();
@@ -297,30 +331,29 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int tq = lane & 3;
   const float scale = p.shape.softmax_scale;
   const float scale_log2 = scale * kLog2e;
-  const int dkv_row0 = t0.dkv_begin >= 0 ? t0.dkv_begin : t0.kv_begin;
   // Deterministic dQ: the semaphores of this thread's (tw == 0) last two bulk reductions, released
   // once those complete: the older one at the next step's wait for the staging tile (bulk_wait<1>:
   // all but the newest group done), so a release costs no stall. Holding them while waiting for
   // other blocks cannot deadlock: a walker only waits for lower work items, which never wait for
   // higher ones (except at D = 64, where warpgroup 1 waits for warpgroup 0 of the same step, which
   // therefore releases at once).
-  int32_t* pending_old = nullptr;
-  int32_t* pending_new = nullptr;
+  int pending_old = -1;
+  int pending_new = -1;
   auto release_older = [&]() {
-    if (pending_new == nullptr) return;  // no newer group: bulk_wait<1> would not cover the older
-    if (kDet && pending_old != nullptr) {
+    if (pending_new < 0) return;  // no newer group: bulk_wait<1> would not cover the older
+    if (kDet && pending_old >= 0) {
       bulk_wait<1>();
-      sem_release(pending_old);
+      sem_release(p.semaphores + pending_old);
     }
     pending_old = pending_new;
-    pending_new = nullptr;
+    pending_new = -1;
   };
   auto release_all = [&]() {
-    if (kDet && (pending_old != nullptr || pending_new != nullptr)) {
+    if (kDet && (pending_old >= 0 || pending_new >= 0)) {
       bulk_wait<0>();
-      if (pending_old != nullptr) sem_release(pending_old);
-      if (pending_new != nullptr) sem_release(pending_new);
-      pending_old = pending_new = nullptr;
+      if (pending_old >= 0) sem_release(p.semaphores + pending_old);
+      if (pending_new >= 0) sem_release(p.semaphores + pending_new);
+      pending_old = pending_new = -1;
     }
   };
   unsigned char* s_ds_ptr = smem + Smem::kDs;
@@ -339,36 +372,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   for (int j = 0;; ++j) {
     const int buf = j & 1;
     mbar_wait(full_bar + static_cast<uint32_t>(buf * 8), static_cast<uint32_t>((j >> 1) & 1));
-    const BwStageInfo info = s_info[buf];
-    if (info.end != 0) break;
-    const AttnTile t = p.list.tiles[info.tile];
-    const BwSteps steps(t, c0, group);
-    const int step = info.step;
-    const int cls = info.cls;
-    const int qh = steps.q_head(step, kvh, group);
-    const int rq0 = steps.row0(step);
-    const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
-    // This walker's turn at the block's semaphore: 2 rank (+ wg at D = 64, where both warpgroups
-    // add to the same columns and warpgroup 0 goes first).
-    int32_t* sem = nullptr;
-    int sem_target = 0;
+    const BwStageInfo* info = s_info + (j & (kInfoRecords - 1));
+    if (info->end != 0) break;
+    const int cls = info->cls;
+    // This walker's turn at the block's semaphore: info->target (+ wg at D = 64, where both
+    // warpgroups add to the same columns and warpgroup 0 goes first).
     int sem_seen = 0;
     if constexpr (kDet) {
-      const int u = rq0 / kBwRows;
-      const int num_chunks = (t0.kv_len + kBwKeys - 1) / kBwKeys;
-      const int2 ad = reinterpret_cast<const int2*>(p.list.order)[t.order];
-      const int rank = deterministic_dq_rank(ad.x, ad.y, t.kind == TileKind::CausalDiagonal, num_chunks, w.chunk, u);
-      sem = p.semaphores + t.dq_sem + u * hq + qh;
-      sem_target = 2 * rank + (kD == 64 ? wg : 0);
       if (cls == kEmpty) {  // nothing to add: wait for the turn, pass it on
         mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
         if (tw == 0) {
-          sem_wait_at_least(sem, sem_target, sem_peek(sem));
+          int32_t* sem = p.semaphores + info->sem;
+          sem_wait_at_least(sem, info->target + (kD == 64 ? wg : 0), sem_peek(sem));
           sem_release(sem);
         }
         continue;
       }
-      if (tw == 0) sem_seen = sem_peek(sem);
+      if (tw == 0) sem_seen = sem_peek(p.semaphores + info->sem);
     }
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
@@ -380,8 +400,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const float* lse_b = s_lse + buf * kBwRows;
     const float* delta_b = s_delta + buf * kBwRows;
 
-    bw_sub_tile_dv_dk<kD>(dv, dk, s_k, s_v, qb, dob, lse_b, delta_b, s_mask + buf * 2 * kBwRows, cls, t.kind, keys, c0, rq0,
-                          ds_ptr, wg, key_lo, tq, scale_log2);  // dS^T into buffer ds_buf
+    bw_sub_tile_dv_dk<kD>(dv, dk, s_k, s_v, qb, dob, lse_b, delta_b, s_mask + buf * 2 * kBwRows, cls,
+                          static_cast<TileKind>(info->kind), keys, c0, info->rq0, ds_ptr, wg, key_lo, tq,
+                          scale_log2);  // dS^T into buffer ds_buf
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     if constexpr (kDet && kD == 128) {
@@ -402,8 +423,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 
     // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 j + 2 tq (+ 64 wg at D = 128).
     // D = 64: each warpgroup's partial sum over its 64 keys reduces separately.
-    const int q_rows = min(kBwRows, t.q_len - rq0);
-    const int col0 = qh * kD + (kD == 128 ? 64 * wg : 0);
+    const int q_rows = info->q_rows;
+    const int col0 = info->qh * kD + (kD == 128 ? 64 * wg : 0);
     unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
     bw_write_dq_boxes(tile, dq, row_lo, tq, scale);
     fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
@@ -414,24 +435,24 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
       if (tw == 0) {
-        if constexpr (kDet) sem_wait_at_least(sem, sem_target, sem_seen);
+        if constexpr (kDet) sem_wait_at_least(p.semaphores + info->sem, info->target + (kD == 64 ? wg : 0), sem_seen);
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
-        const int row = dq_row0 + rq0;
+        const int row = info->dq_row;
         tma_reduce_add_2d(&wp.dq_map, src, col0, row);
         tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
         bulk_commit();
         if constexpr (kDet) {
           if constexpr (kD == 64) {  // warpgroup 1 waits for it within this step
             bulk_wait<0>();
-            sem_release(sem);
+            sem_release(p.semaphores + info->sem);
           } else {
-            pending_new = sem;
+            pending_new = info->sem;
           }
         }
       }
     } else {
       if constexpr (kDet) {  // every thread of the warpgroup adds after the turn comes
-        if (tw == 0) sem_wait_at_least(sem, sem_target, sem_seen);
+        if (tw == 0) sem_wait_at_least(p.semaphores + info->sem, info->target + (kD == 64 ? wg : 0), sem_seen);
         if (wg == 0) {
           bar_sync_n<kBarDq0, 128>();
         } else {
@@ -441,7 +462,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       // Thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31 (box tw & 1), from the tile.
       const int row = tw >> 1;
       if (row < q_rows) {
-        float* dst = p.dq + static_cast<int64_t>(dq_row0 + rq0 + row) * hq * kD + col0 + 32 * (tw & 1);
+        float* dst = p.dq + static_cast<int64_t>(info->dq_row + row) * hq * kD + col0 + 32 * (tw & 1);
         const unsigned char* src = tile + (tw & 1) * kDqBoxBytes + row * 128;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
@@ -457,14 +478,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         } else {
           bar_sync_n<kBarDq1, 128>();
         }
-        if (tw == 0) sem_release(sem);
+        if (tw == 0) sem_release(p.semaphores + info->sem);
       }
     }
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
   if (tw == 0) release_all();
 
-  // Deterministic too: one work item per (kv group, chunk, kv head) adds these rows.
+  // Deterministic too: one work item per (key block, chunk, kv head) adds these rows.
+  const AttnTile* t0 = p.list.tiles + w.tile;
+  const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
   bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
 #endif
 }
