@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
         }
         if (with_det) {
-          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape);
+          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape, c.row_offsets, c.ranges);
           if (det.num_semaphores > semaphore_capacity) {
             cudaFree(semaphores);
             ck(cudaMalloc(&semaphores, static_cast<size_t>(det.num_semaphores) * 4), "malloc semaphores");

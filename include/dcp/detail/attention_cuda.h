@@ -134,7 +134,7 @@ struct AttnTileList {
   int32_t num_work = 0;
   const int32_t* row_offsets = nullptr;  // Partial tiles only (may be null otherwise)
   const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
-  const int32_t* order = nullptr;        // deterministic backward only: pairs {A, D} (see below)
+  const int32_t* order = nullptr;        // deterministic backward only (see below)
 };
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
@@ -184,45 +184,51 @@ struct AttnForwardParams {
 //   dK, dV: the tiles sharing key rows (same kv rows and dK/dV rows: a "key block") run in ONE
 //     work item per (block, 128-key chunk, kv head), which walks them and adds its dK / dV once;
 //     no two items touch the same dK / dV element.
-//   dQ: each (dQ 64-row sub-tile, q head) has a semaphore. The walkers of that block (every step
-//     of every item whose walk covers it, masked or not) add in work-item order: a walker waits
-//     until the semaphore reaches 2 x its rank, adds (or, for a step with no allowed pair, adds
-//     nothing), and bumps the semaphore once per consumer warpgroup. Ranks only point to lower
-//     work items, which the GPU dispatches first, so the waits cannot cycle.
-// Work order: key blocks (tiles sharing kv rows and dK/dV rows) in list order, chunks from last
-// to first (a causal diagonal tile's late chunks start their walk deepest and reach each block
-// first), kv heads innermost; an item walks the tiles of its block and head in list order. The
-// rank of a walker of tile t, chunk c, at sub-tile u is closed-form:
-//   rank = A + (D > 0 ? min(D, u / 2 + 1) : 0) + (t causal diagonal ? max(0, min(n - 1, u / 2) - c)
-//                                                                  : n - 1 - c)
-// with n the block's chunk count and {A, D} = order[t.order]: A the chunks of earlier blocks
-// whose Full or Partial tile covers the same dQ rows and kv head, D the chunk count of an
-// earlier block's causal diagonal tile there (0: none); a causal diagonal chunk c' walks
-// sub-tiles u >= 2 c' only.
+//   dQ: each (dQ 64-row sub-tile, q head) has a semaphore. The walkers of that block (the steps,
+//     with at least one allowed pair, of every item that covers it) add in work-item order: a
+//     walker waits until the semaphore reaches 2 x its rank (its number of earlier walkers), adds,
+//     and bumps the semaphore once per consumer warpgroup. Ranks only point to lower work items,
+//     which the GPU dispatches first, so the waits cannot cycle.
+// Work order: key blocks in list order, chunks from last to first (a causal diagonal tile's late
+// chunks start their walk deepest and reach each block first), kv heads innermost; an item walks
+// the tiles of its block and head in list order. The rank of the walker of tile t, chunk c at
+// sub-tile u is deterministic_dq_rank() of order[t.order + u] (earlier blocks' walkers there) and,
+// for a Partial tile, the bit set of its non-empty chunks at u (order[t.order + nsub + 2u], the
+// low word first; nsub = ceil(q_len / 64)). Steps without an allowed pair are not walkers.
 // Preconditions (InvalidInput otherwise): tiles sharing dQ rows share them exactly (same first
-// row and length); tiles sharing dK/dV rows of a kv head share their kv rows exactly; at most one
-// causal diagonal tile per (dQ rows, kv head); one tile per (key block, kv head, dQ rows).
+// row and length); tiles sharing dK/dV rows of a kv head share their kv rows exactly; one tile
+// per (key block, kv head, dQ rows); Partial tiles span at most 8192 keys (Unsupported).
 struct DeterministicBackwardWork {
   std::vector<AttnTile> tiles;     // one tile per kv head, grouped by (key block, head); dq_sem, order set
   std::vector<AttnWorkItem> work;  // tile = first tile of its (block, head), num_tiles = their count
-  std::vector<int32_t> order;      // pairs {A, D}
+  std::vector<int32_t> order;      // per tile: earlier walkers per sub-tile; Partial: non-empty chunks
   int32_t num_semaphores = 0;      // int32 semaphores the launch needs (zeroed by the launcher)
 };
-DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape);
+// row_offsets / ranges: the list's Partial masks (as AttnTileList), on the host.
+DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
+                                                           std::span<const int32_t> row_offsets,
+                                                           std::span<const int32_t> ranges);
 
-// Rank of a dQ walker (see above); host and device share it.
+// Rank of a dQ walker (see above); host and device share it. earlier: walkers of earlier blocks at
+// the sub-tile; num_chunks: the block's chunks; partial_chunks: a Partial tile's non-empty chunks
+// at the sub-tile (other kinds ignore it: Full tiles have every chunk there, a causal diagonal
+// tile the chunks c <= sub_tile / 2).
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
-inline int deterministic_dq_rank(int a, int d, bool causal_diagonal, int num_chunks, int chunk, int sub_tile) {
-  const int half = sub_tile / 2;
-  const int diag_before = d > 0 ? (d < half + 1 ? d : half + 1) : 0;
-  int own = num_chunks - 1 - chunk;
-  if (causal_diagonal) {
-    const int last = num_chunks - 1 < half ? num_chunks - 1 : half;
-    own = last - chunk > 0 ? last - chunk : 0;
+inline int deterministic_dq_rank(int earlier, TileKind kind, int num_chunks, int chunk, int sub_tile,
+                                 uint64_t partial_chunks) {
+  if (kind == TileKind::Partial) {
+    const uint64_t later = chunk >= 63 ? 0 : partial_chunks >> (chunk + 1);
+#if defined(__CUDA_ARCH__)
+    return earlier + __popcll(later);
+#else
+    return earlier + __builtin_popcountll(later);
+#endif
   }
-  return a + diag_before + own;
+  int last = num_chunks - 1;  // the block's chunks after `chunk` that walk this sub-tile
+  if (kind == TileKind::CausalDiagonal && sub_tile / 2 < last) last = sub_tile / 2;
+  return earlier + (last > chunk ? last - chunk : 0);
 }
 
 struct AttnBackwardParams {

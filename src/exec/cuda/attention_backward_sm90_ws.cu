@@ -36,10 +36,10 @@
 // with fewer rows (the last of a tile), or no tensor map, add dQ with fp32 atomics from registers.
 //
 // Deterministic variant (template flag kDet; the contract in dcp/detail/attention_cuda.h): a work
-// item walks every tile of its kv group (the record names each step's tile), so dK / dV leave
-// once per (group, chunk, kv head); steps with no allowed pair are passed to the consumers
-// instead of skipped, and before adding a dQ block a consumer's thread 0 waits until the block's
-// semaphore reaches its turn. The release of a TMA reduction waits until the step after next
+// item walks every tile of its key block, so dK / dV leave once per (block, chunk, kv head); the
+// producer puts each step's semaphore and turn (its rank, from the host's order table) into the
+// step's record, and before adding a dQ block a consumer's thread 0 waits until the semaphore
+// reaches that turn. The release of a TMA reduction waits until the step after next
 // (when it has long completed), so no step stalls on a reduction's latency; a walker's
 // successor trails it by a step and a half, once per item.
 #include <cuda_bf16.h>
@@ -90,7 +90,7 @@ inline constexpr int kDqTmaTileBytes = 2 * kDqBoxBytes;
 // record stays intact for its whole step (the producer writes record j + 4 only after the
 // consumers released data slot j + 2, which they do within step j + 2).
 struct BwStageInfo {
-  int32_t cls;     // kFull or kMasked; kEmpty only in the deterministic kernel (no data loaded)
+  int32_t cls;     // kFull or kMasked
   int32_t end;     // 1: no step left (nothing else in the record is valid)
   int32_t kind;    // the step's tile kind
   int32_t rq0;     // first q row of the sub-tile in the tile
@@ -102,6 +102,7 @@ struct BwStageInfo {
   int32_t pad_[3];
 };
 inline constexpr int kInfoRecords = 4;
+
 
 // Deterministic dQ order (dcp/detail/attention_cuda.h). A walker reads its block's semaphore
 // early in the step (relaxed: the load's latency hides under the step's products) and, at the
@@ -258,8 +259,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     for (int j = 0;; ++j, ++step) {
       const int slot = j & 1;
       if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-      // The next step: the default kernel skips steps with no allowed pair; the deterministic one
-      // passes them on (no data) since their walkers still take their turn at the dQ semaphores.
+      // The next step with an allowed pair (the deterministic order counts those only).
       int cls = kEmpty;
       bool end = false;
       for (;;) {
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           continue;
         }
         cls = classify(step, slot);
-        if (kDet || cls != kEmpty) break;
+        if (cls != kEmpty) break;
         ++step;
       }
       const int qh = end ? 0 : steps.q_head(step, kvh, group);
@@ -292,10 +292,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
           if constexpr (kDet) {
             const int u = rq0 / kBwRows;
-            const int num_chunks = (t->kv_len + kBwKeys - 1) / kBwKeys;
-            const int2 ad = reinterpret_cast<const int2*>(p.list.order)[t->order];
+            const int32_t* ord = p.list.order + t->order;
+            uint64_t chunks_here = 0;
+            if (t->kind == TileKind::Partial) {
+              const int nsub = (t->q_len + kBwRows - 1) / kBwRows;
+              chunks_here = static_cast<uint32_t>(ord[nsub + 2 * u]) |
+                            (static_cast<uint64_t>(static_cast<uint32_t>(ord[nsub + 2 * u + 1])) << 32);
+            }
             info.sem = t->dq_sem + u * hq + qh;
-            info.target = 2 * deterministic_dq_rank(ad.x, ad.y, t->kind == TileKind::CausalDiagonal, num_chunks, w.chunk, u);
+            info.target = 2 * deterministic_dq_rank(ord[u], t->kind, (t->kv_len + kBwKeys - 1) / kBwKeys, w.chunk, u,
+                                                    chunks_here);
           }
         }
         s_info[j & (kInfoRecords - 1)] = info;
@@ -357,7 +363,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
   };
   unsigned char* s_ds_ptr = smem + Smem::kDs;
-  int ds_steps = 0;  // deterministic kernel: steps that computed so far
   const uint32_t s_ds = base + Smem::kDs;
   const uint32_t s_dqt = base + Smem::kDqT;
 
@@ -379,22 +384,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     // warpgroups add to the same columns and warpgroup 0 goes first).
     int sem_seen = 0;
     if constexpr (kDet) {
-      if (cls == kEmpty) {  // nothing to add: wait for the turn, pass it on
-        mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
-        if (tw == 0) {
-          int32_t* sem = p.semaphores + info->sem;
-          sem_wait_at_least(sem, info->target + (kD == 64 ? wg : 0), sem_peek(sem));
-          sem_release(sem);
-        }
-        continue;
-      }
       if (tw == 0) sem_seen = sem_peek(p.semaphores + info->sem);
     }
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
-    // dS^T alternates over the steps that compute (the deterministic kernel's empty steps meet
-    // at no barrier, so they must not advance it: see the double-buffer argument above).
-    const int ds_buf = kDet ? ds_steps++ & 1 : buf;
+    const int ds_buf = buf;
     const uint32_t dsb = s_ds + static_cast<uint32_t>(ds_buf * Smem::kDsBytes);
     unsigned char* ds_ptr = s_ds_ptr + ds_buf * Smem::kDsBytes;
     const float* lse_b = s_lse + buf * kBwRows;

@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -93,7 +94,9 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
   return work;
 }
 
-DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
+DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
+                                                           std::span<const int32_t> row_offsets,
+                                                           std::span<const int32_t> ranges) {
   const char* where = "make_deterministic_backward_work";
   validate(tiles, shape, where);
   const int hq = shape.num_q_heads;
@@ -167,12 +170,15 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
 
   DeterministicBackwardWork out;
   out.num_semaphores = static_cast<int32_t>(sems);
-  // Per (segment, kv head): chunks of earlier items' Full or Partial tiles there (A), and the
-  // chunk count of an earlier causal diagonal tile there (D). Items of one head run in block
-  // order, chunks last to first; other heads' items never share a semaphore.
-  const std::size_t nseg = sem_base.size();
-  std::vector<int32_t> cover(nseg * static_cast<std::size_t>(hkv), 0), diag(nseg * static_cast<std::size_t>(hkv), 0);
+  // Walkers seen so far per (segment, kv head, 64-row sub-tile), in work order: items of one head
+  // run in block order, chunks last to first; other heads' items never share a semaphore.
+  std::vector<int64_t> seg_sub(sem_base.size() + 1, 0);  // first sub-tile of each segment
+  for (const auto& [row, seg] : segments)
+    seg_sub[static_cast<std::size_t>(seg.second) + 1] = (seg.first + 63) / 64;
+  for (std::size_t i = 1; i < seg_sub.size(); ++i) seg_sub[i] += seg_sub[i - 1];
+  std::vector<int32_t> seen(static_cast<std::size_t>(seg_sub.back()) * static_cast<std::size_t>(hkv), 0);
   auto seg_of = [&](const AttnTile& t) { return static_cast<std::size_t>(segments.at(dq_row0(t)).second); };
+  std::vector<uint64_t> nonempty;  // Partial tile: bit c of sub-tile u = chunk c has an allowed pair there
   for (const auto& heads : members) {
     int chunks = 0;
     std::vector<int32_t> first(static_cast<std::size_t>(hkv), -1);
@@ -181,35 +187,66 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       if (m.empty()) continue;
       chunks = (tiles[static_cast<std::size_t>(m[0])].kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
       first[static_cast<std::size_t>(h)] = static_cast<int32_t>(out.tiles.size());
-      std::set<std::size_t> seen;
+      std::set<std::size_t> segs;
+      std::vector<std::pair<std::size_t, std::vector<uint64_t>>> adds;  // this block's walkers, added after it
       for (const int i : m) {
         AttnTile t = tiles[static_cast<std::size_t>(i)];
         const std::size_t seg = seg_of(t);
-        if (!seen.insert(seg).second) {
+        if (!segs.insert(seg).second) {
           raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
                                              " repeats the dQ rows of another tile over the same keys and kv head");
         }
-        const std::size_t at = seg * static_cast<std::size_t>(hkv) + static_cast<std::size_t>(h);
+        const int nsub = (t.q_len + 63) / 64;
+        // Which (chunk, sub-tile) steps have an allowed pair: the kernel skips the others.
+        nonempty.assign(static_cast<std::size_t>(nsub), 0);
+        if (t.kind == TileKind::Partial) {
+          if (chunks > 64) {
+            raise(ErrorKind::Unsupported, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
+                                              " is a partial tile over more than 8192 keys");
+          }
+          for (int r = 0; r < t.q_len; ++r) {
+            const auto ri = static_cast<std::size_t>(t.range_row_begin + r);
+            if (ri + 1 >= row_offsets.size()) {
+              raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
+                                                 " has rows past the end of row_offsets");
+            }
+            for (int32_t k = row_offsets[ri]; k < row_offsets[ri + 1]; ++k) {
+              if (2 * static_cast<std::size_t>(k) + 1 >= ranges.size()) {
+                raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
+                                                   " has ranges past the end of the range list");
+              }
+              const int b0 = std::max(ranges[2 * static_cast<std::size_t>(k)], 0);
+              const int e0 = std::min(ranges[2 * static_cast<std::size_t>(k) + 1], t.kv_len);
+              if (e0 <= b0) continue;
+              for (int c = b0 / kAttnBackwardChunkRows; c * kAttnBackwardChunkRows < e0; ++c)
+                nonempty[static_cast<std::size_t>(r / 64)] |= uint64_t{1} << c;
+            }
+          }
+        } else {
+          for (int u = 0; u < nsub; ++u) {
+            // Causal diagonal: chunk c walks sub-tiles u >= 2 c, all non-empty; Full: every one.
+            const int last = t.kind == TileKind::CausalDiagonal ? std::min(chunks - 1, u / 2) : chunks - 1;
+            nonempty[static_cast<std::size_t>(u)] = last >= 63 ? ~uint64_t{0} : (uint64_t{1} << (last + 1)) - 1;
+          }
+        }
         t.kv_head_begin = h;
         t.kv_head_end = h + 1;
         t.dq_sem = sem_base[seg];
-        t.order = static_cast<int32_t>(out.order.size() / 2);
-        out.order.push_back(cover[at]);
-        out.order.push_back(diag[at]);
+        t.order = static_cast<int32_t>(out.order.size());
+        const std::size_t at0 = (static_cast<std::size_t>(seg_sub[seg]) * static_cast<std::size_t>(hkv)) +
+                                static_cast<std::size_t>(h) * static_cast<std::size_t>(nsub);
+        for (int u = 0; u < nsub; ++u) out.order.push_back(seen[at0 + static_cast<std::size_t>(u)]);
+        if (t.kind == TileKind::Partial) {
+          for (int u = 0; u < nsub; ++u) {
+            out.order.push_back(static_cast<int32_t>(static_cast<uint32_t>(nonempty[static_cast<std::size_t>(u)])));
+            out.order.push_back(static_cast<int32_t>(static_cast<uint32_t>(nonempty[static_cast<std::size_t>(u)] >> 32)));
+          }
+        }
+        adds.emplace_back(at0, nonempty);
         out.tiles.push_back(t);
       }
-      for (const int i : m) {
-        const AttnTile& t = tiles[static_cast<std::size_t>(i)];
-        const std::size_t at = seg_of(t) * static_cast<std::size_t>(hkv) + static_cast<std::size_t>(h);
-        if (t.kind != TileKind::CausalDiagonal) {
-          cover[at] += chunks;
-        } else if (diag[at] != 0) {
-          raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
-                                             " is a second causal diagonal tile over the same dQ rows and kv head");
-        } else {
-          diag[at] = chunks;
-        }
-      }
+      for (const auto& [at0, bits] : adds)
+        for (std::size_t u = 0; u < bits.size(); ++u) seen[at0 + u] += std::popcount(bits[u]);
     }
     for (int c = chunks - 1; c >= 0; --c) {
       for (int h = 0; h < hkv; ++h) {
@@ -220,7 +257,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       }
     }
   }
-  if (out.order.empty()) out.order = {0, 0};
+  if (out.order.empty()) out.order = {0};
   return out;
 }
 
