@@ -86,3 +86,29 @@ def test_compiled_on_gpu_matches_eager():
     got = torch.autograd.grad(torch.compile(f, fullgraph=True)(q, k, v, plan.handle), (q, k, v))
     for a, b in zip(got, want):
         assert rel_error(a.float().cpu(), b.float().cpu()) < 1e-2
+
+
+def test_deterministic_backward_repeats_bitwise():
+    shape = (8, 2, 128)
+    lengths, specs = cases.random_docs(13, max_len=1500, num_docs=6)
+    dt.configure(deterministic=True)
+    try:
+        plan = planned(lengths, specs, shape)
+        q, k, v, w = cases.inputs(13, sum(lengths), shape)
+        q, k, v = (plan.dispatch(t.to(torch.bfloat16)).to(DEV) for t in (q, k, v))
+        wl = plan.dispatch(w).to(DEV)
+        grads = []
+        for _ in range(3):
+            ql, kl, vl = (t.clone().requires_grad_() for t in (q, k, v))
+            (dt.attention(ql, kl, vl, plan, 0).float() * wl).sum().backward()
+            grads.append((ql.grad, kl.grad, vl.grad))
+        for later in grads[1:]:
+            for a, b in zip(grads[0], later):
+                assert torch.equal(a, b), "deterministic gradients differ between runs"
+        qr, kr, vr = (plan.undispatch(t.float().cpu()).double().requires_grad_() for t in (q, k, v))
+        o_ref, _ = attention_fp64(qr, kr, vr, lengths, specs)
+        (o_ref * w.double()).sum().backward()
+        for got, want in zip(grads[0], (qr.grad, kr.grad, vr.grad)):
+            assert rel_error(plan.undispatch(got.float().cpu()), want) < 2e-2
+    finally:
+        dt.configure(deterministic=False)
