@@ -151,13 +151,14 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
                      : opts.multilevel.enabled     ? 1
                      : cluster.num_devices() <= 16 ? 3
                                                    : 2;
-  const auto backend = placement::make_partitioner(opts.partitioner, starts, opts.multilevel);
   const bool builtin = opts.partitioner == PartitionerKind::Builtin;
   const char* name = rep.partitioner.c_str();
 
   const PlacementHypergraph h = build_placement_hypergraph(table, opts.tile_cost);
   rep.build_s = seconds_since(t_start);
   const int32_t nv = h.num_vertices();
+  const auto backend = placement::make_partitioner(opts.partitioner, starts, opts.multilevel,
+                                                   placement::is_large(h, opts));
   const int num_nodes = cluster.nodes, dpn = cluster.devices_per_node;
   const int num_dev = cluster.num_devices();
   const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
