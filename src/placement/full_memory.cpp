@@ -31,9 +31,9 @@ double mean_of(const std::vector<int64_t>& v) {
 // mean) and refined, against a fresh partition of the node by the backend with that bound from
 // the start; the better one is kept (on the comparison instances the fresh partition won on most
 // nodes: the repair moves whole remote groups greedily). On a large instance (light path,
-// PlacementOptions::large_vertices) the repaired split alone: most nodes are over after the
-// device level there, and the fresh partitions doubled the cost for more bytes on most of the
-// 1M-token batches measured. What a node cannot fix inside is
+// PlacementOptions::large_vertices) the fresh partition runs only where the repaired split
+// still misses a bound: most nodes are over after the device level there, and the fresh
+// partitions doubled the cost for more bytes on most of the 1M-token batches measured. What a node cannot fix inside is
 // repaired across nodes on the exact hierarchical objective, then refined by FM there.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
                          const Cluster& cluster, const PlacementOptions& opts,
@@ -68,7 +68,8 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         repair_balance(s, caps, dev);
         if (backend != nullptr) refine(s, caps, opts, dev);
-        if (backend != nullptr && !is_large(h, opts)) {
+        if (backend != nullptr &&
+            (!is_large(h, opts) || !cap_excess(s, caps, dev).same(CapExcess{}))) {
           std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine);
           repair_balance(s, caps, fresh);
           const CapExcess x_dev = cap_excess(s, caps, dev), x_fresh = cap_excess(s, caps, fresh);
