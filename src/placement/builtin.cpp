@@ -34,8 +34,8 @@ struct Result {
 
 class BuiltinPartitioner final : public Partitioner {
  public:
-  BuiltinPartitioner(int starts, const MultilevelOptions& ml)
-      : starts_(std::clamp(starts, 1, 3)), ml_(ml) {}
+  BuiltinPartitioner(int starts, const MultilevelOptions& ml, bool light)
+      : starts_(std::clamp(starts, 1, 3)), ml_(ml), light_(light) {}
 
   std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
                                  const RefineOptions& refine) const override {
@@ -53,7 +53,8 @@ class BuiltinPartitioner final : public Partitioner {
   // (nodes) it is Best and SharedBands: both keep each node's tiles in whole (row, head group)
   // runs that the next level splits by head group for free, so the node objective ranks them as
   // the final bytes do; zigzag and group-major starts were measured worse there (the node
-  // objective cannot see what the device level pays for them).
+  // objective cannot see what the device level pays for them). A light backend
+  // (PlacementOptions::large_vertices) runs Best alone at such a level.
   //
   // Refinement is a V-cycle (refine_multilevel): moves of whole clusters on the coarse levels
   // restructure what single-tile FM moves cannot. The multilevel start (partition_multilevel)
@@ -64,7 +65,8 @@ class BuiltinPartitioner final : public Partitioner {
     if (caps.k() <= 1) return {structured_initial(s, caps)};
     const int k = caps.k();
     const bool upper = s.sub_parts > 1;
-    const int starts = upper ? 2 : starts_;
+    const bool light = upper && light_;
+    const int starts = light ? 1 : upper ? 2 : starts_;
     const InitialStrategy device_order[] = {InitialStrategy::Best, InitialStrategy::Zigzag,
                                             InitialStrategy::GroupFirst};
     const InitialStrategy node_order[] = {InitialStrategy::Best, InitialStrategy::SharedBands};
@@ -85,7 +87,7 @@ class BuiltinPartitioner final : public Partitioner {
       r.excess = cap_excess(s, caps, r.part);
       if (r.better_than(structured)) structured = std::move(r);
     }
-    if (!ml_.enabled) return {std::move(structured.part)};
+    if (!ml_.enabled || light) return {std::move(structured.part)};
     Result multilevel;
     multilevel.part = partition_multilevel(s, caps, ml_, refine, seed);
     repair_balance(s, caps, multilevel.part);
@@ -99,12 +101,14 @@ class BuiltinPartitioner final : public Partitioner {
  private:
   int starts_;
   MultilevelOptions ml_;
+  bool light_;
 };
 
 }  // namespace
 
-std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml) {
-  return std::make_unique<BuiltinPartitioner>(starts, ml);
+std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml,
+                                                      bool light) {
+  return std::make_unique<BuiltinPartitioner>(starts, ml, light);
 }
 
 }  // namespace dcp::placement

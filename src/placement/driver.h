@@ -10,6 +10,11 @@
 
 namespace dcp::placement {
 
+// True when the instance takes the light path (PlacementOptions::large_vertices).
+inline bool is_large(const PlacementHypergraph& h, const PlacementOptions& opts) {
+  return opts.large_vertices > 0 && h.num_vertices() > opts.large_vertices;
+}
+
 // The sub-hypergraph of the vertices with level_part[v] == which (all of them when which < 0),
 // with the tile geometry. Nets keep their pins inside; a net whose home lies outside is
 // external. Net weight: bytes x inter_weight at the node level (which < 0: every cut byte

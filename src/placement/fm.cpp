@@ -50,6 +50,16 @@ class Fm {
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
     cached_ = !s.hierarchical();
     if (cached_) cache_.init(s, k_, part, count_);
+    if (s.hierarchical()) {
+      int32_t num_nodes = 0;
+      for (int b = 0; b < k_; ++b) num_nodes = std::max(num_nodes, s.part_node[b] + 1);
+      node_parts_begin_.assign(static_cast<size_t>(num_nodes) + 1, 0);
+      for (int b = 0; b < k_; ++b) ++node_parts_begin_[static_cast<size_t>(s.part_node[b]) + 1];
+      for (int32_t n = 0; n < num_nodes; ++n) node_parts_begin_[n + 1] += node_parts_begin_[n];
+      node_parts_.resize(static_cast<size_t>(k_));
+      std::vector<int32_t> fill(node_parts_begin_.begin(), node_parts_begin_.end() - 1);
+      for (int b = 0; b < k_; ++b) node_parts_[fill[s.part_node[b]]++] = b;
+    }
   }
 
   // One pass; returns the objective decrease it kept (>= 0).
@@ -147,14 +157,13 @@ class Fm {
                       full_over(from);
     target = -1;
     double best = 0;
+    // The capacity check (held_delta walks v's nets) runs only for a part that would win.
     for (int b = 0; b < k_; ++b) {
-      const bool candidate = b != from && (touched_[b] || over) && fits(v, b);
+      const bool candidate = b != from && (touched_[b] || over);
       touched_[b] = 0;
-      if (!candidate) continue;
-      if (target < 0 || gain_[b] > best) {
-        target = b;
-        best = gain_[b];
-      }
+      if (!candidate || (target >= 0 && !(gain_[b] > best)) || !fits(v, b)) continue;
+      target = b;
+      best = gain_[b];
     }
     return best;
   }
@@ -166,8 +175,8 @@ class Fm {
     const int32_t from = part_[v];
     cand_.clear();
     const int32_t node = s_.part_node[from];
-    for (int b = 0; b < k_; ++b)
-      if (s_.part_node[b] == node && b != from) cand_.push_back(b);
+    for (int32_t i = node_parts_begin_[node]; i < node_parts_begin_[node + 1]; ++i)
+      if (node_parts_[i] != from) cand_.push_back(node_parts_[i]);
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
       const int32_t hv = s_.net_home[e];
@@ -266,6 +275,8 @@ class Fm {
   std::vector<double> load_c_, load_m_, load_f_, gain_;
   std::vector<uint8_t> touched_;
   std::vector<int32_t> node_scratch_, cand_;
+  // Parts of each node (hierarchical cost), ascending: node_parts_[node_parts_begin_[n] ...].
+  std::vector<int32_t> node_parts_, node_parts_begin_;
   bool cached_ = false;
   GainCache cache_;
   std::vector<uint32_t> version_;

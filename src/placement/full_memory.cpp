@@ -30,7 +30,10 @@ double mean_of(const std::vector<int64_t>& v) {
 // full bound (aiming under it, since fixing moves tiles back to their data and so lowers the
 // mean) and refined, against a fresh partition of the node by the backend with that bound from
 // the start; the better one is kept (on the comparison instances the fresh partition won on most
-// nodes: the repair moves whole remote groups greedily). What a node cannot fix inside is
+// nodes: the repair moves whole remote groups greedily). On a large instance (light path,
+// PlacementOptions::large_vertices) the fresh partition runs only where the repaired split
+// still misses a bound: most nodes are over after the device level there, and the fresh
+// partitions doubled the cost for more bytes on most of the 1M-token batches measured. What a node cannot fix inside is
 // repaired across nodes on the exact hierarchical objective, then refined by FM there.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
                          const Cluster& cluster, const PlacementOptions& opts,
@@ -64,8 +67,9 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         repair_balance(s, caps, dev);
-        if (backend != nullptr) {
-          refine(s, caps, opts, dev);
+        if (backend != nullptr) refine(s, caps, opts, dev);
+        if (backend != nullptr &&
+            (!is_large(h, opts) || !cap_excess(s, caps, dev).same(CapExcess{}))) {
           std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine);
           repair_balance(s, caps, fresh);
           const CapExcess x_dev = cap_excess(s, caps, dev), x_fresh = cap_excess(s, caps, fresh);
@@ -101,7 +105,8 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
 // bound: it sees what neither level does (a remote net costs once per device reading it, and
 // moves across nodes). Full memory is bounded against the current mean, aiming under the bound
 // as the repair does; the result is kept only when it adds no violation (the mean moves with
-// the copies that FM removes).
+// the copies that FM removes). On a large instance flat FM only: the V-cycle's coarse levels
+// hold vertices with many nets and hundreds of candidate devices, and cost ten times the finest.
 void refine_globally(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
                      const PlacementOptions& opts, std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices();
@@ -114,7 +119,11 @@ void refine_globally(const BlockTable& table, const PlacementHypergraph& h, cons
   caps.full_memory.assign(num_dev, (1 + opts.eps_memory * opts.full_memory_target_first) *
                                        mean_of(full_memory_bytes(h, parts, num_dev)));
   std::vector<int32_t> trial = parts;
-  refine(make_all_devices(table, h, cluster), caps, opts, trial);
+  const SubHypergraph all = make_all_devices(table, h, cluster);
+  if (is_large(h, opts))
+    refine_fm(all, caps, opts.refine, opts.seed, trial);
+  else
+    refine(all, caps, opts, trial);
   PlacementReport before, after;
   if (check_balance(h, trial, cluster, opts, after).size() <=
       check_balance(h, parts, cluster, opts, before).size())

@@ -166,12 +166,14 @@ class Partitioner {
 
 // `starts`: structured starts tried at a device level (1: Best; 2: + Zigzag; 3: + GroupFirst;
 // GroupSplit is added where the head groups divide evenly over the parts); `ml`: the multilevel
-// scheme (V-cycles and the multilevel start) when enabled.
-std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml);
+// scheme (V-cycles and the multilevel start) when enabled; `light`: at a level whose parts are
+// split again, the Best structured start alone (PlacementOptions::large_vertices).
+std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml,
+                                                      bool light = false);
 std::unique_ptr<Partitioner> make_metis_partitioner();
 std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built
 std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind, int builtin_starts,
-                                              const MultilevelOptions& ml);
+                                              const MultilevelOptions& ml, bool builtin_light = false);
 
 // splitmix64: the project's portable PRNG step.
 inline uint64_t splitmix64(uint64_t& state) {

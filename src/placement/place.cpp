@@ -151,13 +151,14 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
                      : opts.multilevel.enabled     ? 1
                      : cluster.num_devices() <= 16 ? 3
                                                    : 2;
-  const auto backend = placement::make_partitioner(opts.partitioner, starts, opts.multilevel);
   const bool builtin = opts.partitioner == PartitionerKind::Builtin;
   const char* name = rep.partitioner.c_str();
 
   const PlacementHypergraph h = build_placement_hypergraph(table, opts.tile_cost);
   rep.build_s = seconds_since(t_start);
   const int32_t nv = h.num_vertices();
+  const bool light = builtin && placement::is_large(h, opts);
+  const auto backend = placement::make_partitioner(opts.partitioner, starts, opts.multilevel, light);
   const int num_nodes = cluster.nodes, dpn = cluster.devices_per_node;
   const int num_dev = cluster.num_devices();
   const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
@@ -168,8 +169,12 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   // Level 1: nodes. The backend's candidates within node_candidate_margin of the best node
   // objective all go on (see PlacementOptions::node_candidate_margin).
   auto t0 = Clock::now();
-  std::vector<std::vector<int32_t>> node_parts;
-  if (num_nodes > 1) {
+  auto node_candidates = [&](const placement::Partitioner& b) {
+    std::vector<std::vector<int32_t>> kept;
+    if (num_nodes <= 1) {
+      kept.emplace_back(static_cast<size_t>(nv), 0);
+      return kept;
+    }
     placement::SubHypergraph s = placement::make_sub(table, h, std::vector<int32_t>(nv, 0), -1, w_inter);
     s.sub_parts = dpn;
     // Two devices per node split a node's tiles by head group (exact halves), so the node
@@ -183,7 +188,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     placement::PartCaps hard;
     hard.compute.assign(num_nodes, (1 + opts.eps_compute) * total_c / num_nodes);
     hard.memory.assign(num_nodes, (1 + opts.eps_memory) * total_m / num_nodes);
-    std::vector<std::vector<int32_t>> cands = backend->candidates(s, caps, opts.seed, opts.refine);
+    std::vector<std::vector<int32_t>> cands = b.candidates(s, caps, opts.seed, opts.refine);
     std::vector<double> objective;
     for (std::vector<int32_t>& c : cands) {
       check_parts(c, s.num_vertices(), num_nodes, name);
@@ -193,10 +198,10 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     const double best = *std::min_element(objective.begin(), objective.end());
     for (size_t i = 0; i < cands.size(); ++i)
       if (i == 0 || objective[i] <= (1 + opts.node_candidate_margin) * best)
-        node_parts.push_back(std::move(cands[i]));
-  } else {
-    node_parts.emplace_back(static_cast<size_t>(nv), 0);
-  }
+        kept.push_back(std::move(cands[i]));
+    return kept;
+  };
+  std::vector<std::vector<int32_t>> node_parts = node_candidates(*backend);
   rep.node_level_s = seconds_since(t0);
 
   // Level 2: devices of each node, against the global per-device bounds; then the bounds over
@@ -206,7 +211,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   std::vector<int32_t> best_parts;
   size_t best_violations = 0;
   double best_objective = 0;
-  for (const std::vector<int32_t>& node : node_parts) {
+  auto place_devices = [&](const std::vector<int32_t>& node) {
     std::vector<int32_t> parts(static_cast<size_t>(nv), 0);
     for (int32_t v = 0; v < nv; ++v) parts[v] = node[v] * dpn;
     if (dpn > 1) {
@@ -223,10 +228,6 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
       }
     }
     placement::repair_bounds(table, h, cluster, opts, builtin ? backend.get() : nullptr, parts);
-    if (node_parts.size() == 1) {
-      best_parts = std::move(parts);
-      break;
-    }
     PlacementReport r;
     const size_t violations = check_balance(h, parts, cluster, opts, r).size();
     const double objective = connectivity_bytes(h, parts, cluster).objective;
@@ -236,6 +237,13 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
       best_violations = violations;
       best_objective = objective;
     }
+  };
+  for (const std::vector<int32_t>& node : node_parts) place_devices(node);
+  // The light path's single node candidate can leave a bound violated that another start of
+  // the full portfolio meets: those run then, on such batches only.
+  if (light && best_violations > 0 && num_nodes > 1) {
+    const auto full = placement::make_partitioner(opts.partitioner, starts, opts.multilevel);
+    for (const std::vector<int32_t>& node : node_candidates(*full)) place_devices(node);
   }
   rep.device_level_s = seconds_since(t0);
 

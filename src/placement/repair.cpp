@@ -155,8 +155,10 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
       st.gains(v, p);
       int32_t best = -1;
       for (int b = 0; b < k; ++b) {
-        if (b == p || !st.fits(v, b, caps)) continue;
-        if (best < 0 || st.gain_scratch[b] > st.gain_scratch[best]) best = b;
+        if (b == p || (best >= 0 && !(st.gain_scratch[b] > st.gain_scratch[best])) ||
+            !st.fits(v, b, caps))
+          continue;
+        best = b;
       }
       if (best >= 0) cand.emplace_back(st.gain_scratch[best], v, best);
     }
