@@ -216,25 +216,13 @@ struct PlacementOptions {
   double full_memory_target_first = 0.9;
   double full_memory_target_later = 0.8;
   // Instances with more placement-hypergraph vertices than this (tiles + token blocks; 0 =
-  // none) take the light path, whose work grows about linearly with the tiles: (1) the node
-  // level runs the Best structured start alone, V-cycled (no SharedBands, no multilevel
-  // start, so one node candidate); (2) the full-memory rounds repair and V-cycle the current
-  // split of a node over the bound, with no fresh re-partition; (3) the global refinement is
-  // flat FM, without the V-cycle (whose coarse levels of all devices cost most). Where the
-  // repaired split of a node still misses a bound, its fresh re-partition runs as on the full
-  // path; where the placement still violates a bound, the full portfolio's node candidates are
-  // placed too and the best kept. Measured with
-  // `bench_placement --only large` (1M tokens on 32 x 8, one batch each; before -> after):
-  // longalign causal scale 4 (156K vertices) 5.0 s -> 1.0 s and 41.0 -> 30.6 inter-node GB,
-  // ldc causal scale 1 (138K) 2.3 s -> 1.4 s and 44.0 -> 38.1 GB, ldc shared question scale 1
-  // (74K) 1.4 s -> 0.7 s and 27.9 -> 18.2 GB, longalign causal scale 2 (81K) 1.5 s -> 0.5 s and
-  // 16.0 -> 15.8 GB, ldc causal scale 0.5 (45K) 0.67 s -> 0.39 s and 18.03 -> 18.02 GB. On
-  // those batches the node objective ranked SharedBands and the multilevel start first, yet the
-  // Best start ended with fewer bytes. The comparison against Mt-KaHyPar
-  // (bench/results/placement_vs_kahypar.md, up to 18K vertices) and the dryrun and micro
-  // settings of bench_placement (up to ~20K) lie below the default, so they run the full path.
-  // All 32 instances of --only large, 3 batches: worst median 6.0 s -> 1.0 s
-  // (bench/results/placement.md).
+  // none) take the light path, whose work grows about linearly with the tiles: the node level
+  // runs the Best structured start alone, V-cycled; the full-memory rounds repair and V-cycle
+  // the current split of a node over the bound (its fresh re-partition only where that still
+  // misses a bound); the global refinement is flat FM. Where the placement still violates a
+  // bound, the full portfolio's node candidates are placed too and the best kept. On 1M-token
+  // batches the light path is both faster and lower in bytes (bench/results/placement.md); the
+  // comparison against Mt-KaHyPar and the 64K / 131K settings stay below the default.
   int32_t large_vertices = 30000;
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, compute factor < 0, passes
   // < 0, starts outside [0, 3], a tile cost that is not positive and finite).
