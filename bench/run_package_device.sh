@@ -4,7 +4,9 @@
 # and whole plans against fp64, run the package's tests on the GPU, then time the operator against
 # `dcp bench` of the same plan, its host cost per call, and planning hidden by lookahead.
 # Usage (repository root): bench/run_package_device.sh DEPS_DIR [phases...]
-#   phases: build checks pytest op bench (default: all); results and logs in $OUT (or /tmp/dcp_out)
+#   phases: build checks pytest op bench det (default: all but det); results and logs in $OUT (or /tmp/dcp_out)
+#   (det: the kernel table with the deterministic backward beside the default, its whole-plan
+#   check, and `dcp bench` of one-GPU plans with and without it)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 set -u
 cd "$(dirname "$0")/.."
@@ -64,5 +66,20 @@ if has bench; then
   timeout 200 $b/dcp bench --profile ldc --seed 1 --tokens 131072 --mask causal --q-heads 32 --kv-heads 8 \
     --head-dim 128 --block 2048 --stages 2 --layers 4 --iters 5 --warmup 2 --method dcp --cluster h200-nvl --nodes 1 \
     --json "$out/dcp_bench.json" 2>&1 | tail -12 | tee -a "$log"
+fi
+if has det; then  # the deterministic backward: kernel table beside the default, whole plans, repeatability
+  say "kernel bench: every route and the deterministic backward"
+  timeout 200 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tail -32 | tee -a "$log"
+  say "whole-plan check, 1 GPU, deterministic backward (gradients bitwise equal over 3 steps)"
+  DCP_ATTN_DETERMINISTIC=1 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det.log" 2>&1
+  echo "exec check (deterministic): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det.log") configs bitwise equal" | tee -a "$log"
+  for m in causal lambda causal_blockwise shared_question; do
+    for d in 0 1; do
+      say "dcp bench ldc 65536 $m, deterministic=$d"
+      DCP_ATTN_DETERMINISTIC=$d timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 \
+        --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
+        --cluster h200-nvl --nodes 1 --json "$out/dcp_bench_det${d}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+    done
+  done
 fi
 say done
