@@ -189,9 +189,10 @@ struct AttnForwardParams {
 //     walker waits until the semaphore reaches 2 x its rank (its number of earlier walkers), adds,
 //     and bumps the semaphore once per consumer warpgroup. Ranks only point to lower work items,
 //     which the GPU dispatches first, so the waits cannot cycle.
-// Work order: key blocks in list order, chunks from last to first (a causal diagonal tile's late
-// chunks start their walk deepest and reach each block first), kv heads innermost; an item walks
-// the tiles of its block and head in list order. The rank of the walker of tile t, chunk c at
+// Work order: key blocks by first key row, chunks from last to first (a causal diagonal tile's
+// late chunks start their walk deepest and reach each block first), kv heads innermost; an item
+// walks the tiles of its block and head from the last dQ rows to the first (attention_work.cpp
+// says why). The rank of the walker of tile t, chunk c at
 // sub-tile u is deterministic_dq_rank() of order[t.order + u] (earlier blocks' walkers there) and,
 // for a Partial tile, the bit set of its non-empty chunks at u (order[t.order + nsub + 2u], the
 // low word first; nsub = ceil(q_len / 64)). Steps without an allowed pair are not walkers.
