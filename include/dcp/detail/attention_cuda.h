@@ -189,7 +189,7 @@ struct AttnForwardParams {
 //     walker waits until the semaphore reaches 2 x its rank (its number of earlier walkers), adds,
 //     and bumps the semaphore once per consumer warpgroup. Ranks only point to lower work items,
 //     which the GPU dispatches first, so the waits cannot cycle.
-// Work order: key blocks by first key row, chunks from last to first (a causal diagonal tile's
+// Work order: key blocks with fewer tiles first (then by first key row), chunks from last to first (a causal diagonal tile's
 // late chunks start their walk deepest and reach each block first), kv heads innermost; an item
 // walks the tiles of its block and head from the last dQ rows to the first (attention_work.cpp
 // says why). The rank of the walker of tile t, chunk c at

@@ -180,21 +180,28 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   auto seg_of = [&](const AttnTile& t) { return static_cast<std::size_t>(segments.at(dq_row0(t)).second); };
   std::vector<uint64_t> nonempty;  // Partial tile: bit c of sub-tile u = chunk c has an allowed pair there
   // Walk order, so that an item earlier in the dQ order tends to reach each shared dQ block
-  // first: key blocks by their first key row, each item's tiles by their dQ rows from last to
-  // first. In a sequence laid out in order, key block j's tiles cover q blocks j, j + 1, ...
-  // (causal: to the end; a window: W of them): walked from the last, block j reaches q block s
-  // after its tiles above s, which are no more than block j + 1's, so it is never behind a
-  // later block there. (Walked from the first, block j + 1 would start at q block j + 1 while
-  // block j is still at q block j, and every later block would wait a tile for the one before.)
+  // first. Key blocks with fewer tiles first (ties: by first key row): a key block that many q
+  // blocks attend (a causal sequence's first block, an attention sink, a shared question) is
+  // walked by its items one tile after another, and every other walker of those q blocks would
+  // wait for it if it came first. Each item's tiles from the last dQ rows to the first: in a
+  // sequence laid out in order, key block j's tiles cover q blocks j, j + 1, ... (to the end, or
+  // a window of them), so walked from the last, the blocks before it in this order reach each
+  // shared q block no later than it does.
   std::vector<std::size_t> block_order(members.size());
-  for (std::size_t b = 0; b < members.size(); ++b) block_order[b] = b;
+  std::vector<std::size_t> block_tiles(members.size(), 0);
+  for (std::size_t b = 0; b < members.size(); ++b) {
+    block_order[b] = b;
+    for (const auto& m : members[b]) block_tiles[b] = std::max(block_tiles[b], m.size());
+  }
   auto first_tile = [&](std::size_t b) -> const AttnTile& {
     for (const auto& m : members[b])
       if (!m.empty()) return tiles[static_cast<std::size_t>(m[0])];
     return tiles[0];
   };
-  std::stable_sort(block_order.begin(), block_order.end(),
-                   [&](std::size_t a, std::size_t b) { return first_tile(a).kv_begin < first_tile(b).kv_begin; });
+  std::stable_sort(block_order.begin(), block_order.end(), [&](std::size_t a, std::size_t b) {
+    if (block_tiles[a] != block_tiles[b]) return block_tiles[a] < block_tiles[b];
+    return first_tile(a).kv_begin < first_tile(b).kv_begin;
+  });
   for (auto& heads : members)
     for (auto& m : heads)
       std::stable_sort(m.begin(), m.end(), [&](int a, int b) {
