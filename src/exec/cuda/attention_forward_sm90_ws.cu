@@ -9,7 +9,7 @@
 // An earlier version (pipelined, no producer) met at a CTA barrier every sub-tile, so both
 // warpgroups ran their softmax at the same time and the tensor cores idled through the part that
 // P V did not cover; its loads and walk also cost the MMA warps issue slots (0.88x the speed of
-// this kernel, bench/results/cuda_attention_2026-11-30_h200.md). Here:
+// this kernel; git show 958ee6f:bench/results/cuda_attention_2026-11-30_h200.md). Here:
 // - Warpgroup 0 (producer, few registers) loads Q once, then walks the sub-tiles of the work
 //   item (skipping empty ones, classifying Partial sub-tiles: one thread per q row, both 64-key
 //   words, votes by bar.red among its 128 threads), and fills a 2-slot ring: K_j with its masks
