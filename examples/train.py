@@ -93,6 +93,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     g = p.add_argument_group("dcp planner")
     g.add_argument("--block-size", type=int, default=1024, help="DCP token block size B")
     g.add_argument("--stages", type=int, default=2, help="communication stages of a plan")
+    g.add_argument("--deterministic", action="store_true",
+                   help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md)")
     g.add_argument("--plan-threads", type=int, default=None, help="planning threads (default: 4 on GPUs, 1 on CPUs)")
     g.add_argument("--lookahead", type=int, default=2, help="steps planned ahead")
     g.add_argument("--cluster", default="h200-nvl", help="dcp cluster preset or JSON file")
@@ -537,6 +539,9 @@ def main(argv=None) -> int:
     rank, world, device = setup_distributed(args.device)
     os.makedirs(args.out, exist_ok=True)
     env = environment(device)
+    if args.deterministic:
+        dcp_torch.configure(deterministic=True)
+    env["deterministic_backward"] = bool(args.deterministic)
     corpus = train_data.text_corpus(args.data)
     runs = parse_runs(args.runs, args) if args.runs else [args]
     failures, stopped_early = 0, False
