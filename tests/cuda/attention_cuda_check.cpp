@@ -281,7 +281,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     d_delta.upload(h_delta);
     // The deterministic backward runs its own tile list (one tile per kv head, by key block).
     DeterministicBackwardWork det;
-    if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, row_offsets, ranges);
+    if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, row_offsets, ranges, cfg.det_unit_rows);
     const std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.work : make_backward_work(tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);

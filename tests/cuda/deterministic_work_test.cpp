@@ -128,22 +128,24 @@ TEST(DeterministicBackwardWork, ClosedFormRanksMatchTheWalkOrder) {
     const AttnShape shape{sh[0], sh[1], 128, 0.1F};
     const int group = shape.num_q_heads / shape.num_kv_heads;
     const List l = random_list(rng, shape.num_kv_heads);
+    // Units of every size: one tile each, a few, and the default.
+    const int unit_rows = seed % 3 == 0 ? 1 : seed % 3 == 1 ? 1000 : dcp::cuda::kDeterministicUnitRows;
     const dcp::cuda::DeterministicBackwardWork det =
-        dcp::cuda::make_deterministic_backward_work(l.tiles, shape, l.row_offsets, l.ranges);
+        dcp::cuda::make_deterministic_backward_work(l.tiles, shape, l.row_offsets, l.ranges, unit_rows);
     size_t tile_heads = 0;
     for (const AttnTile& t : l.tiles) tile_heads += static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
     ASSERT_EQ(det.tiles.size(), tile_heads) << "one tile per kv head, seed " << seed;
 
     std::map<int, int> walkers;  // semaphore -> walkers seen so far (in work order)
     std::set<std::tuple<int, int, int, int, int>> walked;     // (q row, kv row, head, kind, chunk)
-    std::map<std::tuple<int, int>, std::set<int>> dkv_owner;  // (dK/dV row, kv head) -> items
+    std::map<std::tuple<int, int>, std::vector<int>> dkv_writers;  // (dK/dV row, kv head) -> items, in order
     int max_sem = -1;
     for (size_t k = 0; k < det.work.size(); ++k) {
       const dcp::cuda::AttnWorkItem& w = det.work[k];
       const AttnTile& g = det.tiles[static_cast<size_t>(w.tile)];
       const int chunks = (g.kv_len + kChunk - 1) / kChunk;
       for (int key = 0; key < std::min(kChunk, g.kv_len - w.chunk * kChunk); ++key)
-        dkv_owner[{dkv_row(g) + w.chunk * kChunk + key, w.head}].insert(static_cast<int>(k));
+        dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
       for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
         const AttnTile& t = det.tiles[static_cast<size_t>(ti)];
         ASSERT_EQ(t.kv_begin, g.kv_begin);
@@ -191,7 +193,22 @@ TEST(DeterministicBackwardWork, ClosedFormRanksMatchTheWalkOrder) {
     for (const AttnTile& t : l.tiles)
       expected_walks += static_cast<size_t>((t.kv_len + kChunk - 1) / kChunk) * static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
     EXPECT_EQ(walked.size(), expected_walks) << "seed " << seed;
-    for (const auto& [at, items] : dkv_owner) EXPECT_EQ(items.size(), 1U) << "dK/dV row " << std::get<0>(at) << " seed " << seed;
+    // dK / dV: one writer, or several taking turns 0, 1, ... in work order at one semaphore that
+    // no dQ block uses.
+    for (const auto& [at, items] : dkv_writers) {
+      if (items.size() == 1) {
+        EXPECT_LT(det.work[static_cast<size_t>(items[0])].dkv_sem, 0) << "seed " << seed;
+        continue;
+      }
+      const int sem = det.work[static_cast<size_t>(items[0])].dkv_sem;
+      EXPECT_GT(sem, max_sem) << "a dK/dV semaphore among the dQ ones, seed " << seed;
+      EXPECT_LT(sem, det.num_semaphores);
+      for (size_t r = 0; r < items.size(); ++r) {
+        EXPECT_EQ(det.work[static_cast<size_t>(items[r])].dkv_sem, sem) << "seed " << seed;
+        EXPECT_EQ(det.work[static_cast<size_t>(items[r])].dkv_rank, static_cast<int>(r))
+            << "dK/dV row " << std::get<0>(at) << " seed " << seed;
+      }
+    }
     std::map<int, int> row_of_sem;  // one block's walkers all write the same rows
     for (const AttnTile& t : det.tiles)
       for (int u = 0; u < (t.q_len + kSub - 1) / kSub; ++u) {

@@ -113,7 +113,11 @@ struct AttnWorkItem {
   // (O, LSE) already in the output rows instead of O = 0, LSE = -inf.
   int32_t num_tiles = 1;
   int32_t accumulate = 0;
-  int32_t pad2_[2] = {0, 0};
+  // Deterministic backward: when several items add to the same dK / dV rows (the units of one
+  // key block), the semaphore they take turns at (-1: this item alone writes its rows) and this
+  // item's turn.
+  int32_t dkv_sem = -1;
+  int32_t dkv_rank = 0;
 };
 
 inline constexpr int kAttnForwardChunkRows = 128;
@@ -180,35 +184,40 @@ struct AttnForwardParams {
 
 // ---- Deterministic backward ----------------------------------------------------------------
 // The default backward adds dQ, dK and dV with fp32 reductions in whatever order CTAs arrive, so
-// the last bits vary run to run. The deterministic backward (route Wgmma only) fixes every order:
-//   dK, dV: the tiles sharing key rows (same kv rows and dK/dV rows: a "key block") run in ONE
-//     work item per (block, 128-key chunk, kv head), which walks them and adds its dK / dV once;
-//     no two items touch the same dK / dV element.
+// the last bits vary run to run. The deterministic backward (route Wgmma only) fixes every order.
+// The tiles sharing key rows (same kv rows and dK/dV rows: a "key block") are cut, per kv head,
+// into units of consecutive tiles (at most `unit_rows` q rows, at least one tile); one work item
+// per (unit, 128-key chunk, kv head) walks its unit's tiles.
+//   dK, dV: an item keeps them in registers over its walk and adds them once; the units of one key
+//     block add in their work order behind a semaphore (AttnWorkItem::dkv_sem / dkv_rank).
 //   dQ: each (dQ 64-row sub-tile, q head) has a semaphore. The walkers of that block (the steps,
 //     with at least one allowed pair, of every item that covers it) add in work-item order: a
 //     walker waits until the semaphore reaches 2 x its rank (its number of earlier walkers), adds,
-//     and bumps the semaphore once per consumer warpgroup. Ranks only point to lower work items,
-//     which the GPU dispatches first, so the waits cannot cycle.
-// Work order: key blocks with fewer tiles first (then by first key row), chunks from last to first (a causal diagonal tile's
-// late chunks start their walk deepest and reach each block first), kv heads innermost; an item
-// walks the tiles of its block and head from the last dQ rows to the first (attention_work.cpp
-// says why). The rank of the walker of tile t, chunk c at
-// sub-tile u is deterministic_dq_rank() of order[t.order + u] (earlier blocks' walkers there) and,
-// for a Partial tile, the bit set of its non-empty chunks at u (order[t.order + nsub + 2u], the
-// low word first; nsub = ceil(q_len / 64)). Steps without an allowed pair are not walkers.
+//     and bumps the semaphore once per consumer warpgroup.
+// Every wait is for a lower work item, which the GPU dispatches first, so the waits cannot cycle.
+// Work order, chosen so that an item tends to reach each dQ block after the items before it in
+// the order: units by the dQ rows of their first tile, ascending (then by key row); an item walks
+// its tiles from the last dQ rows to the first, so a unit whose first tile is at q block s reaches
+// q block s - k after k tiles; chunks from last to first (a causal diagonal tile's late chunks
+// start their walk deepest and reach each block first); kv heads innermost. The rank of the
+// walker of tile t, chunk c at sub-tile u is deterministic_dq_rank() of order[t.order + u]
+// (earlier units' walkers there) and, for a Partial tile, the bit set of its non-empty chunks at u
+// (order[t.order + nsub + 2u], the low word first; nsub = ceil(q_len / 64)).
 // Preconditions (InvalidInput otherwise): tiles sharing dQ rows share them exactly (same first
 // row and length); tiles sharing dK/dV rows of a kv head share their kv rows exactly; one tile
 // per (key block, kv head, dQ rows); Partial tiles span at most 8192 keys (Unsupported).
 struct DeterministicBackwardWork {
-  std::vector<AttnTile> tiles;     // one tile per kv head, grouped by (key block, head); dq_sem, order set
-  std::vector<AttnWorkItem> work;  // tile = first tile of its (block, head), num_tiles = their count
+  std::vector<AttnTile> tiles;     // one tile per kv head, grouped by unit; dq_sem, order set
+  std::vector<AttnWorkItem> work;  // tile = first tile of its unit, num_tiles = its tiles
   std::vector<int32_t> order;      // per tile: earlier walkers per sub-tile; Partial: non-empty chunks
-  int32_t num_semaphores = 0;      // int32 semaphores the launch needs (zeroed by the launcher)
+  int32_t num_semaphores = 0;      // int32 semaphores the launch needs, dQ's and dK/dV's (zeroed by the launcher)
 };
+inline constexpr int kDeterministicUnitRows = 4096;
 // row_offsets / ranges: the list's Partial masks (as AttnTileList), on the host.
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                                            std::span<const int32_t> row_offsets,
-                                                           std::span<const int32_t> ranges);
+                                                           std::span<const int32_t> ranges,
+                                                           int unit_rows = kDeterministicUnitRows);
 
 // Rank of a dQ walker (see above); host and device share it. earlier: walkers of earlier blocks at
 // the sub-tile; num_chunks: the block's chunks; partial_chunks: a Partial tile's non-empty chunks

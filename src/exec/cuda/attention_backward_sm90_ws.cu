@@ -479,10 +479,21 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   bulk_wait<0>();  // the tile stays alive until the reductions are done
   if (tw == 0) release_all();
 
-  // Deterministic too: one work item per (key block, chunk, kv head) adds these rows.
   const AttnTile* t0 = p.list.tiles + w.tile;
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
+  // Deterministic: the units of a key block add these rows one after another, in work order
+  // (each consumer thread's atomics complete and are fenced before thread 0 passes the turn on).
+  const bool ordered = kDet && w.dkv_sem >= 0;
+  if (ordered) {
+    if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank, sem_peek(p.semaphores + w.dkv_sem));
+    bar_sync_n<kBarDsReady, kConsumerThreads>();
+  }
   bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
+  if (ordered) {
+    __threadfence();
+    bar_sync_n<kBarDsReady, kConsumerThreads>();
+    if (ctid == 0) sem_release(p.semaphores + w.dkv_sem);
+  }
 #endif
 }
 

@@ -96,7 +96,7 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                                            std::span<const int32_t> row_offsets,
-                                                           std::span<const int32_t> ranges) {
+                                                           std::span<const int32_t> ranges, int unit_rows) {
   const char* where = "make_deterministic_backward_work";
   validate(tiles, shape, where);
   const int hq = shape.num_q_heads;
@@ -169,7 +169,6 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   if (sems > std::numeric_limits<int32_t>::max()) raise(ErrorKind::InvalidInput, std::string(where) + ": too many dQ rows");
 
   DeterministicBackwardWork out;
-  out.num_semaphores = static_cast<int32_t>(sems);
   // Walkers seen so far per (segment, kv head, 64-row sub-tile), in work order: items of one head
   // run in block order, chunks last to first; other heads' items never share a semaphore.
   std::vector<int64_t> seg_sub(sem_base.size() + 1, 0);  // first sub-tile of each segment
@@ -179,46 +178,85 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   std::vector<int32_t> seen(static_cast<std::size_t>(seg_sub.back()) * static_cast<std::size_t>(hkv), 0);
   auto seg_of = [&](const AttnTile& t) { return static_cast<std::size_t>(segments.at(dq_row0(t)).second); };
   std::vector<uint64_t> nonempty;  // Partial tile: bit c of sub-tile u = chunk c has an allowed pair there
-  // Walk order, so that an item earlier in the dQ order tends to reach each shared dQ block
-  // first. Key blocks with fewer tiles first (ties: by first key row): a key block that many q
-  // blocks attend (a causal sequence's first block, an attention sink, a shared question) is
-  // walked by its items one tile after another, and every other walker of those q blocks would
-  // wait for it if it came first. Each item's tiles from the last dQ rows to the first: in a
-  // sequence laid out in order, key block j's tiles cover q blocks j, j + 1, ... (to the end, or
-  // a window of them), so walked from the last, the blocks before it in this order reach each
-  // shared q block no later than it does.
-  std::vector<std::size_t> block_order(members.size());
-  std::vector<std::size_t> block_tiles(members.size(), 0);
-  for (std::size_t b = 0; b < members.size(); ++b) {
-    block_order[b] = b;
-    for (const auto& m : members[b]) block_tiles[b] = std::max(block_tiles[b], m.size());
-  }
-  auto first_tile = [&](std::size_t b) -> const AttnTile& {
-    for (const auto& m : members[b])
-      if (!m.empty()) return tiles[static_cast<std::size_t>(m[0])];
-    return tiles[0];
+  // Units: per key block and kv head, the tiles from the last dQ rows to the first, cut into
+  // runs of at most unit_rows q rows (at least one tile each). A key block that many q blocks
+  // attend (a causal sequence's first block, an attention sink, a shared question) thus becomes
+  // several short items instead of one that walks all its tiles while the walkers after it in
+  // the order wait for it.
+  struct Unit {
+    std::size_t block;
+    int head;
+    int top;       // dQ row of the first tile walked (the unit's last dQ rows)
+    int kv_begin;
+    std::vector<int> tiles;
   };
-  std::stable_sort(block_order.begin(), block_order.end(), [&](std::size_t a, std::size_t b) {
-    if (block_tiles[a] != block_tiles[b]) return block_tiles[a] < block_tiles[b];
-    return first_tile(a).kv_begin < first_tile(b).kv_begin;
-  });
-  for (auto& heads : members)
-    for (auto& m : heads)
-      std::stable_sort(m.begin(), m.end(), [&](int a, int b) {
-        return dq_row0(tiles[static_cast<std::size_t>(a)]) > dq_row0(tiles[static_cast<std::size_t>(b)]);
-      });
-  for (const std::size_t block : block_order) {
-    const auto& heads = members[block];
-    int chunks = 0;
-    std::vector<int32_t> first(static_cast<std::size_t>(hkv), -1);
+  std::vector<Unit> units;
+  for (std::size_t blk = 0; blk < members.size(); ++blk) {
     for (int h = 0; h < hkv; ++h) {
-      const auto& m = heads[static_cast<std::size_t>(h)];
+      std::vector<int> m = members[blk][static_cast<std::size_t>(h)];
       if (m.empty()) continue;
-      chunks = (tiles[static_cast<std::size_t>(m[0])].kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
-      first[static_cast<std::size_t>(h)] = static_cast<int32_t>(out.tiles.size());
-      std::set<std::size_t> segs;
-      std::vector<std::pair<std::size_t, std::vector<uint64_t>>> adds;  // this block's walkers, added after it
+      std::stable_sort(m.begin(), m.end(), [&](int x, int y) {
+        return dq_row0(tiles[static_cast<std::size_t>(x)]) > dq_row0(tiles[static_cast<std::size_t>(y)]);
+      });
+      int rows = 0;
       for (const int i : m) {
+        const AttnTile& t = tiles[static_cast<std::size_t>(i)];
+        if (units.empty() || units.back().block != blk || units.back().head != h || rows + t.q_len > unit_rows) {
+          units.push_back(Unit{blk, h, dq_row0(t), t.kv_begin, {}});
+          rows = 0;
+        }
+        units.back().tiles.push_back(i);
+        rows += t.q_len;
+      }
+    }
+  }
+  // Work order: units by their first dQ rows ascending (then key rows, heads), so that of the
+  // units walking a q block, the ones earlier in the order reach it after fewer tiles; chunks
+  // from last to first within a group of units with the same start; kv heads innermost.
+  std::vector<std::size_t> unit_order(units.size());
+  for (std::size_t x = 0; x < units.size(); ++x) unit_order[x] = x;
+  std::stable_sort(unit_order.begin(), unit_order.end(), [&](std::size_t x, std::size_t y) {
+    const Unit& a = units[x];
+    const Unit& b = units[y];
+    if (a.top != b.top) return a.top < b.top;
+    if (a.kv_begin != b.kv_begin) return a.kv_begin < b.kv_begin;
+    return a.head < b.head;
+  });
+  // dK / dV turns: the units of one (key block, head) in work order; a semaphore per chunk when
+  // there are several.
+  std::map<std::pair<std::size_t, int>, std::pair<int, int>> dkv_turns;  // -> (units so far, semaphore base)
+  for (const std::size_t x : unit_order) ++dkv_turns[{units[x].block, units[x].head}].first;
+  for (auto& [key, turn] : dkv_turns) {
+    const int chunks =
+        (tiles[static_cast<std::size_t>(members[key.first][static_cast<std::size_t>(key.second)][0])].kv_len +
+         kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
+    turn.second = -1;
+    if (turn.first > 1) {
+      turn.second = static_cast<int>(sems);
+      sems += chunks;
+    }
+    turn.first = 0;
+  }
+  if (sems > std::numeric_limits<int32_t>::max()) raise(ErrorKind::InvalidInput, std::string(where) + ": too many dQ rows");
+  out.num_semaphores = static_cast<int32_t>(sems);
+
+  for (std::size_t gi = 0; gi < unit_order.size();) {
+    // A group: units with the same start and key rows (one per kv head, usually).
+    std::size_t ge = gi + 1;
+    while (ge < unit_order.size() && units[unit_order[ge]].top == units[unit_order[gi]].top &&
+           units[unit_order[ge]].kv_begin == units[unit_order[gi]].kv_begin)
+      ++ge;
+    const int chunks =
+        (tiles[static_cast<std::size_t>(units[unit_order[gi]].tiles[0])].kv_len + kAttnBackwardChunkRows - 1) /
+        kAttnBackwardChunkRows;
+    std::vector<int32_t> first(ge - gi, -1);
+    std::vector<std::pair<std::size_t, std::vector<uint64_t>>> adds;  // the group's walkers, added after it
+    for (std::size_t k = gi; k < ge; ++k) {
+      const Unit& unit = units[unit_order[k]];
+      const int h = unit.head;
+      first[k - gi] = static_cast<int32_t>(out.tiles.size());
+      std::set<std::size_t> segs;
+      for (const int i : unit.tiles) {
         AttnTile t = tiles[static_cast<std::size_t>(i)];
         const std::size_t seg = seg_of(t);
         if (!segs.insert(seg).second) {
@@ -239,13 +277,13 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
               raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
                                                  " has rows past the end of row_offsets");
             }
-            for (int32_t k = row_offsets[ri]; k < row_offsets[ri + 1]; ++k) {
-              if (2 * static_cast<std::size_t>(k) + 1 >= ranges.size()) {
+            for (int32_t q = row_offsets[ri]; q < row_offsets[ri + 1]; ++q) {
+              if (2 * static_cast<std::size_t>(q) + 1 >= ranges.size()) {
                 raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
                                                    " has ranges past the end of the range list");
               }
-              const int b0 = std::max(ranges[2 * static_cast<std::size_t>(k)], 0);
-              const int e0 = std::min(ranges[2 * static_cast<std::size_t>(k) + 1], t.kv_len);
+              const int b0 = std::max(ranges[2 * static_cast<std::size_t>(q)], 0);
+              const int e0 = std::min(ranges[2 * static_cast<std::size_t>(q) + 1], t.kv_len);
               if (e0 <= b0) continue;
               for (int c = b0 / kAttnBackwardChunkRows; c * kAttnBackwardChunkRows < e0; ++c)
                 nonempty[static_cast<std::size_t>(r / 64)] |= uint64_t{1} << c;
@@ -274,17 +312,27 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
         adds.emplace_back(at0, nonempty);
         out.tiles.push_back(t);
       }
-      for (const auto& [at0, bits] : adds)
-        for (std::size_t u = 0; u < bits.size(); ++u) seen[at0 + u] += std::popcount(bits[u]);
+    }
+    for (const auto& [at0, bits] : adds)
+      for (std::size_t u = 0; u < bits.size(); ++u) seen[at0 + u] += std::popcount(bits[u]);
+    std::vector<std::pair<int, int>> turn(ge - gi);  // (dK/dV semaphore base, turn) per unit
+    for (std::size_t k = gi; k < ge; ++k) {
+      auto& d = dkv_turns[{units[unit_order[k]].block, units[unit_order[k]].head}];
+      turn[k - gi] = {d.second, d.first++};
     }
     for (int c = chunks - 1; c >= 0; --c) {
-      for (int h = 0; h < hkv; ++h) {
-        if (first[static_cast<std::size_t>(h)] < 0) continue;
-        AttnWorkItem w{first[static_cast<std::size_t>(h)], c, h, 0};
-        w.num_tiles = static_cast<int32_t>(heads[static_cast<std::size_t>(h)].size());
+      for (std::size_t k = gi; k < ge; ++k) {
+        const Unit& unit = units[unit_order[k]];
+        AttnWorkItem w{first[k - gi], c, unit.head, 0};
+        w.num_tiles = static_cast<int32_t>(unit.tiles.size());
+        if (turn[k - gi].first >= 0) {
+          w.dkv_sem = turn[k - gi].first + c;
+          w.dkv_rank = turn[k - gi].second;
+        }
         out.work.push_back(w);
       }
     }
+    gi = ge;
   }
   if (out.order.empty()) out.order = {0};
   return out;
