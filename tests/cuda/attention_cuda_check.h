@@ -22,7 +22,7 @@ struct CaseConfig {
   // The deterministic backward (backward_route must be Wgmma): run twice, results compared bit
   // for bit (CaseResult::repeat_bitwise) as well as against fp64.
   bool deterministic_backward = false;
-  int det_unit_rows = kDeterministicUnitRows;  // its units (1: every tile alone)
+  int det_unit_rows = 0;  // its units (0: whole key blocks; 1: every tile alone)
 };
 
 struct CaseResult {

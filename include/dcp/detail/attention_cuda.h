@@ -185,9 +185,9 @@ struct AttnForwardParams {
 // ---- Deterministic backward ----------------------------------------------------------------
 // The default backward adds dQ, dK and dV with fp32 reductions in whatever order CTAs arrive, so
 // the last bits vary run to run. The deterministic backward (route Wgmma only) fixes every order.
-// The tiles sharing key rows (same kv rows and dK/dV rows: a "key block") are cut, per kv head,
-// into units of consecutive tiles (at most `unit_rows` q rows, at least one tile); one work item
-// per (unit, 128-key chunk, kv head) walks its unit's tiles.
+// The tiles sharing key rows (same kv rows and dK/dV rows: a "key block") form, per kv head, one
+// unit, or (unit_rows > 0) several units of consecutive tiles of at most unit_rows q rows (at
+// least one tile each); one work item per (unit, 128-key chunk, kv head) walks its unit's tiles.
 //   dK, dV: an item keeps them in registers over its walk and adds them once; the units of one key
 //     block add in their work order behind a semaphore (AttnWorkItem::dkv_sem / dkv_rank).
 //   dQ: each (dQ 64-row sub-tile, q head) has a semaphore. The walkers of that block (the steps,
@@ -196,10 +196,10 @@ struct AttnForwardParams {
 //     and bumps the semaphore once per consumer warpgroup.
 // Every wait is for a lower work item, which the GPU dispatches first, so the waits cannot cycle.
 // Work order, chosen so that an item tends to reach each dQ block after the items before it in
-// the order: units by the dQ rows of their first tile, ascending (then by key row); an item walks
-// its tiles from the last dQ rows to the first, so a unit whose first tile is at q block s reaches
-// q block s - k after k tiles; chunks from last to first (a causal diagonal tile's late chunks
-// start their walk deepest and reach each block first); kv heads innermost. The rank of the
+// the order (attention_work.cpp says how): whole key blocks with fewer tiles first, cut units by
+// the dQ rows of their first tile; an item walks its tiles from the last dQ rows to the first;
+// chunks from last to first (a causal diagonal tile's late chunks start their walk deepest and
+// reach each block first); kv heads innermost. The rank of the
 // walker of tile t, chunk c at sub-tile u is deterministic_dq_rank() of order[t.order + u]
 // (earlier units' walkers there) and, for a Partial tile, the bit set of its non-empty chunks at u
 // (order[t.order + nsub + 2u], the low word first; nsub = ceil(q_len / 64)).
@@ -212,12 +212,11 @@ struct DeterministicBackwardWork {
   std::vector<int32_t> order;      // per tile: earlier walkers per sub-tile; Partial: non-empty chunks
   int32_t num_semaphores = 0;      // int32 semaphores the launch needs, dQ's and dK/dV's (zeroed by the launcher)
 };
-inline constexpr int kDeterministicUnitRows = 4096;
 // row_offsets / ranges: the list's Partial masks (as AttnTileList), on the host.
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                                            std::span<const int32_t> row_offsets,
                                                            std::span<const int32_t> ranges,
-                                                           int unit_rows = kDeterministicUnitRows);
+                                                           int unit_rows = 0);
 
 // Rank of a dQ walker (see above); host and device share it. earlier: walkers of earlier blocks at
 // the sub-tile; num_chunks: the block's chunks; partial_chunks: a Partial tile's non-empty chunks

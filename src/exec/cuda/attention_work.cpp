@@ -178,11 +178,10 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   std::vector<int32_t> seen(static_cast<std::size_t>(seg_sub.back()) * static_cast<std::size_t>(hkv), 0);
   auto seg_of = [&](const AttnTile& t) { return static_cast<std::size_t>(segments.at(dq_row0(t)).second); };
   std::vector<uint64_t> nonempty;  // Partial tile: bit c of sub-tile u = chunk c has an allowed pair there
-  // Units: per key block and kv head, the tiles from the last dQ rows to the first, cut into
-  // runs of at most unit_rows q rows (at least one tile each). A key block that many q blocks
-  // attend (a causal sequence's first block, an attention sink, a shared question) thus becomes
-  // several short items instead of one that walks all its tiles while the walkers after it in
-  // the order wait for it.
+  // Units: per key block and kv head, the tiles from the last dQ rows to the first (in a
+  // sequence laid out in order, key block j's tiles cover q blocks j, j + 1, ...; walked from the
+  // last, the units before it in the order below reach each shared q block no later than it),
+  // whole, or cut into runs of at most unit_rows q rows (at least one tile each).
   struct Unit {
     std::size_t block;
     int head;
@@ -201,7 +200,8 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       int rows = 0;
       for (const int i : m) {
         const AttnTile& t = tiles[static_cast<std::size_t>(i)];
-        if (units.empty() || units.back().block != blk || units.back().head != h || rows + t.q_len > unit_rows) {
+        const bool cut = unit_rows > 0 && rows + t.q_len > unit_rows;
+        if (units.empty() || units.back().block != blk || units.back().head != h || cut) {
           units.push_back(Unit{blk, h, dq_row0(t), t.kv_begin, {}});
           rows = 0;
         }
@@ -210,15 +210,25 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       }
     }
   }
-  // Work order: units by their first dQ rows ascending (then key rows, heads), so that of the
-  // units walking a q block, the ones earlier in the order reach it after fewer tiles; chunks
-  // from last to first within a group of units with the same start; kv heads innermost.
+  // Work order, by a key per unit, then key rows, then heads (kv heads innermost: the units of
+  // one group share the key and key rows and take turns chunk by chunk, last chunk first).
+  // Whole key blocks: fewer tiles first, since a key block that many q blocks attend (a causal
+  // sequence's first block, an attention sink, a shared question) is one item walking all its
+  // tiles, which every walker after it in the order would wait for. Cut units: by their first dQ
+  // rows, so that of the units walking a q block, the earlier ones in the order reach it after
+  // fewer tiles.
+  std::vector<std::size_t> block_tiles(members.size(), 0);
+  for (std::size_t b = 0; b < members.size(); ++b)
+    for (const auto& m : members[b]) block_tiles[b] = std::max(block_tiles[b], m.size());
+  auto order_key = [&](const Unit& u) {
+    return unit_rows > 0 ? static_cast<int64_t>(u.top) : static_cast<int64_t>(block_tiles[u.block]);
+  };
   std::vector<std::size_t> unit_order(units.size());
   for (std::size_t x = 0; x < units.size(); ++x) unit_order[x] = x;
   std::stable_sort(unit_order.begin(), unit_order.end(), [&](std::size_t x, std::size_t y) {
     const Unit& a = units[x];
     const Unit& b = units[y];
-    if (a.top != b.top) return a.top < b.top;
+    if (order_key(a) != order_key(b)) return order_key(a) < order_key(b);
     if (a.kv_begin != b.kv_begin) return a.kv_begin < b.kv_begin;
     return a.head < b.head;
   });
@@ -243,8 +253,9 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   for (std::size_t gi = 0; gi < unit_order.size();) {
     // A group: units with the same start and key rows (one per kv head, usually).
     std::size_t ge = gi + 1;
-    while (ge < unit_order.size() && units[unit_order[ge]].top == units[unit_order[gi]].top &&
-           units[unit_order[ge]].kv_begin == units[unit_order[gi]].kv_begin)
+    while (ge < unit_order.size() && order_key(units[unit_order[ge]]) == order_key(units[unit_order[gi]]) &&
+           units[unit_order[ge]].kv_begin == units[unit_order[gi]].kv_begin &&
+           units[unit_order[ge]].head > units[unit_order[ge - 1]].head)  // one unit per head in a group
       ++ge;
     const int chunks =
         (tiles[static_cast<std::size_t>(units[unit_order[gi]].tiles[0])].kv_len + kAttnBackwardChunkRows - 1) /
