@@ -13,7 +13,8 @@
 // timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic and
 // wgmma (the default Hopper kernels).
 // On sm_90 the deterministic backward (route wgmma, make_deterministic_backward_work) is timed
-// too (column wgmma-det; DCP_BENCH_ROUTES selects it by that name).
+// too, on whole key blocks and on units of 4096 q rows (columns wgmma-det, wgmma-det-units;
+// DCP_BENCH_ROUTES selects them by those names).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -198,6 +199,8 @@ int main(int argc, char** argv) {
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
   const bool with_det = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det");
+  // ... and on units of at most 4096 q rows (make_deterministic_backward_work's unit_rows).
+  const bool with_det_units = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det-units");
   struct Row {
     int seq, block;
     std::string list;
@@ -205,12 +208,14 @@ int main(int argc, char** argv) {
     double flops;                       // forward mask-area FLOPs (backward: 2.5x)
     std::vector<double> fwd_ms, bwd_ms;  // per route
     double det_ms = 0;                   // deterministic backward (with_det)
+    double det_units_ms = 0;             // ... on units (with_det_units)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
   if (with_det) std::printf(" %18s", "bwd wgmma-det TF/s");
+  if (with_det_units) std::printf(" %18s", "bwd det-units TF/s");
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
@@ -264,8 +269,10 @@ int main(int argc, char** argv) {
           bp.route = r.route;
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
         }
-        if (with_det) {
-          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape, c.row_offsets, c.ranges);
+        for (const int unit_rows : {0, 4096}) {
+          if (!(unit_rows == 0 ? with_det : with_det_units)) continue;
+          const DeterministicBackwardWork det =
+              make_deterministic_backward_work(c.tiles, shape, c.row_offsets, c.ranges, unit_rows);
           if (det.num_semaphores > semaphore_capacity) {
             cudaFree(semaphores);
             ck(cudaMalloc(&semaphores, static_cast<size_t>(det.num_semaphores) * 4), "malloc semaphores");
@@ -280,7 +287,7 @@ int main(int argc, char** argv) {
           dp.deterministic = true;
           dp.semaphores = semaphores;
           dp.num_semaphores = det.num_semaphores;
-          row.det_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
+          (unit_rows == 0 ? row.det_ms : row.det_units_ms) = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
           cudaFree(d_det_tiles);
           cudaFree(d_det_work);
           cudaFree(d_order);
@@ -290,6 +297,7 @@ int main(int argc, char** argv) {
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
         if (with_det) std::printf(" %18.1f", 2.5 * flops / (row.det_ms * 1e9));
+        if (with_det_units) std::printf(" %18.1f", 2.5 * flops / (row.det_units_ms * 1e9));
         std::printf("\n");
         rows.push_back(row);
         std::fflush(stdout);
@@ -326,6 +334,10 @@ int main(int argc, char** argv) {
       std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma |");
       rule += "---|---|---|";
     }
+    if (with_det_units) {
+      std::fprintf(m, " bwd det-units TFLOP/s |");
+      rule += "---|";
+    }
     std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -348,6 +360,11 @@ int main(int argc, char** argv) {
           if (routes[ri].route == AttnKernelRoute::Wgmma) base_ms = r.bwd_ms[ri];
         std::fprintf(m, " %.3f | %.1f | %s |", r.det_ms, tflops,
                      base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-");
+      }
+      if (with_det_units) {
+        const double tflops = 2.5 * r.flops / (r.det_units_ms * 1e9);
+        std::fprintf(j, ", \"bwd_wgmma-det-units_tflops\": %.1f", tflops);
+        std::fprintf(m, " %.1f |", tflops);
       }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
       std::fprintf(m, "\n");

@@ -24,8 +24,8 @@ export DCP_ATTN_BACKWARD=${DCP_ATTN_BACKWARD:-}  # empty: the kernels choose (wg
 export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions of dQ (atomic: wgmma-basic only)
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
-export DCP_ATTN_DETERMINISTIC=${DCP_ATTN_DETERMINISTIC:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_DETERMINISTIC"
+export DCP_ATTN_DETERMINISTIC=${DCP_ATTN_DETERMINISTIC:-} DCP_ATTN_DETERMINISTIC_UNIT_ROWS=${DCP_ATTN_DETERMINISTIC_UNIT_ROWS:-}
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_DETERMINISTIC -x DCP_ATTN_DETERMINISTIC_UNIT_ROWS"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }

@@ -6,7 +6,7 @@
 # Usage (repository root): bench/run_package_device.sh DEPS_DIR [phases...]
 #   phases: build checks pytest op bench det (default: all but det); results and logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
-#   check, and `dcp bench` of one-GPU plans with and without it)
+#   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 set -u
 cd "$(dirname "$0")/.."
@@ -73,10 +73,12 @@ if has det; then  # the deterministic backward: kernel table beside the default,
   say "whole-plan check, 1 GPU, deterministic backward (gradients bitwise equal over 3 steps)"
   DCP_ATTN_DETERMINISTIC=1 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det.log" 2>&1
   echo "exec check (deterministic): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det.log") configs bitwise equal" | tee -a "$log"
+  DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_UNIT_ROWS=256 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_units.log" 2>&1
+  echo "exec check (deterministic, units of 256 rows): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_units.log") configs bitwise equal" | tee -a "$log"
   for m in causal lambda causal_blockwise shared_question; do
-    for d in 0 1; do
+    for d in 0 1 units; do
       say "dcp bench ldc 65536 $m, deterministic=$d"
-      DCP_ATTN_DETERMINISTIC=$d timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 \
+      DCP_ATTN_DETERMINISTIC=${d/units/1} DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$([ $d = units ] && echo 4096 || echo 0) timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 \
         --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
         --cluster h200-nvl --nodes 1 --json "$out/dcp_bench_det${d}_$m.json" 2>&1 | tail -3 | tee -a "$log"
     done

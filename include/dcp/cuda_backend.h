@@ -43,6 +43,9 @@ struct CudaKernelOptions {
   // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
   // other routes. Costs the semaphore waits of the dQ order (bench/results for the figure).
   bool deterministic_backward = false;
+  // Its work units (make_deterministic_backward_work's unit_rows): 0, whole key blocks; > 0, a
+  // key block's tiles cut into units of at most this many q rows.
+  int deterministic_unit_rows = 0;
 };
 
 struct CudaBackendOptions {

@@ -483,7 +483,7 @@ class CudaBackend final : public Backend {
     if (!fwd) {
       cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
       if (kernels_.deterministic_backward) {
-        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, offsets, ranges);
+        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, offsets, ranges, kernels_.deterministic_unit_rows);
         tiles = std::move(det.tiles);
         work = std::move(det.work);
         h.order = meta.add(det.order);
