@@ -341,6 +341,7 @@ int run_run(const RunArgs& args) {
   if (cuda && !mpi_launch && args.ranks > 1)
     raise(ErrorKind::InvalidInput, "--backend cuda with --ranks " + std::to_string(args.ranks) +
                                        ": GPU ranks are processes; use mpirun -np P (one rank per GPU)");
+  if (cuda) (void)kernel_options_from_environment();  // a bad DCP_ATTN_* value is named first
   if (cuda && cuda_device_count() == 0)
     raise(ErrorKind::Unsupported, "--backend cuda: no GPU is visible (or dcp was built without CUDA)");
   check_method(args.method, "--placement");
