@@ -33,8 +33,10 @@ double mean_of(const std::vector<int64_t>& v) {
 // nodes: the repair moves whole remote groups greedily). On a large instance (light path,
 // PlacementOptions::large_vertices) the fresh partition runs only where the repaired split
 // still misses a bound: most nodes are over after the device level there, and the fresh
-// partitions doubled the cost for more bytes on most of the 1M-token batches measured. What a node cannot fix inside is
-// repaired across nodes on the exact hierarchical objective, then refined by FM there.
+// partitions doubled the cost for more bytes on most of the 1M-token batches measured; in the
+// first round only where compute or owned memory is missed (large_defer_fresh). What a node
+// cannot fix inside is repaired across nodes on the exact hierarchical objective, then refined
+// by FM there.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
                          const Cluster& cluster, const PlacementOptions& opts,
                          const Partitioner* backend, std::vector<int32_t>& parts) {
@@ -68,8 +70,14 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         repair_balance(s, caps, dev);
         if (backend != nullptr) refine(s, caps, opts, dev);
-        if (backend != nullptr &&
-            (!is_large(h, opts) || !cap_excess(s, caps, dev).same(CapExcess{}))) {
+        // Light path (PlacementOptions::large_defer_fresh): the first round re-partitions
+        // only a node whose repaired split misses compute or owned memory.
+        bool fresh_run = backend != nullptr;
+        if (fresh_run && is_large(h, opts)) {
+          const CapExcess x = cap_excess(s, caps, dev);
+          fresh_run = !x.same(CapExcess{}) && (round > 0 || !opts.large_defer_fresh || x.hard > 1e-9);
+        }
+        if (fresh_run) {
           std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine);
           repair_balance(s, caps, fresh);
           const CapExcess x_dev = cap_excess(s, caps, dev), x_fresh = cap_excess(s, caps, fresh);
