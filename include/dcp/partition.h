@@ -222,8 +222,10 @@ struct PlacementOptions {
   // misses a bound); the global refinement is flat FM. Where the placement still violates a
   // bound, the full portfolio's node candidates are placed too and the best kept. On 1M-token
   // batches the light path is both faster and lower in bytes (bench/results/placement.md); the
-  // comparison against Mt-KaHyPar and the 64K / 131K settings stay below the default.
-  int32_t large_vertices = 30000;
+  // comparison against Mt-KaHyPar and the 64K / 131K settings stay below the default. Why 25000:
+  // above it the light path moved about the same bytes for a third of the time; at 22000-23000
+  // vertices it moved up to a third more on some batches.
+  int32_t large_vertices = 25000;
   // Light path: in the first full-memory round, a node whose repaired split still misses the
   // full-memory bound (but meets compute and owned memory) is not re-partitioned fresh: the
   // cross-node repair and FM of that round fix most such nodes for less, and a node still over
