@@ -124,6 +124,7 @@ dcp::PlacementOptions options_from(const std::string& set) {
     else if (k == "full_memory_target_first") po.full_memory_target_first = v;
     else if (k == "full_memory_target_later") po.full_memory_target_later = v;
     else if (k == "large_vertices") po.large_vertices = static_cast<int32_t>(v);
+    else if (k == "large_defer_fresh") po.large_defer_fresh = v != 0;
     else if (k == "multilevel.enabled") po.multilevel.enabled = v != 0;
     else if (k == "multilevel.vertices_per_part") po.multilevel.vertices_per_part = static_cast<int>(v);
     else if (k == "multilevel.cluster_compute_share") po.multilevel.cluster_compute_share = v;

@@ -222,8 +222,15 @@ struct PlacementOptions {
   // misses a bound); the global refinement is flat FM. Where the placement still violates a
   // bound, the full portfolio's node candidates are placed too and the best kept. On 1M-token
   // batches the light path is both faster and lower in bytes (bench/results/placement.md); the
-  // comparison against Mt-KaHyPar and the 64K / 131K settings stay below the default.
-  int32_t large_vertices = 30000;
+  // comparison against Mt-KaHyPar and the 64K / 131K settings stay below the default. Why 25000:
+  // above it the light path moves about the same bytes in far less time; below it, it moved
+  // markedly more bytes on some batches.
+  int32_t large_vertices = 25000;
+  // Light path: in the first full-memory round, a node whose repaired split still misses the
+  // full-memory bound (but meets compute and owned memory) is not re-partitioned fresh: the
+  // cross-node repair and FM of that round fix most such nodes for less, and a node still over
+  // is re-partitioned in a later round. false = a fresh partition in every round.
+  bool large_defer_fresh = true;
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, compute factor < 0, passes
   // < 0, starts outside [0, 3], a tile cost that is not positive and finite).
   void validate() const;

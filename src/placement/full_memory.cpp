@@ -19,6 +19,28 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions
     refine_fm(s, caps, opts.refine, opts.seed, part);
 }
 
+// Every device as one level (make_all_devices), built on first use: it does not depend on the
+// partition, so the repairs and the global refinement share one.
+class AllDevices {
+ public:
+  AllDevices(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster)
+      : table_(table), h_(h), cluster_(cluster) {}
+  const SubHypergraph& get() {
+    if (!built_) {
+      all_ = make_all_devices(table_, h_, cluster_);
+      built_ = true;
+    }
+    return all_;
+  }
+
+ private:
+  const BlockTable& table_;
+  const PlacementHypergraph& h_;
+  const Cluster& cluster_;
+  SubHypergraph all_;
+  bool built_ = false;
+};
+
 double mean_of(const std::vector<int64_t>& v) {
   return static_cast<double>(std::accumulate(v.begin(), v.end(), int64_t{0})) /
          static_cast<double>(v.size());
@@ -33,11 +55,14 @@ double mean_of(const std::vector<int64_t>& v) {
 // nodes: the repair moves whole remote groups greedily). On a large instance (light path,
 // PlacementOptions::large_vertices) the fresh partition runs only where the repaired split
 // still misses a bound: most nodes are over after the device level there, and the fresh
-// partitions doubled the cost for more bytes on most of the 1M-token batches measured. What a node cannot fix inside is
-// repaired across nodes on the exact hierarchical objective, then refined by FM there.
+// partitions doubled the cost for more bytes on most of the 1M-token batches measured; in the
+// first round only where compute or owned memory is missed (large_defer_fresh). What a node
+// cannot fix inside is repaired across nodes on the exact hierarchical objective, then refined
+// by FM there.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
                          const Cluster& cluster, const PlacementOptions& opts,
-                         const Partitioner* backend, std::vector<int32_t>& parts) {
+                         const Partitioner* backend, AllDevices& all_devices,
+                         std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices(), dpn = cluster.devices_per_node;
   const int32_t nv = h.num_vertices();
   const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
@@ -68,8 +93,14 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         repair_balance(s, caps, dev);
         if (backend != nullptr) refine(s, caps, opts, dev);
-        if (backend != nullptr &&
-            (!is_large(h, opts) || !cap_excess(s, caps, dev).same(CapExcess{}))) {
+        // Light path (PlacementOptions::large_defer_fresh): the first round re-partitions
+        // only a node whose repaired split misses compute or owned memory.
+        bool fresh_run = backend != nullptr;
+        if (fresh_run && is_large(h, opts)) {
+          const CapExcess x = cap_excess(s, caps, dev);
+          fresh_run = !x.same(CapExcess{}) && (round > 0 || !opts.large_defer_fresh || x.hard > 1e-9);
+        }
+        if (fresh_run) {
           std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine);
           repair_balance(s, caps, fresh);
           const CapExcess x_dev = cap_excess(s, caps, dev), x_fresh = cap_excess(s, caps, fresh);
@@ -91,7 +122,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         caps.compute.assign(num_dev, (1 + opts.eps_compute) * total_c / num_dev);
         caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
         caps.full_memory.assign(num_dev, (1 + opts.eps_memory * opts.full_memory_target_first) * mean_a);
-        const SubHypergraph all = make_all_devices(table, h, cluster);
+        const SubHypergraph& all = all_devices.get();
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back.
@@ -107,8 +138,9 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
 // as the repair does; the result is kept only when it adds no violation (the mean moves with
 // the copies that FM removes). On a large instance flat FM only: the V-cycle's coarse levels
 // hold vertices with many nets and hundreds of candidate devices, and cost ten times the finest.
-void refine_globally(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
-                     const PlacementOptions& opts, std::vector<int32_t>& parts) {
+void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
+                     const PlacementOptions& opts, AllDevices& all_devices,
+                     std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices();
   const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
   const double total_m = static_cast<double>(
@@ -119,7 +151,7 @@ void refine_globally(const BlockTable& table, const PlacementHypergraph& h, cons
   caps.full_memory.assign(num_dev, (1 + opts.eps_memory * opts.full_memory_target_first) *
                                        mean_of(full_memory_bytes(h, parts, num_dev)));
   std::vector<int32_t> trial = parts;
-  const SubHypergraph all = make_all_devices(table, h, cluster);
+  const SubHypergraph& all = all_devices.get();
   if (is_large(h, opts))
     refine_fm(all, caps, opts.refine, opts.seed, trial);
   else
@@ -155,10 +187,11 @@ void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const 
   bool over = false;
   for (int d = 0; d < num_dev; ++d)
     over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
-  if (over) repair_balance(make_all_devices(table, h, cluster), dev_caps, parts);
-  enforce_full_memory(table, h, cluster, opts, backend, parts);
+  AllDevices all_devices(table, h, cluster);
+  if (over) repair_balance(all_devices.get(), dev_caps, parts);
+  enforce_full_memory(table, h, cluster, opts, backend, all_devices, parts);
   if (backend != nullptr && opts.global_refinement && cluster.nodes > 1)
-    refine_globally(table, h, cluster, opts, parts);
+    refine_globally(h, cluster, opts, all_devices, parts);
 }
 
 }  // namespace dcp::placement
