@@ -13,8 +13,9 @@
 // and 1 of the basic kernel); they never load or classify. setmaxnreg moves registers from the
 // producer (kProducerRegs) to the consumers (kConsumerRegs).
 //
-// Hand-off (sync_sm90.cuh): ring iteration j uses slot j & 1, which holds Q, dO, LSE, Delta, the
-// Partial masks and a stage record (step, class, or the end of the walk). The producer waits for
+// Hand-off (sync_sm90.cuh): ring iteration j uses slot j & 1, which holds Q, dO, LSE, Delta and
+// the Partial masks, and record j & 3 (the step's class, tile kind, rows, q head and dQ row, or the
+// end of the walk: the consumers read these where they use them). The producer waits for
 // "empty" slot j & 1 (the consumers finished iteration j - 2), classifies into it, loads, waits
 // for its own cp.async group, fences to the async proxy and arrives on "full" (128 arrivals; K
 // and V travel with iteration 0). Every consumer thread arrives on "empty" once the last wgmma
@@ -36,10 +37,10 @@
 // with fewer rows (the last of a tile), or no tensor map, add dQ with fp32 atomics from registers.
 //
 // Deterministic variant (template flag kDet; the contract in dcp/detail/attention_cuda.h): a work
-// item walks every tile of its key block, so dK / dV leave once per (block, chunk, kv head); the
-// producer puts each step's semaphore and turn (its rank, from the host's order table) into the
-// step's record, and before adding a dQ block a consumer's thread 0 waits until the semaphore
-// reaches that turn. The release of a TMA reduction waits until the step after next
+// item walks every tile of its unit of a key block and adds its dK / dV once (in turns with the
+// block's other units, if any); the producer puts each step's semaphore and turn (its rank, from
+// the host's order table) into the step's record, and before adding a dQ block a consumer's
+// thread 0 waits until the semaphore reaches that turn. The release of a TMA reduction waits until the step after next
 // (when it has long completed), so no step stalls on a reduction's latency; a walker's
 // successor trails it by a step and a half, once per item.
 #include <cuda_bf16.h>
