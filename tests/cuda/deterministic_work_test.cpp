@@ -119,6 +119,99 @@ bool step_has_pair(const List& l, const AttnTile& t, int c, int u) {
   return false;
 }
 
+// A Partial tile's non-empty chunks at sub-tile u, from the order table (low word first).
+uint64_t partial_bits(const int32_t* ord, int nsub, int u) {
+  return static_cast<uint32_t>(ord[nsub + 2 * u]) | (static_cast<uint64_t>(static_cast<uint32_t>(ord[nsub + 2 * u + 1])) << 32);
+}
+
+// Walks every item of the deterministic work for list l as the kernel does and checks: each
+// walker's rank equals the number of walkers of its dQ block in earlier items; the table's empty
+// chunks are the steps without an allowed pair; every (tile, head, chunk) is walked once; dK / dV
+// rows have one writer, or several taking turns 0, 1, ... at a semaphore no dQ block uses.
+void check_work(const List& l, const AttnShape& shape, int unit_rows, uint64_t seed, int& checked, int& skipped) {
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const dcp::cuda::DeterministicBackwardWork det =
+      dcp::cuda::make_deterministic_backward_work(l.tiles, shape, l.row_offsets, l.ranges, unit_rows);
+  size_t tile_heads = 0;
+  for (const AttnTile& t : l.tiles) tile_heads += static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
+  ASSERT_EQ(det.tiles.size(), tile_heads) << "one tile per kv head, seed " << seed;
+
+  std::map<int, int> walkers;  // semaphore -> walkers seen so far (in work order)
+  std::set<std::tuple<int, int, int, int, int>> walked;     // (q row, kv row, head, kind, chunk)
+  std::map<std::tuple<int, int>, std::vector<int>> dkv_writers;  // (dK/dV row, kv head) -> items, in order
+  int max_sem = -1;
+  for (size_t k = 0; k < det.work.size(); ++k) {
+    const dcp::cuda::AttnWorkItem& w = det.work[k];
+    const AttnTile& g = det.tiles[static_cast<size_t>(w.tile)];
+    const int chunks = (g.kv_len + kChunk - 1) / kChunk;
+    for (int key = 0; key < std::min(kChunk, g.kv_len - w.chunk * kChunk); ++key)
+      dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
+    for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
+      const AttnTile& t = det.tiles[static_cast<size_t>(ti)];
+      ASSERT_EQ(t.kv_begin, g.kv_begin);
+      ASSERT_EQ(dkv_row(t), dkv_row(g));
+      ASSERT_TRUE(t.kv_head_begin == w.head && t.kv_head_end == w.head + 1);
+      ASSERT_TRUE(walked.insert({t.q_begin, t.kv_begin, w.head, static_cast<int>(t.kind), w.chunk}).second)
+          << "a (tile, head, chunk) walked twice, seed " << seed;
+      // The kernel's walk: q head by q head, 64-row sub-tiles from the causal diagonal's first.
+      const int nsub = (t.q_len + kSub - 1) / kSub;
+      const int first_sub = t.kind == TileKind::CausalDiagonal ? w.chunk * kChunk / kSub : 0;
+      for (int qh = w.head * group; qh < (w.head + 1) * group; ++qh) {
+        for (int u = first_sub; u < nsub; ++u) {
+          if (!step_has_pair(l, t, w.chunk, u)) {  // the kernel skips it: not a walker
+            ++skipped;
+            continue;
+          }
+          const int sem = t.dq_sem + u * shape.num_q_heads + qh;
+          max_sem = std::max(max_sem, sem);
+          const int expected = walkers[sem]++;
+          const int32_t* ord = det.order.data() + t.order;
+          const uint64_t bits = t.kind == TileKind::Partial ? partial_bits(ord, nsub, u) : 0;
+          if (t.kind == TileKind::Partial) {
+            ASSERT_TRUE((bits >> w.chunk) & 1) << "seed " << seed;
+          }
+          ASSERT_EQ(dcp::cuda::deterministic_dq_rank(ord[u], t.kind, chunks, w.chunk, u, bits), expected)
+              << "seed " << seed << " item " << k << " tile " << ti << " q head " << qh << " sub-tile " << u;
+          ++checked;
+        }
+      }
+      if (t.kind == TileKind::Partial) {  // the table's empty chunks are exactly the skipped steps
+        for (int u = 0; u < nsub; ++u) {
+          const uint64_t bits = partial_bits(det.order.data() + t.order, nsub, u);
+          EXPECT_EQ(((bits >> w.chunk) & 1) != 0, step_has_pair(l, t, w.chunk, u)) << "seed " << seed;
+        }
+      }
+    }
+  }
+  EXPECT_LT(max_sem, det.num_semaphores);
+  size_t expected_walks = 0;
+  for (const AttnTile& t : l.tiles)
+    expected_walks += static_cast<size_t>((t.kv_len + kChunk - 1) / kChunk) * static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
+  EXPECT_EQ(walked.size(), expected_walks) << "seed " << seed;
+  // dK / dV: one writer, or several taking turns 0, 1, ... in work order at one semaphore that
+  // no dQ block uses.
+  for (const auto& [at, items] : dkv_writers) {
+    if (items.size() == 1) {
+      EXPECT_LT(det.work[static_cast<size_t>(items[0])].dkv_sem, 0) << "seed " << seed;
+      continue;
+    }
+    const int sem = det.work[static_cast<size_t>(items[0])].dkv_sem;
+    EXPECT_GT(sem, max_sem) << "a dK/dV semaphore among the dQ ones, seed " << seed;
+    EXPECT_LT(sem, det.num_semaphores);
+    for (size_t r = 0; r < items.size(); ++r) {
+      EXPECT_EQ(det.work[static_cast<size_t>(items[r])].dkv_sem, sem) << "seed " << seed;
+      EXPECT_EQ(det.work[static_cast<size_t>(items[r])].dkv_rank, static_cast<int>(r))
+          << "dK/dV row " << std::get<0>(at) << " seed " << seed;
+    }
+  }
+  std::map<int, int> row_of_sem;  // one block's walkers all write the same rows
+  for (const AttnTile& t : det.tiles)
+    for (int u = 0; u < (t.q_len + kSub - 1) / kSub; ++u) {
+      const auto [it, added] = row_of_sem.emplace(t.dq_sem + u * shape.num_q_heads, dq_row(t) + u * kSub);
+      EXPECT_EQ(it->second, dq_row(t) + u * kSub) << "seed " << seed;
+    }
+}
+
 TEST(DeterministicBackwardWork, ClosedFormRanksMatchTheWalkOrder) {
   const int shapes[][2] = {{8, 8}, {8, 2}, {8, 1}, {32, 8}};
   int checked_steps = 0, skipped_steps = 0;
@@ -126,98 +219,42 @@ TEST(DeterministicBackwardWork, ClosedFormRanksMatchTheWalkOrder) {
     Rand rng(seed);
     const auto& sh = shapes[seed % 4];
     const AttnShape shape{sh[0], sh[1], 128, 0.1F};
-    const int group = shape.num_q_heads / shape.num_kv_heads;
     const List l = random_list(rng, shape.num_kv_heads);
-    // Units of every size: one tile each, a few, and the default.
+    // Units of every size: one tile each, a few, and whole key blocks.
     const int unit_rows = seed % 3 == 0 ? 1 : seed % 3 == 1 ? 1000 : 0;
-    const dcp::cuda::DeterministicBackwardWork det =
-        dcp::cuda::make_deterministic_backward_work(l.tiles, shape, l.row_offsets, l.ranges, unit_rows);
-    size_t tile_heads = 0;
-    for (const AttnTile& t : l.tiles) tile_heads += static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
-    ASSERT_EQ(det.tiles.size(), tile_heads) << "one tile per kv head, seed " << seed;
-
-    std::map<int, int> walkers;  // semaphore -> walkers seen so far (in work order)
-    std::set<std::tuple<int, int, int, int, int>> walked;     // (q row, kv row, head, kind, chunk)
-    std::map<std::tuple<int, int>, std::vector<int>> dkv_writers;  // (dK/dV row, kv head) -> items, in order
-    int max_sem = -1;
-    for (size_t k = 0; k < det.work.size(); ++k) {
-      const dcp::cuda::AttnWorkItem& w = det.work[k];
-      const AttnTile& g = det.tiles[static_cast<size_t>(w.tile)];
-      const int chunks = (g.kv_len + kChunk - 1) / kChunk;
-      for (int key = 0; key < std::min(kChunk, g.kv_len - w.chunk * kChunk); ++key)
-        dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
-      for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
-        const AttnTile& t = det.tiles[static_cast<size_t>(ti)];
-        ASSERT_EQ(t.kv_begin, g.kv_begin);
-        ASSERT_EQ(dkv_row(t), dkv_row(g));
-        ASSERT_TRUE(t.kv_head_begin == w.head && t.kv_head_end == w.head + 1);
-        ASSERT_TRUE(walked.insert({t.q_begin, t.kv_begin, w.head, static_cast<int>(t.kind), w.chunk}).second)
-            << "a (tile, head, chunk) walked twice, seed " << seed;
-        // The kernel's walk: q head by q head, 64-row sub-tiles from the causal diagonal's first.
-        const int nsub = (t.q_len + kSub - 1) / kSub;
-        const int first_sub = t.kind == TileKind::CausalDiagonal ? w.chunk * kChunk / kSub : 0;
-        for (int qh = w.head * group; qh < (w.head + 1) * group; ++qh) {
-          for (int u = first_sub; u < nsub; ++u) {
-            if (!step_has_pair(l, t, w.chunk, u)) {  // the kernel skips it: not a walker
-              ++skipped_steps;
-              continue;
-            }
-            const int sem = t.dq_sem + u * shape.num_q_heads + qh;
-            max_sem = std::max(max_sem, sem);
-            const int expected = walkers[sem]++;
-            const int32_t* ord = det.order.data() + t.order;
-            const uint64_t bits = t.kind == TileKind::Partial
-                                      ? (static_cast<uint32_t>(ord[nsub + 2 * u]) |
-                                         (static_cast<uint64_t>(static_cast<uint32_t>(ord[nsub + 2 * u + 1])) << 32))
-                                      : 0;
-            if (t.kind == TileKind::Partial) {
-              ASSERT_TRUE((bits >> w.chunk) & 1) << "seed " << seed;
-            }
-            ASSERT_EQ(dcp::cuda::deterministic_dq_rank(ord[u], t.kind, chunks, w.chunk, u, bits), expected)
-                << "seed " << seed << " item " << k << " tile " << ti << " q head " << qh << " sub-tile " << u;
-            ++checked_steps;
-          }
-        }
-        if (t.kind == TileKind::Partial) {  // the table's empty chunks are exactly the skipped steps
-          for (int u = 0; u < nsub; ++u) {
-            const int32_t* ord = det.order.data() + t.order;
-            const uint64_t bits = static_cast<uint32_t>(ord[nsub + 2 * u]) |
-                                  (static_cast<uint64_t>(static_cast<uint32_t>(ord[nsub + 2 * u + 1])) << 32);
-            EXPECT_EQ(((bits >> w.chunk) & 1) != 0, step_has_pair(l, t, w.chunk, u)) << "seed " << seed;
-          }
-        }
-      }
-    }
-    EXPECT_LT(max_sem, det.num_semaphores);
-    size_t expected_walks = 0;
-    for (const AttnTile& t : l.tiles)
-      expected_walks += static_cast<size_t>((t.kv_len + kChunk - 1) / kChunk) * static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
-    EXPECT_EQ(walked.size(), expected_walks) << "seed " << seed;
-    // dK / dV: one writer, or several taking turns 0, 1, ... in work order at one semaphore that
-    // no dQ block uses.
-    for (const auto& [at, items] : dkv_writers) {
-      if (items.size() == 1) {
-        EXPECT_LT(det.work[static_cast<size_t>(items[0])].dkv_sem, 0) << "seed " << seed;
-        continue;
-      }
-      const int sem = det.work[static_cast<size_t>(items[0])].dkv_sem;
-      EXPECT_GT(sem, max_sem) << "a dK/dV semaphore among the dQ ones, seed " << seed;
-      EXPECT_LT(sem, det.num_semaphores);
-      for (size_t r = 0; r < items.size(); ++r) {
-        EXPECT_EQ(det.work[static_cast<size_t>(items[r])].dkv_sem, sem) << "seed " << seed;
-        EXPECT_EQ(det.work[static_cast<size_t>(items[r])].dkv_rank, static_cast<int>(r))
-            << "dK/dV row " << std::get<0>(at) << " seed " << seed;
-      }
-    }
-    std::map<int, int> row_of_sem;  // one block's walkers all write the same rows
-    for (const AttnTile& t : det.tiles)
-      for (int u = 0; u < (t.q_len + kSub - 1) / kSub; ++u) {
-        const auto [it, added] = row_of_sem.emplace(t.dq_sem + u * shape.num_q_heads, dq_row(t) + u * kSub);
-        EXPECT_EQ(it->second, dq_row(t) + u * kSub) << "seed " << seed;
-      }
+    check_work(l, shape, unit_rows, seed, checked_steps, skipped_steps);
+    if (HasFatalFailure()) return;
   }
   EXPECT_GT(checked_steps, 10000);
   EXPECT_GT(skipped_steps, 500) << "the partial tiles are meant to have empty steps";
+}
+
+// Key blocks of more than 64 chunks (8192 keys): full and causal diagonal tiles sharing dQ rows
+// with short ones.
+TEST(DeterministicBackwardWork, LongKeyBlocks) {
+  const AttnShape shape{8, 2, 128, 0.1F};
+  List l;
+  auto add = [&](int q, int nq, int kv, int nkv, TileKind kind) {
+    AttnTile t;
+    t.q_begin = q;
+    t.q_len = nq;
+    t.kv_begin = kv;
+    t.kv_len = nkv;
+    t.kind = kind;
+    t.kv_head_begin = 0;
+    t.kv_head_end = 2;
+    l.tiles.push_back(t);
+  };
+  add(0, 9000, 0, 9000, TileKind::CausalDiagonal);
+  add(9000, 300, 0, 9000, TileKind::Full);
+  add(9000, 300, 9000, 300, TileKind::CausalDiagonal);
+  add(0, 9000, 20000, 200, TileKind::Full);
+  l.row_offsets = {0};
+  for (const int unit_rows : {0, 1}) {
+    int checked = 0, skipped = 0;
+    check_work(l, shape, unit_rows, 1, checked, skipped);
+    EXPECT_GT(checked, 1000);
+  }
 }
 
 TEST(DeterministicBackwardWork, RefusesListsItCannotOrder) {

@@ -57,6 +57,42 @@ void validate(std::span<const AttnTile> tiles, const AttnShape& shape, const cha
   }
 }
 
+// The deterministic backward's walkers of tile t per 64-row sub-tile u: how many of its key
+// block's `chunks` chunks have an allowed pair there (the kernel skips the other steps), and for a
+// Partial tile which ones (bit c; at most 64 chunks). Causal diagonal: chunk c walks u >= 2 c.
+struct StepWalkers {
+  std::vector<int32_t> count;
+  std::vector<uint64_t> partial;  // empty unless t is Partial
+};
+StepWalkers step_walkers(const AttnTile& t, int chunks, std::span<const int32_t> row_offsets,
+                         std::span<const int32_t> ranges, const char* where, std::size_t index) {
+  auto who = [&] { return std::string(where) + ": tile " + std::to_string(index); };
+  const int nsub = (t.q_len + 63) / 64;
+  StepWalkers w;
+  w.count.assign(static_cast<std::size_t>(nsub), 0);
+  if (t.kind != TileKind::Partial) {
+    for (int u = 0; u < nsub; ++u)
+      w.count[static_cast<std::size_t>(u)] = t.kind == TileKind::CausalDiagonal ? std::min(chunks, u / 2 + 1) : chunks;
+    return w;
+  }
+  if (chunks > 64) raise(ErrorKind::Unsupported, who() + " is a partial tile over more than 8192 keys");
+  w.partial.assign(static_cast<std::size_t>(nsub), 0);
+  for (int r = 0; r < t.q_len; ++r) {
+    const auto ri = static_cast<std::size_t>(t.range_row_begin + r);
+    if (ri + 1 >= row_offsets.size()) raise(ErrorKind::InvalidInput, who() + " has rows past the end of row_offsets");
+    for (int32_t q = row_offsets[ri]; q < row_offsets[ri + 1]; ++q) {
+      if (2 * static_cast<std::size_t>(q) + 1 >= ranges.size())
+        raise(ErrorKind::InvalidInput, who() + " has ranges past the end of the range list");
+      const int b0 = std::max(ranges[2 * static_cast<std::size_t>(q)], 0);
+      const int e0 = std::min(ranges[2 * static_cast<std::size_t>(q) + 1], t.kv_len);
+      for (int c = b0 / kAttnBackwardChunkRows; e0 > b0 && c * kAttnBackwardChunkRows < e0; ++c)
+        w.partial[static_cast<std::size_t>(r / 64)] |= uint64_t{1} << c;
+    }
+  }
+  for (int u = 0; u < nsub; ++u) w.count[static_cast<std::size_t>(u)] = std::popcount(w.partial[static_cast<std::size_t>(u)]);
+  return w;
+}
+
 }  // namespace
 
 std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
@@ -177,7 +213,6 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   for (std::size_t i = 1; i < seg_sub.size(); ++i) seg_sub[i] += seg_sub[i - 1];
   std::vector<int32_t> seen(static_cast<std::size_t>(seg_sub.back()) * static_cast<std::size_t>(hkv), 0);
   auto seg_of = [&](const AttnTile& t) { return static_cast<std::size_t>(segments.at(dq_row0(t)).second); };
-  std::vector<uint64_t> nonempty;  // Partial tile: bit c of sub-tile u = chunk c has an allowed pair there
   // Units: per key block and kv head, the tiles from the last dQ rows to the first (in a
   // sequence laid out in order, key block j's tiles cover q blocks j, j + 1, ...; walked from the
   // last, the units before it in the order below reach each shared q block no later than it),
@@ -261,7 +296,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
         (tiles[static_cast<std::size_t>(units[unit_order[gi]].tiles[0])].kv_len + kAttnBackwardChunkRows - 1) /
         kAttnBackwardChunkRows;
     std::vector<int32_t> first(ge - gi, -1);
-    std::vector<std::pair<std::size_t, std::vector<uint64_t>>> adds;  // the group's walkers, added after it
+    std::vector<std::pair<std::size_t, std::vector<int32_t>>> adds;  // the group's walkers, added after it
     for (std::size_t k = gi; k < ge; ++k) {
       const Unit& unit = units[unit_order[k]];
       const int h = unit.head;
@@ -275,38 +310,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
                                              " repeats the dQ rows of another tile over the same keys and kv head");
         }
         const int nsub = (t.q_len + 63) / 64;
-        // Which (chunk, sub-tile) steps have an allowed pair: the kernel skips the others.
-        nonempty.assign(static_cast<std::size_t>(nsub), 0);
-        if (t.kind == TileKind::Partial) {
-          if (chunks > 64) {
-            raise(ErrorKind::Unsupported, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
-                                              " is a partial tile over more than 8192 keys");
-          }
-          for (int r = 0; r < t.q_len; ++r) {
-            const auto ri = static_cast<std::size_t>(t.range_row_begin + r);
-            if (ri + 1 >= row_offsets.size()) {
-              raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
-                                                 " has rows past the end of row_offsets");
-            }
-            for (int32_t q = row_offsets[ri]; q < row_offsets[ri + 1]; ++q) {
-              if (2 * static_cast<std::size_t>(q) + 1 >= ranges.size()) {
-                raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(i)) +
-                                                   " has ranges past the end of the range list");
-              }
-              const int b0 = std::max(ranges[2 * static_cast<std::size_t>(q)], 0);
-              const int e0 = std::min(ranges[2 * static_cast<std::size_t>(q) + 1], t.kv_len);
-              if (e0 <= b0) continue;
-              for (int c = b0 / kAttnBackwardChunkRows; c * kAttnBackwardChunkRows < e0; ++c)
-                nonempty[static_cast<std::size_t>(r / 64)] |= uint64_t{1} << c;
-            }
-          }
-        } else {
-          for (int u = 0; u < nsub; ++u) {
-            // Causal diagonal: chunk c walks sub-tiles u >= 2 c, all non-empty; Full: every one.
-            const int last = t.kind == TileKind::CausalDiagonal ? std::min(chunks - 1, u / 2) : chunks - 1;
-            nonempty[static_cast<std::size_t>(u)] = last >= 63 ? ~uint64_t{0} : (uint64_t{1} << (last + 1)) - 1;
-          }
-        }
+        const StepWalkers walk = step_walkers(t, chunks, row_offsets, ranges, where, static_cast<std::size_t>(i));
         t.kv_head_begin = h;
         t.kv_head_end = h + 1;
         t.dq_sem = sem_base[seg];
@@ -314,18 +318,16 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
         const std::size_t at0 = (static_cast<std::size_t>(seg_sub[seg]) * static_cast<std::size_t>(hkv)) +
                                 static_cast<std::size_t>(h) * static_cast<std::size_t>(nsub);
         for (int u = 0; u < nsub; ++u) out.order.push_back(seen[at0 + static_cast<std::size_t>(u)]);
-        if (t.kind == TileKind::Partial) {
-          for (int u = 0; u < nsub; ++u) {
-            out.order.push_back(static_cast<int32_t>(static_cast<uint32_t>(nonempty[static_cast<std::size_t>(u)])));
-            out.order.push_back(static_cast<int32_t>(static_cast<uint32_t>(nonempty[static_cast<std::size_t>(u)] >> 32)));
-          }
+        for (const uint64_t bits : walk.partial) {
+          out.order.push_back(static_cast<int32_t>(static_cast<uint32_t>(bits)));
+          out.order.push_back(static_cast<int32_t>(static_cast<uint32_t>(bits >> 32)));
         }
-        adds.emplace_back(at0, nonempty);
+        adds.emplace_back(at0, walk.count);
         out.tiles.push_back(t);
       }
     }
-    for (const auto& [at0, bits] : adds)
-      for (std::size_t u = 0; u < bits.size(); ++u) seen[at0 + u] += std::popcount(bits[u]);
+    for (const auto& [at0, count] : adds)
+      for (std::size_t u = 0; u < count.size(); ++u) seen[at0 + u] += count[u];
     std::vector<std::pair<int, int>> turn(ge - gi);  // (dK/dV semaphore base, turn) per unit
     for (std::size_t k = gi; k < ge; ++k) {
       auto& d = dkv_turns[{units[unit_order[k]].block, units[unit_order[k]].head}];
