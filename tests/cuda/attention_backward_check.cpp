@@ -33,35 +33,23 @@ struct BwdLists {
   int shift = 0;                // rows added to the other buffers (tiles name them explicitly)
 };
 
-AttnTile bwd_tile(int q_begin, int q_len, int kv_begin, int kv_len, TileKind kind, int h0, int h1) {
-  AttnTile t;
-  t.q_begin = q_begin;
-  t.q_len = q_len;
-  t.kv_begin = kv_begin;
-  t.kv_len = kv_len;
-  t.kind = kind;
-  t.kv_head_begin = h0;
-  t.kv_head_end = h1;
-  return t;
-}
-
 BwdLists build_backward(const BackwardCase& c, Rng& rng) {
   BwdLists l;
   const int hkv = c.num_kv_heads;
   switch (c.scenario) {
     case BackwardScenario::Full:
-      l.tiles.push_back(bwd_tile(0, c.q_len, 0, c.kv_len, TileKind::Full, 0, hkv));
+      l.tiles.push_back(tile_of(0, c.q_len, 0, c.kv_len, TileKind::Full, 0, hkv));
       l.q_rows = c.q_len;
       l.kv_rows = c.kv_len;
       break;
     case BackwardScenario::Causal:
-      l.tiles.push_back(bwd_tile(0, c.q_len, 0, c.q_len, TileKind::CausalDiagonal, 0, hkv));
+      l.tiles.push_back(tile_of(0, c.q_len, 0, c.q_len, TileKind::CausalDiagonal, 0, hkv));
       l.q_rows = l.kv_rows = c.q_len;
       break;
     case BackwardScenario::Partial: {
       // Many ranges per row, every 7th row empty, every 11th all keys; rows past 128 only see
       // keys < 100 (later key chunks skip their q sub-tiles).
-      AttnTile t = bwd_tile(0, c.q_len, 0, c.kv_len, TileKind::Partial, 0, hkv);
+      AttnTile t = tile_of(0, c.q_len, 0, c.kv_len, TileKind::Partial, 0, hkv);
       append_row_ranges(l.row_offsets, l.ranges, t, [&](int i) {
         if (i % 7 == 3) return std::vector<std::pair<int, int>>{};
         if (i % 11 == 5) return std::vector<std::pair<int, int>>{{0, c.kv_len}};
@@ -79,17 +67,17 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       // diagonal of B over keys [150, 220) (overlapping the previous one: its contributions add).
       // Every tile names its dO / LSE / Delta / dQ / dK / dV rows explicitly (kShift later).
       const int qb = c.q_len;
-      AttnTile t0 = bwd_tile(0, c.q_len, 0, 150, TileKind::Partial, 0, hkv);
+      AttnTile t0 = tile_of(0, c.q_len, 0, 150, TileKind::Partial, 0, hkv);
       append_row_ranges(l.row_offsets, l.ranges, t0, [&](int i) {
         if (i % 5 == 0) return std::vector<std::pair<int, int>>{};
         return random_ranges(rng, 0, 150, 4);
       });
       l.tiles.push_back(t0);
-      l.tiles.push_back(bwd_tile(qb, 70, 0, 150, TileKind::Full, 0, hkv));
+      l.tiles.push_back(tile_of(qb, 70, 0, 150, TileKind::Full, 0, hkv));
       const int cut = hkv >= 2 ? hkv / 2 : hkv;
-      l.tiles.push_back(bwd_tile(0, c.q_len, 150, c.kv_len, TileKind::Full, 0, cut));
-      if (cut < hkv) l.tiles.push_back(bwd_tile(0, c.q_len, 150, c.kv_len, TileKind::Full, cut, hkv));
-      l.tiles.push_back(bwd_tile(qb, 70, 150, 70, TileKind::CausalDiagonal, 0, hkv));
+      l.tiles.push_back(tile_of(0, c.q_len, 150, c.kv_len, TileKind::Full, 0, cut));
+      if (cut < hkv) l.tiles.push_back(tile_of(0, c.q_len, 150, c.kv_len, TileKind::Full, cut, hkv));
+      l.tiles.push_back(tile_of(qb, 70, 150, 70, TileKind::CausalDiagonal, 0, hkv));
       l.q_rows = qb + 70;
       l.kv_rows = 150 + std::max(c.kv_len, 70);
       l.shift = kShift;
@@ -244,7 +232,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     // Per element: |got - init - ref| <= kGradAbs * rms(ref) + kGradRel * |ref|.
     constexpr double kGradAbs = 5e-2, kGradRel = 3e-2;
     auto compare = [&](const char* what, const std::vector<float>& got, const std::vector<float>& init,
-                       const std::vector<double>& ref, int heads, const std::vector<int>& tile_of) {
+                       const std::vector<double>& ref, int heads, const std::vector<int>& tile_at) {
       double sq = 0;
       for (const double x : ref) sq += x * x;
       const double rms = std::sqrt(sq / static_cast<double>(std::max<std::size_t>(ref.size(), 1)));
@@ -257,7 +245,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
           ++res.num_bad;
           if (res.first_mismatch.empty()) {
             const std::size_t rh = i / d;
-            res.first_mismatch = mismatch_text(tile_of[rh], static_cast<int>(rh / static_cast<std::size_t>(heads)),
+            res.first_mismatch = mismatch_text(tile_at[rh], static_cast<int>(rh / static_cast<std::size_t>(heads)),
                                                static_cast<int>(rh % static_cast<std::size_t>(heads)),
                                                static_cast<int>(i % d), what, init[i] + ref[i], got[i]);
           }

@@ -29,15 +29,8 @@ struct Lists {
 };
 
 AttnTile block_tile(int q_len, int kv_begin, int kv_len, TileKind kind, int num_kv_heads) {
-  AttnTile t;
-  t.q_begin = 0;
-  t.q_len = q_len;
-  t.kv_begin = kv_begin;
-  t.kv_len = kv_len;
+  AttnTile t = tile_of(0, q_len, kv_begin, kv_len, kind, 0, num_kv_heads);
   t.out_begin = kOutBegin;
-  t.kind = kind;
-  t.kv_head_begin = 0;
-  t.kv_head_end = num_kv_heads;
   return t;
 }
 

@@ -28,6 +28,19 @@ struct Rng : SplitMix64 {
   int uniform_int(int lo, int hi) { return lo + static_cast<int>(below(static_cast<uint64_t>(hi - lo + 1))); }
 };
 
+// A tile of rows [q_begin, + q_len) against keys [kv_begin, + kv_len), kv heads [h0, h1).
+inline AttnTile tile_of(int q_begin, int q_len, int kv_begin, int kv_len, TileKind kind, int h0, int h1) {
+  AttnTile t;
+  t.q_begin = q_begin;
+  t.q_len = q_len;
+  t.kv_begin = kv_begin;
+  t.kv_len = kv_len;
+  t.kind = kind;
+  t.kv_head_begin = h0;
+  t.kv_head_end = h1;
+  return t;
+}
+
 // Up to max_ranges random sorted disjoint ranges inside [lo, hi), some a single key long.
 inline std::vector<std::pair<int, int>> random_ranges(Rng& rng, int lo, int hi, int max_ranges) {
   std::vector<std::pair<int, int>> out;

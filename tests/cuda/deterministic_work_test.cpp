@@ -13,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "check_util.h"
 #include "dcp/detail/attention_cuda.h"
 #include "dcp/detail/rng.h"
 #include "dcp/error.h"
@@ -22,6 +23,7 @@ namespace {
 using dcp::cuda::AttnShape;
 using dcp::cuda::AttnTile;
 using dcp::cuda::TileKind;
+using dcp::cuda::check::tile_of;
 constexpr int kChunk = dcp::cuda::kAttnBackwardChunkRows;  // keys per work item
 constexpr int kSub = 64;                                    // q rows per step
 
@@ -234,17 +236,7 @@ TEST(DeterministicBackwardWork, ClosedFormRanksMatchTheWalkOrder) {
 TEST(DeterministicBackwardWork, LongKeyBlocks) {
   const AttnShape shape{8, 2, 128, 0.1F};
   List l;
-  auto add = [&](int q, int nq, int kv, int nkv, TileKind kind) {
-    AttnTile t;
-    t.q_begin = q;
-    t.q_len = nq;
-    t.kv_begin = kv;
-    t.kv_len = nkv;
-    t.kind = kind;
-    t.kv_head_begin = 0;
-    t.kv_head_end = 2;
-    l.tiles.push_back(t);
-  };
+  auto add = [&](int q, int nq, int kv, int nkv, TileKind kind) { l.tiles.push_back(tile_of(q, nq, kv, nkv, kind, 0, 2)); };
   add(0, 9000, 0, 9000, TileKind::CausalDiagonal);
   add(9000, 300, 0, 9000, TileKind::Full);
   add(9000, 300, 9000, 300, TileKind::CausalDiagonal);
@@ -259,17 +251,7 @@ TEST(DeterministicBackwardWork, LongKeyBlocks) {
 
 TEST(DeterministicBackwardWork, RefusesListsItCannotOrder) {
   const AttnShape shape{8, 2, 128, 0.1F};
-  auto tile = [](int q, int nq, int kv, int nkv, TileKind kind) {
-    AttnTile t;
-    t.q_begin = q;
-    t.q_len = nq;
-    t.kv_begin = kv;
-    t.kv_len = nkv;
-    t.kind = kind;
-    t.kv_head_begin = 0;
-    t.kv_head_end = 2;
-    return t;
-  };
+  auto tile = [](int q, int nq, int kv, int nkv, TileKind kind) { return tile_of(q, nq, kv, nkv, kind, 0, 2); };
   auto refused = [&](const std::vector<AttnTile>& tiles, const std::string& words) {
     try {
       (void)dcp::cuda::make_deterministic_backward_work(tiles, shape, std::vector<int32_t>{0}, std::vector<int32_t>{});
