@@ -20,19 +20,25 @@ struct Shape {
 
 class CudaAttention : public ::testing::TestWithParam<Shape> {};
 
+// A random tile list of shape s, both passes through `route`.
+CaseConfig shape_case(const Shape& s, uint64_t seed, dcp::cuda::AttnKernelRoute route) {
+  CaseConfig cfg;
+  cfg.seed = seed + static_cast<uint64_t>(s.hkv * 10 + s.dim);
+  cfg.num_q_heads = s.hq;
+  cfg.num_kv_heads = s.hkv;
+  cfg.head_dim = s.dim;
+  cfg.forward_route = route;
+  cfg.backward_route = route;
+  return cfg;
+}
+
 // Every route the device has (mma; on sm_90 wgmma and wgmma-basic), forward and backward alike.
 TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   const Shape s = GetParam();
   for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::kernel_routes()) {
     for (uint64_t seed = 1; seed <= 2; ++seed) {
-      CaseConfig cfg;
-      cfg.seed = seed * 1000 + static_cast<uint64_t>(s.hkv * 10 + s.dim);
-      cfg.num_q_heads = s.hq;
-      cfg.num_kv_heads = s.hkv;
-      cfg.head_dim = s.dim;
-      cfg.forward_route = route;
-      cfg.backward_route = route;
+      const CaseConfig cfg = shape_case(s, seed * 1000, route);
       const auto r = dcp::cuda::check::run_case(cfg);
       ASSERT_TRUE(r.ran);
       EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
@@ -52,15 +58,9 @@ TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
     GTEST_SKIP() << "the deterministic backward needs an sm_90 device";
   const Shape s = GetParam();
   for (uint64_t seed = 1; seed <= 3; ++seed) {
-    CaseConfig cfg;
-    cfg.seed = seed * 7919 + static_cast<uint64_t>(s.hkv * 10 + s.dim);
-    cfg.num_q_heads = s.hq;
-    cfg.num_kv_heads = s.hkv;
-    cfg.head_dim = s.dim;
+    CaseConfig cfg = shape_case(s, seed * 7919, dcp::cuda::AttnKernelRoute::Wgmma);
     cfg.num_blocks = seed == 1 ? 5 : seed == 2 ? 8 : 6;
     cfg.max_block_len = seed == 1 ? 160 : seed == 2 ? 300 : 420;
-    cfg.forward_route = dcp::cuda::AttnKernelRoute::Wgmma;
-    cfg.backward_route = dcp::cuda::AttnKernelRoute::Wgmma;
     cfg.deterministic_backward = true;
     cfg.det_unit_rows = seed == 2 ? 1 : seed == 3 ? 600 : 0;  // cut units: dK/dV in turns
     const auto r = dcp::cuda::check::run_case(cfg);
