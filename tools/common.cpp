@@ -164,14 +164,7 @@ CudaKernelOptions kernel_options_from_environment() {
   k.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
   k.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
   k.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
-  const std::string unit_rows = env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
-  if (!unit_rows.empty()) {
-    int v = -1;
-    const auto [p, ec] = std::from_chars(unit_rows.data(), unit_rows.data() + unit_rows.size(), v);
-    if (ec != std::errc() || p != unit_rows.data() + unit_rows.size() || v < 0)
-      raise(ErrorKind::InvalidInput, "DCP_ATTN_DETERMINISTIC_UNIT_ROWS: expected a count of rows >= 0, got '" + unit_rows + "'");
-    k.deterministic_unit_rows = v;
-  }
+  k.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   return k;
 }
 

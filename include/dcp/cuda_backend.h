@@ -34,6 +34,8 @@ KernelRoute parse_kernel_route(const std::string& s, const std::string& where);
 DqReduction parse_dq_reduction(const std::string& s, const std::string& where);
 // An on/off setting: "", "0", "off", "false" -> false; "1", "on", "true" -> true.
 bool parse_switch(const std::string& s, const std::string& where);
+// A count of rows >= 0 ("" -> 0), e.g. CudaKernelOptions::deterministic_unit_rows.
+int parse_row_count(const std::string& s, const std::string& where);
 
 struct CudaKernelOptions {
   KernelRoute forward = KernelRoute::Auto;

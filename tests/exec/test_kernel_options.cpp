@@ -29,9 +29,13 @@ TEST(KernelOptions, SpellingsRoundTripAndBadValuesNameTheirSource) {
   EXPECT_EQ(dcp::parse_dq_reduction("atomic", "X"), dcp::DqReduction::Atomic);
   for (const char* on : {"1", "on", "true"}) EXPECT_TRUE(dcp::parse_switch(on, "X"));
   for (const char* off : {"", "0", "off", "false"}) EXPECT_FALSE(dcp::parse_switch(off, "X"));
+  EXPECT_EQ(dcp::parse_row_count("", "X"), 0);
+  EXPECT_EQ(dcp::parse_row_count("4096", "X"), 4096);
   expect_refused([] { (void)dcp::parse_kernel_route("wgmma2", "DCP_ATTN_FORWARD"); }, "DCP_ATTN_FORWARD");
   expect_refused([] { (void)dcp::parse_dq_reduction("fast", "DCP_ATTN_BACKWARD_DQ"); }, "DCP_ATTN_BACKWARD_DQ");
   expect_refused([] { (void)dcp::parse_switch("yes please", "DCP_ATTN_DETERMINISTIC"); }, "DCP_ATTN_DETERMINISTIC");
+  expect_refused([] { (void)dcp::parse_row_count("-1", "DCP_ATTN_DETERMINISTIC_UNIT_ROWS"); }, "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
+  expect_refused([] { (void)dcp::parse_row_count("4k", "DCP_ATTN_DETERMINISTIC_UNIT_ROWS"); }, "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
 }
 
 }  // namespace

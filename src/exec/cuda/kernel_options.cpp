@@ -1,5 +1,6 @@
 // Names of the CUDA backend's kernel options (built with or without CUDA: the command line
 // parses them either way).
+#include <charconv>
 #include <string>
 
 #include "dcp/cuda_backend.h"
@@ -30,6 +31,15 @@ bool parse_switch(const std::string& s, const std::string& where) {
   if (s.empty() || s == "0" || s == "off" || s == "false") return false;
   if (s == "1" || s == "on" || s == "true") return true;
   raise(ErrorKind::InvalidInput, where + ": expected 0, 1, on, off, true or false, got '" + s + "'");
+}
+
+int parse_row_count(const std::string& s, const std::string& where) {
+  if (s.empty()) return 0;
+  int v = -1;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || end != s.data() + s.size() || v < 0)
+    raise(ErrorKind::InvalidInput, where + ": expected a count of rows >= 0, got '" + s + "'");
+  return v;
 }
 
 DqReduction parse_dq_reduction(const std::string& s, const std::string& where) {
