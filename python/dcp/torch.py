@@ -43,9 +43,15 @@ _config = {
     "dq_reduction": os.environ.get("DCP_ATTN_BACKWARD_DQ", "bulk") or "bulk",
     # Bitwise reproducible gradients (CUDA: the deterministic wgmma backward; the CPU kernels
     # always are).
-    "deterministic": (os.environ.get("DCP_ATTN_DETERMINISTIC", "") or "0") not in ("0", "off", "false"),
+    # (True / False, or the variable's spelling: checked where a runtime is made).
+    "deterministic": os.environ.get("DCP_ATTN_DETERMINISTIC", ""),
     "nccl_blocking_wait": True,
 }
+
+
+def _switch(value: Any) -> str:
+    """An on/off option as the C++ side spells it (it refuses anything else, naming the option)."""
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
 
 
 def configure(**options: Any) -> None:
@@ -164,7 +170,7 @@ class _Runtime:
             self.backend = _dcp.cuda_backend(index, _raw_stream(device),
                                              _TorchAllocator(device), _config["forward_kernel"],
                                              _config["backward_kernel"], _config["dq_reduction"],
-                                             bool(_config["deterministic"]))
+                                             _switch(_config["deterministic"]))
             self.comm = _dcp.self_comm(False) if world == 1 else self._nccl(group, rank, world, index)
         elif device.type == "cpu":
             self.backend = _dcp.cpu_backend()
