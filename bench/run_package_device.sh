@@ -76,11 +76,13 @@ if has det; then  # the deterministic backward: kernel table beside the default,
   DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_UNIT_ROWS=256 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_units.log" 2>&1
   echo "exec check (deterministic, units of 256 rows): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_units.log") configs bitwise equal" | tee -a "$log"
   for m in causal lambda causal_blockwise shared_question; do
-    for d in 0 1 units; do
-      say "dcp bench ldc 65536 $m, deterministic=$d"
-      DCP_ATTN_DETERMINISTIC=${d/units/1} DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$([ $d = units ] && echo 4096 || echo 0) timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 \
-        --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
-        --cluster h200-nvl --nodes 1 --json "$out/dcp_bench_det${d}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+    # name:DCP_ATTN_DETERMINISTIC:DCP_ATTN_DETERMINISTIC_UNIT_ROWS
+    for run in default:0:0 det:1:0 units:1:4096; do
+      IFS=: read -r name det rows <<<"$run"
+      say "dcp bench ldc 65536 $m, $name"
+      DCP_ATTN_DETERMINISTIC=$det DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$rows timeout 120 $b/dcp bench --profile ldc --seed 1 \
+        --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 \
+        --warmup 2 --method dcp --cluster h200-nvl --nodes 1 --json "$out/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
     done
   done
 fi
