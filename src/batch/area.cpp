@@ -23,34 +23,29 @@ struct Envelope {
   int64_t c1 = 0;  // offset of the diagonal bound
 };
 
-Envelope upper_envelope(std::span<const AffineBound> bounds) {
+// The tightest bound of each slope: `pick` is std::min for upper bounds, std::max for lower ones.
+template <class Pick>
+Envelope envelope(std::span<const AffineBound> bounds, Pick pick) {
   Envelope e;
   for (const AffineBound& b : bounds) {
     DCP_ASSERT(b.slope == 0 || b.slope == 1);
     if (b.slope == 0) {
-      e.c0 = e.has0 ? std::min(e.c0, b.c) : b.c;
+      e.c0 = e.has0 ? pick(e.c0, b.c) : b.c;
       e.has0 = true;
     } else {
-      e.c1 = e.has1 ? std::min(e.c1, b.c) : b.c;
+      e.c1 = e.has1 ? pick(e.c1, b.c) : b.c;
       e.has1 = true;
     }
   }
   return e;
 }
 
+Envelope upper_envelope(std::span<const AffineBound> bounds) {
+  return envelope(bounds, [](int64_t a, int64_t b) { return std::min(a, b); });
+}
+
 Envelope lower_envelope(std::span<const AffineBound> bounds) {
-  Envelope e;
-  for (const AffineBound& b : bounds) {
-    DCP_ASSERT(b.slope == 0 || b.slope == 1);
-    if (b.slope == 0) {
-      e.c0 = e.has0 ? std::max(e.c0, b.c) : b.c;
-      e.has0 = true;
-    } else {
-      e.c1 = e.has1 ? std::max(e.c1, b.c) : b.c;
-      e.has1 = true;
-    }
-  }
-  return e;
+  return envelope(bounds, [](int64_t a, int64_t b) { return std::max(a, b); });
 }
 
 // Sum over t in [0, n) of max(0, f + s*t), s in {-1, 0, 1}.
