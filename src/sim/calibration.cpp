@@ -47,35 +47,26 @@ constexpr const char* kTextFields[] = {"name", "source", "notes", "attention_cos
 }  // namespace
 
 void Calibration::validate(const std::string& where) const {
-  auto positive = [&](double v, const char* field) {
-    if (!(v > 0) || !std::isfinite(v))
-      raise(ErrorKind::InvalidInput, where + ": " + field + " must be positive (got " + std::to_string(v) + ")");
+  auto require = [&](bool ok, double v, const char* field, const char* rule) {
+    if (!ok) raise(ErrorKind::InvalidInput, where + ": " + field + " must be " + rule + " (got " + std::to_string(v) + ")");
   };
+  auto positive = [&](double v, const char* field) { require(v > 0 && std::isfinite(v), v, field, "positive"); };
+  auto fraction = [&](double v, const char* field) { require(v > 0 && v <= 1, v, field, "in (0, 1]"); };
+  auto at_least_one = [&](double v, const char* field) { require(v >= 1 && std::isfinite(v), v, field, ">= 1"); };
+  auto non_negative = [&](double v, const char* field) { require(v >= 0 && std::isfinite(v), v, field, ">= 0"); };
   positive(attn_fwd_flops, "attn_fwd_tflops");
   positive(attn_bwd_flops, "attn_bwd_tflops");
   positive(memory_bw, "memory_bw_GBps");
   if (tile_overhead_s < 0 || launch_overhead_s < 0)
     raise(ErrorKind::InvalidInput, where + ": overheads must be >= 0");
-  auto fraction = [&](double v, const char* field) {
-    if (!(v > 0 && v <= 1))
-      raise(ErrorKind::InvalidInput, where + ": " + field + " must be in (0, 1] (got " + std::to_string(v) + ")");
-  };
   fraction(fwd_diagonal_efficiency, "fwd_diagonal_efficiency");
   fraction(fwd_partial_efficiency, "fwd_partial_efficiency");
   fraction(bwd_diagonal_efficiency, "bwd_diagonal_efficiency");
   fraction(bwd_partial_efficiency, "bwd_partial_efficiency");
-  auto at_least_one = [&](double v, const char* field) {
-    if (!(v >= 1) || !std::isfinite(v))
-      raise(ErrorKind::InvalidInput, where + ": " + field + " must be >= 1 (got " + std::to_string(v) + ")");
-  };
   at_least_one(fwd_diagonal_masked_cost, "fwd_diagonal_masked_cost");
   at_least_one(fwd_partial_masked_cost, "fwd_partial_masked_cost");
   at_least_one(bwd_diagonal_masked_cost, "bwd_diagonal_masked_cost");
   at_least_one(bwd_partial_masked_cost, "bwd_partial_masked_cost");
-  auto non_negative = [&](double v, const char* field) {
-    if (!(v >= 0) || !std::isfinite(v))
-      raise(ErrorKind::InvalidInput, where + ": " + field + " must be >= 0 (got " + std::to_string(v) + ")");
-  };
   non_negative(fwd_empty_subtile_cost, "fwd_empty_subtile_cost");
   non_negative(bwd_empty_subtile_cost, "bwd_empty_subtile_cost");
   non_negative(fwd_work_item_cost, "fwd_work_item_cost");
