@@ -258,6 +258,8 @@ int main(int argc, char** argv) {
         bp.delta = delta;
         bp.dq = dq;
         bp.dq_rows = max_seq;
+        bp.q_rows = max_seq;
+        bp.dout_rows = max_seq;
         bp.dk = dk;
         bp.dv = dv;
         Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}};

@@ -105,6 +105,7 @@ std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
   for (BackwardCase& c : out) {
     c.accumulate = c.seed % 2 == 0;
     c.dq_rows_known = c.seed % 3 != 0;
+    c.q_rows_known = c.seed % 4 != 1;
   }
   return out;
 }
@@ -199,6 +200,8 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     bp.dk = d_dk.ptr;
     bp.dv = d_dv.ptr;
     bp.dq_rows = c.dq_rows_known ? qo_rows : 0;
+    bp.q_rows = c.q_rows_known ? l.q_rows : 0;
+    bp.dout_rows = c.q_rows_known ? qo_rows : 0;
     bp.route = c.route;
     attention_backward(bp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "backward");
@@ -266,10 +269,10 @@ std::string describe(const BackwardCase& c, const BackwardResult& r) {
   static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
   char buf[400];
   std::snprintf(buf, sizeof buf,
-                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
+                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
                 "dV %.2e bad=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
-                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, c.dq_rows_known ? 1 : 0, r.num_tiles,
+                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, c.dq_rows_known ? 1 : 0, c.q_rows_known ? 1 : 0, r.num_tiles,
                 r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;

@@ -316,6 +316,8 @@ CaseResult run_case(const CaseConfig& cfg) {
     bp.dk = d_dk.ptr;
     bp.dv = d_dv.ptr;
     bp.dq_rows = n_tok;
+    bp.q_rows = n_tok;
+    bp.dout_rows = n_tok;
     bp.route = cfg.backward_route;
     attention_backward(bp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "backward");

@@ -140,6 +140,9 @@ struct BackwardCase {
   // Pass the dq buffer's rows (AttnBackwardParams::dq_rows): the Wgmma route then adds full
   // 64-row dQ sub-tiles by TMA reductions; false: every sub-tile by atomics.
   bool dq_rows_known = true;
+  // Pass the Q and dO buffers' rows (AttnBackwardParams::q_rows, dout_rows): the Wgmma route then
+  // loads full 64-row Q / dO sub-tiles by TMA; false: every sub-tile by cp.async.
+  bool q_rows_known = true;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct BackwardResult {

@@ -249,6 +249,11 @@ struct AttnBackwardParams {
   const void* dout = nullptr;            // bf16 dO, indexed like Q
   const float* lse = nullptr;            // final LSE, indexed like Q rows
   const float* delta = nullptr;          // rowsum(dO * O), indexed like Q rows
+  // Rows of the Q and dO buffers (0: unknown). When both are known, the warp-specialised Hopper
+  // kernel loads whole 64-row Q / dO sub-tiles by TMA (the last, shorter sub-tile of a tile by
+  // cp.async with zero fill); the results are the same.
+  int64_t q_rows = 0;
+  int64_t dout_rows = 0;
   float* dq = nullptr;                   // accumulated (atomicAdd)
   // Rows of the dq buffer (0: unknown). When known, the warp-specialised Hopper kernel adds each
   // full 64-row dQ sub-tile with tensor-memory-access reductions (two instructions per 64 x 64

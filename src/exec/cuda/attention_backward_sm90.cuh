@@ -105,19 +105,21 @@ __device__ __forceinline__ void bw_ds(float (&dpt)[32], const float (&pt)[32], c
   }
 }
 
-// A fragments of m64k16 (k step kk = q columns 16 kk .. + 15) for P^T and dS^T: accumulator
-// blocks 2 kk and 2 kk + 1, in order (as P in the forward); dS^T (keys x q, bf16) also goes
-// to the swizzled shared tile `ds` (kBwKeys rows) for dQ.
-__device__ __forceinline__ void bw_pack_fragments(uint32_t (&pa)[4][4], uint32_t (&da)[4][4], const float (&pt)[32],
-                                                  const float (&dst)[32], unsigned char* ds, int key_lo, int tq) {
+// A fragments of m64k16 (k step kk = q columns 16 kk .. + 15) of an accumulator tile (P^T or
+// dS^T): accumulator blocks 2 kk and 2 kk + 1, in order (as P in the forward).
+__device__ __forceinline__ void bw_pack_fragment(uint32_t (&a)[4][4], const float (&acc)[32]) {
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      pa[kk][i] = pack_bf16(pt[8 * kk + 2 * i], pt[8 * kk + 2 * i + 1]);
-      da[kk][i] = pack_bf16(dst[8 * kk + 2 * i], dst[8 * kk + 2 * i + 1]);
-    }
-    // da[kk][2 h] = (key_lo, 16 kk + 8 h + 2 tq ..+1), da[kk][2 h + 1] = (key_lo + 8, same columns).
+    for (int i = 0; i < 4; ++i) a[kk][i] = pack_bf16(acc[8 * kk + 2 * i], acc[8 * kk + 2 * i + 1]);
+  }
+}
+
+// dS^T fragments (keys x q, bf16) to the swizzled shared tile `ds` (kBwKeys rows) that dQ reads:
+// da[kk][2 h] = (key_lo, 16 kk + 8 h + 2 tq ..+1), da[kk][2 h + 1] = (key_lo + 8, same columns).
+__device__ __forceinline__ void bw_store_ds(unsigned char* ds, const uint32_t (&da)[4][4], int key_lo, int tq) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int col = 16 * kk + 8 * h + 2 * tq;
@@ -127,35 +129,27 @@ __device__ __forceinline__ void bw_pack_fragments(uint32_t (&pa)[4][4], uint32_t
   }
 }
 
-// dV += P^T dO, dK += dS^T Q (A from registers; B operands [q][d]: q = K rows, d contiguous ->
-// MN-major); one commit group.
+// acc += A B for one q sub-tile, A (keys x 64 q rows, bf16) from registers, B the sub-tile's
+// [q][d] tile in shared memory (q = K rows, d contiguous -> MN-major): dV += P^T dO (B = dO) and
+// dK += dS^T Q (B = Q). One commit group.
 template <int kD>
-__device__ __forceinline__ void bw_issue_dv_dk(float (&dv)[kD / 2], float (&dk)[kD / 2], const uint32_t (&pa)[4][4],
-                                               const uint32_t (&da)[4][4], uint32_t qb, uint32_t dob) {
+__device__ __forceinline__ void bw_issue_rs(float (&acc)[kD / 2], const uint32_t (&a)[4][4], uint32_t b) {
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     if constexpr (kD == 128) {
-      wgmma_m64n128k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
+      wgmma_m64n128k16_rs(acc, a[kk], desc_mn_major<kBwRows>(b, kk));
     } else {
-      wgmma_m64n64k16_rs(dv, pa[kk], desc_mn_major<kBwRows>(dob, kk));
-    }
-  }
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if constexpr (kD == 128) {
-      wgmma_m64n128k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
-    } else {
-      wgmma_m64n64k16_rs(dk, da[kk], desc_mn_major<kBwRows>(qb, kk));
+      wgmma_m64n64k16_rs(acc, a[kk], desc_mn_major<kBwRows>(b, kk));
     }
   }
   wgmma_commit();
 }
 
-// The products of one q sub-tile up to dV and dK, shared by both Hopper backward kernels:
-// S^T and dP^T issued, P^T (masked as `cls` says), dS^T = P^T (dP^T - Delta) (also stored to the
-// swizzled tile `ds` for dQ), then dV += P^T dO and dK += dS^T Q issued as one commit group, still
-// in flight on return. qb / dob: the sub-tile's Q and dO tiles; lse2 / delta: its 64 rows' values.
+// The products of one q sub-tile up to dV and dK (the basic kernel): S^T and dP^T issued, P^T
+// (masked as `cls` says), dS^T = P^T (dP^T - Delta) (also stored to the swizzled tile `ds` for
+// dQ), then dV += P^T dO and dK += dS^T Q issued, two commit groups still in flight on return.
+// qb / dob: the sub-tile's Q and dO tiles; lse2 / delta: its 64 rows' values.
 template <int kD>
 __device__ __forceinline__ void bw_sub_tile_dv_dk(float (&dv)[kD / 2], float (&dk)[kD / 2], uint32_t s_k, uint32_t s_v,
                                                   uint32_t qb, uint32_t dob, const float* lse2, const float* delta,
@@ -173,8 +167,11 @@ __device__ __forceinline__ void bw_sub_tile_dv_dk(float (&dv)[kD / 2], float (&d
   bw_ds(dpt, st, delta, tq);
   uint32_t pa[4][4];
   uint32_t da[4][4];
-  bw_pack_fragments(pa, da, st, dpt, ds, key_lo, tq);
-  bw_issue_dv_dk<kD>(dv, dk, pa, da, qb, dob);
+  bw_pack_fragment(pa, st);
+  bw_pack_fragment(da, dpt);
+  bw_store_ds(ds, da, key_lo, tq);
+  bw_issue_rs<kD>(dv, pa, dob);
+  bw_issue_rs<kD>(dk, da, qb);
 }
 
 // dQ (64 q x 64 columns) = dS K: A = the dS^T tile `ds` read MN-major (q contiguous), B = the K

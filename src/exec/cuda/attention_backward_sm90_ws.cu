@@ -8,7 +8,11 @@
 // CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: it loads K and V once, then walks
 // the steps (q head, 64-row q sub-tile) as the basic kernel does, classifies each (Partial: one
 // thread per (q row, 64-key half), votes by bar.red among its 128 threads), skips empty ones, and
-// loads Q, dO, LSE and Delta of the next non-empty step into a 2-slot ring with cp.async.
+// loads Q, dO, LSE and Delta of the next non-empty step into a 2-slot ring: whole 64-row Q / dO
+// sub-tiles by TMA when the caller gave the buffers' rows (AttnBackwardParams::q_rows, dout_rows),
+// the last, shorter sub-tile of a tile (zero-filled past q_len) and K / V by cp.async. (With
+// cp.async the producer's 128 threads spent most of a step issuing 16-byte copies, and the
+// consumers waited for a filled slot 13 % of their time: kernel_profile_2026-11-30.md.)
 // Warpgroups 1 and 2 are the consumers (keys [0, 64) and [64, 128) of the CTA, as warpgroups 0
 // and 1 of the basic kernel); they never load or classify. setmaxnreg moves registers from the
 // producer (kProducerRegs) to the consumers (kConsumerRegs).
@@ -17,9 +21,16 @@
 // the Partial masks, and record j & 3 (the step's class, tile kind, rows, q head and dQ row, or the
 // end of the walk: the consumers read these where they use them). The producer waits for
 // "empty" slot j & 1 (the consumers finished iteration j - 2), classifies into it, loads, waits
-// for its own cp.async group, fences to the async proxy and arrives on "full" (128 arrivals; K
-// and V travel with iteration 0). Every consumer thread arrives on "empty" once the last wgmma
-// group of the iteration that reads the slot (dV / dK: Q and dO) is complete, while dQ still runs.
+// for its own cp.async group, fences to the async proxy and arrives on "full" (128 arrivals, one
+// of them with the TMA byte count when the step's tiles come by TMA; K and V travel with
+// iteration 0). Every consumer thread arrives on "empty" once the products that read the slot
+// (dV: dO, dK: Q) are complete.
+//
+// Order of a step's products (as in FlashAttention-3's backward): S^T and dP^T; dV as soon as P^T
+// is packed; dQ after the barrier, then dK, so that dK runs while the dQ tile is written and its
+// reduction issued. (This order gains 2-5 % on full and causal lists over issuing dK with dV
+// before the barrier, and loses 3-8 % on window and partial lists, whose producer needs the slot
+// back sooner to classify; choosing the order per step made every list slower.)
 //
 // Between the consumers: dS^T is double-buffered by j & 1, so one named barrier of the 256
 // consumer threads per step (the dS^T stores of both warpgroups before either dQ product) is the
@@ -77,7 +88,10 @@ static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "
 struct BwWsParams {
   AttnBackwardParams p;
   CUtensorMap dq_map;  // aligned as the driver header requires
-  int32_t tma_dq;  // 1: dq_map is valid
+  CUtensorMap q_map;   // Q and dO: boxes of 64 rows x 64 bf16 columns, 128-byte swizzled
+  CUtensorMap do_map;
+  int32_t tma_dq;   // 1: dq_map is valid
+  int32_t tma_qdo;  // 1: q_map and do_map are valid
 };
 
 // dQ staging tile of one consumer warpgroup for the TMA route: 2 boxes of 64 rows x 32 fp32
@@ -207,6 +221,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     mbar_init(full_bar + 8, 128);
     mbar_init(empty_bar, kConsumerThreads);
     mbar_init(empty_bar + 8, kConsumerThreads);
+    mbar_init_fence();  // the TMA loads complete on the full barriers
   }
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before anyone uses them
 
@@ -307,21 +322,39 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         }
         s_info[j & (kInfoRecords - 1)] = info;
       }
+      const uint32_t full = full_bar + static_cast<uint32_t>(slot * 8);
+      // Whole sub-tiles come by TMA: one thread issues four boxes and the slot's phase completes
+      // when their bytes have landed, so the producer no longer spends the step on 16-byte copies.
+      const bool tma = !end && cls != kEmpty && wp.tma_qdo != 0 && rows == kBwRows;
       if (!end && cls != kEmpty) {
-        // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
-        const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
-        const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
-        const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
-        const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
-        producer_load_rows<kBwRows, kD>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
-        producer_load_rows<kBwRows, kD>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
-                                        ptid);
         if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
+        const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
+        const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
+        if (tma) {
+          if (ptid == 0) {
+            mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * Smem::kQBytes));
+#pragma unroll
+            for (int b = 0; b < kD / 64; ++b) {
+              const auto box = static_cast<uint32_t>(b * kBwRows * 128);
+              tma_load_2d(s_q + boff + box, &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);
+              tma_load_2d(s_do + boff + box, &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
+            }
+          }
+        } else {
+          // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
+          const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
+          const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
+          producer_load_rows<kBwRows, kD>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
+          producer_load_rows<kBwRows, kD>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
+                                          ptid);
+        }
       }
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_proxy_async();  // this thread's cp.async bytes -> visible to wgmma after the consumers' wait
-      mbar_arrive(full_bar + static_cast<uint32_t>(slot * 8));
+      if (!tma || j == 0) {  // this step's cp.async bytes (and K / V at iteration 0)
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async();  // -> visible to wgmma after the consumers' wait
+      }
+      if (!tma || ptid != 0) mbar_arrive(full);  // thread 0 of a TMA step arrived with its byte count
       if (end) break;
     }
     return;
@@ -395,9 +428,25 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const float* lse_b = s_lse + buf * kBwRows;
     const float* delta_b = s_delta + buf * kBwRows;
 
-    bw_sub_tile_dv_dk<kD>(dv, dk, s_k, s_v, qb, dob, lse_b, delta_b, s_mask + buf * 2 * kBwRows, cls,
-                          static_cast<TileKind>(info->kind), keys, c0, info->rq0, ds_ptr, wg, key_lo, tq,
-                          scale_log2);  // dS^T into buffer ds_buf
+    // S^T, dP^T; P^T; dS^T (attention_backward_sm90.cuh). dV's product is issued before dS^T is
+    // packed and stored, and dK's after dQ's, so that the tensor cores have work while this
+    // warpgroup packs dS^T, meets the other at the barrier and writes its dQ tile.
+    float st[32];
+    float dpt[32];
+    bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
+    wgmma_wait<1>();
+    fence_regs(st);
+    bw_probabilities(st, lse_b, s_mask + buf * 2 * kBwRows, cls, static_cast<TileKind>(info->kind), keys, c0, info->rq0,
+                     key_lo, tq, scale_log2);
+    wgmma_wait<0>();
+    fence_regs(dpt);
+    bw_ds(dpt, st, delta_b, tq);
+    uint32_t pa[4][4];
+    bw_pack_fragment(pa, st);
+    bw_issue_rs<kD>(dv, pa, dob);
+    uint32_t da[4][4];
+    bw_pack_fragment(da, dpt);
+    bw_store_ds(ds_ptr, da, key_lo, tq);  // dS^T into buffer ds_buf
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     if constexpr (kDet && kD == 128) {
@@ -407,13 +456,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 
     float dq[32];
     bw_issue_dq<kD>(dq, dsb, s_k, wg);
-    // dV / dK (the group before dQ) complete: Q, dO, LSE, Delta, the masks and the record of this
-    // slot are no longer read, so the producer may refill it while dQ runs.
-    wgmma_wait<1>();
-    mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
-    wgmma_wait<0>();
+    bw_issue_rs<kD>(dk, da, qb);
+    wgmma_wait<1>();  // dV and dQ complete; dK runs under the dQ tile's write and reduction
     fence_regs(dv);
-    fence_regs(dk);
     fence_regs(dq);
 
     // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 j + 2 tq (+ 64 wg at D = 128).
@@ -476,6 +521,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         if (tw == 0) sem_release(p.semaphores + info->sem);
       }
     }
+    // dK (the last group) complete: Q, dO, LSE, Delta, the masks and the record of this slot are
+    // no longer read, so the producer may refill it.
+    wgmma_wait<0>();
+    fence_regs(dk);
+    mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
   if (tw == 0) release_all();
@@ -509,6 +559,13 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
                                                          int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32,
                                                          kBwRows);
   wp.tma_dq = tma ? 1 : 0;
+  // Q, dO: [rows][num_q_heads x D] bf16, boxes of 64 rows x 64 columns (the sub-tile layout).
+  const int64_t q_elems = int64_t{p.shape.num_q_heads} * p.shape.head_dim;
+  const bool tma_qdo =
+      p.q_rows > 0 && p.dout_rows > 0 &&
+      encode_tensor_map_2d(wp.q_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.q, q_elems, p.q_rows, 64, kBwRows) &&
+      encode_tensor_map_2d(wp.do_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, kBwRows);
+  wp.tma_qdo = tma_qdo ? 1 : 0;
   if (!p.deterministic) {
     attention_backward_sm90_ws_kernel<kD, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
     return;

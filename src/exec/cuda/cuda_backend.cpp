@@ -156,6 +156,8 @@ class CudaBackend final : public Backend {
     p.k = a.base[idx(Array::K)];
     p.v = a.base[idx(Array::V)];
     p.dout = a.base[idx(Array::dO)];
+    p.q_rows = a.rows[idx(Array::Q)];
+    p.dout_rows = a.rows[idx(Array::dO)];
     p.lse = static_cast<const float*>(a.base[idx(Array::LSE)]);
     p.delta = static_cast<const float*>(a.base[idx(Array::Delta)]);
     p.dq = static_cast<float*>(a.base[idx(Array::dQ)]);
