@@ -74,21 +74,21 @@ void Calibration::validate(const std::string& where) const {
 }
 
 Calibration measured_h200_calibration() {
-  // bench/fit_calibration's output for the kernels of 2026-11-30 (sources and fit errors in
+  // bench/fit_calibration's output for the kernels of 2026-12-01 (sources and fit errors in
   // data/calibration/h200_measured_subtiles.json, which a test keeps equal to these values).
   Calibration c;
   c.name = "h200-measured-subtiles";
   c.subtile_model = true;
-  c.attn_fwd_flops = 634.0e12;
-  c.attn_bwd_flops = 447.5e12;
-  c.fwd_diagonal_masked_cost = 2.212;
-  c.fwd_partial_masked_cost = 2.158;
-  c.fwd_empty_subtile_cost = 0.498;
-  c.fwd_work_item_cost = 2.354;
-  c.bwd_diagonal_masked_cost = 1.262;
-  c.bwd_partial_masked_cost = 1.871;
-  c.bwd_empty_subtile_cost = 0.32;
-  c.bwd_work_item_cost = 0.32;
+  c.attn_fwd_flops = 642.3e12;
+  c.attn_bwd_flops = 478.8e12;
+  c.fwd_diagonal_masked_cost = 2.341;
+  c.fwd_partial_masked_cost = 2.246;
+  c.fwd_empty_subtile_cost = 0.389;
+  c.fwd_work_item_cost = 2.508;
+  c.bwd_diagonal_masked_cost = 1.348;
+  c.bwd_partial_masked_cost = 1.985;
+  c.bwd_empty_subtile_cost = 0.296;
+  c.bwd_work_item_cost = 0.409;
   c.tile_overhead_s = 0;  // the work items carry the per-tile costs
   c.launch_overhead_s = 4e-6;
   c.memory_bw = 4200e9;

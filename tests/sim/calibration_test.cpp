@@ -26,11 +26,12 @@ nlohmann::json read_json(const std::string& path) {
   return nlohmann::json::parse(f);
 }
 
-// Measured on one H200 (bench/results/h200_2026-11-30, call 2026-11-30f; the points file names
-// its source), each plan built as `dcp bench` builds it: DCP's placement on the h200-nvl preset.
+// Measured on one H200 with the current kernels (the points file names its source: the four
+// masks of the benchmark's one-GPU plans), each plan built as `dcp bench` builds it: DCP's
+// placement on the h200-nvl preset.
 TEST(SimCalibration, DefaultH200PredictsEveryMeasuredOneGpuPlanWithinTenPercent) {
   const nlohmann::json points = read_json(DCP_SOURCE_DIR "/tests/sim/data/h200_one_gpu_plans.json");
-  ASSERT_GE(points.at("plans").size(), 6u);
+  ASSERT_GE(points.at("plans").size(), 4u);
   Cluster cluster = cluster_preset("h200-nvl", 1);
   cluster.devices_per_node = 1;
   SimOptions so;
