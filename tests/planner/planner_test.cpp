@@ -29,7 +29,17 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   for (const char* mask : {"causal", "lambda", "shared_question"}) {
     SCOPED_TRACE(mask);
     const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
-    ASSERT_EQ(p.candidates.size(), 6u);
+    // B x eps x (share x order) schedules, all schedules tried on the same placement.
+    ASSERT_EQ(p.candidates.size(), 24u);
+    for (size_t i = 0; i < p.candidates.size(); i += 4) {
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(p.candidates[i + k].far_outputs_first, k % 2 == 1);
+        EXPECT_DOUBLE_EQ(p.candidates[i + k].last_round_share, k < 2 ? 1.0 : 0.5);
+        EXPECT_EQ(p.candidates[i + k].balanced, p.candidates[i].balanced);
+      }
+    }
+    EXPECT_EQ(p.plan.header.options.schedule.far_outputs_first, p.chosen.far_outputs_first);
+    EXPECT_DOUBLE_EQ(p.plan.header.options.schedule.last_round_share, p.chosen.last_round_share);
     bool any_balanced = false;
     for (const auto& c : p.candidates) any_balanced = any_balanced || c.balanced;
     for (const auto& c : p.candidates) {
@@ -112,6 +122,14 @@ TEST(Planner, RejectsEmptyOrBadCandidates) {
   opts.block_sizes = {512};
   opts.eps_compute = {-0.1};
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.eps_compute = {0.1};
+  opts.far_outputs_first = {};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.far_outputs_first = {false};
+  for (double share : {0.0, -0.5, 1.5}) {
+    opts.last_round_share = {share};
+    EXPECT_THROW(plan_batch(batch, cluster, opts), Error) << share;
+  }
 }
 
 }  // namespace
