@@ -36,6 +36,14 @@ struct PlannerOptions {
   // (bench/results/plan_sim.md): both orders and shares {1, 0.5} took shared question from
   // 13.40 to 12.61 ms and lambda from 3.31 to 2.63 ms.
   std::vector<bool> far_outputs_first{false, true};
+  // Planning time grows with the tile count (placement above all): a block size whose table
+  // holds more than this many tiles per device is skipped, unless it is the largest candidate
+  // (0 = no limit). Measured on the paper micro-benchmark (bench/results/plan_sim.md): adding
+  // B = 512 took lambda at scale 4 from 2.63 to 2.53 ms and causal_blockwise from 3.56 to 1.77;
+  // without a limit B = 512 also ran on the causal cells (66048 tiles for one 131072-token
+  // sequence), 3.1 s of search per batch at scale 4 for no gain; 768 keeps B = 1024 there
+  // (16512 tiles on 32 devices) and skips B = 512.
+  int64_t max_tiles_per_device = 768;
   std::vector<double> last_round_share{1.0, 0.5};
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
@@ -58,6 +66,7 @@ struct PlannedBatch {
   SimResult predicted;
   PlanCandidate chosen;
   std::vector<PlanCandidate> candidates;  // in the order tried
+  std::vector<int64_t> skipped_block_sizes;  // over PlannerOptions::max_tiles_per_device
   double search_s = 0;                    // whole search, simulations included
 };
 

@@ -16,6 +16,9 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 void PlannerOptions::validate() const {
   if (block_sizes.empty()) raise(ErrorKind::InvalidInput, "planner: --block needs at least one candidate");
   if (eps_compute.empty()) raise(ErrorKind::InvalidInput, "planner: --eps-compute needs at least one candidate");
+  if (max_tiles_per_device < 0)
+    raise(ErrorKind::InvalidInput, "planner: max_tiles_per_device must be >= 0 (got " +
+                                       std::to_string(max_tiles_per_device) + ")");
   if (far_outputs_first.empty() || last_round_share.empty())
     raise(ErrorKind::InvalidInput,
           "planner: the schedule candidates (far_outputs_first, last_round_share) need one each");
@@ -51,6 +54,8 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   for (double share : opts.last_round_share)
     for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share);
   std::vector<PlanCandidate> tried;
+  const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
+  const int64_t tile_budget = opts.max_tiles_per_device * int64_t{cluster.num_devices()};
   for (int64_t block : opts.block_sizes) {
     BlockOptions bo;
     bo.block_size = block;
@@ -59,6 +64,10 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     const auto t_table = Clock::now();
     BlockTable table = build_block_table(batch, bo);
     const double table_s = seconds_since(t_table);
+    if (opts.max_tiles_per_device > 0 && block != coarsest && std::ssize(table.tiles) > tile_budget) {
+      best.skipped_block_sizes.push_back(block);
+      continue;
+    }
     for (double eps : opts.eps_compute) {
       const auto t0 = Clock::now();
       PlacementOptions po = opts.placement;

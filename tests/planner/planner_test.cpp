@@ -2,6 +2,8 @@
 // same answer for the same input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "dcp/error.h"
 #include "dcp/planner.h"
 #include "dcp/profiles.h"
@@ -111,6 +113,42 @@ TEST(Planner, Deterministic) {
   EXPECT_EQ(a.chosen.eps_compute, b.chosen.eps_compute);
 }
 
+// Block sizes over the tile budget are skipped, except the largest, so a search always has a
+// candidate; without a budget every block size is tried.
+TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.block_sizes = {256, 1024, 512};
+  opts.calibration = calibration_from_cluster(cluster);
+  opts.far_outputs_first = {false};
+  opts.last_round_share = {1.0};
+  const Batch batch = small_batch("causal");
+  opts.max_tiles_per_device = 1;  // every table is over it
+  const PlannedBatch tight = plan_batch(batch, cluster, opts);
+  ASSERT_EQ(tight.candidates.size(), 1u);
+  EXPECT_EQ(tight.chosen.block_size, 1024);
+  EXPECT_EQ(tight.skipped_block_sizes, (std::vector<int64_t>{256, 512}));
+  EXPECT_TRUE(validate_plan(tight.plan).empty());
+  opts.max_tiles_per_device = 0;  // no limit
+  const PlannedBatch all = plan_batch(batch, cluster, opts);
+  EXPECT_EQ(all.candidates.size(), 3u);
+  EXPECT_TRUE(all.skipped_block_sizes.empty());
+  // A budget between the tables' sizes keeps exactly the tables within it.
+  const int64_t devices = cluster.num_devices();
+  for (int64_t per_device : {int64_t{4}, int64_t{16}, int64_t{64}}) {
+    opts.max_tiles_per_device = per_device;
+    const PlannedBatch p = plan_batch(batch, cluster, opts);
+    for (int64_t b : opts.block_sizes) {
+      BlockOptions bo;
+      bo.block_size = b;
+      const auto tiles = static_cast<int64_t>(build_block_table(batch, bo).tiles.size());
+      const bool tried = std::any_of(p.candidates.begin(), p.candidates.end(),
+                                     [&](const PlanCandidate& c) { return c.block_size == b; });
+      EXPECT_EQ(tried, b == 1024 || tiles <= per_device * devices) << "B=" << b << " per device " << per_device;
+    }
+  }
+}
+
 TEST(Planner, RejectsEmptyOrBadCandidates) {
   const Cluster cluster = cluster_preset("a100-p4d", 1);
   const Batch batch = small_batch("causal");
@@ -130,6 +168,9 @@ TEST(Planner, RejectsEmptyOrBadCandidates) {
     opts.last_round_share = {share};
     EXPECT_THROW(plan_batch(batch, cluster, opts), Error) << share;
   }
+  opts.last_round_share = {1.0};
+  opts.max_tiles_per_device = -1;
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
 }
 
 }  // namespace
