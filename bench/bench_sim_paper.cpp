@@ -1,8 +1,9 @@
 // Simulated attention time (forward + backward) on the paper's micro-benchmark setting:
 // 4 nodes x 8 A100 (a100-p4d), 131072 tokens per batch, LongDataCollections-like lengths scaled
 // by 0.5..4, GQA 8 query / 2 KV heads, head dim 128, 4 stages; DCP (the planner's choice among
-// B in {1024, 2048, 4096} x eps_compute in {0.02, 0.05, 0.1}, by simulated time: planner.h)
-// against every static baseline, same simulator and calibration.
+// B in {512, 1024, 2048, 4096} (within the planner's tile budget) x eps_compute in {0.02, 0.05,
+// 0.1}, each with the planner's default schedule candidates, by simulated time: planner.h)
+// against every static baseline (default schedule), same simulator and calibration.
 // Usage: bench_sim_paper [batches per scale] [calibration.json] [out.json]
 #include <fmt/core.h>
 
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
       double search_s = 0;
       for (const Batch& batch : generate_batches(po, batches)) {
         PlannerOptions popt;
-        popt.block_sizes = {1024, 2048, 4096};
+        popt.block_sizes = {512, 1024, 2048, 4096};
         popt.eps_compute = {0.02, 0.05, 0.1};
         popt.calibration = so.calibration;
         const PlannedBatch planned = plan_batch(batch, cluster, popt);

@@ -99,8 +99,10 @@ int run_simulate(const SimulateArgs& args) {
         placed.violations = std::move(pb.placement.report.violations);
         plan = std::move(pb.plan);
         t.plan_ms += pb.search_s * 1e3;
-        t.choices.push_back(fmt::format("batch {}: planner chose B={} eps_compute={}", b, pb.chosen.block_size,
-                                      pb.chosen.eps_compute));
+        t.choices.push_back(fmt::format("batch {}: planner chose B={} eps_compute={} far_outputs_first={} "
+                                        "last_round_share={}",
+                                        b, pb.chosen.block_size, pb.chosen.eps_compute, pb.chosen.far_outputs_first,
+                                        pb.chosen.last_round_share));
       } else {
         placed = place_method(methods[m], batches[b], in.blocks, cluster, in.placement);
         const auto t0 = std::chrono::steady_clock::now();
@@ -245,8 +247,9 @@ void register_simulate(CLI::App& app, Runner& runner) {
                   "Kernel calibration JSON (data/calibration/*.json; default: the cluster's rates)");
   sub->add_option("--trace", args->trace, "Write the Chrome/Perfetto trace of DCP's plan of the first batch");
   sub->add_flag("--search", args->search,
-                "DCP: let the planner pick the block size and compute tolerance by simulated time "
-                "(candidates: --search-blocks x --search-eps; plan ms then includes the search)");
+                "DCP: let the planner pick the block size, compute tolerance and schedule by simulated "
+                "time (candidates: --search-blocks x --search-eps, each planned with the planner's 4 "
+                "schedules; plan ms then includes the search)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
   sub->add_flag("--validate", args->validate, "Also validate every plan (symbolic execution) before simulating");

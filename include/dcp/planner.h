@@ -1,9 +1,10 @@
 // dcp/planner.h — the whole planning pipeline for one batch, with a cost-model search.
 //
 // Batch -> BlockTable -> DCP Placement -> Plan for each candidate (block size B, compute
-// tolerance eps_c); every candidate plan is simulated (sim.h) and the fastest predicted one
-// (forward + backward) is kept. The search is what a data loader would run ahead of training:
-// each candidate costs a few milliseconds, so a 3 x 3 grid stays well under a second.
+// tolerance eps_c, and schedule options); every candidate plan is simulated (sim.h) and the
+// fastest predicted one (forward + backward) is kept. The search is what a data loader would
+// run ahead of training: each candidate costs a few milliseconds, so a 3 x 3 grid of
+// placements (x 4 schedules each) stays around a second.
 // Deterministic: candidates are tried in a fixed order and ties keep the earlier one.
 #pragma once
 
@@ -29,6 +30,21 @@ struct PlannerOptions {
   // Balance predicted kernel time instead of FLOPs: when placement.tile_cost is the default,
   // the candidates' placements weigh tiles by tile_cost_from(calibration).
   bool balance_time = true;
+  // Schedules tried on each candidate's placement (plan and simulation only, the placement is
+  // shared): every ScheduleOptions::far_outputs_first x last_round_share of these lists, the
+  // rest of plan.schedule as given. Measured on the paper micro-benchmark at scale 4
+  // (bench/results/plan_sim.md): both orders and shares {1, 0.5} took shared question from
+  // 13.40 to 12.61 ms and lambda from 3.31 to 2.63 ms.
+  std::vector<bool> far_outputs_first{false, true};
+  // Planning time grows with the tile count (placement above all): a block size whose table
+  // holds more than this many tiles per device is skipped, unless it is the largest candidate
+  // (0 = no limit). Measured on the paper micro-benchmark (bench/results/plan_sim.md): adding
+  // B = 512 took lambda at scale 4 from 2.63 to 2.53 ms and causal_blockwise from 3.56 to 1.77;
+  // without a limit B = 512 also ran on the causal cells (66048 tiles for one 131072-token
+  // sequence), 3.1 s of search per batch at scale 4 for no gain; 768 keeps B = 1024 there
+  // (16512 tiles on 32 devices) and skips B = 512.
+  int64_t max_tiles_per_device = 768;
+  std::vector<double> last_round_share{1.0, 0.5};
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
 };
@@ -36,6 +52,8 @@ struct PlannerOptions {
 struct PlanCandidate {
   int64_t block_size = 0;
   double eps_compute = 0;
+  bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
+  double last_round_share = 1.0;
   double predicted_s = 0;   // simulated forward + backward
   bool balanced = true;     // the placement met every bound
   double planning_s = 0;    // block table + placement + plan (simulation excluded)
@@ -48,6 +66,7 @@ struct PlannedBatch {
   SimResult predicted;
   PlanCandidate chosen;
   std::vector<PlanCandidate> candidates;  // in the order tried
+  std::vector<int64_t> skipped_block_sizes;  // over PlannerOptions::max_tiles_per_device
   double search_s = 0;                    // whole search, simulations included
 };
 

@@ -13,7 +13,9 @@
 //     of later stages; only the outputs of the last stage wait for the final round.
 //   * Two-phase inter-node forwarding: a block needed by several devices of another node
 //     crosses the network once, to one relay device of that node (round r-1), and the relay
-//     forwards it over the intra-node links (round r).
+//     forwards it over the intra-node links (round r). A block first needed in round 1 has no
+//     earlier round: the relay takes it in round 1 and the others in round 2, their tiles
+//     reading it moving from stage 1 to stage 2 (relay_first_round, with at least 3 stages).
 //   * Per-node reduction of outputs: partials of one output block computed by several devices
 //     of a node other than the home's are sent to one of them (the relay: the one whose own
 //     partial is ready last), merged there into its partial, and cross the network once, as a
@@ -21,6 +23,13 @@
 //     round after the relay's last tile of the block (so the merge follows it) and the relay
 //     forwards the round after the last partial arrives; partials that could not arrive in time
 //     for the final round go to the home directly.
+//   * Tail: nothing else overlaps the final round, so some of a device's tiles whose outputs
+//     are all home (forward: the q block; backward: the q and kv blocks) are held back and run
+//     after the final round is posted, while its outputs move. How much: the predicted final
+//     round (the device's own final sends and receives, and the incoming final traffic of the
+//     devices it sends to, since a send completes only when its receiver has taken it), taking
+//     from the latest stage first, and from each stage no more than its compute left once the
+//     round it hides (that round's inputs and outputs) is covered.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +66,20 @@ struct ScheduleOptions {
   // Reduce the partial outputs of several devices of one node at one of them before they cross
   // the network (applies with two_phase).
   bool reduce_outputs_per_node = true;
+  // Hold back tiles without outputs to send to overlap the final round (the stage model above).
+  bool tail_overlaps_final_round = true;
+  // Order the remote tiles of a device so that those with an output to another node (forward:
+  // a far q block; backward: a far q or kv block) take the first rounds, the rest after; each
+  // part cheapest transfer per FLOP first. Their outputs then leave early enough to be reduced
+  // per node and to overlap later stages, at the price of round 1 carrying slow transfers.
+  bool far_outputs_first = false;
+  // Two-phase for blocks shared in round 1 too (the stage model above). Each crossing of a
+  // shared block otherwise queues on the home's one inter-node port.
+  bool relay_first_round = true;
+  // Share of an even round that the last input round gets (balance_by_time; in (0, 1]): the
+  // last stage's outputs travel in the final round, which nothing but the tail overlaps, so a
+  // smaller last stage can pay for larger earlier ones. Every other round stays even.
+  double last_round_share = 1.0;
   void validate() const;  // throws InvalidInput naming the option
 };
 
@@ -78,6 +101,9 @@ struct PassSchedule {
   Pass pass = Pass::Forward;
   int num_stages = 1;                    // stages 0..num_stages-1
   std::vector<int32_t> tile_stage;       // per tile (BlockTable order)
+  // Per tile: 1 = run after the final round is posted (the tail; its stage says when its inputs
+  // arrive), else 0.
+  std::vector<uint8_t> tile_tail;
   std::vector<ScheduledTransfer> inputs; // Q-side/KV-side inputs, sorted by (round, src, dst, ...)
   std::vector<ScheduledTransfer> outputs;// partial outputs to the owners, same order
   // Predicted per device and stage: compute seconds and incoming transfer seconds (cost model).

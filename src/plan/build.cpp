@@ -344,14 +344,16 @@ Program ProgramBuilder::build() {
   const int S = ps_.num_stages;
   const bool fwd = ps_.pass == Pass::Forward;
   std::vector<std::vector<int32_t>> by_stage(S);
-  for (int32_t i : my_tiles_) by_stage[ps_.tile_stage[i]].push_back(i);
-  for (int s = 0; s < S; ++s) {
-    if (s >= 1) emit_wait(s);
-    emit_comm(s + 1);
-    if (by_stage[s].empty()) continue;
+  std::vector<int32_t> tail;  // tiles without outputs to send, run while the final round moves
+  for (int32_t i : my_tiles_) {
+    if (!ps_.tile_tail.empty() && ps_.tile_tail[i] != 0) tail.push_back(i);
+    else by_stage[ps_.tile_stage[i]].push_back(i);
+  }
+  auto emit_attend = [&](int32_t s, const std::vector<int32_t>& tiles) {
+    if (tiles.empty()) return;
     Attend att{s, {}};
     const int32_t at = here();
-    for (int32_t ti : by_stage[s]) {
+    for (int32_t ti : tiles) {
       const Tile& tile = t_.tiles[ti];
       TileOp op;
       op.tile = ti;
@@ -386,9 +388,15 @@ Program ProgramBuilder::build() {
       att.tiles.push_back(op);
     }
     prog_.code.emplace_back(std::move(att));
+  };
+  for (int s = 0; s < S; ++s) {
+    if (s >= 1) emit_wait(s);
+    emit_comm(s + 1);
+    emit_attend(s, by_stage[s]);
   }
   emit_wait(S);
   emit_comm(S + 1);
+  emit_attend(S - 1, tail);  // after every input round: the tail may hold tiles of any stage
   emit_wait(S + 1);
   emit_final_merges();
   color();

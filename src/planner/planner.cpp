@@ -16,6 +16,17 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 void PlannerOptions::validate() const {
   if (block_sizes.empty()) raise(ErrorKind::InvalidInput, "planner: --block needs at least one candidate");
   if (eps_compute.empty()) raise(ErrorKind::InvalidInput, "planner: --eps-compute needs at least one candidate");
+  if (max_tiles_per_device < 0)
+    raise(ErrorKind::InvalidInput, "planner: max_tiles_per_device must be >= 0 (got " +
+                                       std::to_string(max_tiles_per_device) + ")");
+  if (far_outputs_first.empty() || last_round_share.empty())
+    raise(ErrorKind::InvalidInput,
+          "planner: the schedule candidates (far_outputs_first, last_round_share) need one each");
+  for (double share : last_round_share) {
+    PlanOptions p = plan;
+    p.schedule.last_round_share = share;
+    p.validate();
+  }
   for (double e : eps_compute)
     if (!(e >= 0)) raise(ErrorKind::InvalidInput, "planner: --eps-compute must be >= 0 (got " + std::to_string(e) + ")");
   placement.validate();
@@ -39,7 +50,12 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   const auto t_search = Clock::now();
   PlannedBatch best;
   bool have = false;
+  std::vector<std::pair<bool, double>> schedule_variants;
+  for (double share : opts.last_round_share)
+    for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share);
   std::vector<PlanCandidate> tried;
+  const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
+  const int64_t tile_budget = opts.max_tiles_per_device * int64_t{cluster.num_devices()};
   for (int64_t block : opts.block_sizes) {
     BlockOptions bo;
     bo.block_size = block;
@@ -48,33 +64,47 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     const auto t_table = Clock::now();
     BlockTable table = build_block_table(batch, bo);
     const double table_s = seconds_since(t_table);
+    if (opts.max_tiles_per_device > 0 && block != coarsest && std::ssize(table.tiles) > tile_budget) {
+      best.skipped_block_sizes.push_back(block);
+      continue;
+    }
     for (double eps : opts.eps_compute) {
       const auto t0 = Clock::now();
       PlacementOptions po = opts.placement;
       po.eps_compute = eps;
       if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(opts.calibration);
-      DcpPlacement placed = place_dcp(table, cluster, po);
-      Plan plan = build_plan(table, placed.placement, cluster, opts.plan);
-      PlanCandidate c;
-      c.block_size = block;
-      c.eps_compute = eps;
-      c.planning_s = table_s + seconds_since(t0);
-      c.balanced = placed.report.balanced();
-      SimOptions so;
-      so.calibration = opts.calibration;
-      SimResult sim = simulate(plan, cluster, so);
-      c.predicted_s = sim.total_s();
-      tried.push_back(c);
-      // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
-      const bool better = !have || (c.balanced && !best.chosen.balanced) ||
-                          (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
-      if (better) {
-        best.table = table;
-        best.placement = std::move(placed);
-        best.plan = std::move(plan);
-        best.predicted = std::move(sim);
-        best.chosen = c;
-        have = true;
+      const DcpPlacement placed = place_dcp(table, cluster, po);
+      const double placement_s = seconds_since(t0);
+      // The tile orders of the schedule share the placement: only plan and simulation repeat.
+      for (const auto& [far_first, share] : schedule_variants) {
+        const auto t_plan = Clock::now();
+        PlanOptions plan_opts = opts.plan;
+        plan_opts.schedule.far_outputs_first = far_first;
+        plan_opts.schedule.last_round_share = share;
+        Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
+        PlanCandidate c;
+        c.block_size = block;
+        c.eps_compute = eps;
+        c.far_outputs_first = far_first;
+        c.last_round_share = share;
+        c.planning_s = table_s + placement_s + seconds_since(t_plan);
+        c.balanced = placed.report.balanced();
+        SimOptions so;
+        so.calibration = opts.calibration;
+        SimResult sim = simulate(plan, cluster, so);
+        c.predicted_s = sim.total_s();
+        tried.push_back(c);
+        // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
+        const bool better = !have || (c.balanced && !best.chosen.balanced) ||
+                            (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
+        if (better) {
+          best.table = table;
+          best.placement = placed;
+          best.plan = std::move(plan);
+          best.predicted = std::move(sim);
+          best.chosen = c;
+          have = true;
+        }
       }
     }
   }

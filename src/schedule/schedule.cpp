@@ -16,6 +16,9 @@ void ScheduleOptions::validate() const {
   if (num_comm_stages < 1 || num_comm_stages > 64)
     raise(ErrorKind::InvalidInput, "schedule options: --stages must be in [1, 64] (got " +
                                        std::to_string(num_comm_stages) + ")");
+  if (!(last_round_share > 0 && last_round_share <= 1))
+    raise(ErrorKind::InvalidInput, "schedule options: last_round_share must be in (0, 1] (got " +
+                                       std::to_string(last_round_share) + ")");
 }
 
 std::span<const DataKind> input_kinds(Pass pass, Side side) {
@@ -61,6 +64,54 @@ struct Item {  // a remote input of one device: one side of one (block, group)
   int32_t uses;    // tiles of this device reading it
   int32_t round;   // 0 = not yet delivered
 };
+
+// The tail (schedule.h): per device, the final round's predicted time; then tiles whose outputs
+// are all home, latest stage first and from the end of the device's list, while they fit under
+// it and under their stage's slack (its compute less the round it hides: that round's inputs
+// and outputs).
+void hold_back_tail(const BlockTable& table, const Placement& placement, const Cluster& cluster,
+                    const std::vector<std::vector<int32_t>>& tiles_of, double rate, PassSchedule& ps) {
+  const int num_devices = static_cast<int>(tiles_of.size());
+  const int num_stages = ps.num_stages;
+  const int32_t final_round = num_stages + 1;
+  // Predicted output seconds per device and round: received, sent.
+  std::vector<std::vector<double>> in_s(num_devices, std::vector<double>(num_stages + 2, 0.0));
+  std::vector<std::vector<double>> out_s = in_s;
+  for (const ScheduledTransfer& x : ps.outputs) {
+    const auto bytes = static_cast<double>(table.partial_bytes(x.kind, table.token_blocks[x.token_block].length));
+    const double secs = bytes / sched::link_bw(cluster, x.src, x.dst) + sched::link_latency(cluster, x.src, x.dst);
+    in_s[x.dst][x.round] += secs;
+    out_s[x.src][x.round] += secs;
+  }
+  std::vector<double> final_s(num_devices, 0.0);
+  for (int d = 0; d < num_devices; ++d) final_s[d] = std::max(in_s[d][final_round], out_s[d][final_round]);
+  for (const ScheduledTransfer& x : ps.outputs)
+    if (x.round == final_round) final_s[x.src] = std::max(final_s[x.src], in_s[x.dst][final_round]);
+  std::vector<double> slack(num_stages);
+  for (int d = 0; d < num_devices; ++d) {
+    double budget = final_s[d];
+    if (budget <= 0) continue;
+    for (int st = 0; st < num_stages; ++st)
+      slack[st] = ps.stage_compute_s[d][st] - ps.round_transfer_s[d][st + 1] -
+                  std::max(in_s[d][st + 1], out_s[d][st + 1]);
+    const std::vector<int32_t>& mine = tiles_of[d];
+    for (int st = num_stages - 1; st >= 0 && budget > 0; --st) {
+      for (auto it = mine.rbegin(); it != mine.rend(); ++it) {
+        if (ps.tile_stage[*it] != st) continue;
+        const Tile& tile = table.tiles[*it];
+        const bool q_home = placement.block_home[tile.q_block] == d;
+        const bool kv_home = placement.block_home[tile.kv_block] == d;
+        if (!q_home || (ps.pass == Pass::Backward && !kv_home)) continue;  // an output leaves
+        const double c_s =
+            (ps.pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+        if (c_s > budget || c_s > slack[st]) continue;
+        budget -= c_s;
+        slack[st] -= c_s;
+        ps.tile_tail[*it] = 1;
+      }
+    }
+  }
+}
 
 PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
                            const Cluster& cluster, const ScheduleOptions& opts, Pass pass) {
@@ -145,7 +196,18 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     }
     std::vector<int32_t> order(remote.size());
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return prio[a] < prio[b]; });
+    // Optionally, tiles whose partial outputs cross the network go first: their outputs then
+    // leave early enough to be reduced per node and to overlap later stages.
+    std::vector<uint8_t> cross(remote.size(), 0);
+    for (size_t i = 0; i < remote.size(); ++i) {
+      const Tile& tile = table.tiles[remote[i]];
+      const bool q_far = cluster.node_of(placement.block_home[tile.q_block]) != cluster.node_of(d);
+      const bool kv_far = cluster.node_of(placement.block_home[tile.kv_block]) != cluster.node_of(d);
+      cross[i] = opts.far_outputs_first && (q_far || (pass == Pass::Backward && kv_far)) ? 1 : 0;
+    }
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return std::tie(cross[b], prio[a]) < std::tie(cross[a], prio[b]);
+    });
 
     int stage = 1;
     double round_s = 0, remaining_s = total_transfer_s;
@@ -153,9 +215,12 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     // (link bandwidth by source, NIC sharing, latency) or, as in the paper, in bytes. Matching
     // each round to the previous stage's compute was tried and simulated slower: rounds act
     // as loose barriers between peers, so uneven rounds propagate stalls.
+    // The last input round counts as last_round_share of a round: a smaller last stage sends
+    // fewer outputs in the final round, which nothing overlaps.
     auto budget_for = [&](int r) {
       const int rounds_left = num_stages - r;
-      return remaining_s / std::max(rounds_left, 1);
+      if (rounds_left <= 1) return remaining_s;
+      return remaining_s / (rounds_left - 1 + opts.last_round_share);
     };
     double budget = budget_for(1);
     for (int32_t oi : order) {
@@ -190,7 +255,12 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
                                                d, it.round, false});
       item_of[key(it.side, it.block, it.group)] = -1;
     }
-    // Outputs: each remote-owned output block leaves in the round after its last tile's stage.
+  }
+  if (opts.two_phase && cluster.nodes > 1)
+    sched::apply_two_phase(table, placement, cluster, opts.relay_first_round, out);
+  // Outputs (after two-phase, which may move tiles to a later stage): each remote-owned output
+  // block leaves in the round after its last tile's stage.
+  for (int d = 0; d < num_devices; ++d) {
     std::vector<std::pair<int64_t, int32_t>> last;  // (key, stage)
     for (int32_t t : tiles_of[d]) {
       const Tile& tile = table.tiles[t];
@@ -216,10 +286,10 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
                                                 last[i].second + 2, false});
     }
   }
-  if (opts.two_phase && cluster.nodes > 1) {
-    sched::apply_two_phase(table, cluster, out);
-    if (opts.reduce_outputs_per_node) sched::reduce_outputs_per_node(cluster, out);
-  }
+  if (opts.two_phase && cluster.nodes > 1 && opts.reduce_outputs_per_node)
+    sched::reduce_outputs_per_node(cluster, out);
+  out.tile_tail.assign(table.tiles.size(), 0);
+  if (opts.tail_overlaps_final_round) hold_back_tail(table, placement, cluster, tiles_of, rate, out);
   auto order = [](const ScheduledTransfer& a, const ScheduledTransfer& b) {
     return std::tie(a.round, a.src, a.dst, a.kind, a.token_block, a.group) <
            std::tie(b.round, b.src, b.dst, b.kind, b.token_block, b.group);

@@ -14,8 +14,11 @@ namespace dcp::sched {
 double link_bw(const Cluster& c, int src, int dst);
 double link_latency(const Cluster& c, int src, int dst);
 
-// Reroute inter-node inputs needed by several devices of one node through one relay there.
-void apply_two_phase(const BlockTable& table, const Cluster& cluster, PassSchedule& ps);
+// Reroute inter-node inputs needed by several devices of one node through one relay there;
+// with relay_first_round, also blocks shared in round 1 (the others' copies and the tiles
+// reading them move one round later; needs at least 3 stages).
+void apply_two_phase(const BlockTable& table, const Placement& placement, const Cluster& cluster,
+                     bool relay_first_round, PassSchedule& ps);
 // Reduce inter-node partial outputs of several devices of one node at one relay there.
 void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps);
 

@@ -10,13 +10,17 @@
 namespace dcp {
 namespace sched {
 
-void apply_two_phase(const BlockTable& /*table*/, const Cluster& cluster, PassSchedule& ps) {
+void apply_two_phase(const BlockTable& table, const Placement& placement, const Cluster& cluster,
+                     bool relay_first_round, PassSchedule& ps) {
   std::vector<ScheduledTransfer>& in = ps.inputs;
   auto node = [&](int d) { return cluster.node_of(d); };
   std::sort(in.begin(), in.end(), [&](const ScheduledTransfer& a, const ScheduledTransfer& b) {
     return std::make_tuple(a.kind, a.token_block, a.group, node(a.dst), a.round, a.dst) <
            std::make_tuple(b.kind, b.token_block, b.group, node(b.dst), b.round, b.dst);
   });
+  // (device, side, block, group) whose delivery moved from round 1 to round 2.
+  std::vector<std::tuple<int32_t, int, int32_t, int32_t>> delayed;
+  const bool can_delay = relay_first_round && ps.num_stages >= 3;
   size_t i = 0;
   while (i < in.size()) {
     size_t j = i + 1;
@@ -26,10 +30,18 @@ void apply_two_phase(const BlockTable& /*table*/, const Cluster& cluster, PassSc
     if (j - i >= 2 && node(in[i].src) != node(in[i].dst)) {
       const int32_t r0 = in[i].round;
       const bool shared_first = in[i + 1].round == r0;
+      // A block shared in round 1 has no earlier round for the relay's leg: the others then
+      // take it from the relay in round 2 (their tiles reading it move to stage 2) instead of
+      // each crossing the network from the home.
+      const bool delay = shared_first && r0 == 1 && can_delay;
       const int32_t r1 = (shared_first && r0 >= 2) ? r0 - 1 : r0;
       const int32_t relay = in[i].dst;
       in[i].round = r1;  // first leg: the source to the relay
       for (size_t k = i + 1; k < j; ++k) {
+        if (delay && in[k].round == 1) {
+          in[k].round = 2;
+          delayed.emplace_back(in[k].dst, static_cast<int>(side_of(in[k].kind)), in[k].token_block, in[k].group);
+        }
         if (in[k].round > r1) {
           in[k].src = relay;
           in[k].via_relay = true;
@@ -37,6 +49,24 @@ void apply_two_phase(const BlockTable& /*table*/, const Cluster& cluster, PassSc
       }
     }
     i = j;
+  }
+  if (delayed.empty()) return;
+  std::sort(delayed.begin(), delayed.end());
+  auto is_delayed = [&](int32_t d, Side side, int32_t block, int32_t group) {
+    return std::binary_search(delayed.begin(), delayed.end(), std::make_tuple(d, static_cast<int>(side), block, group));
+  };
+  for (size_t t = 0; t < table.tiles.size(); ++t) {
+    if (ps.tile_stage[t] != 1) continue;
+    const Tile& tile = table.tiles[t];
+    const int32_t d = placement.tile_device[t];
+    if (is_delayed(d, Side::Q, tile.q_block, tile.head_group) ||
+        is_delayed(d, Side::KV, tile.kv_block, table.groups.kv_set(tile.head_group))) {
+      ps.tile_stage[t] = 2;
+      const double rate = ps.pass == Pass::Forward ? cluster.attn_fwd_flops : cluster.attn_bwd_flops;
+      const double c_s = (ps.pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+      ps.stage_compute_s[d][1] -= c_s;
+      ps.stage_compute_s[d][2] += c_s;
+    }
   }
 }
 
@@ -91,6 +121,8 @@ void Schedule::validate(const BlockTable& table, const Placement& placement) con
   for (const PassSchedule* ps : {&fwd, &bwd}) {
     const Pass p = ps->pass;
     if (ps->tile_stage.size() != table.tiles.size()) bad(p, "tile_stage size differs from the tile count");
+    if (!ps->tile_tail.empty() && ps->tile_tail.size() != table.tiles.size())
+      bad(p, "tile_tail size differs from the tile count");
     // (kind, block, group, device) -> round it is present (0 = home).
     std::map<std::tuple<int, int32_t, int32_t, int32_t>, int32_t> have;
     for (const ScheduledTransfer& t : ps->inputs) {
@@ -121,6 +153,11 @@ void Schedule::validate(const BlockTable& table, const Placement& placement) con
                        to_string(k) + " of block " + std::to_string(block) + " not delivered in time");
         }
       };
+      // A tail tile runs after the final round is posted: none of its outputs may leave.
+      if (!ps->tile_tail.empty() && ps->tile_tail[ti] != 0 &&
+          (placement.block_home[tile.q_block] != d ||
+           (p == Pass::Backward && placement.block_home[tile.kv_block] != d)))
+        bad(p, "tile " + std::to_string(ti) + " is in the tail but has an output to another device");
       check(Side::Q, tile.q_block, tile.head_group);
       check(Side::KV, tile.kv_block, table.groups.kv_set(tile.head_group));
     }

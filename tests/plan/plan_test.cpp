@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <map>
+#include <tuple>
 
 #include "dcp/error.h"
 #include "dcp/metrics.h"
@@ -184,6 +186,105 @@ TEST(Plan, PartialOutputsCrossTheNetworkOncePerNodeWhenReduced) {
       EXPECT_TRUE(validate_plan(build_plan(pb.table, pb.placement, c, a, po)).empty()) << mask << " stages " << stages;
     }
   }
+}
+
+// Every combination of the schedule's options, on static and DCP placements of every mask: the
+// schedule is consistent, the plan computes exact attention (validator), tail tiles send no
+// output and take from each stage no more than the compute left once its round's inputs are
+// hidden, and with relay_first_round no block crosses the network directly to two devices of
+// one node.
+TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
+  const Cluster c = cluster_for(8);
+  for (const std::string& mask : testing::mask_names()) {
+    const Batch batch = skewed_batch(mask);
+    const std::vector<std::pair<std::string, PlacedBatch>> placements = {
+        {"ring", placed(BaselineKind::Ring, batch, 8)},
+        {"a2a_p2p", placed(BaselineKind::A2AP2P, batch, 8)},
+        {"dcp", testing::dcp_placed(batch, 8)},
+        {"scattered", testing::scattered(placed(BaselineKind::Zigzag, batch, 8), 3)}};
+    for (const auto& [name, pb] : placements) {
+      for (int bits = 0; bits < 16; ++bits) {
+        for (int stages : {2, 4}) {
+          ScheduleOptions o;
+          o.num_comm_stages = stages;
+          o.tail_overlaps_final_round = (bits & 1) != 0;
+          o.far_outputs_first = (bits & 2) != 0;
+          o.relay_first_round = (bits & 4) != 0;
+          o.last_round_share = (bits & 8) != 0 ? 0.5 : 1.0;
+          SCOPED_TRACE(mask + " " + name + " options " + std::to_string(bits) + " stages " + std::to_string(stages));
+          const Schedule s = build_schedule(pb.table, pb.placement, c, o);
+          ASSERT_NO_THROW(s.validate(pb.table, pb.placement));
+          for (const PassSchedule* ps : {&s.fwd, &s.bwd}) {
+            ASSERT_EQ(ps->tile_tail.size(), pb.table.tiles.size());
+            std::map<std::pair<int, int>, double> tail_s;  // (device, stage) -> held-back seconds
+            for (size_t t = 0; t < pb.table.tiles.size(); ++t) {
+              if (ps->tile_tail[t] == 0) continue;
+              EXPECT_TRUE(o.tail_overlaps_final_round);
+              const Tile& tile = pb.table.tiles[t];
+              const int d = pb.placement.tile_device[t];
+              EXPECT_EQ(pb.placement.block_home[tile.q_block], d);
+              if (ps->pass == Pass::Backward) {
+                EXPECT_EQ(pb.placement.block_home[tile.kv_block], d);
+              }
+              tail_s[{d, ps->tile_stage[t]}] +=
+                  (ps->pass == Pass::Forward ? pb.table.tile_flops_fwd(tile) / c.attn_fwd_flops
+                                             : pb.table.tile_flops_bwd(tile) / c.attn_bwd_flops);
+            }
+            for (const auto& [key, secs] : tail_s) {
+              const auto [d, st] = key;
+              EXPECT_LE(secs, ps->stage_compute_s[d][st] - ps->round_transfer_s[d][st + 1] + 1e-12);
+            }
+            if (!o.relay_first_round || stages < 2) continue;
+            // (kind, block, group, destination node) crossing directly from the home in round 1.
+            std::map<std::tuple<int, int32_t, int32_t, int>, int> direct;
+            for (const ScheduledTransfer& x : ps->inputs)
+              if (x.round == 1 && !x.via_relay && c.node_of(x.src) != c.node_of(x.dst)) {
+                const auto k = std::make_tuple(static_cast<int>(x.kind), x.token_block, x.group, c.node_of(x.dst));
+                EXPECT_EQ(++direct[k], 1);
+              }
+          }
+          PlanOptions po;
+          po.schedule = o;
+          const Plan plan = build_plan(pb.table, pb.placement, c, s, po);
+          EXPECT_TRUE(validate_plan(plan).empty());
+        }
+      }
+    }
+  }
+}
+
+// The tail runs after the final round is posted and before it is waited for, on the devices
+// that have one; nothing else moves.
+TEST(Plan, TailTilesRunWhileTheFinalRoundMoves) {
+  auto pb = testing::dcp_placed(skewed_batch("lambda", 8192), 8);
+  const Cluster c = cluster_for(8);
+  ScheduleOptions o;
+  const Schedule s = build_schedule(pb.table, pb.placement, c, o);
+  PlanOptions po;
+  const Plan plan = build_plan(pb.table, pb.placement, c, s, po);
+  const int32_t final_round = o.num_comm_stages + 2;
+  int with_tail = 0;
+  for (const DeviceProgram& dp : plan.devices) {
+    for (const Program* p : {&dp.fwd, &dp.bwd}) {
+      const PassSchedule& ps = p == &dp.fwd ? s.fwd : s.bwd;
+      int64_t want = 0;
+      for (size_t t = 0; t < pb.table.tiles.size(); ++t)
+        want += pb.placement.tile_device[t] == dp.device && ps.tile_tail[t] != 0;
+      bool posted = false, waited = false;
+      int64_t after = 0;
+      for (const Instruction& ins : p->code) {
+        if (const auto* cs = std::get_if<CommStart>(&ins)) posted = posted || cs->id == final_round;
+        if (const auto* w = std::get_if<CommWait>(&ins)) waited = waited || w->id == final_round;
+        if (const auto* a = std::get_if<Attend>(&ins); a != nullptr && posted && !waited)
+          after += static_cast<int64_t>(a->tiles.size());
+      }
+      if (posted) {
+        EXPECT_EQ(after, want);
+      }
+      with_tail += want > 0;
+    }
+  }
+  EXPECT_GT(with_tail, 0);
 }
 
 }  // namespace

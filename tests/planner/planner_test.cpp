@@ -2,6 +2,8 @@
 // same answer for the same input.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "dcp/error.h"
 #include "dcp/planner.h"
 #include "dcp/profiles.h"
@@ -29,7 +31,17 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   for (const char* mask : {"causal", "lambda", "shared_question"}) {
     SCOPED_TRACE(mask);
     const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
-    ASSERT_EQ(p.candidates.size(), 6u);
+    // B x eps x (share x order) schedules, all schedules tried on the same placement.
+    ASSERT_EQ(p.candidates.size(), 24u);
+    for (size_t i = 0; i < p.candidates.size(); i += 4) {
+      for (size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(p.candidates[i + k].far_outputs_first, k % 2 == 1);
+        EXPECT_DOUBLE_EQ(p.candidates[i + k].last_round_share, k < 2 ? 1.0 : 0.5);
+        EXPECT_EQ(p.candidates[i + k].balanced, p.candidates[i].balanced);
+      }
+    }
+    EXPECT_EQ(p.plan.header.options.schedule.far_outputs_first, p.chosen.far_outputs_first);
+    EXPECT_DOUBLE_EQ(p.plan.header.options.schedule.last_round_share, p.chosen.last_round_share);
     bool any_balanced = false;
     for (const auto& c : p.candidates) any_balanced = any_balanced || c.balanced;
     for (const auto& c : p.candidates) {
@@ -101,6 +113,42 @@ TEST(Planner, Deterministic) {
   EXPECT_EQ(a.chosen.eps_compute, b.chosen.eps_compute);
 }
 
+// Block sizes over the tile budget are skipped, except the largest, so a search always has a
+// candidate; without a budget every block size is tried.
+TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.block_sizes = {256, 1024, 512};
+  opts.calibration = calibration_from_cluster(cluster);
+  opts.far_outputs_first = {false};
+  opts.last_round_share = {1.0};
+  const Batch batch = small_batch("causal");
+  opts.max_tiles_per_device = 1;  // every table is over it
+  const PlannedBatch tight = plan_batch(batch, cluster, opts);
+  ASSERT_EQ(tight.candidates.size(), 1u);
+  EXPECT_EQ(tight.chosen.block_size, 1024);
+  EXPECT_EQ(tight.skipped_block_sizes, (std::vector<int64_t>{256, 512}));
+  EXPECT_TRUE(validate_plan(tight.plan).empty());
+  opts.max_tiles_per_device = 0;  // no limit
+  const PlannedBatch all = plan_batch(batch, cluster, opts);
+  EXPECT_EQ(all.candidates.size(), 3u);
+  EXPECT_TRUE(all.skipped_block_sizes.empty());
+  // A budget between the tables' sizes keeps exactly the tables within it.
+  const int64_t devices = cluster.num_devices();
+  for (int64_t per_device : {int64_t{4}, int64_t{16}, int64_t{64}}) {
+    opts.max_tiles_per_device = per_device;
+    const PlannedBatch p = plan_batch(batch, cluster, opts);
+    for (int64_t b : opts.block_sizes) {
+      BlockOptions bo;
+      bo.block_size = b;
+      const auto tiles = static_cast<int64_t>(build_block_table(batch, bo).tiles.size());
+      const bool tried = std::any_of(p.candidates.begin(), p.candidates.end(),
+                                     [&](const PlanCandidate& c) { return c.block_size == b; });
+      EXPECT_EQ(tried, b == 1024 || tiles <= per_device * devices) << "B=" << b << " per device " << per_device;
+    }
+  }
+}
+
 TEST(Planner, RejectsEmptyOrBadCandidates) {
   const Cluster cluster = cluster_preset("a100-p4d", 1);
   const Batch batch = small_batch("causal");
@@ -111,6 +159,17 @@ TEST(Planner, RejectsEmptyOrBadCandidates) {
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
   opts.block_sizes = {512};
   opts.eps_compute = {-0.1};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.eps_compute = {0.1};
+  opts.far_outputs_first = {};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.far_outputs_first = {false};
+  for (double share : {0.0, -0.5, 1.5}) {
+    opts.last_round_share = {share};
+    EXPECT_THROW(plan_batch(batch, cluster, opts), Error) << share;
+  }
+  opts.last_round_share = {1.0};
+  opts.max_tiles_per_device = -1;
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
 }
 
