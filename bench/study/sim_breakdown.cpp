@@ -10,7 +10,8 @@
 //
 // Usage: sim_breakdown [--mask M] [--scale S] [--batches N] [--stages N] [--calibration FILE]
 //                      [--blocks 1024,2048] [--eps 0.02,0.05] [--trace PREFIX] [--baselines 0|1]
-//                      [--tail 0|1] [--far-first 0|1] [--relay1 0|1] [--last-share X]   (ScheduleOptions of every plan)
+//                      [--tail 0|1] [--far-first 0|1] [--relay1 0|1] [--last-share X] [--level 0|1]
+//                      (ScheduleOptions of every plan)
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -110,7 +111,7 @@ void report(const char* label, const dcp::Plan& plan, const dcp::SimResult& r, c
 int main(int argc, char** argv) {
   using namespace dcp;
   std::string mask = "lambda", calib_path = "data/calibration/a100.json";
-  bool tail = true, far_first = false, baselines = true, relay1 = true;
+  bool tail = true, far_first = false, baselines = true, relay1 = true, level = false;
   double last_share = 1.0;
   std::string trace_path;  // prefix of Chrome traces of the DCP candidates
   double scale = 4;
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
     else if (a == "--baselines") baselines = v != "0";
     else if (a == "--relay1") relay1 = v != "0";
     else if (a == "--last-share") last_share = std::stod(v);
+    else if (a == "--level") level = v != "0";
     else {
       fmt::print(stderr, "unknown option {}\n", a);
       return 2;
@@ -155,6 +157,7 @@ int main(int argc, char** argv) {
   plan_opts.schedule.far_outputs_first = far_first;
   plan_opts.schedule.relay_first_round = relay1;
   plan_opts.schedule.last_round_share = last_share;
+  plan_opts.schedule.level_stage_compute = level;
   int b = 0;
   for (const Batch& batch : generate_batches(po, batches)) {
     fmt::print("batch {}: {} sequences, longest {}\n", b++, batch.sequences.size(),

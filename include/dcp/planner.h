@@ -4,7 +4,7 @@
 // tolerance eps_c, and schedule options); every candidate plan is simulated (sim.h) and the
 // fastest predicted one (forward + backward) is kept. The search is what a data loader would
 // run ahead of training: each candidate costs a few milliseconds, so a 3 x 3 grid of
-// placements (x 4 schedules each) stays around a second.
+// placements (x 8 schedules each) stays within a few seconds.
 // Deterministic: candidates are tried in a fixed order and ties keep the earlier one.
 #pragma once
 
@@ -45,6 +45,11 @@ struct PlannerOptions {
   // (16512 tiles on 32 devices) and skips B = 512.
   int64_t max_tiles_per_device = 768;
   std::vector<double> last_round_share{1.0, 0.5};
+  // ScheduleOptions::level_stage_compute candidates, crossed with the two lists above. Measured
+  // on the paper micro-benchmark (bench/results/plan_sim.md): with leveling tried too, causal
+  // at scale 4 fell from 24.98 to 22.85 ms and lambda from 2.53 to 2.31; twice the schedules
+  // per placement took the search from 169–1498 to 264–1992 ms per batch (placement dominates).
+  std::vector<bool> level_stage_compute{false, true};
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
 };
@@ -54,6 +59,7 @@ struct PlanCandidate {
   double eps_compute = 0;
   bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
   double last_round_share = 1.0;
+  bool level_stage_compute = false;
   double predicted_s = 0;   // simulated forward + backward
   bool balanced = true;     // the placement met every bound
   double planning_s = 0;    // block table + placement + plan (simulation excluded)

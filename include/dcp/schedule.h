@@ -23,6 +23,8 @@
 //     round after the relay's last tile of the block (so the merge follows it) and the relay
 //     forwards the round after the last partial arrives; partials that could not arrive in time
 //     for the final round go to the home directly.
+//   * Leveling (level_stage_compute): a tile may run later than its inputs allow, so that no
+//     stage of a device carries much more than its mean stage.
 //   * Tail: nothing else overlaps the final round, so some of a device's tiles whose outputs
 //     are all home (forward: the q block; backward: the q and kv blocks) are held back and run
 //     after the final round is posted, while its outputs move. How much: the predicted final
@@ -80,6 +82,12 @@ struct ScheduleOptions {
   // last stage's outputs travel in the final round, which nothing but the tail overlaps, so a
   // smaller last stage can pay for larger earlier ones. Every other round stays even.
   double last_round_share = 1.0;
+  // Level each device's stage compute: tiles of a stage over the mean stage (+5 %) move to the
+  // next stage. A long early stage delays the device's next rounds and, since a send completes
+  // only when both ends have posted, its peers'. Not a default: on the paper micro-benchmark it
+  // takes DCP's causal cell at scale 4 from 24.98 to 22.85 ms but the static layouts' from
+  // 28.95 to 36.57 (bench/results/plan_sim.md); the planner tries it.
+  bool level_stage_compute = false;
   void validate() const;  // throws InvalidInput naming the option
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <tuple>
 
 #include "dcp/error.h"
 
@@ -19,9 +20,10 @@ void PlannerOptions::validate() const {
   if (max_tiles_per_device < 0)
     raise(ErrorKind::InvalidInput, "planner: max_tiles_per_device must be >= 0 (got " +
                                        std::to_string(max_tiles_per_device) + ")");
-  if (far_outputs_first.empty() || last_round_share.empty())
+  if (far_outputs_first.empty() || last_round_share.empty() || level_stage_compute.empty())
     raise(ErrorKind::InvalidInput,
-          "planner: the schedule candidates (far_outputs_first, last_round_share) need one each");
+          "planner: the schedule candidates (far_outputs_first, last_round_share, level_stage_compute) need "
+          "one each");
   for (double share : last_round_share) {
     PlanOptions p = plan;
     p.schedule.last_round_share = share;
@@ -50,9 +52,10 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   const auto t_search = Clock::now();
   PlannedBatch best;
   bool have = false;
-  std::vector<std::pair<bool, double>> schedule_variants;
-  for (double share : opts.last_round_share)
-    for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share);
+  std::vector<std::tuple<bool, double, bool>> schedule_variants;
+  for (bool level : opts.level_stage_compute)
+    for (double share : opts.last_round_share)
+      for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share, level);
   std::vector<PlanCandidate> tried;
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
   const int64_t tile_budget = opts.max_tiles_per_device * int64_t{cluster.num_devices()};
@@ -76,17 +79,19 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       const DcpPlacement placed = place_dcp(table, cluster, po);
       const double placement_s = seconds_since(t0);
       // The tile orders of the schedule share the placement: only plan and simulation repeat.
-      for (const auto& [far_first, share] : schedule_variants) {
+      for (const auto& [far_first, share, level] : schedule_variants) {
         const auto t_plan = Clock::now();
         PlanOptions plan_opts = opts.plan;
         plan_opts.schedule.far_outputs_first = far_first;
         plan_opts.schedule.last_round_share = share;
+        plan_opts.schedule.level_stage_compute = level;
         Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
         PlanCandidate c;
         c.block_size = block;
         c.eps_compute = eps;
         c.far_outputs_first = far_first;
         c.last_round_share = share;
+        c.level_stage_compute = level;
         c.planning_s = table_s + placement_s + seconds_since(t_plan);
         c.balanced = placed.report.balanced();
         SimOptions so;

@@ -248,6 +248,25 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       out.stage_compute_s[d][need] +=
           (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
     }
+    // Round r is posted when stage r-1 starts, and a send completes only once its receiver has
+    // posted; a device whose early stage is long (a round that unlocks many tiles) therefore
+    // holds back every peer of its next rounds. Leveling moves tiles past a stage over the mean
+    // (plus 5 %) to the next one, latest in the device's order first (their inputs are there
+    // by then, so this only delays them).
+    if (opts.level_stage_compute) {
+      std::vector<double>& sc = out.stage_compute_s[d];
+      const double cap = 1.05 * std::accumulate(sc.begin(), sc.end(), 0.0) / num_stages;
+      for (int st = 0; st + 1 < num_stages; ++st) {
+        for (auto it = tiles_of[d].rbegin(); it != tiles_of[d].rend() && sc[st] > cap; ++it) {
+          if (out.tile_stage[*it] != st) continue;
+          const Tile& tile = table.tiles[*it];
+          const double c_s = (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+          out.tile_stage[*it] = st + 1;
+          sc[st] -= c_s;
+          sc[st + 1] += c_s;
+        }
+      }
+    }
     for (const Item& it : items) {
       out.round_transfer_s[d][it.round] += it.seconds;
       for (DataKind k : input_kinds(pass, it.side))

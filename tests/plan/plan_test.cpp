@@ -203,7 +203,7 @@ TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
         {"dcp", testing::dcp_placed(batch, 8)},
         {"scattered", testing::scattered(placed(BaselineKind::Zigzag, batch, 8), 3)}};
     for (const auto& [name, pb] : placements) {
-      for (int bits = 0; bits < 16; ++bits) {
+      for (int bits = 0; bits < 32; ++bits) {
         for (int stages : {2, 4}) {
           ScheduleOptions o;
           o.num_comm_stages = stages;
@@ -211,6 +211,7 @@ TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
           o.far_outputs_first = (bits & 2) != 0;
           o.relay_first_round = (bits & 4) != 0;
           o.last_round_share = (bits & 8) != 0 ? 0.5 : 1.0;
+          o.level_stage_compute = (bits & 16) != 0;
           SCOPED_TRACE(mask + " " + name + " options " + std::to_string(bits) + " stages " + std::to_string(stages));
           const Schedule s = build_schedule(pb.table, pb.placement, c, o);
           ASSERT_NO_THROW(s.validate(pb.table, pb.placement));

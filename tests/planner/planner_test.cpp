@@ -31,17 +31,19 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   for (const char* mask : {"causal", "lambda", "shared_question"}) {
     SCOPED_TRACE(mask);
     const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
-    // B x eps x (share x order) schedules, all schedules tried on the same placement.
-    ASSERT_EQ(p.candidates.size(), 24u);
-    for (size_t i = 0; i < p.candidates.size(); i += 4) {
-      for (size_t k = 0; k < 4; ++k) {
+    // B x eps x (leveling x share x order) schedules, all schedules tried on the same placement.
+    ASSERT_EQ(p.candidates.size(), 48u);
+    for (size_t i = 0; i < p.candidates.size(); i += 8) {
+      for (size_t k = 0; k < 8; ++k) {
         EXPECT_EQ(p.candidates[i + k].far_outputs_first, k % 2 == 1);
-        EXPECT_DOUBLE_EQ(p.candidates[i + k].last_round_share, k < 2 ? 1.0 : 0.5);
+        EXPECT_DOUBLE_EQ(p.candidates[i + k].last_round_share, k % 4 < 2 ? 1.0 : 0.5);
+        EXPECT_EQ(p.candidates[i + k].level_stage_compute, k >= 4);
         EXPECT_EQ(p.candidates[i + k].balanced, p.candidates[i].balanced);
       }
     }
     EXPECT_EQ(p.plan.header.options.schedule.far_outputs_first, p.chosen.far_outputs_first);
     EXPECT_DOUBLE_EQ(p.plan.header.options.schedule.last_round_share, p.chosen.last_round_share);
+    EXPECT_EQ(p.plan.header.options.schedule.level_stage_compute, p.chosen.level_stage_compute);
     bool any_balanced = false;
     for (const auto& c : p.candidates) any_balanced = any_balanced || c.balanced;
     for (const auto& c : p.candidates) {
@@ -122,6 +124,7 @@ TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
   opts.calibration = calibration_from_cluster(cluster);
   opts.far_outputs_first = {false};
   opts.last_round_share = {1.0};
+  opts.level_stage_compute = {false};
   const Batch batch = small_batch("causal");
   opts.max_tiles_per_device = 1;  // every table is over it
   const PlannedBatch tight = plan_batch(batch, cluster, opts);
@@ -164,6 +167,9 @@ TEST(Planner, RejectsEmptyOrBadCandidates) {
   opts.far_outputs_first = {};
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
   opts.far_outputs_first = {false};
+  opts.level_stage_compute = {};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.level_stage_compute = {false};
   for (double share : {0.0, -0.5, 1.5}) {
     opts.last_round_share = {share};
     EXPECT_THROW(plan_batch(batch, cluster, opts), Error) << share;
