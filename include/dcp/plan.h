@@ -3,8 +3,9 @@
 //
 // Buffers. A device holds two kinds of storage:
 //   * Local tensors: the tokens it owns, in dispatch order (owned_blocks, ascending global
-//     token block id), all heads: Q, KV (K and V), O, dO, dQ, dKV in the batch dtype and LSE,
-//     Delta in fp32, each laid out [owned tokens, heads, ...]. A Local BufRef names an owned
+//     token block id), all heads: Q, KV (K and V), dO in the batch dtype; O, dQ, dKV, LSE and
+//     Delta in fp32 (the outputs accumulate there: see Attend and Merge), each laid out
+//     [owned tokens, heads, ...]. A Local BufRef names an owned
 //     token block by its position p in owned_blocks; its token offset is owned_token_offset[p];
 //     the head group (or KV set) comes from the instruction (tile or Merge).
 //   * Slot arrays, one per DataKind: num_slots[kind] slots of slot_bytes(table, kind) each.
@@ -18,16 +19,18 @@
 // Semantics of the instructions (executed in order on the device's compute stream; CommStart
 // and CommWait drive its communication):
 //   Attend  : for each TileOp, attention of one tile. Forward: reads q, kv; writes out (O
-//             partial, fp32) and out_lse. If accumulate_q, out/out_lse already hold partials of
+//             partial, fp32) and out_lse: a slot, or with outputs_in_place the local tensors
+//             of an owned q block (its partials accumulate there). If accumulate_q, out/out_lse already hold partials of
 //             the same (q block, head group) and the tile is merged into them (online softmax);
 //             otherwise they are overwritten. Backward: reads q, kv, d_o, lse_in, delta; adds
 //             into (or, without accumulate, overwrites) out (dQ partial) and out_kv (dKV
 //             partial, accumulate_kv). Rows without allowed keys contribute O = 0, LSE = -inf.
 //   Merge   : combines fp32 partials of one output block. Forward (kind O): LSE-merge of the
 //             (O, LSE) slot pairs src_slots[i] / src_lse_slots[i]; backward (dQ, dKV): sum.
-//             dst Local: the final output, converted to the dtype (LSE stays fp32), always
-//             overwritten; an empty source list writes O = 0, LSE = -inf (or zero gradients).
-//             dst Slot: an fp32 accumulator; if accumulate, its content is one of the inputs.
+//             dst Local or Slot: an fp32 accumulator; if accumulate, its content is one of the
+//             inputs, else it is overwritten; an empty source list writes O = 0, LSE = -inf (or
+//             zero gradients). Without outputs_in_place every owned output ends with one
+//             non-accumulating Merge into its local tensor.
 //   Copy    : dst := src, one data block of `kind` (same size; Local <-> Slot or Slot -> Slot).
 //   CommStart: posts the grouped nonblocking sends and receives of one round (id). Sends read
 //             their buffer, receives write it; neither may be touched until CommWait(id).
@@ -71,9 +74,9 @@ struct TileOp {
   BufRef d_o;         // backward: dO of the q block
   BufRef lse_in;      // backward: final LSE of the q block
   BufRef delta;       // backward: Delta = rowsum(dO * O) of the q block
-  BufRef out;         // forward: O partial slot; backward: dQ partial slot
-  BufRef out_lse;     // forward: LSE partial slot (backward: None)
-  BufRef out_kv;      // backward: dKV partial slot (forward: None)
+  BufRef out;         // forward: O partial; backward: dQ partial (Slot, or Local: in place)
+  BufRef out_lse;     // forward: LSE partial, paired with out (backward: None)
+  BufRef out_kv;      // backward: dKV partial (forward: None)
   bool accumulate_q = false;   // out (and out_lse) already hold partials to merge into
   bool accumulate_kv = false;  // out_kv already holds partials to add to
 };
@@ -89,9 +92,9 @@ struct Merge {
   int32_t group = 0;             // head group (O, dQ) or KV set (dKV)
   std::vector<int32_t> src_slots;      // slots of `kind`
   std::vector<int32_t> src_lse_slots;  // forward: LSE slot paired with each src slot
-  BufRef dst;                    // Local (final) or Slot (fp32 accumulator) of `kind`
+  BufRef dst;                    // Local or Slot (fp32 accumulator) of `kind`
   BufRef dst_lse;                // forward: Local LSE or LSE slot
-  bool accumulate = false;       // dst (Slot only) is also an input
+  bool accumulate = false;       // dst is also an input
 };
 
 struct Copy {
@@ -154,6 +157,11 @@ struct DeviceProgram {
 struct PlanOptions {
   ScheduleOptions schedule;
   bool reuse_slots = true;  // false: one slot per residency (debugging, memory upper bound)
+  // The outputs of an owned block accumulate in place in its local tensors (no fp32 slot and no
+  // final merge per output block; fewer slots, a few percent less memory per device). Off until
+  // it has been checked and timed on GPUs (bench/README.md); the CPU executor and the validator
+  // run both forms.
+  bool outputs_in_place = false;
   void validate() const;    // throws InvalidInput naming the option
 };
 

@@ -352,8 +352,6 @@ struct Executor::Impl {
     if (m.kind == DataKind::O && m.src_lse_slots.size() != m.src_slots.size())
       raise(ErrorKind::InvalidPlan, "executor: merge of O with " + std::to_string(m.src_slots.size()) +
                                         " partials but " + std::to_string(m.src_lse_slots.size()) + " LSE slots");
-    if (m.accumulate && m.dst.space != Space::Slot)
-      raise(ErrorKind::InvalidPlan, "executor: accumulating merge into a local tensor");
     MergeCall call;
     call.key = key;
     call.kind = m.kind;

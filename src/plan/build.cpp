@@ -7,6 +7,7 @@
 #include <queue>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dcp/error.h"
 #include "dcp/limits.h"
@@ -31,12 +32,13 @@ DeviceMemory plan_memory(const Plan& plan, int device) {
   const DeviceProgram& dp = plan.devices[device];
   const BlockTable& t = plan.table;
   DeviceMemory m;
-  // Local tensors hold all heads of the owned tokens, in the dtype except LSE and Delta.
+  // Local tensors hold all heads of the owned tokens: the inputs in the dtype, the outputs (the
+  // accumulators of owned blocks), LSE and Delta in fp32.
   const int64_t e = element_bytes(t.shape.dtype);
   const int64_t qd = int64_t{t.shape.q_heads} * t.shape.head_dim;
   const int64_t kvd = int64_t{t.shape.kv_heads} * t.shape.head_dim;
-  const int64_t per_token = (qd * e) * 4 /* Q, O, dO, dQ */ + (2 * kvd * e) * 2 /* KV, dKV */ +
-                            int64_t{t.shape.q_heads} * 4 * 2 /* LSE, Delta */;
+  const int64_t per_token = (qd * e) * 2 /* Q, dO */ + (qd * 4) * 2 /* O, dQ */ + (2 * kvd * e) /* KV */ +
+                            (2 * kvd * 4) /* dKV */ + int64_t{t.shape.q_heads} * 4 * 2 /* LSE, Delta */;
   const char* what = "plan memory";
   m.local_bytes = checked_mul(dp.owned_tokens, per_token, what);
   for (auto [prog, pm] : {std::pair{&dp.fwd, &m.fwd}, std::pair{&dp.bwd, &m.bwd}}) {
@@ -96,10 +98,10 @@ class ProgramBuilder {
  public:
   // `mine`: the schedule's transfers with this device at either end, inputs before outputs.
   ProgramBuilder(const BlockTable& t, const Placement& pl, const PassSchedule& ps, int device,
-                 const std::vector<int32_t>& pos_of, const std::vector<int32_t>& owned, bool reuse,
+                 const std::vector<int32_t>& pos_of, const std::vector<int32_t>& owned, bool reuse, bool in_place,
                  const std::vector<const ScheduledTransfer*>& mine, const std::vector<int32_t>& my_tiles)
-      : t_(t), pl_(pl), ps_(ps), d_(device), pos_of_(pos_of), owned_(owned), reuse_(reuse), mine_(mine),
-        my_tiles_(my_tiles) {
+      : t_(t), pl_(pl), ps_(ps), d_(device), pos_of_(pos_of), owned_(owned), reuse_(reuse), in_place_(in_place),
+        mine_(mine), my_tiles_(my_tiles) {
     const int64_t nb = t.num_token_blocks();
     key_q_ = t.groups.num_groups;
     key_kv_base_ = nb * key_q_;
@@ -121,6 +123,8 @@ class ProgramBuilder {
   BufRef slot_ref(DataKind k, int32_t v) { return BufRef{Space::Slot, k, v}; }
   BufRef local_ref(DataKind k, int32_t block) { return BufRef{Space::Local, k, pos_of_[block]}; }
   bool home(int32_t block) const { return pl_.block_home[block] == d_; }
+  // Whether the outputs of `block` accumulate in the local tensors here.
+  bool in_place(int32_t block) const { return in_place_ && home(block); }
   int32_t kv_set(int32_t hg) const { return t_.groups.kv_set(hg); }
   void emit_comm(int32_t round);
   void emit_wait(int32_t round);
@@ -134,6 +138,7 @@ class ProgramBuilder {
   const std::vector<int32_t>& pos_of_;
   const std::vector<int32_t>& owned_;
   bool reuse_;
+  bool in_place_;  // PlanOptions::outputs_in_place
   const std::vector<const ScheduledTransfer*>& mine_;
   const std::vector<int32_t>& my_tiles_;
   int64_t key_q_ = 0, key_kv_base_ = 0;
@@ -144,6 +149,9 @@ class ProgramBuilder {
   std::vector<VBuf> vbufs_;
   VBufIndex input_;  // key -> vbuf of a remote input bundle
   VBufIndex acc_;    // key -> vbuf of an output accumulator
+  // With outputs_in_place, the keys of owned output blocks whose local tensor already holds a
+  // partial (tiles and received partials accumulate there: no slot, no final merge).
+  std::unordered_set<int64_t> local_out_;
   std::map<int32_t, std::vector<int32_t>> pending_;               // round -> vbufs busy until wait
   std::map<int32_t, std::vector<int32_t>> received_;              // round -> received partials
   std::map<int32_t, VBufIndex> received_at_;  // round -> (key, pool, source) -> received partial
@@ -228,6 +236,21 @@ void ProgramBuilder::emit_wait(int32_t round) {
       ++j;
     const VBuf& first = vbufs_[got[i]];
     const Side side = first.pool == kOutKV ? Side::KV : Side::Q;
+    const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : (side == Side::Q ? DataKind::dQ : DataKind::dKV);
+    if (in_place(first.block)) {  // into the local tensor, on top of what the tiles here put there
+      const bool accumulate = !local_out_.insert(key(side, first.block, first.group)).second;
+      Merge m{kind, first.block, first.group, {}, {}, local_ref(kind, first.block), {}, accumulate};
+      if (ps_.pass == Pass::Forward) m.dst_lse = local_ref(DataKind::LSE, first.block);
+      const int32_t at_m = here();
+      for (size_t k = i; k < j; ++k) {
+        m.src_slots.push_back(got[k]);
+        if (ps_.pass == Pass::Forward) m.src_lse_slots.push_back(got[k]);
+        touch(got[k], at_m);
+      }
+      prog_.code.emplace_back(std::move(m));
+      i = j;
+      continue;
+    }
     int32_t& acc = acc_.at(key(side, first.block, first.group));
     size_t from = i;
     if (acc < 0) {  // adopt the first received partial as the accumulator
@@ -235,7 +258,6 @@ void ProgramBuilder::emit_wait(int32_t round) {
       ++from;
     }
     if (from < j) {
-      const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : (side == Side::Q ? DataKind::dQ : DataKind::dKV);
       Merge m{kind, first.block, first.group, {}, {}, slot_ref(kind, acc), {}, true};
       if (ps_.pass == Pass::Forward) m.dst_lse = slot_ref(DataKind::LSE, acc);
       const int32_t at_m = here();
@@ -252,9 +274,13 @@ void ProgramBuilder::emit_wait(int32_t round) {
 }
 
 void ProgramBuilder::emit_final_merges() {
+  // Each owned output: nothing if it accumulated in place, else its accumulator slot merged into
+  // the local tensor, or the empty merge (O = 0, LSE = -inf, or zero gradients) of a block that
+  // nothing contributed to.
   const int num_sets = t_.groups.num_kv_sets();
   for (int32_t block : owned_) {
     for (int g = 0; g < t_.groups.num_groups; ++g) {
+      if (local_out_.contains(key(Side::Q, block, g))) continue;
       const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : DataKind::dQ;
       Merge m{kind, block, g, {}, {}, local_ref(kind, block), {}, false};
       if (ps_.pass == Pass::Forward) m.dst_lse = local_ref(DataKind::LSE, block);
@@ -267,6 +293,7 @@ void ProgramBuilder::emit_final_merges() {
     }
     if (ps_.pass == Pass::Backward) {
       for (int k = 0; k < num_sets; ++k) {
+        if (local_out_.contains(key(Side::KV, block, k))) continue;
         Merge m{DataKind::dKV, block, k, {}, {}, local_ref(DataKind::dKV, block), {}, false};
         if (const int32_t acc = acc_.get(key(Side::KV, block, k)); acc >= 0) {
           m.src_slots.push_back(acc);
@@ -367,23 +394,31 @@ Program ProgramBuilder::build() {
       const int32_t set = kv_set(tile.head_group);
       op.q = input(DataKind::Q, Side::Q, tile.q_block, tile.head_group);
       op.kv = input(DataKind::KV, Side::KV, tile.kv_block, set);
-      auto acc = [&](Side side, int32_t block, int32_t group, bool& accumulate) {
-        int32_t& v = acc_.at(key(side, block, group));
+      // An output's partial: with outputs_in_place the local tensor of an owned block, else a
+      // slot accumulator (its vbuf; LSE shares it). `lse`: where the forward writes the LSE beside
+      // it (null: backward).
+      auto output = [&](DataKind kind, Side side, int32_t block, int32_t group, bool& accumulate, BufRef* lse) {
+        const int64_t k = key(side, block, group);
+        if (in_place(block)) {
+          accumulate = !local_out_.insert(k).second;
+          if (lse != nullptr) *lse = local_ref(DataKind::LSE, block);
+          return local_ref(kind, block);
+        }
+        int32_t& v = acc_.at(k);
         accumulate = v >= 0;
         if (!accumulate) v = new_vbuf(side == Side::Q ? kOutQ : kOutKV, block, group);
         touch(v, at);
-        return v;
+        if (lse != nullptr) *lse = slot_ref(DataKind::LSE, v);
+        return slot_ref(kind, v);
       };
-      const int32_t oq = acc(Side::Q, tile.q_block, tile.head_group, op.accumulate_q);
       if (fwd) {
-        op.out = slot_ref(DataKind::O, oq);
-        op.out_lse = slot_ref(DataKind::LSE, oq);
+        op.out = output(DataKind::O, Side::Q, tile.q_block, tile.head_group, op.accumulate_q, &op.out_lse);
       } else {
         op.d_o = input(DataKind::dO, Side::Q, tile.q_block, tile.head_group);
         op.lse_in = input(DataKind::LSE, Side::Q, tile.q_block, tile.head_group);
         op.delta = input(DataKind::Delta, Side::Q, tile.q_block, tile.head_group);
-        op.out = slot_ref(DataKind::dQ, oq);
-        op.out_kv = slot_ref(DataKind::dKV, acc(Side::KV, tile.kv_block, set, op.accumulate_kv));
+        op.out = output(DataKind::dQ, Side::Q, tile.q_block, tile.head_group, op.accumulate_q, nullptr);
+        op.out_kv = output(DataKind::dKV, Side::KV, tile.kv_block, set, op.accumulate_kv, nullptr);
       }
       att.tiles.push_back(op);
     }
@@ -447,8 +482,8 @@ Plan build_plan(const BlockTable& table, const Placement& placement, const Clust
   for (int d = 0; d < P; ++d) {
     DeviceProgram& dp = plan.devices[d];
     dp.device = d;
-    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, mine_fwd[d], tiles_of[d]).build();
-    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, mine_bwd[d], tiles_of[d]).build();
+    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_fwd[d], tiles_of[d]).build();
+    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_bwd[d], tiles_of[d]).build();
   }
   return plan;
 }

@@ -288,10 +288,46 @@ bool Validator::step(int d) {
       fail(d, pc, std::string(role) + ": slot holds " + describe(*c) + ", expected " +
                       describe(expect_input(k, block, group)));
   };
+  // An owned output block accumulates in its local tensor: tiles and merges of received partials
+  // add to it (the first overwrites), and at the end it must hold exactly its tiles.
+  auto local_partial = [&](int pc, const BufRef& r, DataKind k, int32_t block, int32_t group, bool accumulate,
+                           uint64_t th, int64_t tc, const char* role) {
+    if (r.index < 0 || r.index >= static_cast<int32_t>(dp.owned_blocks.size()) || owned_block(r) != block) {
+      fail(d, pc, std::string(role) + ": not the local " + to_string(k) + " of block " + std::to_string(block));
+      return;
+    }
+    if (k == DataKind::LSE) return;  // travels with O (paired by the caller)
+    const auto key = std::make_tuple(k, block, group);
+    auto it = local_out_[d].find(key);
+    if (accumulate) {
+      if (it == local_out_[d].end()) {
+        fail(d, pc, std::string(role) + ": accumulates into the local " + to_string(k) + " of block " +
+                        std::to_string(block) + ", which holds nothing yet");
+        return;
+      }
+      it->second.hash += th;
+      it->second.count += tc;
+      return;
+    }
+    if (it != local_out_[d].end()) {
+      fail(d, pc, std::string(role) + ": overwrites the local " + to_string(k) + " of block " + std::to_string(block) +
+                      ", which already holds partials");
+      return;
+    }
+    Content v = expect_input(k, block, group);
+    v.partial = true;
+    v.hash = th;
+    v.count = tc;
+    local_out_[d].emplace(key, v);
+  };
   auto partial_into = [&](int pc, const BufRef& r, DataKind k, int32_t block, int32_t group, bool accumulate,
                           uint64_t th, int64_t tc, const char* role) {
-    if (r.space != Space::Slot || r.kind != k) {
-      fail(d, pc, std::string(role) + ": partials must go to a " + to_string(k) + " slot");
+    if (r.kind != k || (r.space != Space::Slot && r.space != Space::Local)) {
+      fail(d, pc, std::string(role) + ": partials must go to a " + to_string(k) + " slot or local tensor");
+      return;
+    }
+    if (r.space == Space::Local) {
+      local_partial(pc, r, k, block, group, accumulate, th, tc, role);
       return;
     }
     Content* c = buffer(d, r, pc, role);
@@ -338,6 +374,9 @@ bool Validator::step(int d) {
           partial_into(pc, op.out, DataKind::O, tile.q_block, tile.head_group, op.accumulate_q, th, 1, "Attend out");
           partial_into(pc, op.out_lse, DataKind::LSE, tile.q_block, tile.head_group, op.accumulate_q, th, 1,
                        "Attend out_lse");
+          if ((op.out.space == Space::Local || op.out_lse.space == Space::Local) &&
+              !(op.out.space == op.out_lse.space && op.out.index == op.out_lse.index))
+            fail(d, pc, "Attend: the local LSE does not pair with the local O");
         } else {
           check_input(pc, op.d_o, DataKind::dO, tile.q_block, tile.head_group, "Attend dO");
           check_input(pc, op.lse_in, DataKind::LSE, tile.q_block, tile.head_group, "Attend lse");
@@ -375,20 +414,13 @@ bool Validator::step(int d) {
           take(DataKind::LSE, m->src_lse_slots, false);
         }
         if (m->dst.space == Space::Local) {
-          if (m->accumulate) fail(d, pc, "Merge into a local output cannot accumulate");
           if (m->dst.kind != m->kind || m->dst.index < 0 || m->dst.index >= static_cast<int32_t>(dp.owned_blocks.size()) ||
               owned_block(m->dst) != m->token_block) {
             fail(d, pc, "Merge destination is not the local output of block " + std::to_string(m->token_block));
           } else {
             if (fwd && !(m->dst_lse.space == Space::Local && m->dst_lse.kind == DataKind::LSE && m->dst_lse.index == m->dst.index))
               fail(d, pc, "Merge: LSE destination does not pair with the O destination");
-            Content v = expect_input(m->kind, m->token_block, m->group);
-            v.partial = true;
-            v.hash = h;
-            v.count = n;
-            if (!local_out_[d].emplace(std::make_tuple(m->kind, m->token_block, m->group), v).second)
-              fail(d, pc, std::string("output ") + to_string(m->kind) + " of block " + std::to_string(m->token_block) +
-                              " merged twice");
+            local_partial(pc, m->dst, m->kind, m->token_block, m->group, m->accumulate, h, n, "Merge destination");
           }
         } else {
           partial_into(pc, m->dst, m->kind, m->token_block, m->group, m->accumulate, h, n, "Merge destination");
