@@ -42,6 +42,7 @@ struct BenchArgs {
   int warmup = 1;
   int iters = 3;
   int stages = 2;
+  bool outputs_in_place = false;  // PlanOptions::outputs_in_place
   bool check = false;
   bool verbose = false;
   double timeout_s = 120.0;
@@ -121,6 +122,7 @@ Plan make_plan(const std::string& method, const Batch& batch, const BenchArgs& a
   const BlockOptions& blocks = args.blocks;
   PlanOptions popts;
   popts.schedule.num_comm_stages = args.stages;
+  popts.outputs_in_place = args.outputs_in_place;
   if (method == "dcp" && args.search) {
     // Every rank runs the same deterministic search, so all hold the same plan.
     PlannerOptions search;
@@ -392,6 +394,8 @@ void register_bench(CLI::App& app, Runner& runner) {
   sub->add_option("--stages", args->stages, "Communication stages of the schedule")
       ->capture_default_str()
       ->check(int_range(1, 64));
+  sub->add_flag("--outputs-in-place", args->outputs_in_place,
+                "Owned output blocks accumulate in their local tensors (no output slots, no final merges)");
   sub->add_option("--backend", args->backend, "cuda or cpu")->capture_default_str();
   sub->add_flag("--verbose", args->verbose, "Progress of every rank on stderr");
   sub->add_option("--timeout", args->timeout_s, "Seconds every communication wait may take")

@@ -245,6 +245,25 @@ TEST(CliBench, TraceWritesMeasuredAndSimulatedTimelines) {
 
 namespace {
 
+// dcp bench --outputs-in-place: plans whose owned outputs accumulate in their local tensors run
+// through the command, dcp and a static layout alike (--check compares with the CPU backend, which
+// on a GPU is the CUDA backend's check; the executor tests compare these plans with the dense
+// reference).
+TEST(CliBench, OutputsInPlaceMatchTheReference) {
+  const std::string json = ::testing::TempDir() + "dcp_bench_in_place.json";
+  const auto r = dcp::test::run_cli("bench --backend cpu --profile ldc --tokens 2048 --q-heads 4 --kv-heads 2 "
+                                    "--head-dim 64 --block 256 --layers 1 --iters 1 --warmup 0 --method dcp "
+                                    "--method zigzag --check --outputs-in-place --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  for (const auto& row : j["rows"]) {
+    EXPECT_GE(row["check_max_rel_err"].get<double>(), 0.0) << row["method"];
+    EXPECT_LT(row["check_max_rel_err"].get<double>(), 1e-4) << row["method"];
+  }
+}
+
 // dcp bench --search: dcp runs the planner's choice (one of the candidates), reported in the
 // table and the JSON; a calibration file that does not exist is a clear error.
 TEST(CliBench, SearchReportsThePlannersChoice) {
