@@ -39,7 +39,8 @@ using namespace dcp;
 
 struct Config {
   int q_heads, kv_heads, head_dim;
-  std::string method;  // "dcp" or a baseline name
+  std::string method;     // "dcp" or a baseline name
+  bool in_place = false;  // PlanOptions::outputs_in_place
 };
 
 Batch make_batch(int q_heads, int kv_heads, int head_dim) {
@@ -102,7 +103,7 @@ void poison(const ArraySet& a) {
   cudaDeviceSynchronize();
 }
 
-Plan plan_for(const Batch& batch, const std::string& method, int world) {
+Plan plan_for(const Batch& batch, const std::string& method, int world, bool in_place = false) {
   Cluster cluster;
   cluster.nodes = 1;
   cluster.devices_per_node = world;
@@ -110,6 +111,7 @@ Plan plan_for(const Batch& batch, const std::string& method, int world) {
   opts.block_size = 128;
   PlanOptions popts;
   popts.schedule.num_comm_stages = std::getenv("DCP_CHECK_STAGES") ? std::atoi(std::getenv("DCP_CHECK_STAGES")) : 2;
+  popts.outputs_in_place = in_place;
   if (method == "dcp") {
     const BlockTable table = build_block_table(batch, opts);
     return build_plan(table, place_dcp(table, cluster).placement, cluster, popts);
@@ -128,7 +130,7 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
 int check(const Config& c, Comm& comm, int device) {
   const Batch batch = make_batch(c.q_heads, c.kv_heads, c.head_dim);
   const int world = comm.world_size();
-  const Plan plan = plan_for(batch, c.method, world);
+  const Plan plan = plan_for(batch, c.method, world, c.in_place);
   const AttentionShape& s = batch.shape;
   const int64_t total = batch.total_tokens();
   const int64_t qw = int64_t{s.q_heads} * s.head_dim, kw = int64_t{s.kv_heads} * s.head_dim;
@@ -230,7 +232,7 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
   const bool ok = worst < 2e-2 && steady && batching_ok && repeat_ok;
   std::printf("rank %d/%d %-8s hq=%d hkv=%d d=%d rows=%lld %s merges %d in %d launches: max rel err %.2e, "
               "allocations %lld (steady: %s)%s %s\n",
-              comm.rank(), world, c.method.c_str(), c.q_heads, c.kv_heads, c.head_dim,
+              comm.rank(), world, (c.method + (c.in_place ? "+ip" : "")).c_str(), c.q_heads, c.kv_heads, c.head_dim,
               static_cast<long long>(got.rows), batched ? "batched" : "one-by-one", merges, launches, worst,
               static_cast<long long>(allocs), steady ? "yes" : "NO",
               deterministic ? (repeat_ok ? ", deterministic: gradients bitwise equal over 3 steps" : ", deterministic: gradients DIFFER")
@@ -278,6 +280,9 @@ int main(int argc, char** argv) {
     for (auto [hq, hkv] : {std::pair{8, 8}, {8, 2}, {8, 1}})
       for (int d : {64, 128}) failures += check(Config{hq, hkv, d, "dcp"}, c, device);
     for (dcp::BaselineKind k : dcp::all_baselines()) failures += check(Config{8, 2, 128, dcp::to_string(k)}, c, device);
+    // Owned outputs accumulated in place (PlanOptions::outputs_in_place), "+ip" in the lines.
+    for (const char* m : {"dcp", "zigzag", "a2a_p2p"})
+      failures += check(Config{8, 2, 128, m, true}, c, device);
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
