@@ -60,6 +60,9 @@ void bind_planner(nb::module_& m) {
       .def_prop_rw(
           "seed", [](const StepPlanOptions& o) { return o.placement.seed; },
           [](StepPlanOptions& o, uint64_t s) { o.placement.seed = s; })
+      .def_prop_rw(
+          "outputs_in_place", [](const StepPlanOptions& o) { return o.plan.outputs_in_place; },
+          [](StepPlanOptions& o, bool v) { o.plan.outputs_in_place = o.search.plan.outputs_in_place = v; })
       .def_rw("search", &StepPlanOptions::search_candidates)
       .def_prop_rw(
           "search_block_sizes", [](const StepPlanOptions& o) { return o.search.block_sizes; },

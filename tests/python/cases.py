@@ -56,13 +56,13 @@ def inputs(seed: int, total: int, shape=SHAPE):
     return q, k, v, w
 
 
-def op_case(rank, world, seed, dtype_name, method, block):
+def op_case(rank, world, seed, dtype_name, method, block, in_place=False):
     """Forward and backward of the operator on this rank's tokens; the whole batch's outputs and
-    gradients gathered back (identical on every rank)."""
+    gradients gathered back (identical on every rank). in_place: the plan option outputs_in_place."""
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     lengths, specs = random_docs(seed)
-    planner = dcp.Planner(None, "h200-nvl", {"method": method, "block_size": block, "stages": 2}, shape=SHAPE,
-                          dtype=dtype_name)
+    options = {"method": method, "block_size": block, "stages": 2, "outputs_in_place": in_place}
+    planner = dcp.Planner(None, "h200-nvl", options, shape=SHAPE, dtype=dtype_name)
     planner.submit(seed, lengths, specs)
     plan = planner.get(seed)
     q, k, v, w = inputs(seed, sum(lengths))

@@ -39,6 +39,22 @@ def test_op_matches_fp64_reference(world, method, dtype, seed):
             assert err < tol, f"rank {r} {name}: relative error {err:.3g} >= {tol} ({method}, {world} ranks, {dtype})"
 
 
+@pytest.mark.parametrize("world,method,dtype,seed", [
+    (1, "dcp", "fp32", 11),
+    (2, "dcp", "fp32", 12),
+    (2, "zigzag", "fp32", 13),
+    (2, "dcp", "bf16", 14),
+])
+def test_outputs_in_place_match_fp64_reference(world, method, dtype, seed):
+    got = run_ranks(world, cases.op_case, seed, dtype, method, 32, True)
+    want = reference(seed, {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
+    tol = 1e-5 if dtype == "fp32" else 2e-2
+    for r in range(world):
+        for name in ("o", "lse", "dq", "dk", "dv"):
+            err = rel_error(got[r][name], want[name])
+            assert err < tol, f"rank {r} {name}: relative error {err:.3g} >= {tol} ({method}, {world} ranks, in place)"
+
+
 def test_activation_checkpointing_gives_the_same_gradients():
     """Recomputation under torch.utils.checkpoint runs the forward again between backward calls of
     later layers: one plan serves it all, and the gradients are the plain run's."""
