@@ -12,10 +12,11 @@
 //     tile on the device ran in stage f travel in round f+2, i.e. overlapped with the compute
 //     of later stages; only the outputs of the last stage wait for the final round.
 //   * Two-phase inter-node forwarding: a block needed by several devices of another node
-//     crosses the network once, to one relay device of that node (round r-1), and the relay
-//     forwards it over the intra-node links (round r). A block first needed in round 1 has no
-//     earlier round: the relay takes it in round 1 and the others in round 2, their tiles
-//     reading it moving from stage 1 to stage 2 (relay_first_round, with at least 3 stages).
+//     crosses the network once, to one relay device of that node (the round before it is
+//     needed), and the relay forwards it over the intra-node links (the round it is needed). A
+//     block first needed in the first round has no round before it: the relay takes it in the
+//     first round and the others in the second, their tiles reading it moving one stage later
+//     (relay_first_round, with at least 3 stages).
 //   * Per-node reduction of outputs: partials of one output block computed by several devices
 //     of a node other than the home's are sent to one of them (the relay: the one whose own
 //     partial is ready last), merged there into its partial, and cross the network once, as a
@@ -73,9 +74,9 @@ struct ScheduleOptions {
   // Order the remote tiles of a device so that those with an output to another node (forward:
   // a far q block; backward: a far q or kv block) take the first rounds, the rest after; each
   // part cheapest transfer per FLOP first. Their outputs then leave early enough to be reduced
-  // per node and to overlap later stages, at the price of round 1 carrying slow transfers.
+  // per node and to overlap later stages, at the price of the first round carrying slow transfers.
   bool far_outputs_first = false;
-  // Two-phase for blocks shared in round 1 too (the stage model above). Each crossing of a
+  // Two-phase for blocks shared in the first round too (the stage model above). Each crossing of a
   // shared block otherwise queues on the home's one inter-node port.
   bool relay_first_round = true;
   // Share of an even round that the last input round gets (balance_by_time; in (0, 1]): the

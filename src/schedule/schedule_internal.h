@@ -15,7 +15,7 @@ double link_bw(const Cluster& c, int src, int dst);
 double link_latency(const Cluster& c, int src, int dst);
 
 // Reroute inter-node inputs needed by several devices of one node through one relay there;
-// with relay_first_round, also blocks shared in round 1 (the others' copies and the tiles
+// with relay_first_round, also blocks shared in the first round (the others' copies and the tiles
 // reading them move one round later; needs at least 3 stages).
 void apply_two_phase(const BlockTable& table, const Placement& placement, const Cluster& cluster,
                      bool relay_first_round, PassSchedule& ps);

@@ -18,7 +18,7 @@ void apply_two_phase(const BlockTable& table, const Placement& placement, const 
     return std::make_tuple(a.kind, a.token_block, a.group, node(a.dst), a.round, a.dst) <
            std::make_tuple(b.kind, b.token_block, b.group, node(b.dst), b.round, b.dst);
   });
-  // (device, side, block, group) whose delivery moved from round 1 to round 2.
+  // (device, side, block, group) whose delivery moved from the first round to the second.
   std::vector<std::tuple<int32_t, int, int32_t, int32_t>> delayed;
   const bool can_delay = relay_first_round && ps.num_stages >= 3;
   size_t i = 0;
@@ -30,9 +30,9 @@ void apply_two_phase(const BlockTable& table, const Placement& placement, const 
     if (j - i >= 2 && node(in[i].src) != node(in[i].dst)) {
       const int32_t r0 = in[i].round;
       const bool shared_first = in[i + 1].round == r0;
-      // A block shared in round 1 has no earlier round for the relay's leg: the others then
-      // take it from the relay in round 2 (their tiles reading it move to stage 2) instead of
-      // each crossing the network from the home.
+      // A block shared in the first round has no earlier round for the relay's leg: the others
+      // then take it from the relay in the second (their tiles reading it move one stage later)
+      // instead of each crossing the network from the home.
       const bool delay = shared_first && r0 == 1 && can_delay;
       const int32_t r1 = (shared_first && r0 >= 2) ? r0 - 1 : r0;
       const int32_t relay = in[i].dst;
