@@ -19,11 +19,12 @@
 #include "dcp/planner.h"
 #include "dcp/profiles.h"
 #include "dcp/sim.h"
+#include "paper_setting.h"
 
 int main(int argc, char** argv) {
   using namespace dcp;
   const int batches = argc > 1 ? std::max(1, std::atoi(argv[1])) : 2;
-  const Cluster cluster = cluster_preset("a100-p4d", 4);
+  const Cluster cluster = bench::paper_cluster();
   SimOptions so;
   so.calibration = argc > 2 && argv[2][0] != 0 ? load_calibration(argv[2]) : calibration_from_cluster(cluster);
   nlohmann::json out = nlohmann::json::array();
@@ -33,15 +34,7 @@ int main(int argc, char** argv) {
              "zigzag", "ulysses", "a2a_p2p", "packing", "speedup", "hidden", "search ms");
   for (const char* mask : {"causal", "lambda", "causal_blockwise", "shared_question"}) {
     for (double scale : {0.5, 1.0, 2.0, 4.0}) {
-      ProfileOptions po;
-      po.profile = Profile::Ldc;
-      po.token_budget = 131072;
-      po.scale = scale;
-      po.mask = mask;
-      po.seed = 7;
-      po.shape.q_heads = 8;
-      po.shape.kv_heads = 2;
-      po.shape.head_dim = 128;
+      const ProfileOptions po = bench::paper_profile(scale, mask);
       std::map<std::string, double> sum;
       double hidden = 0;
       double search_s = 0;

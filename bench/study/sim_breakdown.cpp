@@ -28,6 +28,7 @@
 #include "dcp/planner.h"
 #include "dcp/profiles.h"
 #include "dcp/sim.h"
+#include "../paper_setting.h"
 
 namespace {
 
@@ -139,18 +140,10 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const Cluster cluster = cluster_preset("a100-p4d", 4);
+  const Cluster cluster = bench::paper_cluster();
   SimOptions so;
   so.calibration = load_calibration(calib_path);
-  ProfileOptions po;
-  po.profile = Profile::Ldc;
-  po.token_budget = 131072;
-  po.scale = scale;
-  po.mask = mask;
-  po.seed = 7;
-  po.shape.q_heads = 8;
-  po.shape.kv_heads = 2;
-  po.shape.head_dim = 128;
+  const ProfileOptions po = bench::paper_profile(scale, mask);
   PlanOptions plan_opts;
   plan_opts.schedule.num_comm_stages = stages;
   plan_opts.schedule.tail_overlaps_final_round = tail;
