@@ -4,9 +4,11 @@
 # and whole plans against fp64, run the package's tests on the GPU, then time the operator against
 # `dcp bench` of the same plan, its host cost per call, and planning hidden by lookahead.
 # Usage (repository root): bench/run_package_device.sh DEPS_DIR [phases...]
-#   phases: build checks pytest op bench det (default: all but det); results and logs in $OUT (or /tmp/dcp_out)
+#   phases: build checks pytest op bench det inplace (default: all but det and inplace); results and
+#   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
-#   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows)
+#   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows;
+#   inplace: `dcp bench` of the one-GPU plans without and with PlanOptions::outputs_in_place)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 set -u
 cd "$(dirname "$0")/.."
@@ -85,5 +87,18 @@ if has det; then  # the deterministic backward: kernel table beside the default,
         --warmup 2 --method dcp --cluster h200-nvl --nodes 1 --json "$out/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
     done
   done
+fi
+if has inplace; then  # one-GPU whole plans (the calibration's points) without and with outputs_in_place
+  mkdir -p /tmp/inplace_json
+  for m in causal lambda causal_blockwise shared_question; do
+    for run in default: inplace:--outputs-in-place; do
+      IFS=: read -r name flag <<<"$run"
+      say "dcp bench ldc 65536 $m, $name"
+      timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 \
+        --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp --cluster h200-nvl \
+        --nodes 1 $flag --json "/tmp/inplace_json/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+    done
+  done
+  tar -cf "$out/inplace.tar" -C /tmp/inplace_json .
 fi
 say done

@@ -87,6 +87,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--weight-decay", type=float, default=0.1)
     g.add_argument("--clip", type=float, default=1.0, help="gradient-norm clip (0: none)")
     g.add_argument("--checkpoint", action="store_true", help="activation checkpointing of every layer")
+    g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile everything around attention (default: on GPUs; attention is never "
+                        "compiled into the model's graphs, so every mode runs the same compiled model)")
     g.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
                    help="compute dtype (default: bf16 autocast on GPUs, fp32 on CPUs); weights stay fp32")
     g.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda if available")
@@ -95,6 +98,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--stages", type=int, default=2, help="communication stages of a plan")
     g.add_argument("--deterministic", action="store_true",
                    help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md)")
+    g.add_argument("--outputs-in-place", action=argparse.BooleanOptionalAction, default=None,
+                   help="owned outputs accumulate in their local fp32 tensors, no final merge "
+                        "(default: the library's PlanOptions default)")
     g.add_argument("--plan-threads", type=int, default=None, help="planning threads (default: 4 on GPUs, 1 on CPUs)")
     g.add_argument("--lookahead", type=int, default=2, help="steps planned ahead")
     g.add_argument("--cluster", default="h200-nvl", help="dcp cluster preset or JSON file")
@@ -287,7 +293,7 @@ def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_n
         return TorchCPBackend(args.mask, args.sink, args.window, device, world)
     threads = args.plan_threads or (4 if device.type == "cuda" else 1)
     return DcpBackend(mode, (cfg.q_heads, cfg.kv_heads, cfg.head_dim), dtype_name, device, args.block_size,
-                      args.stages, threads, args.lookahead, args.cluster)
+                      args.stages, threads, args.lookahead, args.cluster, args.outputs_in_place)
 
 
 def max_over_mean(values: List[float]) -> float:
@@ -335,6 +341,10 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     with torch.device(device):
         model = Decoder(cfg)
     model.init_weights(args.seed + 1)
+    compiled = cuda if args.compile is None else args.compile
+    config["compile"] = compiled
+    if compiled:
+        model.compile_parts()
     if world > 1:
         for p in model.parameters():
             dist.broadcast(p.data, src=0)

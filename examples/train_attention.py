@@ -66,11 +66,15 @@ class _NodeRecorder:
 # ---- dcp and the static layouts ----------------------------------------------------------------
 class DcpBackend:
     def __init__(self, method: str, shape: Tuple[int, int, int], dtype: str, device: torch.device,
-                 block_size: int, stages: int, threads: int, lookahead: int, cluster: str = "h200-nvl"):
+                 block_size: int, stages: int, threads: int, lookahead: int, cluster: str = "h200-nvl",
+                 outputs_in_place: Optional[bool] = None):
         self.method = method
         self.device = device
         self.nodes = _NodeRecorder()
-        self.planner = dcp.Planner(None, cluster, {"method": method, "block_size": block_size, "stages": stages},
+        options = {"method": method, "block_size": block_size, "stages": stages}
+        if outputs_in_place is not None:
+            options["outputs_in_place"] = outputs_in_place
+        self.planner = dcp.Planner(None, cluster, options,
                                    shape=shape, dtype=dtype, threads=threads, lookahead=lookahead)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:

@@ -91,20 +91,26 @@ class Block(nn.Module):
         self.gate_up = nn.Linear(cfg.dim, 2 * cfg.ffn, bias=False)
         self.down = nn.Linear(cfg.ffn, cfg.dim, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend,
-                compute_dtype: torch.dtype) -> torch.Tensor:
+    def pre_attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, compute_dtype: torch.dtype):
+        """q [T, Hq, D], k, v [T, Hkv, D] in compute_dtype: norm, fused projection, RoPE."""
         cfg = self.cfg
         tokens = x.shape[0]
         qkv = self.qkv(self.attn_norm(x)).view(tokens, cfg.q_heads + 2 * cfg.kv_heads, cfg.head_dim)
         q = qkv[:, :cfg.q_heads]
         k = qkv[:, cfg.q_heads:cfg.q_heads + cfg.kv_heads]
         v = qkv[:, cfg.q_heads + cfg.kv_heads:]  # a strided view of the projection: no copy
-        q = apply_rope(q, cos, sin).to(compute_dtype)
-        k = apply_rope(k, cos, sin).to(compute_dtype)
-        o = attend(q, k, v.to(compute_dtype), self.layer)
-        x = x + self.out(o.reshape(tokens, cfg.q_heads * cfg.head_dim))
+        return apply_rope(q, cos, sin).to(compute_dtype), apply_rope(k, cos, sin).to(compute_dtype), v.to(compute_dtype)
+
+    def post_attention(self, x: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        """The residual stream after the output projection and the SwiGLU MLP."""
+        x = x + self.out(o.reshape(x.shape[0], -1))
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: Attend,
+                compute_dtype: torch.dtype) -> torch.Tensor:
+        q, k, v = self.pre_attention(x, cos, sin, compute_dtype)
+        return self.post_attention(x, attend(q, k, v, self.layer))
 
 
 class Decoder(nn.Module):
@@ -131,6 +137,20 @@ class Decoder(nn.Module):
             else:
                 p.normal_(0.0, scale if name.endswith(("out.weight", "down.weight")) else 0.02, generator=gen)
 
+    def compile_parts(self) -> None:
+        """Compiles everything around attention with torch.compile: each block's two halves (the
+        norms, RoPE, the SwiGLU product, the residual adds and the bf16 casts fuse into a few
+        kernels around the GEMMs) and the final norm with the head. Attention stays outside the
+        graphs, so every attention mode runs the same compiled model; the blocks share one graph
+        per half (same code, parameters as inputs)."""
+        for block in self.blocks:
+            block.pre_attention = torch.compile(block.pre_attention)
+            block.post_attention = torch.compile(block.post_attention)
+        self.final = torch.compile(self.final)
+
+    def final(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.norm(x))
+
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, attend: Attend, compute_dtype: torch.dtype,
                 activation_checkpointing: bool = False) -> torch.Tensor:
         """Logits [T, vocab] of this rank's tokens `ids` [T] at document positions `positions`."""
@@ -141,7 +161,7 @@ class Decoder(nn.Module):
                 x = checkpoint(block, x, cos, sin, attend, compute_dtype, use_reentrant=False)
             else:
                 x = block(x, cos, sin, attend, compute_dtype)
-        return self.head(self.norm(x))
+        return self.final(x)
 
 
 def describe(cfg: ModelConfig) -> Dict[str, object]:

@@ -1,6 +1,7 @@
 """examples/train.py on CPU ranks: the tiny model on packed standard-library documents trains
 with a finite loss on 2 ranks (torchrun, gloo), and its first-step loss and gradients equal
-those of one rank, and those of the mask-function reference, within fp32 tolerance. Also: the
+those of one rank, of the mask-function reference and of the model compiled around attention,
+within fp32 tolerance. Also: the
 FlexAttention mask functions of the example allow exactly the keys of dcp's own mask
 reference (dcp.masks.allowed_ranges)."""
 import json
@@ -50,6 +51,9 @@ def test_two_ranks_match_one_rank_and_the_reference(tmp_path, mask):
     two, grads2 = train(tmp_path, "dcp2", 2, "--mask", mask)
     one, grads1 = train(tmp_path, "dcp1", 1, "--mask", mask)
     ref, grads_ref = train(tmp_path, "flex1", 1, "--mask", mask, "--attn", "flex")
+    # The model compiled around attention (inductor on the CPU), with outputs accumulated in place.
+    fused, grads_fused = train(tmp_path, "dcp1c", 1, "--mask", mask, "--compile", "--outputs-in-place")
+    assert fused["config"]["compile"] is True and one["config"]["compile"] is False
 
     assert two["status"] == "ok" and two["config"]["world_size"] == 2
     losses = [s["loss"] for s in two["steps"]]
@@ -59,7 +63,7 @@ def test_two_ranks_match_one_rank_and_the_reference(tmp_path, mask):
     assert len(two["imbalance"]["local_tokens_median_per_rank"]) == 2
     assert two["attention"]["share_of_step"] > 0 and two["planner"]["waited_ms_median"] >= 0
 
-    for other, grads in (("1 rank", grads1), ("mask reference", grads_ref)):
+    for other, grads in (("1 rank", grads1), ("mask reference", grads_ref), ("compiled, in place", grads_fused)):
         assert abs(grads2["loss"] - grads["loss"]) < 1e-5, (other, grads2["loss"], grads["loss"])
         assert grads2["grads"].keys() == grads["grads"].keys()
         for name, g in grads["grads"].items():
