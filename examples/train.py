@@ -94,7 +94,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="compute dtype (default: bf16 autocast on GPUs, fp32 on CPUs); weights stay fp32")
     g.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda if available")
     g = p.add_argument_group("dcp planner")
-    g.add_argument("--block-size", type=int, default=1024, help="DCP token block size B")
+    g.add_argument("--block-size", type=int, default=1024,
+                   help="DCP token block size B (without --search-blocks)")
+    g.add_argument("--search-blocks", default=None,
+                   help="comma-separated block sizes: the planner simulates each step's plan at each and "
+                        "keeps the fastest predicted (e.g. 1024,2048,4096)")
     g.add_argument("--stages", type=int, default=2, help="communication stages of a plan")
     g.add_argument("--deterministic", action="store_true",
                    help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md)")
@@ -259,8 +263,14 @@ def attention_profile(prof, backward_nodes, num_steps: int, cuda: bool) -> Dict[
             parent = parent.cpu_parent
         if nested:
             continue
+        # torch.compile's backward nodes are all named CompiledFunctionBackward, attention's
+        # (compiled FlexAttention) and the compiled model parts' alike: inside those, only the
+        # FlexAttention kernels count as attention.
+        compiled = part == "bwd" and "CompiledFunctionBackward" in e.name
         if cuda:
             for name, us in _kernels(e):
+                if compiled and "flex_attention" not in name:
+                    continue
                 totals["comm" if name.lower().startswith("nccl") else part] += us
         else:
             totals[part] += e.cpu_time_total
@@ -293,7 +303,8 @@ def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_n
         return TorchCPBackend(args.mask, args.sink, args.window, device, world)
     threads = args.plan_threads or (4 if device.type == "cuda" else 1)
     return DcpBackend(mode, (cfg.q_heads, cfg.kv_heads, cfg.head_dim), dtype_name, device, args.block_size,
-                      args.stages, threads, args.lookahead, args.cluster, args.outputs_in_place)
+                      args.stages, threads, args.lookahead, args.cluster, args.outputs_in_place,
+                      [int(b) for b in args.search_blocks.split(",")] if args.search_blocks else None)
 
 
 def max_over_mean(values: List[float]) -> float:

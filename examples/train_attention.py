@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -67,13 +67,17 @@ class _NodeRecorder:
 class DcpBackend:
     def __init__(self, method: str, shape: Tuple[int, int, int], dtype: str, device: torch.device,
                  block_size: int, stages: int, threads: int, lookahead: int, cluster: str = "h200-nvl",
-                 outputs_in_place: Optional[bool] = None):
+                 outputs_in_place: Optional[bool] = None, search_blocks: Optional[List[int]] = None):
         self.method = method
         self.device = device
         self.nodes = _NodeRecorder()
         options = {"method": method, "block_size": block_size, "stages": stages}
         if outputs_in_place is not None:
             options["outputs_in_place"] = outputs_in_place
+        if search_blocks:
+            if method != "dcp":
+                raise ValueError(f"--search-blocks: the block-size search is dcp's (not {method})")
+            options.update(search=True, search_block_sizes=search_blocks)
         self.planner = dcp.Planner(None, cluster, options,
                                    shape=shape, dtype=dtype, threads=threads, lookahead=lookahead)
 
@@ -93,6 +97,7 @@ class DcpBackend:
 
         stats = dict(self.planner.stats(plan.step))
         stats["local_tokens"] = plan.num_tokens
+        stats["block_size"] = plan.plan.block_size
         return Local(plan.dispatch(ids), plan.dispatch(labels), plan.positions(self.device), num_targets, attend,
                      stats=stats, release=plan.release)
 

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,9 @@ struct PlannerOptions {
   int q_heads_per_group = 0;               // BlockOptions::q_heads_per_group
   PlacementOptions placement;              // eps_compute is overridden by the candidates
   PlanOptions plan;
-  Calibration calibration;
+  // The simulator's rates for ranking candidates; empty: the cluster's own
+  // (calibration_from_cluster: the measured kernels on h200-nvl).
+  std::optional<Calibration> calibration;
   // Balance predicted kernel time instead of FLOPs: when placement.tile_cost is the default,
   // the candidates' placements weigh tiles by tile_cost_from(calibration).
   bool balance_time = true;
@@ -44,6 +47,13 @@ struct PlannerOptions {
   // sequence), 3.1 s of search per batch at scale 4 for no gain; 768 keeps B = 1024 there
   // (16512 tiles on 32 devices) and skips B = 512.
   int64_t max_tiles_per_device = 768;
+  // ... but the budget in all is never below this many tiles: on few devices placement is cheap
+  // (on one there is nothing to place: B = 1024 plans a 65536-token lambda batch of 1536 tiles
+  // in under a millisecond) and fine blocks are what sparse masks need there: measured on one
+  // H200 (bench/results/cuda_attention_2026-12-01_h200.md, ldc 65536, outputs in place), B =
+  // 1024 ran lambda 6.02 / 18.39 ms against 6.41 / 19.30 at B = 2048, and shared question
+  // 10.24 / 33.21 against 10.88 / 34.42.
+  int64_t min_tile_budget = 8192;
   std::vector<double> last_round_share{1.0, 0.5};
   // ScheduleOptions::level_stage_compute candidates, crossed with the two lists above. Measured
   // on the paper micro-benchmark (bench/results/plan_sim.md): with leveling tried too, causal

@@ -17,6 +17,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 void PlannerOptions::validate() const {
   if (block_sizes.empty()) raise(ErrorKind::InvalidInput, "planner: --block needs at least one candidate");
   if (eps_compute.empty()) raise(ErrorKind::InvalidInput, "planner: --eps-compute needs at least one candidate");
+  if (min_tile_budget < 0)
+    raise(ErrorKind::InvalidInput, "planner: min_tile_budget must be >= 0 (got " + std::to_string(min_tile_budget) + ")");
   if (max_tiles_per_device < 0)
     raise(ErrorKind::InvalidInput, "planner: max_tiles_per_device must be >= 0 (got " +
                                        std::to_string(max_tiles_per_device) + ")");
@@ -33,7 +35,7 @@ void PlannerOptions::validate() const {
     if (!(e >= 0)) raise(ErrorKind::InvalidInput, "planner: --eps-compute must be >= 0 (got " + std::to_string(e) + ")");
   placement.validate();
   plan.validate();
-  calibration.validate("planner calibration");
+  if (calibration) calibration->validate("planner calibration");
 }
 
 TileCost tile_cost_from(const Calibration& c) {
@@ -49,6 +51,7 @@ TileCost tile_cost_from(const Calibration& c) {
 
 PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const PlannerOptions& opts) {
   opts.validate();
+  const Calibration calibration = opts.calibration ? *opts.calibration : calibration_from_cluster(cluster);
   const auto t_search = Clock::now();
   PlannedBatch best;
   bool have = false;
@@ -58,7 +61,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share, level);
   std::vector<PlanCandidate> tried;
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
-  const int64_t tile_budget = opts.max_tiles_per_device * int64_t{cluster.num_devices()};
+  const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
   for (int64_t block : opts.block_sizes) {
     BlockOptions bo;
     bo.block_size = block;
@@ -75,7 +78,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       const auto t0 = Clock::now();
       PlacementOptions po = opts.placement;
       po.eps_compute = eps;
-      if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(opts.calibration);
+      if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(calibration);
       const DcpPlacement placed = place_dcp(table, cluster, po);
       const double placement_s = seconds_since(t0);
       // The tile orders of the schedule share the placement: only plan and simulation repeat.
@@ -95,7 +98,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
         c.planning_s = table_s + placement_s + seconds_since(t_plan);
         c.balanced = placed.report.balanced();
         SimOptions so;
-        so.calibration = opts.calibration;
+        so.calibration = calibration;
         SimResult sim = simulate(plan, cluster, so);
         c.predicted_s = sim.total_s();
         tried.push_back(c);

@@ -56,7 +56,7 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
     EXPECT_TRUE(validate_plan(p.plan).empty());
     // The kept plan is the one the simulator measured.
     SimOptions so;
-    so.calibration = opts.calibration;
+    so.calibration = *opts.calibration;
     EXPECT_DOUBLE_EQ(simulate(p.plan, cluster, so).total_s(), p.chosen.predicted_s);
   }
 }
@@ -64,6 +64,27 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
 // With balance_time the placement weighs each tile by its predicted kernel time: the busiest
 // device's predicted Attend time (the weights) stays within the compute tolerance even when
 // diagonal and partial tiles run far below the full-tile rate.
+// Without a calibration the search ranks candidates by the cluster's own (on h200-nvl the
+// measured kernels), exactly as if that calibration had been passed.
+TEST(Planner, RanksByTheClustersCalibrationWhenNoneIsGiven) {
+  const Cluster cluster = cluster_preset("h200-nvl", 1);
+  PlannerOptions implicit;
+  implicit.block_sizes = {512, 1024, 2048};
+  PlannerOptions explicit_ = implicit;
+  explicit_.calibration = calibration_from_cluster(cluster);
+  ASSERT_EQ(explicit_.calibration->name, measured_h200_calibration().name);
+  const Batch batch = small_batch("lambda");
+  const PlannedBatch a = plan_batch(batch, cluster, implicit);
+  const PlannedBatch b = plan_batch(batch, cluster, explicit_);
+  ASSERT_EQ(a.candidates.size(), b.candidates.size());
+  for (size_t i = 0; i < a.candidates.size(); ++i)
+    EXPECT_DOUBLE_EQ(a.candidates[i].predicted_s, b.candidates[i].predicted_s) << i;
+  EXPECT_EQ(a.chosen.block_size, b.chosen.block_size);
+  SimOptions so;
+  so.calibration = measured_h200_calibration();
+  EXPECT_DOUBLE_EQ(simulate(a.plan, cluster, so).total_s(), a.chosen.predicted_s);
+}
+
 TEST(Planner, BalancesPredictedKernelTimeNotFlops) {
   Calibration cal;
   cal.attn_fwd_flops = 400e12;
@@ -125,6 +146,7 @@ TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
   opts.far_outputs_first = {false};
   opts.last_round_share = {1.0};
   opts.level_stage_compute = {false};
+  opts.min_tile_budget = 0;
   const Batch batch = small_batch("causal");
   opts.max_tiles_per_device = 1;  // every table is over it
   const PlannedBatch tight = plan_batch(batch, cluster, opts);
@@ -150,6 +172,10 @@ TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
       EXPECT_EQ(tried, b == 1024 || tiles <= per_device * devices) << "B=" << b << " per device " << per_device;
     }
   }
+  // The floor of the budget in all: every table of this small batch fits under it.
+  opts.max_tiles_per_device = 1;
+  opts.min_tile_budget = 8192;
+  EXPECT_EQ(plan_batch(batch, cluster, opts).candidates.size(), 3u);
 }
 
 TEST(Planner, RejectsEmptyOrBadCandidates) {
