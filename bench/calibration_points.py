@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The one-GPU whole plans of a device call, as points for the kernel-model fit and its test.
 
-Usage: bench/calibration_points.py DCP_BINARY RUNS.json:CALL > tests/sim/data/h200_one_gpu_plans.json
+Usage: bench/calibration_points.py [--in-place-only] DCP_BINARY RUNS.json:CALL [RUNS.json:CALL ...]
+         > tests/sim/data/h200_one_gpu_plans.json
 RUNS.json is a runs file of bench/results (bench/exec_tables.py describes it). Every one-GPU
 `dcp bench` run of the call (bench_1gpu_<profile><tokens>_<mask>, as bench/run_exec_device.sh
-names them) becomes one point: its measured forward and backward time per layer, its block size
-and stages, and the batch itself, regenerated with `dcp plan --write-batch` from the same profile,
+names them) becomes one point: its measured forward and backward time per layer, its block size,
+stages and outputs_in_place, and the batch itself, regenerated with `dcp plan --write-batch` from the same profile,
 token budget and mask and checked against the run's token and sequence counts (so a later change
 of the profile generator cannot silently change what the point describes).
 """
@@ -19,7 +20,8 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from exec_tables import load  # noqa: E402
 
-NAME = re.compile(r"bench_1gpu_([a-z]+?)(\d+)_(\w+)$")
+# bench_1gpu_<profile><tokens>_<mask>[_b<block>][_merged]
+NAME = re.compile(r"bench_1gpu_([a-z]+?)(\d+)_([a-z_]+?)(?:_b\d+)?(?:_merged)?$")
 
 
 def batch_of(dcp, profile, tokens, mask):
@@ -32,9 +34,11 @@ def batch_of(dcp, profile, tokens, mask):
             return json.load(f)
 
 
-def main(dcp, source):
+def main(dcp, sources, in_place_only=False):
     points = []
-    for name, d in load([source]):
+    for name, d in load(sources):
+        if in_place_only and not d.get("outputs_in_place", False):
+            continue
         m = NAME.match(name.rsplit("/", 1)[-1])
         if not m or d.get("world") != 1 or "rows" not in d:
             continue
@@ -45,18 +49,24 @@ def main(dcp, source):
             sys.exit(f"{name}: the regenerated batch has {sum(lengths)} tokens in {len(lengths)} sequences, "
                      f"the run {d['tokens']} in {d['sequences']}")
         row = next(r for r in d["rows"] if r["method"] == "dcp")
-        points.append({"name": f"{profile}{budget}_{mask}", "block": d["block"], "stages": 2,
+        # Runs from before the option existed merged every output through a slot.
+        in_place = bool(d.get("outputs_in_place", False))
+        points.append({"name": f"{profile}{budget}_{mask}_b{d['block']}" + ("" if in_place else "_merged"),
+                       "block": d["block"], "stages": 2, "outputs_in_place": in_place,
                        "fwd_ms": round(row["fwd_ms"], 4), "bwd_ms": round(row["bwd_ms"], 4), "batch": batch})
     if not points:
-        sys.exit(f"{source}: no one-GPU run")
+        sys.exit(f"{' '.join(sources)}: no one-GPU run")
     out = {"about": "Measured forward / backward time per layer of one-GPU whole DCP plans (dcp bench, CUDA "
                     "backend, default kernel routes), with the batch each ran; written by "
                     "bench/calibration_points.py",
-           "source": source, "plans": points}
+           "source": " ".join(sources), "plans": points}
     print(json.dumps(out, indent=1))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
+    args = sys.argv[1:]
+    only = "--in-place-only" in args
+    args = [a for a in args if a != "--in-place-only"]
+    if len(args) < 2:
         sys.exit(__doc__)
-    main(sys.argv[1], sys.argv[2])
+    main(args[0], args[1:], only)

@@ -13,7 +13,8 @@
 // fixing a violating parameter at its bound and refitting the others; --pin fixes one by hand.
 //
 // Inputs:
-//   --plans FILE    {"plans": [{"name", "block", "stages", "fwd_ms", "bwd_ms", "batch": {batch JSON}}]}
+//   --plans FILE    {"plans": [{"name", "block", "stages", "outputs_in_place", "fwd_ms", "bwd_ms",
+//                   "batch": {batch JSON}}]}
 //                   (tests/sim/data/h200_one_gpu_plans.json; bench/calibration_points.py writes it)
 //   --kernels FILE  bench_cuda_attention JSON ({"q_heads", "kv_heads", "head_dim", "rows": [{"seq",
 //                   "block", "list", "fwd_wgmma_ms", "bwd_wgmma_ms"}]}); lists rebuilt as that
@@ -112,6 +113,7 @@ Point plan_point(const nlohmann::json& j, const dcp::Calibration& base) {
   cluster.devices_per_node = 1;
   dcp::PlanOptions po;
   po.schedule.num_comm_stages = j.at("stages").get<int>();
+  po.outputs_in_place = j.value("outputs_in_place", false);
   const dcp::Plan plan = dcp::build_plan(table, dcp::place_dcp(table, cluster, {}).placement, cluster, po);
   add_program(plan, base, p);
   p.measured_s[0] = j.at("fwd_ms").get<double>() * 1e-3;

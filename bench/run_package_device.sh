@@ -89,14 +89,17 @@ if has det; then  # the deterministic backward: kernel table beside the default,
   done
 fi
 if has inplace; then  # one-GPU whole plans (the calibration's points) without and with outputs_in_place
+  # PLAN_BLOCKS: block sizes (default 2048); PLAN_RUNS: name:flag pairs (default both).
   mkdir -p /tmp/inplace_json
-  for m in causal lambda causal_blockwise shared_question; do
-    for run in default: inplace:--outputs-in-place; do
-      IFS=: read -r name flag <<<"$run"
-      say "dcp bench ldc 65536 $m, $name"
-      timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 \
-        --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp --cluster h200-nvl \
-        --nodes 1 $flag --json "/tmp/inplace_json/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+  for B in ${PLAN_BLOCKS:-2048}; do
+    for m in causal lambda causal_blockwise shared_question; do
+      for run in ${PLAN_RUNS:-default: inplace:--outputs-in-place}; do
+        IFS=: read -r name flag <<<"$run"
+        say "dcp bench ldc 65536 $m, B $B, $name"
+        timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 \
+          --head-dim 128 --block $B --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp --cluster h200-nvl \
+          --nodes 1 $flag --json "/tmp/inplace_json/dcp_bench_${name}_B${B}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+      done
     done
   done
   tar -cf "$out/inplace.tar" -C /tmp/inplace_json .
