@@ -28,7 +28,8 @@
 # Environment: MASKS (default "causal lambda shared_question"), MODES (the 2-GPU layouts of
 #   pair64 and pair128), RESUME (tar files or directories of earlier results: their successful
 #   runs are not repeated), PHASE_BUDGET_S, LONG_128K_S (time single needs left to try 128K,
-#   default 160), TRAIN_EXTRA (flags added to every run, e.g. "--block-size 2048"), OUT;
+#   default 160), TRAIN_EXTRA (flags added to every run, e.g. "--block-size 2048"), SEARCH_BLOCKS (dcp's
+#   block-size candidates of the anchor runs, default 1024,2048,4096), OUT;
 #   DRY_CPU=1 rehearses the phases on CPU ranks with the tiny model.
 # Results in $OUT: train_<phases>.tar.gz (each run's NAME.json and NAME.steps.jsonl, grads_*.json,
 #   report/summary.md with every target checked, report/loss.svg, report/tokens.svg; resumed
@@ -56,14 +57,16 @@ say() { echo "== $(date +%T) +${SECONDS}s $*" | tee -a "$log"; }
 # The measurement windows: every 64K run shares one, every 128K run another, so that runs of
 # different phases (and machines) compare step for step.
 # --run-timeout bounds what a hung run costs (a few times a run's expected time, compile included).
-W64="--preset anchor --tokens 65536 --steps 24 --measure-from 8 --profile-steps 1 --run-timeout 240"
-W128="--preset anchor --tokens 131072 --checkpoint --steps 16 --measure-from 6 --profile-steps 1 --run-timeout 300"
+# dcp picks each step's block size by simulating its plan at each candidate (--search-blocks).
+SEARCH="--search-blocks ${SEARCH_BLOCKS:-1024,2048,4096}"
+W64="--preset anchor --tokens 65536 --steps 24 --measure-from 8 --profile-steps 1 --run-timeout 240 $SEARCH"
+W128="--preset anchor --tokens 131072 --checkpoint --steps 16 --measure-from 6 --profile-steps 1 --run-timeout 300 $SEARCH"
 LOSS="--preset small --tokens 65536 --steps 300 --warmup 30 --profile-steps 0 --log-every 50 --run-timeout 240"
 if [ -n "${DRY_CPU:-}" ]; then
   # A rehearsal of this script's logic on CPU ranks with the tiny model (names keep their
   # tokens: 2K and 4K stand in for 64K and 128K, 1K for the loss runs).
   tiny="--device cpu --preset tiny --max-doc 700 --window 64 --sink 4"
-  W64="$tiny --tokens 2048 --steps 4 --measure-from 1 --profile-steps 1"
+  W64="$tiny --tokens 2048 --steps 4 --measure-from 1 --profile-steps 1 $SEARCH"
   W128="$tiny --tokens 4096 --checkpoint --steps 3 --measure-from 1 --profile-steps 1"
   LOSS="$tiny --tokens 1024 --steps 20 --warmup 5 --profile-steps 0 --log-every 10"
 fi

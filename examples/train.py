@@ -97,8 +97,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--block-size", type=int, default=1024,
                    help="DCP token block size B (without --search-blocks)")
     g.add_argument("--search-blocks", default=None,
-                   help="comma-separated block sizes: the planner simulates each step's plan at each and "
-                        "keeps the fastest predicted (e.g. 1024,2048,4096)")
+                   help="comma-separated block sizes: dcp's planner simulates each step's plan at each and "
+                        "keeps the fastest predicted (e.g. 1024,2048,4096; the static layouts keep --block-size)")
     g.add_argument("--stages", type=int, default=2, help="communication stages of a plan")
     g.add_argument("--deterministic", action="store_true",
                    help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md)")

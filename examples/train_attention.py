@@ -74,9 +74,7 @@ class DcpBackend:
         options = {"method": method, "block_size": block_size, "stages": stages}
         if outputs_in_place is not None:
             options["outputs_in_place"] = outputs_in_place
-        if search_blocks:
-            if method != "dcp":
-                raise ValueError(f"--search-blocks: the block-size search is dcp's (not {method})")
+        if search_blocks and method == "dcp":  # the static layouts keep block_size
             options.update(search=True, search_block_sizes=search_blocks)
         self.planner = dcp.Planner(None, cluster, options,
                                    shape=shape, dtype=dtype, threads=threads, lookahead=lookahead)
