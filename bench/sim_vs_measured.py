@@ -23,6 +23,8 @@ def simulate(dcp, cal, name, d):
     cmd = [dcp, "simulate", "--profile", d["profile"], "--tokens", budget.group(1), "--mask", d["mask"],
            "--cluster", "h200-nvl", "--nodes", str(nodes), "--devices-per-node", str(d["world"] // nodes),
            "--stages", "2", "--block", str(d["block"]), "--batches", "1"]
+    # Runs from before the option existed merged every output through a slot.
+    cmd += [] if d.get("outputs_in_place", False) else ["--no-outputs-in-place"]
     cmd += ["--calibration", cal] if cal else []
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     sim = {}

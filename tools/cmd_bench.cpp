@@ -42,7 +42,7 @@ struct BenchArgs {
   int warmup = 1;
   int iters = 3;
   int stages = 2;
-  bool outputs_in_place = true;  // PlanOptions::outputs_in_place
+  bool outputs_in_place = PlanOptions{}.outputs_in_place;
   bool check = false;
   bool verbose = false;
   double timeout_s = 120.0;
@@ -395,9 +395,7 @@ void register_bench(CLI::App& app, Runner& runner) {
   sub->add_option("--stages", args->stages, "Communication stages of the schedule")
       ->capture_default_str()
       ->check(int_range(1, 64));
-  sub->add_flag("--outputs-in-place,!--no-outputs-in-place", args->outputs_in_place,
-                "Owned output blocks accumulate in their local tensors (no output slots, no final merges; "
-                "the default); --no-outputs-in-place merges each into a slot, then into the local tensor");
+  add_outputs_in_place_option(sub, args->outputs_in_place);
   sub->add_option("--backend", args->backend, "cuda or cpu")->capture_default_str();
   sub->add_flag("--verbose", args->verbose, "Progress of every rank on stderr");
   sub->add_option("--timeout", args->timeout_s, "Seconds every communication wait may take")

@@ -39,6 +39,7 @@ struct PlanArgs {
   PlacementOptions placement;
   std::string export_hgr;
   int stages = 4;
+  bool outputs_in_place = PlanOptions{}.outputs_in_place;
   std::string plan_method = "dcp";  // whose plan --save-plan / --dump / --svg use
   std::string save_plan;
   bool dump = false;
@@ -135,7 +136,7 @@ int run_plan(const PlanArgs& args) {
   const Cluster cluster = resolve_cluster(args.cluster);
   args.blocks.validate(batch.shape);
   args.placement.validate();
-  const PlanOptions plan_opts = plan_options_for(args.stages);
+  const PlanOptions plan_opts = plan_options_for(args.stages, args.outputs_in_place);
   check_method(args.plan_method, "--plan-method");
   check_methods(args.methods, "--method");
   for (const std::string& p : args.partitioners) (void)parse_partitioner(p);
@@ -291,6 +292,7 @@ void register_plan(CLI::App& app, Runner& runner) {
                   "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file, and "
                   "both vertex weights (compute, memory) to FILE.weights");
   add_stages_option(sub, args->stages);
+  add_outputs_in_place_option(sub, args->outputs_in_place);
   add_max_tiles_option(sub, args->max_tiles);
   sub->add_option("--plan-method", args->plan_method, "Placement whose plan --save-plan, --dump and --svg use")
       ->capture_default_str();

@@ -57,6 +57,7 @@ struct RunArgs {
   PlacementOptions placement;
   std::string method = "dcp";
   int stages = 4;
+  bool outputs_in_place = PlanOptions{}.outputs_in_place;
   std::string backend = "cpu";
   std::string plan_file;
   int ranks = 4;
@@ -124,7 +125,7 @@ Plan make_plan(const RunArgs& args, int world_size, double& plan_ms) {
   }
   args.blocks.validate(batch.shape);
   args.placement.validate();
-  const PlanOptions popts = plan_options_for(args.stages);
+  const PlanOptions popts = plan_options_for(args.stages, args.outputs_in_place);
   if (args.cluster.nodes < 1 || world_size % args.cluster.nodes != 0)
     raise(ErrorKind::InvalidInput, fmt::format("--nodes: {} ranks cannot be split over {} nodes", world_size,
                                                args.cluster.nodes));
@@ -399,6 +400,7 @@ void register_run(CLI::App& app, Runner& runner) {
   sub->add_option("--placement", args->method, "Placement: dcp, ring, zigzag, ulysses, a2a_p2p, packing")
       ->capture_default_str();
   add_stages_option(sub, args->stages);
+  add_outputs_in_place_option(sub, args->outputs_in_place);
   sub->add_option("--backend", args->backend,
                   "Compute backend: cpu, or cuda (one rank per GPU under mpirun; transfers over NCCL)")
       ->capture_default_str();

@@ -29,6 +29,7 @@ struct SimulateArgs {
   SweepInputs in;
   std::vector<std::string> methods;
   int stages = 4;
+  bool outputs_in_place = PlanOptions{}.outputs_in_place;
   std::string calibration;
   std::string trace;
   bool validate = false;
@@ -57,7 +58,7 @@ int run_simulate(const SimulateArgs& args) {
   const std::vector<Batch> batches = resolve_batches(in.batch, in.batches);
   const Cluster cluster = resolve_cluster(in.cluster);
   in.placement.validate();
-  const PlanOptions popts = plan_options_for(args.stages);
+  const PlanOptions popts = plan_options_for(args.stages, args.outputs_in_place);
   std::vector<std::string> methods = args.methods.empty() ? all_methods() : args.methods;
   for (const auto& m : methods) check_method(m, "--method");
   std::vector<std::string> skipped;
@@ -237,6 +238,7 @@ void register_simulate(CLI::App& app, Runner& runner) {
   add_cluster_options(sub, args->in.cluster);
   add_block_options(sub, args->in.blocks);
   add_stages_option(sub, args->stages);
+  add_outputs_in_place_option(sub, args->outputs_in_place);
   add_max_tiles_option(sub, args->max_tiles);
   sub->add_option("--batches", args->in.batches, "Batches of the stream to plan and simulate (from --index on)")
       ->capture_default_str()

@@ -146,10 +146,17 @@ void add_stages_option(CLI::App* app, int& stages) {
       ->check(int_range(1, 64));
 }
 
-PlanOptions plan_options_for(int stages) {
+void add_outputs_in_place_option(CLI::App* app, bool& in_place) {
+  app->add_flag("--outputs-in-place,!--no-outputs-in-place", in_place,
+                "Owned output blocks accumulate in their local tensors (no output slots, no final merges; "
+                "the default); --no-outputs-in-place merges each into a slot, then into the local tensor");
+}
+
+PlanOptions plan_options_for(int stages, bool outputs_in_place) {
   if (stages < 1) raise(ErrorKind::InvalidInput, "--stages: must be at least 1 (got " + std::to_string(stages) + ")");
   PlanOptions opts;
   opts.schedule.num_comm_stages = stages;
+  opts.outputs_in_place = outputs_in_place;
   opts.validate();
   return opts;
 }

@@ -51,7 +51,9 @@ Cluster resolve_cluster(const ClusterSource& src);
 
 // --stages: communication stages after the local stage 0 (plan.h's num_comm_stages).
 void add_stages_option(CLI::App* app, int& stages);
-PlanOptions plan_options_for(int stages);  // throws InvalidInput naming --stages
+// --outputs-in-place / --no-outputs-in-place (PlanOptions::outputs_in_place).
+void add_outputs_in_place_option(CLI::App* app, bool& in_place);
+PlanOptions plan_options_for(int stages, bool outputs_in_place);  // throws InvalidInput naming --stages
 
 // Placement methods by name (dcp/planner.h): "dcp" first, then every static baseline.
 inline std::vector<std::string> all_methods() { return placement_methods(); }
