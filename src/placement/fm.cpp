@@ -3,8 +3,9 @@
 // Each pass moves vertices one at a time, the best exact gain first (negative gains allowed, so
 // a pass can climb out of a local minimum), locks each moved vertex, and finally rolls back to
 // the best prefix of the pass: the objective never increases. Gains live in a lazy max-heap:
-// an entry is re-checked when popped, and after a move only the pins of nets whose pin count
-// crossed 0/1/2 in the source or target part get fresh entries.
+// an entry is re-checked when popped (and re-queued with its true gain when that is lower), and
+// after a move only the pins of nets whose pin count crossed 0/1/2 in the source or target part
+// get fresh entries; under the flat cost only those whose gain rose (see move_cached).
 #include <algorithm>
 #include <cstdint>
 #include <queue>
@@ -48,6 +49,7 @@ class Fm {
     touched_.assign(k_, 0);
     version_.assign(static_cast<size_t>(s.num_vertices()), 0);
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
+    queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
     cached_ = !s.hierarchical();
     if (cached_) cache_.init(s, k_, part, count_);
     if (s.hierarchical()) {
@@ -68,11 +70,14 @@ class Fm {
     std::fill(locked_.begin(), locked_.end(), 0);
     // Every boundary vertex with its best move, heapified at once (linear time).
     std::vector<Entry> initial;
+    std::fill(queued_.begin(), queued_.end(), kNone);
     for (int32_t v = 0; v < n; ++v) {
       if (!on_boundary(v)) continue;
       int32_t target;
       const double g = best_move(v, target);
-      if (target >= 0) initial.push_back(entry(g, v, target, seed));
+      if (target < 0) continue;
+      initial.push_back(entry(g, v, target, seed));
+      queued_[v] = g;
     }
     std::priority_queue<Entry> heap(std::less<Entry>(), std::move(initial));
     std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, from)
@@ -86,9 +91,13 @@ class Fm {
       if (locked_[top.v] || top.version != version_[top.v]) continue;
       int32_t target;
       const double g = best_move(top.v, target);
-      if (target < 0) continue;
+      if (target < 0) {
+        queued_[top.v] = kNone;
+        continue;
+      }
       if (g < top.gain - tiny) {  // stale: re-queue with the true gain
         heap.push({g, top.tie, top.v, target, top.version});
+        queued_[top.v] = g;
         continue;
       }
       const int32_t from = part_[top.v];
@@ -210,8 +219,10 @@ class Fm {
   }
 
   void push(std::priority_queue<Entry>& heap, int32_t v, uint64_t seed) {
+    ++version_[v];
     int32_t target;
     const double g = best_move(v, target);
+    queued_[v] = target < 0 ? kNone : g;
     if (target < 0) return;
     heap.push(entry(g, v, target, seed));
   }
@@ -246,6 +257,10 @@ class Fm {
 
   void move(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap, uint64_t seed) {
     move_counts(v, from, to);
+    if (cached_) {
+      move_cached(v, from, to, heap, seed);
+      return;
+    }
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
       const int32_t cf = count_[static_cast<size_t>(e) * k_ + from];
@@ -261,8 +276,33 @@ class Fm {
         const int32_t u = s_.pins[j];
         if (locked_[u] || u == v) continue;
         if (!all && !((in_from && part_[u] == from) || (in_to && part_[u] == to))) continue;
-        ++version_[u];
         push(heap, u, seed);
+      }
+    }
+  }
+
+  // Flat cost: the heap is lazy for decreases (a popped entry is checked against the vertex's
+  // true best gain and re-queued when it was too high), so a move only has to queue the pins
+  // whose gain rose. Per net of v, after the move (counts cf in `from`, ct in `to`):
+  //   ct == 1: every pin gains conn(u, to) += w: queued when its gain towards `to` now beats
+  //            the gain of its queued entry (an O(1) check from the cache; most do not);
+  //   cf == 1: the last pin in `from` may now leave it for free: all its gains rise by w;
+  //   cf == 0 and ct == 2 only lower gains (leaving `from` no longer joins a part for free; the
+  //            pin in `to` is no longer alone), which the lazy check catches on popping.
+  void move_cached(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap,
+                   uint64_t seed) {
+    const double tiny = 1e-9;
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      const int32_t cf = count_[static_cast<size_t>(e) * k_ + from];
+      const int32_t ct = count_[static_cast<size_t>(e) * k_ + to];
+      if (ct != 1 && cf != 1) continue;
+      for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) {
+        const int32_t u = s_.pins[j];
+        if (locked_[u] || u == v) continue;
+        const bool rose = (cf == 1 && part_[u] == from) ||
+                          (ct == 1 && cache_.gain(u, to) > queued_[u] + tiny);
+        if (rose) push(heap, u, seed);
       }
     }
   }
@@ -280,6 +320,9 @@ class Fm {
   bool cached_ = false;
   GainCache cache_;
   std::vector<uint32_t> version_;
+  // Gain of each vertex's live heap entry (kNone: none); flat cost only.
+  static constexpr double kNone = -1e300;
+  std::vector<double> queued_;
   std::vector<uint8_t> locked_;
 };
 
