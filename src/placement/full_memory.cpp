@@ -50,15 +50,16 @@ double mean_of(const std::vector<int64_t>& v) {
 // computing a band of a long sequence can hold far more than its share in copies. Each round,
 // the nodes with a device over the bound are fixed inside: the current split repaired under the
 // full bound (aiming under it, since fixing moves tiles back to their data and so lowers the
-// mean) and refined, against a fresh partition of the node by the backend with that bound from
-// the start; the better one is kept (on the comparison instances the fresh partition won on most
-// nodes: the repair moves whole remote groups greedily). On a large instance (light path,
-// PlacementOptions::large_vertices) the fresh partition runs only where the repaired split
-// still misses a bound: most nodes are over after the device level there, and the fresh
-// partitions doubled the cost for more bytes on most of the 1M-token batches measured; in the
-// first round only where compute or owned memory is missed (large_defer_fresh). What a node
-// cannot fix inside is repaired across nodes on the exact hierarchical objective, then refined
-// by FM there.
+// mean) and refined, and where that still misses a bound, against a fresh partition of the node
+// by the backend with that bound from the start; the better one is kept (the repair moves whole
+// remote groups greedily, and the fresh partition won on about half of such nodes of the
+// comparison instances). A fresh partition also where the repaired split meets every bound won
+// on a third of those nodes, but for little: PlacementOptions::full_memory_fresh_always. On a
+// large instance (light path, PlacementOptions::large_vertices) the first round re-partitions
+// only where compute or owned memory is missed (large_defer_fresh): most nodes are over after
+// the device level there, and the fresh partitions doubled the cost for more bytes on most of
+// the 1M-token batches measured. What a node cannot fix inside is repaired across nodes on the
+// exact hierarchical objective, then refined by FM there.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
                          const Cluster& cluster, const PlacementOptions& opts,
                          const Partitioner* backend, AllDevices& all_devices,
@@ -93,12 +94,15 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         repair_balance(s, caps, dev);
         if (backend != nullptr) refine(s, caps, opts, dev);
-        // Light path (PlacementOptions::large_defer_fresh): the first round re-partitions
-        // only a node whose repaired split misses compute or owned memory.
+        // A fresh partition only where the repaired split still misses a bound (unless
+        // full_memory_fresh_always); on the light path, in the first round only where it misses
+        // compute or owned memory (large_defer_fresh).
         bool fresh_run = backend != nullptr;
-        if (fresh_run && is_large(h, opts)) {
+        const bool large = is_large(h, opts);
+        if (fresh_run && (large || !opts.full_memory_fresh_always)) {
           const CapExcess x = cap_excess(s, caps, dev);
-          fresh_run = !x.same(CapExcess{}) && (round > 0 || !opts.large_defer_fresh || x.hard > 1e-9);
+          fresh_run = !x.same(CapExcess{});
+          if (large) fresh_run = fresh_run && (round > 0 || !opts.large_defer_fresh || x.hard > 1e-9);
         }
         if (fresh_run) {
           std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine);
