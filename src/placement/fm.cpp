@@ -45,7 +45,6 @@ class Fm {
       load_m_[part[v]] += s.memory[v];
     }
     load_f_ = full_loads(s, count_, k_, part);
-    gain_.assign(k_, 0.0);
     touched_.assign(k_, 0);
     version_.assign(static_cast<size_t>(s.num_vertices()), 0);
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
@@ -151,28 +150,37 @@ class Fm {
   // Best target among the parts v's nets touch (exact gain), -1 if none fits. A vertex in a
   // part over a capacity may also go to any part that fits (run repair_balance first: the
   // gains here are bytes only).
+  // The result is the fitting candidate of the highest gain, the lowest part id among equals.
   double best_move(int32_t v, int32_t& target) {
+    if (!cached_) return best_move_hierarchical(v, target);
     const int32_t from = part_[v];
-    if (cached_) {
-      for (int b = 0; b < k_; ++b) {
-        gain_[b] = cache_.gain(v, b);
-        touched_[b] = cache_.touches(v, b) ? 1 : 0;
-      }
-    } else {
-      return best_move_hierarchical(v, target);
-    }
     const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
                       (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
                       full_over(from);
+    const double base = cache_.base(v);
+    const double* conn = cache_.conn(v);
+    // The capacity check (held_delta walks v's nets) runs first on the best candidate alone,
+    // which usually fits; only when it does not are the others checked in order.
     target = -1;
     double best = 0;
-    // The capacity check (held_delta walks v's nets) runs only for a part that would win.
     for (int b = 0; b < k_; ++b) {
-      const bool candidate = b != from && (touched_[b] || over);
-      touched_[b] = 0;
-      if (!candidate || (target >= 0 && !(gain_[b] > best)) || !fits(v, b)) continue;
+      if (b == from || !(conn[b] > 0 || over)) continue;
+      const double g = base + conn[b];
+      if (target < 0 || g > best) {
+        target = b;
+        best = g;
+      }
+    }
+    if (target < 0 || fits(v, target)) return best;
+    const int32_t rejected = target;
+    target = -1;
+    best = 0;
+    for (int b = 0; b < k_; ++b) {
+      if (b == from || b == rejected || !(conn[b] > 0 || over)) continue;
+      const double g = base + conn[b];
+      if ((target >= 0 && !(g > best)) || !fits(v, b)) continue;
       target = b;
-      best = gain_[b];
+      best = g;
     }
     return best;
   }
@@ -312,7 +320,7 @@ class Fm {
   int k_;
   std::vector<int32_t>& part_;
   std::vector<int32_t> count_;
-  std::vector<double> load_c_, load_m_, load_f_, gain_;
+  std::vector<double> load_c_, load_m_, load_f_;
   std::vector<uint8_t> touched_;
   std::vector<int32_t> node_scratch_, cand_;
   // Parts of each node (hierarchical cost), ascending: node_parts_[node_parts_begin_[n] ...].
