@@ -19,28 +19,6 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions
     refine_fm(s, caps, opts.refine, opts.seed, part);
 }
 
-// Every device as one level (make_all_devices), built on first use: it does not depend on the
-// partition, so the repairs and the global refinement share one.
-class AllDevices {
- public:
-  AllDevices(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster)
-      : table_(table), h_(h), cluster_(cluster) {}
-  const SubHypergraph& get() {
-    if (!built_) {
-      all_ = make_all_devices(table_, h_, cluster_);
-      built_ = true;
-    }
-    return all_;
-  }
-
- private:
-  const BlockTable& table_;
-  const PlacementHypergraph& h_;
-  const Cluster& cluster_;
-  SubHypergraph all_;
-  bool built_ = false;
-};
-
 double mean_of(const std::vector<int64_t>& v) {
   return static_cast<double>(std::accumulate(v.begin(), v.end(), int64_t{0})) /
          static_cast<double>(v.size());
@@ -170,7 +148,7 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
 
 void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
                    const PlacementOptions& opts, const Partitioner* backend,
-                   std::vector<int32_t>& parts) {
+                   AllDevices& all_devices, std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices();
   if (num_dev <= 1) return;
   const int32_t nv = h.num_vertices();
@@ -191,10 +169,14 @@ void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const 
   bool over = false;
   for (int d = 0; d < num_dev; ++d)
     over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
-  AllDevices all_devices(table, h, cluster);
   if (over) repair_balance(all_devices.get(), dev_caps, parts);
   enforce_full_memory(table, h, cluster, opts, backend, all_devices, parts);
-  if (backend != nullptr && opts.global_refinement && cluster.nodes > 1)
+}
+
+void refine_all_devices(const PlacementHypergraph& h, const Cluster& cluster,
+                        const PlacementOptions& opts, AllDevices& all_devices,
+                        std::vector<int32_t>& parts) {
+  if (opts.global_refinement && cluster.nodes > 1 && cluster.num_devices() > 1)
     refine_globally(h, cluster, opts, all_devices, parts);
 }
 
