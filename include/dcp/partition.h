@@ -161,6 +161,14 @@ struct RefineOptions {
   // MultilevelOptions): 0 (stop only when a pass wins nothing) 0.81 for 3.5 s, 0.02 0.85 for
   // 1.75 s (with share 1/8 and max 1000 below).
   double min_pass_gain = 0.02;
+  // The same for FM over all devices at once (the hierarchical cost: after the cross-node
+  // full-memory repair and in the global refinement), whose passes cost several times those of
+  // a level and win less after the levels. Measured on the 48 comparison instances (seeds 1 and
+  // 2) with placement seeds 1, 2 and 3, as PlacementOptions::full_memory_fresh_always (quality
+  // mean, instance-runs above 1.3, planning time summed over the instances): 0.02 (the levels'
+  // value) 0.984, 3, 1.87 s; 0.05 0.987, 4, 1.74 s; 0.1 0.988, 4, 1.67 s (7 % less than 0.02 in
+  // alternating runs on the loaded machine); 0.2 0.990; one pass only 0.990.
+  double min_pass_gain_all_devices = 0.1;
   // A pass stops after this many moves without a new best prefix: share x vertices, clamped to
   // [idle_moves_min, idle_moves_max]. Measured: share 1/8 and max 1000 took 12 % more time than
   // 1/16 and 500 for a 0.5 % lower objective.

@@ -343,11 +343,13 @@ void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions
   const int max_idle = std::clamp(
       static_cast<int>(opts.idle_moves_share * s.num_vertices()), opts.idle_moves_min,
       opts.idle_moves_max);
-  double objective = opts.min_pass_gain > 0 ? sub_objective(s, part, caps.k()) : 0.0;
+  // FM over all devices (the hierarchical cost) has its own threshold (RefineOptions).
+  const double min_gain = s.hierarchical() ? opts.min_pass_gain_all_devices : opts.min_pass_gain;
+  double objective = min_gain > 0 ? sub_objective(s, part, caps.k()) : 0.0;
   for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);
     const double gain = fm.pass(splitmix64(st), max_idle);
-    if (gain <= 0 || gain < opts.min_pass_gain * objective) break;
+    if (gain <= 0 || gain < min_gain * objective) break;
     objective -= gain;
   }
 }
