@@ -135,6 +135,7 @@ dcp::PlacementOptions options_from(const std::string& set) {
     else if (k == "multilevel.max_rated_net_pins") po.multilevel.max_rated_net_pins = static_cast<int>(v);
     else if (k == "refine.passes") po.refine.passes = static_cast<int>(v);
     else if (k == "refine.min_pass_gain") po.refine.min_pass_gain = v;
+    else if (k == "refine.min_pass_gain_all_devices") po.refine.min_pass_gain_all_devices = v;
     else if (k == "refine.idle_moves_share") po.refine.idle_moves_share = v;
     else if (k == "refine.idle_moves_min") po.refine.idle_moves_min = static_cast<int>(v);
     else if (k == "refine.idle_moves_max") po.refine.idle_moves_max = static_cast<int>(v);
