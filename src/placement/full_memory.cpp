@@ -12,11 +12,20 @@ namespace dcp::placement {
 namespace {
 
 void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions& opts,
-            std::vector<int32_t>& part) {
+            const RefineOptions& refine_opts, std::vector<int32_t>& part) {
   if (opts.multilevel.enabled)
-    refine_multilevel(s, caps, opts.multilevel, opts.refine, opts.seed, part);
+    refine_multilevel(s, caps, opts.multilevel, refine_opts, opts.seed, part);
   else
-    refine_fm(s, caps, opts.refine, opts.seed, part);
+    refine_fm(s, caps, refine_opts, opts.seed, part);
+}
+
+// FM over all devices stops at min_pass_gain_all_devices, except on the light path: there it is
+// what meets the full-memory bound, and stopping it early left bounds violated, so that the full
+// portfolio ran after it (RefineOptions::min_pass_gain_all_devices).
+RefineOptions all_devices_refine(const PlacementHypergraph& h, const PlacementOptions& opts) {
+  RefineOptions r = opts.refine;
+  if (is_large(h, opts)) r.min_pass_gain_all_devices = r.min_pass_gain;
+  return r;
 }
 
 double mean_of(const std::vector<int64_t>& v) {
@@ -71,7 +80,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         repair_balance(s, caps, dev);
-        if (backend != nullptr) refine(s, caps, opts, dev);
+        if (backend != nullptr) refine(s, caps, opts, opts.refine, dev);
         // A fresh partition only where the repaired split still misses a bound (unless
         // full_memory_fresh_always); on the light path, in the first round only where it misses
         // compute or owned memory (large_defer_fresh).
@@ -108,7 +117,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back.
-        if (backend != nullptr) refine_fm(all, caps, opts.refine, opts.seed, parts);
+        if (backend != nullptr) refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, parts);
       }
     }
   }
@@ -135,9 +144,9 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
   std::vector<int32_t> trial = parts;
   const SubHypergraph& all = all_devices.get();
   if (is_large(h, opts))
-    refine_fm(all, caps, opts.refine, opts.seed, trial);
+    refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, trial);
   else
-    refine(all, caps, opts, trial);
+    refine(all, caps, opts, all_devices_refine(h, opts), trial);
   PlacementReport before, after;
   if (check_balance(h, trial, cluster, opts, after).size() <=
       check_balance(h, parts, cluster, opts, before).size())
