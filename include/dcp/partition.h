@@ -161,16 +161,20 @@ struct RefineOptions {
   // MultilevelOptions): 0 (stop only when a pass wins nothing) 0.81 for 3.5 s, 0.02 0.85 for
   // 1.75 s (with share 1/8 and max 1000 below).
   double min_pass_gain = 0.02;
-  // The same for FM over all devices at once (the hierarchical cost: after the cross-node
-  // full-memory repair and in the global refinement), whose passes cost several times those of
-  // a level and win less after the levels. Measured on the 48 comparison instances (seeds 1 and
-  // 2) with placement seeds 1, 2 and 3, as PlacementOptions::full_memory_fresh_always (quality
-  // mean, instance-runs above 1.3, planning time summed over the instances): 0.02 (the levels'
-  // value) 0.984, 3, 1.87 s; 0.05 0.987, 4, 1.74 s; 0.1 0.988, 4, 1.67 s (7 % less than 0.02 in
-  // alternating runs on the loaded machine); 0.2 0.990; one pass only 0.990. The light path
-  // (PlacementOptions::large_vertices) keeps min_pass_gain: there FM over all devices is what
-  // meets the full-memory bound, and at 0.1 it left a bound violated on longalign causal batches
-  // at 1M tokens on 256 devices, so that the full portfolio ran after it (1.2 s against 0.46 s).
+  // The same for the global refinement (FM over all devices at once, on the hierarchical cost,
+  // PlacementOptions::global_refinement), whose passes cost several times those of a level and
+  // win less after the levels. Measured on the 48 comparison instances (seeds 1 and 2) with
+  // placement seeds 1, 2 and 3, as PlacementOptions::full_memory_fresh_always (quality mean,
+  // instance-runs above 1.3, planning time summed over the instances), applied to every FM over
+  // all devices: 0.02 (the levels' value) 0.984, 3, 1.87 s; 0.05 0.987, 4, 1.74 s; 0.1 0.988, 4,
+  // 1.67 s (7 % less than 0.02 in alternating runs on the loaded machine); 0.2 0.990; one pass
+  // only 0.990. FM after the cross-node full-memory repair keeps min_pass_gain: at 0.1 it left
+  // a bound violated on a 1M-token ldc lambda batch (bench_placement --only large); keeping it
+  // there moved the objective by -0.5 % on average (the same 144 instance-runs). The light path
+  // (PlacementOptions::large_vertices) keeps min_pass_gain everywhere: there FM over all devices
+  // is what meets the full-memory bound, and at 0.1 it left a bound violated on longalign causal
+  // batches at 1M tokens on 256 devices, so that the full portfolio ran after it (1.2 s against
+  // 0.46 s).
   double min_pass_gain_all_devices = 0.1;
   // A pass stops after this many moves without a new best prefix: share x vertices, clamped to
   // [idle_moves_min, idle_moves_max]. Measured: share 1/8 and max 1000 took 12 % more time than

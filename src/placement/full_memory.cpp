@@ -19,12 +19,19 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions
     refine_fm(s, caps, refine_opts, opts.seed, part);
 }
 
-// FM over all devices stops at min_pass_gain_all_devices, except on the light path: there it is
-// what meets the full-memory bound, and stopping it early left bounds violated, so that the full
-// portfolio ran after it (RefineOptions::min_pass_gain_all_devices).
+// The global refinement over all devices stops at min_pass_gain_all_devices, except on the light
+// path (RefineOptions::min_pass_gain_all_devices).
 RefineOptions all_devices_refine(const PlacementHypergraph& h, const PlacementOptions& opts) {
   RefineOptions r = opts.refine;
   if (is_large(h, opts)) r.min_pass_gain_all_devices = r.min_pass_gain;
+  return r;
+}
+
+// FM over all devices after the cross-node full-memory repair keeps min_pass_gain: it is what
+// wins back the repair's cost under the bound, and stopping it early left bounds violated.
+RefineOptions bound_refine(const PlacementOptions& opts) {
+  RefineOptions r = opts.refine;
+  r.min_pass_gain_all_devices = r.min_pass_gain;
   return r;
 }
 
@@ -117,7 +124,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back.
-        if (backend != nullptr) refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, parts);
+        if (backend != nullptr) refine_fm(all, caps, bound_refine(opts), opts.seed, parts);
       }
     }
   }
