@@ -117,12 +117,14 @@ dcp::PlacementOptions options_from(const std::string& set) {
     if (eq == std::string::npos) dcp::raise(dcp::ErrorKind::InvalidInput, "--set: expected name=value, got " + kv);
     const std::string k = kv.substr(0, eq);
     const double v = std::stod(kv.substr(eq + 1));
-    if (k == "initial_starts") po.initial_starts = static_cast<int>(v);
+    if (k == "seed") po.seed = static_cast<uint64_t>(v);
+    else if (k == "initial_starts") po.initial_starts = static_cast<int>(v);
     else if (k == "node_candidate_margin") po.node_candidate_margin = v;
     else if (k == "global_refinement") po.global_refinement = v != 0;
     else if (k == "full_memory_rounds") po.full_memory_rounds = static_cast<int>(v);
     else if (k == "full_memory_target_first") po.full_memory_target_first = v;
     else if (k == "full_memory_target_later") po.full_memory_target_later = v;
+    else if (k == "full_memory_fresh_always") po.full_memory_fresh_always = v != 0;
     else if (k == "large_vertices") po.large_vertices = static_cast<int32_t>(v);
     else if (k == "large_defer_fresh") po.large_defer_fresh = v != 0;
     else if (k == "multilevel.enabled") po.multilevel.enabled = v != 0;
@@ -133,7 +135,9 @@ dcp::PlacementOptions options_from(const std::string& set) {
     else if (k == "multilevel.max_rated_net_pins") po.multilevel.max_rated_net_pins = static_cast<int>(v);
     else if (k == "refine.passes") po.refine.passes = static_cast<int>(v);
     else if (k == "refine.min_pass_gain") po.refine.min_pass_gain = v;
+    else if (k == "refine.min_pass_gain_all_devices") po.refine.min_pass_gain_all_devices = v;
     else if (k == "refine.idle_moves_share") po.refine.idle_moves_share = v;
+    else if (k == "refine.idle_moves_min") po.refine.idle_moves_min = static_cast<int>(v);
     else if (k == "refine.idle_moves_max") po.refine.idle_moves_max = static_cast<int>(v);
     else dcp::raise(dcp::ErrorKind::InvalidInput, "--set: unknown option " + k);
   }

@@ -161,6 +161,21 @@ struct RefineOptions {
   // MultilevelOptions): 0 (stop only when a pass wins nothing) 0.81 for 3.5 s, 0.02 0.85 for
   // 1.75 s (with share 1/8 and max 1000 below).
   double min_pass_gain = 0.02;
+  // The same for the global refinement (FM over all devices at once, on the hierarchical cost,
+  // PlacementOptions::global_refinement), whose passes cost several times those of a level and
+  // win less after the levels. Measured on the 48 comparison instances (seeds 1 and 2) with
+  // placement seeds 1, 2 and 3, as PlacementOptions::full_memory_fresh_always (quality mean,
+  // instance-runs above 1.3, planning time summed over the instances), applied to every FM over
+  // all devices: 0.02 (the levels' value) 0.984, 3, 1.87 s; 0.05 0.987, 4, 1.74 s; 0.1 0.988, 4,
+  // 1.67 s (7 % less than 0.02 in alternating runs on the loaded machine); 0.2 0.990; one pass
+  // only 0.990. FM after the cross-node full-memory repair keeps min_pass_gain: at 0.1 it left
+  // a bound violated on a 1M-token ldc lambda batch (bench_placement --only large); keeping it
+  // there moved the objective by -0.5 % on average (the same 144 instance-runs). The light path
+  // (PlacementOptions::large_vertices) keeps min_pass_gain everywhere: there FM over all devices
+  // is what meets the full-memory bound, and at 0.1 it left a bound violated on longalign causal
+  // batches at 1M tokens on 256 devices, so that the full portfolio ran after it (1.2 s against
+  // 0.46 s).
+  double min_pass_gain_all_devices = 0.1;
   // A pass stops after this many moves without a new best prefix: share x vertices, clamped to
   // [idle_moves_min, idle_moves_max]. Measured: share 1/8 and max 1000 took 12 % more time than
   // 1/16 and 500 for a 0.5 % lower objective.
@@ -215,6 +230,14 @@ struct PlacementOptions {
   int full_memory_rounds = 3;
   double full_memory_target_first = 0.9;
   double full_memory_target_later = 0.8;
+  // Full-memory rounds: a node over the bound is repaired and refined; a fresh partition of the
+  // node under the bound runs beside it only where that still misses a bound (false), or always
+  // (true; the light path never does). Measured on the 48 comparison instances (seeds 1 and 2)
+  // with placement seeds 1, 2 and 3 (mean over the seeds of the geometric mean of ours / best
+  // feasible Mt-KaHyPar; instance-runs above 1.3; time = ours / Mt-KaHyPar default's CPU time
+  // per thread, geometric mean): true 0.979, 4, 0.299; false 0.984, 3, 0.245. Where the repaired
+  // split meets every bound, the fresh partition won on 46 of 140 nodes, by little.
+  bool full_memory_fresh_always = false;
   // Instances with more placement-hypergraph vertices than this (tiles + token blocks; 0 =
   // none) take the light path, whose work grows about linearly with the tiles: the node level
   // runs the Best structured start alone, V-cycled; the full-memory rounds repair and V-cycle

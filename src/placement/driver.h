@@ -28,12 +28,40 @@ SubHypergraph make_sub(const BlockTable& table, const PlacementHypergraph& h,
 SubHypergraph make_all_devices(const BlockTable& table, const PlacementHypergraph& h,
                                const Cluster& cluster);
 
+// Every device as one level (make_all_devices), built on first use: it does not depend on the
+// partition, so the repairs of every node candidate and the global refinement share one.
+class AllDevices {
+ public:
+  AllDevices(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster)
+      : table_(table), h_(h), cluster_(cluster) {}
+  const SubHypergraph& get() {
+    if (!built_) {
+      all_ = make_all_devices(table_, h_, cluster_);
+      built_ = true;
+    }
+    return all_;
+  }
+
+ private:
+  const BlockTable& table_;
+  const PlacementHypergraph& h_;
+  const Cluster& cluster_;
+  SubHypergraph all_;
+  bool built_ = false;
+};
+
 // The bounds after the levels: per-device compute and owned memory (moving blocks across nodes
-// when a node's share cannot be split), then full memory (enforce_full_memory), then, with a
-// backend and opts.global_refinement, FM over all devices on the exact objective. `backend`
-// (nullptr: repairs only, nothing is refined) re-partitions nodes under the full-memory bound.
+// when a node's share cannot be split), then full memory (enforce_full_memory). `backend`
+// (nullptr: repairs only, nothing is refined) re-partitions nodes under the full-memory bound
+// and refines what the repairs moved.
 void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
                    const PlacementOptions& opts, const Partitioner* backend,
-                   std::vector<int32_t>& parts);
+                   AllDevices& all_devices, std::vector<int32_t>& parts);
+
+// With opts.global_refinement and several nodes: FM over all devices on the exact objective
+// under every bound, kept only when it adds no violation (PlacementOptions::global_refinement).
+void refine_all_devices(const PlacementHypergraph& h, const Cluster& cluster,
+                        const PlacementOptions& opts, AllDevices& all_devices,
+                        std::vector<int32_t>& parts);
 
 }  // namespace dcp::placement

@@ -12,34 +12,28 @@ namespace dcp::placement {
 namespace {
 
 void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions& opts,
-            std::vector<int32_t>& part) {
+            const RefineOptions& refine_opts, std::vector<int32_t>& part) {
   if (opts.multilevel.enabled)
-    refine_multilevel(s, caps, opts.multilevel, opts.refine, opts.seed, part);
+    refine_multilevel(s, caps, opts.multilevel, refine_opts, opts.seed, part);
   else
-    refine_fm(s, caps, opts.refine, opts.seed, part);
+    refine_fm(s, caps, refine_opts, opts.seed, part);
 }
 
-// Every device as one level (make_all_devices), built on first use: it does not depend on the
-// partition, so the repairs and the global refinement share one.
-class AllDevices {
- public:
-  AllDevices(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster)
-      : table_(table), h_(h), cluster_(cluster) {}
-  const SubHypergraph& get() {
-    if (!built_) {
-      all_ = make_all_devices(table_, h_, cluster_);
-      built_ = true;
-    }
-    return all_;
-  }
+// The global refinement over all devices stops at min_pass_gain_all_devices, except on the light
+// path (RefineOptions::min_pass_gain_all_devices).
+RefineOptions all_devices_refine(const PlacementHypergraph& h, const PlacementOptions& opts) {
+  RefineOptions r = opts.refine;
+  if (is_large(h, opts)) r.min_pass_gain_all_devices = r.min_pass_gain;
+  return r;
+}
 
- private:
-  const BlockTable& table_;
-  const PlacementHypergraph& h_;
-  const Cluster& cluster_;
-  SubHypergraph all_;
-  bool built_ = false;
-};
+// FM over all devices after the cross-node full-memory repair keeps min_pass_gain: it is what
+// wins back the repair's cost under the bound, and stopping it early left bounds violated.
+RefineOptions bound_refine(const PlacementOptions& opts) {
+  RefineOptions r = opts.refine;
+  r.min_pass_gain_all_devices = r.min_pass_gain;
+  return r;
+}
 
 double mean_of(const std::vector<int64_t>& v) {
   return static_cast<double>(std::accumulate(v.begin(), v.end(), int64_t{0})) /
@@ -50,15 +44,16 @@ double mean_of(const std::vector<int64_t>& v) {
 // computing a band of a long sequence can hold far more than its share in copies. Each round,
 // the nodes with a device over the bound are fixed inside: the current split repaired under the
 // full bound (aiming under it, since fixing moves tiles back to their data and so lowers the
-// mean) and refined, against a fresh partition of the node by the backend with that bound from
-// the start; the better one is kept (on the comparison instances the fresh partition won on most
-// nodes: the repair moves whole remote groups greedily). On a large instance (light path,
-// PlacementOptions::large_vertices) the fresh partition runs only where the repaired split
-// still misses a bound: most nodes are over after the device level there, and the fresh
-// partitions doubled the cost for more bytes on most of the 1M-token batches measured; in the
-// first round only where compute or owned memory is missed (large_defer_fresh). What a node
-// cannot fix inside is repaired across nodes on the exact hierarchical objective, then refined
-// by FM there.
+// mean) and refined, and where that still misses a bound, against a fresh partition of the node
+// by the backend with that bound from the start; the better one is kept (the repair moves whole
+// remote groups greedily, and the fresh partition won on about half of such nodes of the
+// comparison instances). A fresh partition also where the repaired split meets every bound won
+// on a third of those nodes, but for little: PlacementOptions::full_memory_fresh_always. On a
+// large instance (light path, PlacementOptions::large_vertices) the first round re-partitions
+// only where compute or owned memory is missed (large_defer_fresh): most nodes are over after
+// the device level there, and the fresh partitions doubled the cost for more bytes on most of
+// the 1M-token batches measured. What a node cannot fix inside is repaired across nodes on the
+// exact hierarchical objective, then refined by FM there.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
                          const Cluster& cluster, const PlacementOptions& opts,
                          const Partitioner* backend, AllDevices& all_devices,
@@ -92,13 +87,16 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
         for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
         repair_balance(s, caps, dev);
-        if (backend != nullptr) refine(s, caps, opts, dev);
-        // Light path (PlacementOptions::large_defer_fresh): the first round re-partitions
-        // only a node whose repaired split misses compute or owned memory.
+        if (backend != nullptr) refine(s, caps, opts, opts.refine, dev);
+        // A fresh partition only where the repaired split still misses a bound (unless
+        // full_memory_fresh_always); on the light path, in the first round only where it misses
+        // compute or owned memory (large_defer_fresh).
         bool fresh_run = backend != nullptr;
-        if (fresh_run && is_large(h, opts)) {
+        const bool large = is_large(h, opts);
+        if (fresh_run && (large || !opts.full_memory_fresh_always)) {
           const CapExcess x = cap_excess(s, caps, dev);
-          fresh_run = !x.same(CapExcess{}) && (round > 0 || !opts.large_defer_fresh || x.hard > 1e-9);
+          fresh_run = !x.same(CapExcess{});
+          if (large) fresh_run = fresh_run && (round > 0 || !opts.large_defer_fresh || x.hard > 1e-9);
         }
         if (fresh_run) {
           std::vector<int32_t> fresh = backend->partition(s, caps, opts.seed, opts.refine);
@@ -126,7 +124,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back.
-        if (backend != nullptr) refine_fm(all, caps, opts.refine, opts.seed, parts);
+        if (backend != nullptr) refine_fm(all, caps, bound_refine(opts), opts.seed, parts);
       }
     }
   }
@@ -153,9 +151,9 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
   std::vector<int32_t> trial = parts;
   const SubHypergraph& all = all_devices.get();
   if (is_large(h, opts))
-    refine_fm(all, caps, opts.refine, opts.seed, trial);
+    refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, trial);
   else
-    refine(all, caps, opts, trial);
+    refine(all, caps, opts, all_devices_refine(h, opts), trial);
   PlacementReport before, after;
   if (check_balance(h, trial, cluster, opts, after).size() <=
       check_balance(h, parts, cluster, opts, before).size())
@@ -166,7 +164,7 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
 
 void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
                    const PlacementOptions& opts, const Partitioner* backend,
-                   std::vector<int32_t>& parts) {
+                   AllDevices& all_devices, std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices();
   if (num_dev <= 1) return;
   const int32_t nv = h.num_vertices();
@@ -187,10 +185,14 @@ void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const 
   bool over = false;
   for (int d = 0; d < num_dev; ++d)
     over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
-  AllDevices all_devices(table, h, cluster);
   if (over) repair_balance(all_devices.get(), dev_caps, parts);
   enforce_full_memory(table, h, cluster, opts, backend, all_devices, parts);
-  if (backend != nullptr && opts.global_refinement && cluster.nodes > 1)
+}
+
+void refine_all_devices(const PlacementHypergraph& h, const Cluster& cluster,
+                        const PlacementOptions& opts, AllDevices& all_devices,
+                        std::vector<int32_t>& parts) {
+  if (opts.global_refinement && cluster.nodes > 1 && cluster.num_devices() > 1)
     refine_globally(h, cluster, opts, all_devices, parts);
 }
 

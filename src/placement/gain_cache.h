@@ -71,6 +71,9 @@ class GainCache {
   double gain(int32_t v, int32_t t) const {
     return benefit_[v] - total_[v] + conn_[static_cast<size_t>(v) * k_ + t];
   }
+  // gain(v, t) = base(v) + conn(v)[t]; conn(v)[t] > 0 exactly when some net of v touches t.
+  double base(int32_t v) const { return benefit_[v] - total_[v]; }
+  const double* conn(int32_t v) const { return &conn_[static_cast<size_t>(v) * k_]; }
   // True when some net of v touches part t.
   bool touches(int32_t v, int32_t t) const { return conn_[static_cast<size_t>(v) * k_ + t] > 0; }
 

@@ -220,10 +220,11 @@ void PlacementOptions::validate() const {
         std::to_string(node_compute_eps_factor) + ")");
   if (refine.passes < 0)
     bad("refine.passes must be >= 0 (got " + std::to_string(refine.passes) + ")");
-  if (!(refine.min_pass_gain >= 0) || !(refine.idle_moves_share > 0) || refine.idle_moves_min < 1 ||
+  if (!(refine.min_pass_gain >= 0) || !(refine.min_pass_gain_all_devices >= 0) ||
+      !(refine.idle_moves_share > 0) || refine.idle_moves_min < 1 ||
       refine.idle_moves_max < refine.idle_moves_min)
-    bad("refine: min_pass_gain >= 0, idle_moves_share > 0 and 1 <= idle_moves_min <= "
-        "idle_moves_max are required");
+    bad("refine: min_pass_gain >= 0, min_pass_gain_all_devices >= 0, idle_moves_share > 0 and "
+        "1 <= idle_moves_min <= idle_moves_max are required");
   if (multilevel.vertices_per_part < 1 || !(multilevel.cluster_compute_share > 0) ||
       !(multilevel.cluster_memory_share > 0) || !(multilevel.min_shrink >= 0) ||
       multilevel.max_rated_net_pins < 2 || multilevel.max_levels < 0)

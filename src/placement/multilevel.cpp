@@ -3,6 +3,8 @@
 // level, refine on the way back up).
 #include "placement/multilevel.h"
 
+#include <algorithm>
+
 #include "placement/coarsen.h"
 
 namespace dcp::placement {
@@ -33,18 +35,26 @@ std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps
   if (k <= 1) return std::vector<int32_t>(static_cast<size_t>(s.num_vertices()), 0);
   const std::vector<CoarseLevel> levels = coarsen(s, caps, nullptr, opts, seed);
   const SubHypergraph& coarsest = levels.empty() ? s : levels.back().graph;
+  // Every flat start repaired first: one whose repair meets the capacities beats every one whose
+  // repair does not, whatever FM does to either (FM keeps the capacities that hold and fixes no
+  // others), so only the starts that can still win are refined.
+  const FlatStart kinds[] = {FlatStart::Rows, FlatStart::Columns, FlatStart::ZigzagRows};
+  std::vector<std::vector<int32_t>> starts;
+  std::vector<uint8_t> ok;
+  for (FlatStart kind : kinds) {
+    starts.push_back(flat_initial(coarsest, caps, kind));
+    ok.push_back(repair_balance(coarsest, caps, starts.back()) ? 1 : 0);
+  }
+  const bool any_ok = std::find(ok.begin(), ok.end(), 1) != ok.end();
   std::vector<int32_t> best;
   double best_obj = 0;
-  bool best_ok = false;
-  for (FlatStart kind : {FlatStart::Rows, FlatStart::Columns, FlatStart::ZigzagRows}) {
-    std::vector<int32_t> part = flat_initial(coarsest, caps, kind);
-    const bool ok = repair_balance(coarsest, caps, part);
-    refine_fm(coarsest, caps, refine, seed, part);
-    const double obj = sub_objective(coarsest, part, k);
-    if (best.empty() || (ok && !best_ok) || (ok == best_ok && obj < best_obj * (1 - 1e-12))) {
-      best = std::move(part);
+  for (size_t i = 0; i < starts.size(); ++i) {
+    if (any_ok && !ok[i]) continue;
+    refine_fm(coarsest, caps, refine, seed, starts[i]);
+    const double obj = sub_objective(coarsest, starts[i], k);
+    if (best.empty() || obj < best_obj * (1 - 1e-12)) {
+      best = std::move(starts[i]);
       best_obj = obj;
-      best_ok = ok;
     }
   }
   for (size_t i = levels.size(); i > 0; --i) {

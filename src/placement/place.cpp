@@ -128,7 +128,8 @@ DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
   out.report.partitioner = start.method;
   const PlacementHypergraph h = build_placement_hypergraph(table, opts.tile_cost);
   std::vector<int32_t> parts = placement_to_parts(h, start);
-  placement::repair_bounds(table, h, cluster, opts, nullptr, parts);
+  placement::AllDevices all_devices(table, h, cluster);
+  placement::repair_bounds(table, h, cluster, opts, nullptr, all_devices, parts);
   measure(h, parts, cluster, opts, out, start.method);
   out.report.total_s = seconds_since(t_start);
   return out;
@@ -205,9 +206,12 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   rep.node_level_s = seconds_since(t0);
 
   // Level 2: devices of each node, against the global per-device bounds; then the bounds over
-  // everything. The lowest final objective among the node candidates wins, those without a
-  // violated bound first.
+  // everything and the global refinement. The lowest final objective among the node candidates
+  // wins, those without a violated bound first. (Choosing before the global refinement and
+  // refining the winner alone was measured: 7 % less time on the 2-node instances, but 4 of the
+  // 144 instance-runs of the comparison came out 0.3-8 % worse and none better.)
   t0 = Clock::now();
+  placement::AllDevices all_devices(table, h, cluster);
   std::vector<int32_t> best_parts;
   size_t best_violations = 0;
   double best_objective = 0;
@@ -227,7 +231,9 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
         for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
       }
     }
-    placement::repair_bounds(table, h, cluster, opts, builtin ? backend.get() : nullptr, parts);
+    placement::repair_bounds(table, h, cluster, opts, builtin ? backend.get() : nullptr,
+                             all_devices, parts);
+    if (builtin) placement::refine_all_devices(h, cluster, opts, all_devices, parts);
     PlacementReport r;
     const size_t violations = check_balance(h, parts, cluster, opts, r).size();
     const double objective = connectivity_bytes(h, parts, cluster).objective;

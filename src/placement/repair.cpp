@@ -133,6 +133,18 @@ void shed_remote_groups(const SubHypergraph& s, const PartCaps& caps, State& st,
 
 bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part) {
   const int k = caps.k();
+  if (!caps.has_full()) {
+    // Without a full-memory bound the loads alone say whether anything is over (most calls:
+    // refined partitions and starts that already fit); the pin counts are built only then.
+    std::vector<double> c(static_cast<size_t>(k), 0.0), m(static_cast<size_t>(k), 0.0);
+    for (int32_t v = 0; v < s.num_vertices(); ++v) {
+      c[part[v]] += s.compute[v];
+      m[part[v]] += s.memory[v];
+    }
+    bool any = false;
+    for (int p = 0; p < k; ++p) any = any || c[p] > caps.compute[p] || m[p] > caps.memory[p];
+    if (!any) return true;
+  }
   State st(s, k, part);
   auto over = [&](int p) {
     return st.load_c[p] > caps.compute[p] || st.load_m[p] > caps.memory[p] ||

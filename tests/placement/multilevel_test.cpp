@@ -176,6 +176,44 @@ TEST(Multilevel, RefinementNeverWorsensAndKeepsCaps) {
   }
 }
 
+TEST(Multilevel, RefinementEndsWithoutAnImprovingSingleMove) {
+  // Refined until a pass wins nothing, no single move that keeps the capacities lowers the
+  // objective: a pass starts from every boundary vertex's best move, so one that improves would
+  // have been taken first, and the pass would have won something.
+  uint64_t seed = 60;
+  RefineOptions until_stable;
+  until_stable.min_pass_gain = 0;
+  until_stable.passes = 1000;
+  int checked = 0;
+  for (int k : {2, 4, 7}) {
+    for (Mask mask : {Mask::causal(), Mask::lambda(16, 256)}) {
+      const Level level = whole_level_with_caps(random_batch(++seed, 6000, 4, 2, mask), k, 1.1, 1.3);
+      const placement::SubHypergraph& s = level.s;
+      std::vector<int32_t> part = placement::structured_initial(s, level.caps);
+      if (!placement::repair_balance(s, level.caps, part)) continue;
+      placement::refine_fm(s, level.caps, until_stable, seed, part);
+      const std::vector<int32_t> count = pin_counts(s, part, k);
+      const PartLoads loads = part_loads(s, part, k);
+      const double scale = placement::sub_objective(s, part, k);
+      for (int32_t v = 0; v < s.num_vertices(); ++v) {
+        const int32_t from = part[v];
+        for (int b = 0; b < k; ++b) {
+          bool touched = false;
+          for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i)
+            touched = touched || count[static_cast<size_t>(s.vertex_nets[i]) * k + b] > 0;
+          const bool fits = (s.compute[v] <= 0 || loads.c[b] + s.compute[v] <= level.caps.compute[b]) &&
+                            (s.memory[v] <= 0 || loads.m[b] + s.memory[v] <= level.caps.memory[b]);
+          if (b == from || !touched || !fits) continue;
+          EXPECT_LE(placement::move_gain(s, count.data(), k, part, v, from, b), 1e-12 * scale)
+              << "k=" << k << " vertex " << v << " to " << b;
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 TEST(Multilevel, HierarchicalRefinementNeverWorsensAndKeepsCaps) {
   uint64_t seed = 80;
   for (const Cluster& cluster : {make_cluster(2, 3), make_cluster(4, 2)}) {
@@ -241,6 +279,24 @@ TEST(Multilevel, EveryBoundHoldsOnMultiNodeBatches) {
     }
   }
   EXPECT_EQ(balanced, total);
+}
+
+TEST(Multilevel, FullMemoryFreshPartitionEitherWay) {
+  // PlacementOptions::full_memory_fresh_always only decides where the full-memory rounds also
+  // try a fresh partition: both settings meet every bound here and are deterministic.
+  const Batch batch = random_batch(91, 24000, 8, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  for (const Cluster& cluster : {make_cluster(2, 4), make_cluster(4, 4)}) {
+    for (bool always : {false, true}) {
+      PlacementOptions opts;
+      opts.full_memory_fresh_always = always;
+      const DcpPlacement a = place_dcp(table, cluster, opts);
+      const DcpPlacement b = place_dcp(table, cluster, opts);
+      EXPECT_TRUE(a.report.balanced()) << "always=" << always;
+      EXPECT_EQ(placement_to_parts(h, a.placement), placement_to_parts(h, b.placement)) << "always=" << always;
+    }
+  }
 }
 
 TEST(Multilevel, RepairPlacementMeetsTheBoundsItCan) {
