@@ -17,42 +17,33 @@ def reference(seed, dtype):
     return {"o": o.detach(), "lse": lse.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
 
 
-@pytest.mark.parametrize("world,method,dtype,seed", [
-    (1, "dcp", "fp32", 1),
-    (2, "dcp", "fp32", 2),
-    (4, "dcp", "fp32", 3),
-    (2, "zigzag", "fp32", 4),
-    (4, "ring", "fp32", 5),
-    (2, "ulysses", "fp32", 6),
-    (2, "packing", "fp32", 7),
-    (1, "dcp", "bf16", 8),
-    (2, "dcp", "bf16", 9),
-    (4, "a2a_p2p", "bf16", 10),
+# in_place: the plan option outputs_in_place (each owned output accumulated in its local tensor);
+# off, every output merges through a slot.
+@pytest.mark.parametrize("world,method,dtype,seed,in_place", [
+    (1, "dcp", "fp32", 1, False),
+    (2, "dcp", "fp32", 2, False),
+    (4, "dcp", "fp32", 3, False),
+    (2, "zigzag", "fp32", 4, False),
+    (4, "ring", "fp32", 5, False),
+    (2, "ulysses", "fp32", 6, False),
+    (2, "packing", "fp32", 7, False),
+    (1, "dcp", "bf16", 8, False),
+    (2, "dcp", "bf16", 9, False),
+    (4, "a2a_p2p", "bf16", 10, False),
+    (1, "dcp", "fp32", 11, True),
+    (2, "dcp", "fp32", 12, True),
+    (2, "zigzag", "fp32", 13, True),
+    (2, "dcp", "bf16", 14, True),
 ])
-def test_op_matches_fp64_reference(world, method, dtype, seed):
-    got = run_ranks(world, cases.op_case, seed, dtype, method, 32)
+def test_op_matches_fp64_reference(world, method, dtype, seed, in_place):
+    got = run_ranks(world, cases.op_case, seed, dtype, method, 32, in_place)
     want = reference(seed, {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
     tol = 1e-5 if dtype == "fp32" else 2e-2
+    form = "in place" if in_place else "merged"
     for r in range(world):
         for name in ("o", "lse", "dq", "dk", "dv"):
             err = rel_error(got[r][name], want[name])
-            assert err < tol, f"rank {r} {name}: relative error {err:.3g} >= {tol} ({method}, {world} ranks, {dtype})"
-
-
-@pytest.mark.parametrize("world,method,dtype,seed", [
-    (1, "dcp", "fp32", 11),
-    (2, "dcp", "fp32", 12),
-    (2, "zigzag", "fp32", 13),
-    (2, "dcp", "bf16", 14),
-])
-def test_outputs_in_place_match_fp64_reference(world, method, dtype, seed):
-    got = run_ranks(world, cases.op_case, seed, dtype, method, 32, True)
-    want = reference(seed, {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype])
-    tol = 1e-5 if dtype == "fp32" else 2e-2
-    for r in range(world):
-        for name in ("o", "lse", "dq", "dk", "dv"):
-            err = rel_error(got[r][name], want[name])
-            assert err < tol, f"rank {r} {name}: relative error {err:.3g} >= {tol} ({method}, {world} ranks, in place)"
+            assert err < tol, f"rank {r} {name}: relative error {err:.3g} >= {tol} ({method}, {world} ranks, {dtype}, {form})"
 
 
 def test_activation_checkpointing_gives_the_same_gradients():
