@@ -10,8 +10,9 @@
 //             tile: time should follow the unmasked area (sub-tiles outside the band are skipped)
 // 32 q heads / 8 kv heads, head dim 128, bf16. FLOPs: mask area x 4 x D x Hq forward, 2.5x
 // backward. Time: CUDA events, median of the timed runs after warm-up. Forward and backward are
-// timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic and
-// wgmma (the default Hopper kernels).
+// timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic,
+// wgmma (the default Hopper kernels) and wgmma-cells (the same with the host's cell classes of
+// Partial tiles, make_partial_cells, as the CUDA backend passes them).
 // On sm_90 the deterministic backward (route wgmma, make_deterministic_backward_work) is timed
 // too, on whole key blocks and on units of 4096 q rows (columns wgmma-det, wgmma-det-units;
 // DCP_BENCH_ROUTES selects them by those names).
@@ -190,11 +191,13 @@ int main(int argc, char** argv) {
   struct Route {
     AttnKernelRoute route;
     const char* name;
+    bool cells = false;  // the list carries make_partial_cells' classes
   };
   std::vector<Route> routes{{AttnKernelRoute::Mma, "mma"}};
   if (major == 9 && minor == 0) {
     routes.push_back({AttnKernelRoute::WgmmaBasic, "wgmma-basic"});
     routes.push_back({AttnKernelRoute::Wgmma, "wgmma"});
+    routes.push_back({AttnKernelRoute::Wgmma, "wgmma-cells", true});
   }
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
@@ -228,13 +231,17 @@ int main(int argc, char** argv) {
         }
         ListCase c = make_case(name, seq, block, hkv);
         const double flops = attention_forward_flops(c.tiles, shape, c.row_offsets, c.ranges);
+        const std::vector<uint8_t> cells = make_partial_cells(c.tiles, c.row_offsets, c.ranges);
+        uint8_t* d_cells = upload(cells.empty() ? std::vector<uint8_t>{0} : cells);
         AttnTile* d_tiles = upload(c.tiles);
         int32_t* d_off = upload(c.row_offsets);
         int32_t* d_rng = upload(c.ranges);
         const auto fw = make_forward_work(c.tiles, shape);
         const auto bw = make_backward_work(c.tiles, shape);
+        const auto bw_cells = make_backward_work(c.tiles, shape, cells);
         AttnWorkItem* d_fw = upload(fw);
         AttnWorkItem* d_bw = upload(bw);
+        AttnWorkItem* d_bw_cells = upload(bw_cells.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : bw_cells);
         float *o = nullptr, *lse_part = nullptr;
         ck(cudaMalloc(&o, static_cast<size_t>(c.out_rows) * hq * dim * 4), "malloc o");
         ck(cudaMalloc(&lse_part, static_cast<size_t>(c.out_rows) * hq * 4), "malloc lse");
@@ -265,12 +272,20 @@ int main(int argc, char** argv) {
         Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}};
         for (const Route& r : routes) {
           fp.route = r.route;
+          fp.list.cells = r.cells ? d_cells : nullptr;
           row.fwd_ms.push_back(median_ms([&] { attention_forward(fp, nullptr); }, 2, 7));
         }
+        fp.list.cells = nullptr;
         for (const Route& r : routes) {
           bp.route = r.route;
+          bp.list.cells = r.cells ? d_cells : nullptr;
+          bp.list.work = r.cells ? d_bw_cells : d_bw;
+          bp.list.num_work = static_cast<int32_t>(r.cells ? bw_cells.size() : bw.size());
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
         }
+        bp.list.cells = nullptr;
+        bp.list.work = d_bw;
+        bp.list.num_work = static_cast<int32_t>(bw.size());
         for (const int unit_rows : {0, 4096}) {
           if (!(unit_rows == 0 ? with_det : with_det_units)) continue;
           const DeterministicBackwardWork det =
@@ -285,6 +300,7 @@ int main(int argc, char** argv) {
           int32_t* d_order = upload(det.order);
           AttnBackwardParams dp = bp;
           dp.list = AttnTileList{d_det_tiles, d_det_work, static_cast<int32_t>(det.work.size()), d_off, d_rng, d_order};
+          dp.list.cells = d_cells;  // as the CUDA backend passes them
           dp.route = AttnKernelRoute::Wgmma;
           dp.deterministic = true;
           dp.semaphores = semaphores;
@@ -310,6 +326,8 @@ int main(int argc, char** argv) {
         cudaFree(d_rng);
         cudaFree(d_fw);
         cudaFree(d_bw);
+        cudaFree(d_bw_cells);
+        cudaFree(d_cells);
       }
     }
   }

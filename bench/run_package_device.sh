@@ -4,11 +4,12 @@
 # and whole plans against fp64, run the package's tests on the GPU, then time the operator against
 # `dcp bench` of the same plan, its host cost per call, and planning hidden by lookahead.
 # Usage (repository root): bench/run_package_device.sh DEPS_DIR [phases...]
-#   phases: build checks pytest op bench det inplace (default: all but det and inplace); results and
+#   phases: build checks pytest op bench det kernels plans (default: all but det, kernels and plans); results and
 #   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
 #   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows;
-#   inplace: `dcp bench` of the one-GPU plans without and with PlanOptions::outputs_in_place)
+#   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma,wgmma-cells);
+#   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 set -u
 cd "$(dirname "$0")/.."
@@ -29,9 +30,10 @@ if has build; then
   python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' | tee -a "$log"
   # The wheel comes back in $OUT: a later call installs it (pip install --no-deps) without building.
   rm -rf /tmp/wheels
+  bench_flag=""; has kernels && bench_flag="-C cmake.define.DCP_ENABLE_BENCH=ON"  # bench_cuda_attention
   CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip wheel --no-build-isolation --no-deps -v -w /tmp/wheels . \
     -C build-dir=$b -C cmake.define.DCP_DEVICE_DEPS_DIR="$deps" -C cmake.define.NCCL_ROOT="$NCCL_ROOT" \
-    -C cmake.define.DCP_ENABLE_TOOLS=ON -C cmake.define.DCP_ENABLE_TESTS=ON >"$out/build.log" 2>&1 \
+    -C cmake.define.DCP_ENABLE_TOOLS=ON -C cmake.define.DCP_ENABLE_TESTS=ON $bench_flag >"$out/build.log" 2>&1 \
     || { grep -E "error|Error" "$out/build.log" | head -40 | tee -a "$log"; tail -20 "$out/build.log"; exit 1; }
   python3 -m pip install --no-deps --force-reinstall /tmp/wheels/dcp-*.whl >>"$log" 2>&1
   cp /tmp/wheels/dcp-*.whl "$out/"
@@ -88,20 +90,26 @@ if has det; then  # the deterministic backward: kernel table beside the default,
     done
   done
 fi
-if has inplace; then  # one-GPU whole plans (the calibration's points) without and with outputs_in_place
-  # PLAN_BLOCKS: block sizes (default 2048); PLAN_RUNS: name:flag pairs (default both).
-  mkdir -p /tmp/inplace_json
+if has kernels; then
+  say "kernel bench, routes ${KERNEL_ROUTES:-wgmma,wgmma-cells}"
+  DCP_BENCH_ROUTES=${KERNEL_ROUTES:-wgmma,wgmma-cells} timeout 240 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" \
+    2>&1 | tee -a "$log"
+fi
+if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
+  # PLAN_BLOCKS: block sizes (default 2048). PLAN_RUNS: name:flags:environment triples, e.g.
+  # "merged:--no-outputs-in-place" or "nocells::DCP_ATTN_PARTIAL_CELLS=0" (default: "default::").
+  mkdir -p /tmp/plans_json
   for B in ${PLAN_BLOCKS:-2048}; do
     for m in causal lambda causal_blockwise shared_question; do
-      for run in ${PLAN_RUNS:-default: inplace:--outputs-in-place}; do
-        IFS=: read -r name flag <<<"$run"
+      for run in ${PLAN_RUNS:-default::}; do
+        IFS=: read -r name flag envs <<<"$run"
         say "dcp bench ldc 65536 $m, B $B, $name"
-        timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 \
-          --head-dim 128 --block $B --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp --cluster h200-nvl \
-          --nodes 1 $flag --json "/tmp/inplace_json/dcp_bench_${name}_B${B}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+        env ${envs//,/ } timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 \
+          --kv-heads 8 --head-dim 128 --block $B --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
+          --cluster h200-nvl --nodes 1 $flag --json "/tmp/plans_json/dcp_bench_${name}_B${B}_$m.json" 2>&1 | tail -3 | tee -a "$log"
       done
     done
   done
-  tar -cf "$out/inplace.tar" -C /tmp/inplace_json .
+  tar -cf "$out/plans.tar" -C /tmp/plans_json .
 fi
 say done

@@ -106,6 +106,7 @@ std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
     c.accumulate = c.seed % 2 == 0;
     c.dq_rows_known = c.seed % 3 != 0;
     c.q_rows_known = c.seed % 4 != 1;
+    c.partial_cells = c.seed % 3 != 2;
   }
   return out;
 }
@@ -116,7 +117,9 @@ BackwardResult run_backward_case(const BackwardCase& c) {
   res.ran = true;
   try {
     Rng rng{c.seed * 104729 + 17};
-    const BwdLists l = build_backward(c, rng);
+    BwdLists l = build_backward(c, rng);
+    const std::vector<uint8_t> cells =
+        c.partial_cells ? make_partial_cells(l.tiles, l.row_offsets, l.ranges) : std::vector<uint8_t>{};
     res.num_tiles = static_cast<int>(l.tiles.size());
     const int hq = c.num_q_heads, hkv = c.num_kv_heads, dim = c.head_dim, group = hq / hkv;
     const std::size_t d = static_cast<std::size_t>(dim);
@@ -184,12 +187,15 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     DevBuf<int32_t> d_offsets(l.row_offsets.size()), d_ranges(l.ranges.size());
     d_offsets.upload(l.row_offsets);
     d_ranges.upload(l.ranges);
-    const std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape);
+    DevBuf<uint8_t> d_cells(cells.size());
+    d_cells.upload(cells);
+    const std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape, cells);
     DevBuf<AttnWorkItem> d_work(work.size());
     d_work.upload(work);
     AttnBackwardParams bp;
     bp.shape = shape;
     bp.list = AttnTileList{d_tiles.ptr, d_work.ptr, static_cast<int32_t>(work.size()), d_offsets.ptr, d_ranges.ptr};
+    bp.list.cells = c.partial_cells ? d_cells.ptr : nullptr;
     bp.q = d_q.ptr;
     bp.k = d_k.ptr;
     bp.v = d_v.ptr;
@@ -267,13 +273,13 @@ BackwardResult run_backward_case(const BackwardCase& c) {
 
 std::string describe(const BackwardCase& c, const BackwardResult& r) {
   static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
-  char buf[400];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
-                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
+                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d cells=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
                 "dV %.2e bad=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
-                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, c.dq_rows_known ? 1 : 0, c.q_rows_known ? 1 : 0, r.num_tiles,
-                r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
+                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, c.dq_rows_known ? 1 : 0, c.q_rows_known ? 1 : 0, c.partial_cells ? 1 : 0,
+                r.num_tiles, r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;
   return text;

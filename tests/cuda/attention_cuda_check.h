@@ -66,6 +66,8 @@ struct ForwardCase {
   // Pass the K/V buffers' rows (AttnForwardParams::kv_rows): the Wgmma route then loads whole
   // 128-row sub-tiles by TMA; false: every sub-tile by cp.async.
   bool kv_rows_known = true;
+  // Give the list the host's cell classes of its Partial tiles (make_partial_cells).
+  bool partial_cells = true;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct ForwardResult {
@@ -143,6 +145,9 @@ struct BackwardCase {
   // Pass the Q and dO buffers' rows (AttnBackwardParams::q_rows, dout_rows): the Wgmma route then
   // loads full 64-row Q / dO sub-tiles by TMA; false: every sub-tile by cp.async.
   bool q_rows_known = true;
+  // Give the list the host's cell classes of its Partial tiles (make_partial_cells; the work
+  // then leaves out chunks with no allowed pair).
+  bool partial_cells = true;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct BackwardResult {

@@ -117,7 +117,10 @@ std::vector<AttnKernelRoute> kernel_routes() {
 
 std::vector<ForwardCase> forward_cases(AttnKernelRoute route) {
   std::vector<ForwardCase> out = scenario_grid<ForwardCase, ForwardScenario>(route);
-  for (ForwardCase& c : out) c.kv_rows_known = c.seed % 3 != 0;
+  for (ForwardCase& c : out) {
+    c.kv_rows_known = c.seed % 3 != 0;
+    c.partial_cells = c.seed % 3 != 2;
+  }
   return out;
 }
 
@@ -127,7 +130,9 @@ ForwardResult run_forward_case(const ForwardCase& c) {
   res.ran = true;
   try {
     Rng rng{c.seed * 7919};
-    const Lists l = build(c, rng);
+    Lists l = build(c, rng);
+    const std::vector<uint8_t> cells =
+        c.partial_cells ? make_partial_cells(l.tiles, l.row_offsets, l.ranges) : std::vector<uint8_t>{};
     res.num_tiles = static_cast<int>(l.tiles.size());
     const int hq = c.num_q_heads, hkv = c.num_kv_heads, dim = c.head_dim;
     const std::size_t q_elems = static_cast<std::size_t>(c.q_len) * hq * dim;
@@ -150,6 +155,8 @@ ForwardResult run_forward_case(const ForwardCase& c) {
     DevBuf<int32_t> d_offsets(l.row_offsets.size()), d_ranges(l.ranges.size());
     d_offsets.upload(l.row_offsets);
     d_ranges.upload(l.ranges);
+    DevBuf<uint8_t> d_cells(cells.size());
+    d_cells.upload(cells);
     const int out_rows = kOutBegin + c.q_len;
     DevBuf<float> d_o(static_cast<std::size_t>(out_rows) * hq * dim), d_lse(static_cast<std::size_t>(out_rows) * hq);
     d_o.fill(0xFF);
@@ -174,6 +181,7 @@ ForwardResult run_forward_case(const ForwardCase& c) {
       AttnForwardParams fp;
       fp.shape = shape;
       fp.list = AttnTileList{d_tiles.ptr, d_work.ptr, static_cast<int32_t>(work.size()), d_offsets.ptr, d_ranges.ptr};
+      fp.list.cells = c.partial_cells ? d_cells.ptr : nullptr;
       fp.q = d_q.ptr;
       fp.k = d_k.ptr;
       fp.v = d_v.ptr;
@@ -250,12 +258,12 @@ ForwardResult run_forward_case(const ForwardCase& c) {
 
 std::string describe(const ForwardCase& c, const ForwardResult& r) {
   static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
-  char buf[400];
+  char buf[512];
   std::snprintf(buf, sizeof buf,
-                "fwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu kv_rows=%d tiles=%d empty_rows=%d | O %.2e LSE %.2e bad=%d "
+                "fwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu kv_rows=%d cells=%d tiles=%d empty_rows=%d | O %.2e LSE %.2e bad=%d "
                 "empty_ok=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
-                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.kv_rows_known ? 1 : 0, r.num_tiles, r.num_empty_rows,
+                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.kv_rows_known ? 1 : 0, c.partial_cells ? 1 : 0, r.num_tiles, r.num_empty_rows,
                 r.o_rel, r.lse_rel, r.num_bad, r.empty_rows_ok ? 1 : 0, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;

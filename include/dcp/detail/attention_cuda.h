@@ -79,7 +79,7 @@ struct AttnTile {
   int32_t kv_head_begin = 0;    // head group: kv heads [kv_head_begin, kv_head_end)
   int32_t kv_head_end = 0;      //   and the q heads that read them
   int32_t range_row_begin = 0;  // Partial: index of row 0 in row_offsets (q_len + 1 entries used)
-  int32_t pad_ = 0;
+  int32_t cells_begin = -1;     // Partial: its cell classes in AttnTileList::cells (-1: none, see below)
   // Rows of the other operands when they live elsewhere than q_begin / out_begin / kv_begin
   // (-1: the default). The executor's operands are rows of separate arrays (slots, local).
   int32_t lse_begin = -1;       // forward: LSE partial row (default out_begin); backward: LSE (q_begin)
@@ -139,7 +139,35 @@ struct AttnTileList {
   const int32_t* row_offsets = nullptr;  // Partial tiles only (may be null otherwise)
   const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
   const int32_t* order = nullptr;        // deterministic backward only (see below)
+  const uint8_t* cells = nullptr;        // cell classes of Partial tiles (make_partial_cells; may be null)
 };
+
+// ---- Cell classes of Partial tiles ----------------------------------------------------------
+// A Partial tile's mask is given row by row; the kernels need, per sub-tile they walk, only
+// whether it has no allowed pair (skip it), every pair allowed (no mask), or some (build the
+// bit masks of its rows). Working that out on the GPU costs the producer warpgroup a range walk
+// per row and two block-wide votes for every sub-tile, and the backward repeats it for every q
+// head of the group. make_partial_cells does it once on the host, per cell of kAttnCellRows q
+// rows x kAttnCellKeys keys (row-major over the tile's cells, ceil(q_len / 64) x ceil(kv_len / 64)):
+//   bit kAttnCellAny       some row of the cell has an allowed key among the cell's keys;
+//   bit kAttnCellNotFull   some row of the cell misses one of the cell's keys (keys past kv_len
+//                          are not the cell's: the last column is narrower).
+// A sub-tile is empty when none of its cells has Any, and Full when none has NotFull and it spans
+// a whole sub-tile of keys. The kernels that read cells (the warp-specialised Hopper ones) then
+// compute row masks only for the sub-tiles in between; the others ignore them. It sets
+// cells_begin of every Partial tile in `tiles` and returns the bytes for AttnTileList::cells
+// (row_offsets / ranges: the list's masks, as AttnTileList, on the host; InvalidInput on a tile
+// whose rows lie outside them).
+inline constexpr int kAttnCellRows = 64;
+inline constexpr int kAttnCellKeys = 64;
+inline constexpr uint8_t kAttnCellAny = 1;
+inline constexpr uint8_t kAttnCellNotFull = 2;
+std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<const int32_t> row_offsets,
+                                        std::span<const int32_t> ranges);
+// Backward work as make_backward_work, without the items (128-key chunks) of Partial tiles that
+// have no allowed pair (cells from make_partial_cells for these tiles; empty: every item).
+std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
+                                             std::span<const uint8_t> cells);
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
 // head_dim 64 or 128), else Mma. Callers choose per call (the CUDA backend from its options), so

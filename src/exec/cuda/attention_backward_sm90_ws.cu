@@ -6,8 +6,9 @@
 // (dcp/detail/attention_cuda.h); dQ always leaves by bulk reductions.
 //
 // CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: it loads K and V once, then walks
-// the steps (q head, 64-row q sub-tile) as the basic kernel does, classifies each (Partial: one
-// thread per (q row, 64-key half), votes by bar.red among its 128 threads), skips empty ones, and
+// the steps (q head, 64-row q sub-tile) as the basic kernel does, classifies each (Partial: by
+// the host's cells when the list has them, else one thread per (q row, 64-key half) and votes by
+// bar.red among its 128 threads; row masks only for Masked steps), skips empty ones, and
 // loads Q, dO, LSE and Delta of the next non-empty step into a 2-slot ring: whole 64-row Q / dO
 // sub-tiles by TMA when the caller gave the buffers' rows (AttnBackwardParams::q_rows, dout_rows),
 // the last, shorter sub-tile of a tile (zero-filled past q_len) and K / V by cp.async. (With
@@ -258,6 +259,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       const int rq0 = steps.row0(step);
       const int rows = min(kBwRows, t->q_len - rq0);
       if (t->kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t->kind, rq0, rows, c0, keys);
+      // With the host's cells only a Masked step needs its row masks, and no vote.
+      const bool cells = p.list.cells != nullptr && t->cells_begin >= 0;
+      if (cells) {
+        const int cls = classify_from_cells<kBwRows, kBwKeys>(p.list.cells, *t, rq0, rows, c0);
+        if (cls != kMasked) return cls;
+      }
       const int row = ptid & (kBwRows - 1);
       const int half = ptid >> 6;
       const bool row_valid = row < rows;
@@ -266,6 +273,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         mask = row_key_mask(p.list.row_offsets, p.list.ranges, t->range_row_begin + rq0 + row, c0 + half * kRows, t->kv_len);
       }
       s_mask[(slot * 2 + half) * kBwRows + row] = mask;
+      if (cells) return kMasked;
       if (!bar_any_n<kBarProducer, 128>(mask != 0)) return kEmpty;
       const bool full = !bar_any_n<kBarProducer, 128>(row_valid && mask != ~uint64_t{0});
       return full && keys == kBwKeys ? kFull : kMasked;

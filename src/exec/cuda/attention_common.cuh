@@ -160,6 +160,26 @@ __device__ __forceinline__ uint64_t row_key_mask(const int32_t* row_offsets, con
   return mask;
 }
 
+// Class of the Partial sub-tile rows [r0, r0 + rows) x keys [kv0, kv0 + kKeys) from the tile's
+// host-made cells (make_partial_cells): the same answer as voting over its row masks. r0 and kv0
+// are multiples of the cell sizes and rows <= kMaxRows. Every thread reads the same bytes, so the
+// result is uniform.
+template <int kMaxRows, int kKeys>
+__device__ __forceinline__ int classify_from_cells(const uint8_t* cells, const AttnTile& t, int r0, int rows, int kv0) {
+  const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+  const uint8_t* at = cells + t.cells_begin + (r0 / kAttnCellRows) * cols + kv0 / kAttnCellKeys;
+  uint32_t bits = 0;
+#pragma unroll
+  for (int u = 0; u < kMaxRows / kAttnCellRows; ++u) {
+#pragma unroll
+    for (int c = 0; c < kKeys / kAttnCellKeys; ++c) {
+      if (u * kAttnCellRows < rows && kv0 + c * kAttnCellKeys < t.kv_len) bits |= at[u * cols + c];
+    }
+  }
+  if ((bits & kAttnCellAny) == 0) return kEmpty;
+  return (bits & kAttnCellNotFull) == 0 && t.kv_len - kv0 >= kKeys ? kFull : kMasked;
+}
+
 __device__ __forceinline__ uint64_t valid_bits(int valid) {
   return valid >= 64 ? ~uint64_t{0} : ((uint64_t{1} << valid) - 1);
 }

@@ -11,8 +11,9 @@
 // P V did not cover; its loads and walk also cost the MMA warps issue slots (0.88x the speed of
 // this kernel; git show 958ee6f:bench/results/cuda_attention_2026-11-30_h200.md). Here:
 // - Warpgroup 0 (producer, few registers) loads Q once, then walks the sub-tiles of the work
-//   item (skipping empty ones, classifying Partial sub-tiles: one thread per q row, both 64-key
-//   words, votes by bar.red among its 128 threads), and fills a 2-slot ring: K_j with its masks
+//   item (skipping empty ones, classifying Partial sub-tiles: by the host's cells when the list
+//   has them, else one thread per q row, both 64-key words, votes by bar.red among its 128
+//   threads; row masks only for Masked sub-tiles), and fills a 2-slot ring: K_j with its masks
 //   and a record (tile, sub-tile, class), then V_j. Whole 128-row sub-tiles come by TMA
 //   (AttnForwardParams::kv_rows known), the tail of a tile by cp.async with zero fill.
 // - Warpgroups 1 and 2 (consumers, 64 q rows each) never load. Ring hand-off by mbarriers:
@@ -139,6 +140,12 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     auto classify = [&](const AttnTile& x, int n, uint64_t* masks) -> int {
       const int kv0 = n * kWgKeys;
       if (x.kind != TileKind::Partial) return classify_dense<kWgKeys>(x, kv0, r0, rows);
+      // With the host's cells only a Masked sub-tile needs its row masks, and no vote.
+      const bool cells = p.list.cells != nullptr && x.cells_begin >= 0;
+      if (cells) {
+        const int cls = classify_from_cells<kWgRows, kWgKeys>(p.list.cells, x, r0, rows, kv0);
+        if (cls != kMasked) return cls;
+      }
       const bool row_valid = ptid < rows;
       uint64_t m[kMaskWords];
       bool any = false;
@@ -154,6 +161,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         any = any || m[word] != 0;
         full = full && (!row_valid || m[word] == valid_bits(min(max(x.kv_len - kv_word, 0), 64)));
       }
+      if (cells) return kMasked;
       if (!bar_any_n<kBarProducer, 128>(any)) return kEmpty;
       const bool all_full = !bar_any_n<kBarProducer, 128>(!full);
       return all_full && x.kv_len - kv0 >= kWgKeys ? kFull : kMasked;

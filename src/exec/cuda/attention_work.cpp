@@ -113,6 +113,67 @@ std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, con
   return work;
 }
 
+std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<const int32_t> row_offsets,
+                                        std::span<const int32_t> ranges) {
+  std::vector<uint8_t> cells;
+  std::vector<int32_t> covered;  // allowed keys of one row per cell column
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    AttnTile& t = tiles[i];
+    if (t.kind != TileKind::Partial) continue;
+    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+    const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
+    if (cells.size() + static_cast<std::size_t>(cols) * cell_rows > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
+      raise(ErrorKind::Unsupported, "make_partial_cells: more than 2^31 cells in one list");
+    t.cells_begin = static_cast<int32_t>(cells.size());
+    cells.resize(cells.size() + static_cast<std::size_t>(cols) * cell_rows, 0);
+    covered.assign(static_cast<std::size_t>(cols), 0);
+    for (int r = 0; r < t.q_len; ++r) {
+      const auto ri = static_cast<std::size_t>(t.range_row_begin) + static_cast<std::size_t>(r);
+      if (t.range_row_begin < 0 || ri + 1 >= row_offsets.size())
+        raise(ErrorKind::InvalidInput, "make_partial_cells: tile " + std::to_string(i) + " has rows past the end of row_offsets");
+      std::fill(covered.begin(), covered.end(), 0);
+      for (int32_t q = row_offsets[ri]; q < row_offsets[ri + 1]; ++q) {
+        if (q < 0 || 2 * static_cast<std::size_t>(q) + 1 >= ranges.size())
+          raise(ErrorKind::InvalidInput, "make_partial_cells: tile " + std::to_string(i) + " has ranges past the end of the range list");
+        const int b = std::max(ranges[2 * static_cast<std::size_t>(q)], 0);
+        const int e = std::min(ranges[2 * static_cast<std::size_t>(q) + 1], t.kv_len);
+        for (int c = b / kAttnCellKeys; b < e && c * kAttnCellKeys < e; ++c)
+          covered[static_cast<std::size_t>(c)] += std::min(e, (c + 1) * kAttnCellKeys) - std::max(b, c * kAttnCellKeys);
+      }
+      uint8_t* row_cells = cells.data() + t.cells_begin + static_cast<std::size_t>(r / kAttnCellRows) * cols;
+      for (int c = 0; c < cols; ++c) {
+        const int width = std::min(kAttnCellKeys, t.kv_len - c * kAttnCellKeys);
+        const int n = covered[static_cast<std::size_t>(c)];
+        row_cells[c] |= static_cast<uint8_t>((n > 0 ? kAttnCellAny : 0) | (n < width ? kAttnCellNotFull : 0));
+      }
+    }
+  }
+  return cells;
+}
+
+std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
+                                             std::span<const uint8_t> cells) {
+  std::vector<AttnWorkItem> work = make_backward_work(tiles, shape);
+  if (cells.empty()) return work;
+  // A chunk of 128 keys covers cell columns 2 c and 2 c + 1: drop it when no cell there has a key.
+  std::erase_if(work, [&](const AttnWorkItem& w) {
+    const AttnTile& t = tiles[static_cast<std::size_t>(w.tile)];
+    if (t.kind != TileKind::Partial || t.cells_begin < 0) return false;
+    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+    const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
+    const int c0 = w.chunk * (kAttnBackwardChunkRows / kAttnCellKeys);
+    const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
+    if (static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(cols) * cell_rows > cells.size())
+      raise(ErrorKind::InvalidInput, "make_backward_work: tile " + std::to_string(w.tile) + " has cells past the end of the cell list");
+    for (int u = 0; u < cell_rows; ++u)
+      for (int c = c0; c < c1; ++c)
+        if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + c] & kAttnCellAny) != 0)
+          return false;
+    return true;
+  });
+  return work;
+}
+
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
   validate(tiles, shape, "make_backward_work");
   std::vector<AttnWorkItem> work;

@@ -134,6 +134,7 @@ class CudaBackend final : public Backend {
     cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
     shape.softmax_scale = 1.0F / std::sqrt(static_cast<float>(a.head_dim));
     cuda::AttnTileList list{d.tiles, d.work, d.num_work, d.row_offsets, d.ranges};
+    list.cells = d.cells;
     if (call.pass == Pass::Forward) {
       cuda::AttnForwardParams p;
       p.shape = shape;
@@ -290,6 +291,7 @@ class CudaBackend final : public Backend {
     int num_zero = 0;
     const int32_t* order = nullptr;  // deterministic backward
     int32_t num_semaphores = 0;
+    const uint8_t* cells = nullptr;  // Partial tiles' cell classes
   };
   struct DeviceMerge {
     const cuda::MergeSegment* segments = nullptr;
@@ -317,7 +319,8 @@ class CudaBackend final : public Backend {
     return offset == MetaBuilder::kNone ? nullptr : reinterpret_cast<const T*>(device + offset);
   }
   struct HostAttend {
-    size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0, order = MetaBuilder::kNone;
+    size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0, order = MetaBuilder::kNone,
+           cells = MetaBuilder::kNone;
     int32_t num_work = 0;
     int num_zero = 0;
     int32_t num_semaphores = 0;
@@ -325,7 +328,7 @@ class CudaBackend final : public Backend {
       return DeviceAttend{at_offset<cuda::AttnTile>(device, tiles), at_offset<cuda::AttnWorkItem>(device, work),
                           num_work, at_offset<int32_t>(device, row_offsets), at_offset<int32_t>(device, ranges),
                           at_offset<cuda::ZeroRange>(device, zero), num_zero, at_offset<int32_t>(device, order),
-                          num_semaphores};
+                          num_semaphores, at_offset<uint8_t>(device, cells)};
     }
   };
   struct HostMerge {
@@ -464,6 +467,8 @@ class CudaBackend final : public Backend {
       }
       order.emplace_back(-cost, r);
     }
+    std::vector<uint8_t> cells;
+    if (kernels_.partial_cells) cells = cuda::make_partial_cells(tiles, offsets, ranges);
     if (fwd) {
       std::stable_sort(order.begin(), order.end());
       for (const auto& [cost, r] : order) {
@@ -492,7 +497,7 @@ class CudaBackend final : public Backend {
         h.num_semaphores = det.num_semaphores;
         reserve_semaphores(det.num_semaphores);
       } else {
-        work = cuda::make_backward_work(tiles, shape);
+        work = cuda::make_backward_work(tiles, shape, cells);
       }
     }
     h.tiles = meta.add(tiles);
@@ -500,6 +505,7 @@ class CudaBackend final : public Backend {
     h.num_work = i32(static_cast<int64_t>(work.size()), "work items");
     h.row_offsets = meta.add(offsets);
     h.ranges = meta.add(ranges);
+    h.cells = meta.add(cells);
     h.zero = meta.add(zero);
     h.num_zero = static_cast<int>(zero.size());
     return h;

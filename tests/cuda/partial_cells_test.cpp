@@ -1,0 +1,176 @@
+// Host tests of the cell classes of Partial tiles (no GPU needed): every cell's bits equal a
+// brute-force walk over its (row, key) pairs, the cells of one tile sit where cells_begin says,
+// only Partial tiles get cells, the backward work leaves out exactly the chunks with no allowed
+// pair, and rows outside the mask lists are refused with a message.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/rng.h"
+#include "dcp/error.h"
+
+namespace {
+
+using dcp::cuda::AttnShape;
+using dcp::cuda::AttnTile;
+using dcp::cuda::AttnWorkItem;
+using dcp::cuda::TileKind;
+using dcp::cuda::kAttnCellAny;
+using dcp::cuda::kAttnCellKeys;
+using dcp::cuda::kAttnCellNotFull;
+using dcp::cuda::kAttnCellRows;
+
+struct Rand : dcp::SplitMix64 {
+  explicit Rand(uint64_t seed) : SplitMix64(seed) {}
+  int in(int lo, int hi) { return lo + static_cast<int>(below(static_cast<uint64_t>(hi - lo + 1))); }
+};
+
+struct List {
+  std::vector<AttnTile> tiles;
+  std::vector<int32_t> row_offsets, ranges;
+  bool allowed(const AttnTile& t, int r, int k) const {
+    const auto ri = static_cast<std::size_t>(t.range_row_begin + r);
+    for (int32_t q = row_offsets[ri]; q < row_offsets[ri + 1]; ++q)
+      if (k >= ranges[2 * static_cast<std::size_t>(q)] && k < ranges[2 * static_cast<std::size_t>(q) + 1]) return true;
+    return false;
+  }
+};
+
+// Rows of every flavour the masks of a plan produce: empty, whole, bands, a few ranges, ranges
+// reaching past the tile on either side, single keys; some rows are one cell's worth of keys.
+List random_list(uint64_t seed) {
+  Rand rng(seed);
+  List l;
+  const int num_tiles = rng.in(1, 6);
+  int q = 0;
+  for (int i = 0; i < num_tiles; ++i) {
+    AttnTile t;
+    t.q_begin = q;
+    t.q_len = rng.in(1, 300);
+    q += t.q_len;
+    t.kv_len = rng.in(1, 400);
+    t.kv_head_end = 1;
+    const int kind = rng.in(0, 4);
+    t.kind = kind == 0 ? TileKind::Full : kind == 1 ? TileKind::CausalDiagonal : TileKind::Partial;
+    if (t.kind == TileKind::CausalDiagonal) t.kv_len = t.q_len;
+    if (t.kind == TileKind::Partial) {
+      t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
+      const int style = rng.in(0, 3);
+      for (int r = 0; r < t.q_len; ++r) {
+        l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+        auto add = [&](int b, int e) {
+          l.ranges.push_back(b);
+          l.ranges.push_back(e);
+        };
+        const int pick = rng.in(0, 9);
+        if (pick == 0) continue;  // no key
+        if (pick == 1) {
+          add(-5, t.kv_len + 7);  // everything, clipped
+        } else if (style == 0) {
+          if (r - 70 < t.kv_len) add(std::max(0, r - 70), std::min(t.kv_len, r + 1));  // a band
+        } else if (style == 1) {
+          add(64 * (r / 64), 64 * (r / 64) + 64);  // whole cells
+        } else {
+          int k = rng.in(-3, 20);
+          while (k < t.kv_len) {
+            const int e = k + rng.in(1, 90);
+            add(k, e);
+            k = e + rng.in(1, 80);
+          }
+        }
+      }
+      l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+    }
+    l.tiles.push_back(t);
+  }
+  if (l.row_offsets.empty()) l.row_offsets.push_back(0);
+  return l;
+}
+
+TEST(PartialCells, MatchBruteForce) {
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    List l = random_list(seed);
+    const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+    std::size_t expected_size = 0;
+    for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
+      const AttnTile& t = l.tiles[ti];
+      if (t.kind != TileKind::Partial) {
+        EXPECT_EQ(t.cells_begin, -1) << "seed " << seed << " tile " << ti;
+        continue;
+      }
+      const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+      const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
+      ASSERT_EQ(t.cells_begin, static_cast<int32_t>(expected_size)) << "seed " << seed << " tile " << ti;
+      expected_size += static_cast<std::size_t>(cols) * cell_rows;
+      ASSERT_LE(expected_size, cells.size());
+      for (int u = 0; u < cell_rows; ++u)
+        for (int c = 0; c < cols; ++c) {
+          bool any = false, not_full = false;
+          for (int r = u * kAttnCellRows; r < std::min(t.q_len, (u + 1) * kAttnCellRows); ++r)
+            for (int k = c * kAttnCellKeys; k < std::min(t.kv_len, (c + 1) * kAttnCellKeys); ++k) {
+              const bool a = l.allowed(t, r, k);
+              any = any || a;
+              not_full = not_full || !a;
+            }
+          const uint8_t want = static_cast<uint8_t>((any ? kAttnCellAny : 0) | (not_full ? kAttnCellNotFull : 0));
+          EXPECT_EQ(cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + c], want)
+              << "seed " << seed << " tile " << ti << " cell (" << u << ", " << c << ")";
+        }
+    }
+    EXPECT_EQ(cells.size(), expected_size) << "seed " << seed;
+  }
+}
+
+TEST(PartialCells, BackwardWorkDropsExactlyTheEmptyChunks) {
+  const AttnShape shape{4, 2, 64, 0.125F};
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    List l = random_list(seed);
+    const std::vector<AttnWorkItem> all = dcp::cuda::make_backward_work(l.tiles, shape);
+    const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+    const std::vector<AttnWorkItem> kept = dcp::cuda::make_backward_work(l.tiles, shape, cells);
+    std::size_t k = 0;
+    for (const AttnWorkItem& w : all) {
+      const AttnTile& t = l.tiles[static_cast<std::size_t>(w.tile)];
+      bool any = t.kind != TileKind::Partial;
+      for (int r = 0; !any && r < t.q_len; ++r)
+        for (int key = w.chunk * 128; !any && key < std::min(t.kv_len, (w.chunk + 1) * 128); ++key) any = l.allowed(t, r, key);
+      const bool is_kept = k < kept.size() && kept[k].tile == w.tile && kept[k].chunk == w.chunk && kept[k].head == w.head;
+      EXPECT_EQ(is_kept, any) << "seed " << seed << " tile " << w.tile << " chunk " << w.chunk << " head " << w.head;
+      if (is_kept) ++k;
+    }
+    EXPECT_EQ(k, kept.size()) << "seed " << seed;
+    // Without cells nothing is dropped.
+    EXPECT_EQ(dcp::cuda::make_backward_work(l.tiles, shape, {}).size(), all.size());
+  }
+}
+
+TEST(PartialCells, RefusesRowsOutsideTheMaskLists) {
+  List l;
+  AttnTile t;
+  t.q_len = 10;
+  t.kv_len = 64;
+  t.kind = TileKind::Partial;
+  t.kv_head_end = 1;
+  l.tiles.push_back(t);
+  l.row_offsets = {0, 1, 1};  // 2 rows where the tile has 10
+  l.ranges = {0, 5};
+  try {
+    (void)dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+    FAIL() << "no error";
+  } catch (const dcp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tile 0 has rows past the end of row_offsets"), std::string::npos) << e.what();
+  }
+  l.row_offsets = std::vector<int32_t>(11, 0);
+  l.row_offsets.back() = 3;  // the last row names ranges 0..2, the list holds one
+  try {
+    (void)dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+    FAIL() << "no error";
+  } catch (const dcp::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tile 0 has ranges past the end of the range list"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
