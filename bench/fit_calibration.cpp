@@ -17,15 +17,18 @@
 //                   "batch": {batch JSON}}]}
 //                   (tests/sim/data/h200_one_gpu_plans.json; bench/calibration_points.py writes it)
 //   --kernels FILE  bench_cuda_attention JSON ({"q_heads", "kv_heads", "head_dim", "rows": [{"seq",
-//                   "block", "list", "fwd_wgmma_ms", "bwd_wgmma_ms"}]}); lists rebuilt as that
+//                   "block", "list", "fwd_<route>_ms", "bwd_<route>_ms"}]}); lists rebuilt as that
 //                   benchmark builds them: one causal sequence of `seq` tokens cut into blocks, every
 //                   tile its own output
 //   --base FILE     calibration whose other fields (launch overhead, memory bandwidth) are kept
 //                   (default: the simulator's built-in H200 calibration)
+//   --route NAME    the benchmark's column to fit (default wgmma-cells: the kernels with the
+//                   host's cell classes of Partial tiles, as the CUDA backend runs them)
 //   --plan-weight W weight of a whole plan against one kernel list (default 8)
 //   --pin fwd_work_item_cost=0   keeps one cost of one pass out of the fit (repeatable)
 //   --work          also prints what each point asks of the kernels
-// Usage: fit_calibration --plans FILE [--kernels FILE] [--base FILE] [--plan-weight W] [--pin K=V] [--work]
+// Usage: fit_calibration --plans FILE [--kernels FILE] [--route NAME] [--base FILE] [--plan-weight W]
+//        [--pin K=V] [--work]
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -123,7 +126,8 @@ Point plan_point(const nlohmann::json& j, const dcp::Calibration& base) {
 
 // A kernel-benchmark list as one Attend: each tile writes its own output (one run per tile), and
 // the `partial` and `window` lists run every tile through the general mask path.
-Point kernel_point(const nlohmann::json& row, const dcp::AttentionShape& shape, const dcp::Calibration& base) {
+Point kernel_point(const nlohmann::json& row, const dcp::AttentionShape& shape, const dcp::Calibration& base,
+                   const std::string& route) {
   const int64_t seq = row.at("seq").get<int64_t>(), block = row.at("block").get<int64_t>();
   const std::string list = row.at("list").get<std::string>();
   constexpr int64_t kWindow = 4096;  // bench_cuda_attention's window list
@@ -152,7 +156,9 @@ Point kernel_point(const nlohmann::json& row, const dcp::AttentionShape& shape, 
     p.x[pi] = columns(cost.work(attend, pass));
     p.fixed_s[pi] = base.launch_overhead_s;
     p.flops_per_unit[pi] = dcp::sim_detail::subtile_flops(table, pass);
-    p.measured_s[pi] = row.at(pi == 0 ? "fwd_wgmma_ms" : "bwd_wgmma_ms").get<double>() * 1e-3;
+    const std::string key = (pi == 0 ? "fwd_" : "bwd_") + route + "_ms";
+    if (!row.contains(key)) dcp::raise(dcp::ErrorKind::InvalidInput, p.name + ": no '" + key + "' (see --route)");
+    p.measured_s[pi] = row.at(key).get<double>() * 1e-3;
   }
   return p;
 }
@@ -236,7 +242,7 @@ void pin(const std::string& arg, Vec (&held)[2]) {
 }
 
 int run(int argc, char** argv) {
-  std::string plans_path, kernels_path, base_path;
+  std::string plans_path, kernels_path, base_path, route = "wgmma-cells";
   double plan_weight = 8.0;
   bool show_work = false;
   Vec held[2];
@@ -251,6 +257,7 @@ int run(int argc, char** argv) {
     if (a == "--plans") plans_path = value();
     else if (a == "--kernels") kernels_path = value();
     else if (a == "--base") base_path = value();
+    else if (a == "--route") route = value();
     else if (a == "--plan-weight") plan_weight = std::stod(value());
     else if (a == "--pin") pin(value(), held);
     else if (a == "--work") show_work = true;
@@ -267,7 +274,7 @@ int run(int argc, char** argv) {
     const nlohmann::json k = read_json(kernels_path);
     const dcp::AttentionShape shape{.q_heads = k.at("q_heads").get<int>(), .kv_heads = k.at("kv_heads").get<int>(),
                                     .head_dim = k.at("head_dim").get<int>(), .dtype = dcp::DType::BF16};
-    for (const nlohmann::json& row : k.at("rows")) pts.push_back(kernel_point(row, shape, base));
+    for (const nlohmann::json& row : k.at("rows")) pts.push_back(kernel_point(row, shape, base, route));
   }
   // One full sub-tile is the fit's unit, so every point must have the first one's shape.
   for (const Point& p : pts)

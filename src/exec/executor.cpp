@@ -288,6 +288,8 @@ struct Executor::Impl {
     if (it != attends.end()) return it->second;
     Resolved r;
     std::vector<Range> row;
+    // A Partial tile's mask rows depend on its blocks only: head groups share one copy.
+    std::map<std::pair<int32_t, int32_t>, std::pair<int64_t, int64_t>> masks;  // -> (mask, ranges_begin)
     for (const TileOp& op : a.tiles) {
       const Tile& tile = plan.table.tiles[static_cast<size_t>(op.tile)];
       const int32_t set = plan.table.groups.kv_set(tile.head_group);
@@ -323,10 +325,14 @@ struct Executor::Impl {
         check_rows(DataKind::dKV, t.dkv, t.num_kv, "Attend dkv");
       }
       if (tile.kind == TileKind::Partial) {
+        const auto m = masks.try_emplace({tile.q_block, tile.kv_block}, static_cast<int64_t>(r.row_offsets.size()),
+                                         static_cast<int64_t>(r.ranges.size())).first;
+        t.mask = m->second.first;
+        t.ranges_begin = m->second.second;
+      }
+      if (tile.kind == TileKind::Partial && t.mask == static_cast<int64_t>(r.row_offsets.size())) {
         const TokenBlock& qb = plan.table.token_blocks[static_cast<size_t>(tile.q_block)];
         const TokenBlock& kb = plan.table.token_blocks[static_cast<size_t>(tile.kv_block)];
-        t.mask = static_cast<int64_t>(r.row_offsets.size());
-        t.ranges_begin = static_cast<int64_t>(r.ranges.size());
         r.row_offsets.push_back(0);
         for (int64_t i = 0; i < qb.length; ++i) {
           plan.table.tile_row_ranges(tile, qb.begin + i, row);  // sequence coordinates

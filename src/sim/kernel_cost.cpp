@@ -15,6 +15,7 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
   // with fewer than keys_per keys is masked whatever the mask allows.
   auto whole = [&](int64_t kj) { return (kj + 1) * keys_per <= kb.length; };
   SubtileCount c;
+  c.live_key_subtiles = nk;
   if (t.kind == TileKind::Full) {
     c.masked = whole(nk - 1) ? 0 : nq;
     c.full = nq * nk - c.masked;
@@ -34,6 +35,7 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
   }
   // Partial: allowed pairs per sub-tile from the rows' ranges.
   std::vector<int64_t> allowed(static_cast<size_t>(nk));
+  std::vector<char> live(static_cast<size_t>(nk), 0);
   std::vector<Range> ranges;
   for (int64_t qi = 0; qi < nq; ++qi) {
     const int64_t r_lo = qi * rows_per, r_hi = std::min(qb.length, r_lo + rows_per);
@@ -50,8 +52,11 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
       const int64_t a = allowed[static_cast<size_t>(kj)];
       if (a == 0) ++c.empty;
       else (a == (r_hi - r_lo) * keys_per && whole(kj) ? c.full : c.masked) += 1;
+      if (a != 0) live[static_cast<size_t>(kj)] = 1;
     }
   }
+  c.live_key_subtiles = std::count(live.begin(), live.end(), 1);
+  c.dead_empty = (nk - c.live_key_subtiles) * nq;
   return c;
 }
 
@@ -106,12 +111,12 @@ AttendWork AttendCost::work(const Attend& a, Pass pass) {
     const SubtileCount& c = counts(tile, pass);
     w.full += static_cast<double>(c.full);
     (tile.kind == TileKind::Partial ? w.partial_masked : w.diagonal_masked) += static_cast<double>(c.masked);
-    w.empty += static_cast<double>(c.empty);
     if (fwd) {
+      w.empty += static_cast<double>(c.empty);
       runs.push_back({op.out.space, op.out.index, tile.head_group, tile.q_block});
     } else {
-      const int64_t keys = table_.token_blocks[static_cast<size_t>(tile.kv_block)].length;
-      w.items += static_cast<double>((keys + kSubKeys - 1) / kSubKeys);
+      w.empty += static_cast<double>(c.empty - c.dead_empty);
+      w.items += static_cast<double>(c.live_key_subtiles);
     }
   }
   if (fwd) {

@@ -10,13 +10,14 @@
 //                 64 query rows x 128 keys); one fully allowed costs 1, one mixing allowed and
 //                 masked pairs its mask path's masked cost (masking work, and dense work on
 //                 masked pairs); the kernels stop at a causal-diagonal tile's diagonal, but walk
-//                 and classify every sub-tile of a Partial tile from its rows' key ranges, so an
-//                 empty one there costs the empty cost;
+//                 every sub-tile of a Partial tile (its class comes from the host's cells), so an
+//                 empty one there costs the empty cost, except in the backward's key chunks
+//                 that have no allowed pair at all, which are not launched;
 //               * every CTA work item costs the work-item cost on top (its prologue, pipeline
 //                 fill and output). Forward, an item is 128 query rows of one output: the tiles
 //                 of the Attend that write the same output partial run back to back in one
 //                 CTA, so a long row of tiles pays it once. Backward, an item is 128 keys of one
-//                 tile.
+//                 tile that have an allowed pair.
 //             Static layouts that cut windows and blocks into slivers pay for whole sub-tiles of
 //             little area and for many short items, which the area model cannot see.
 // Sub-tile counts depend only on a tile's geometry (its q and kv blocks), shared by all head
@@ -39,6 +40,11 @@ struct SubtileCount {
   int64_t full = 0;    // every pair allowed
   int64_t masked = 0;  // some allowed, some masked (or keys past a short kv block)
   int64_t empty = 0;   // Partial tiles: visited and classified, then skipped (no allowed pair)
+  // Key sub-tiles (columns of the grid) with an allowed pair in some row, and the empty sub-tiles
+  // of the other columns. The backward launches no item for such a column of a Partial tile
+  // (cuda::make_backward_work with cells), so it neither visits those sub-tiles nor pays an item.
+  int64_t live_key_subtiles = 0;
+  int64_t dead_empty = 0;
 };
 
 // Sub-tiles of `rows_per` query rows x `keys_per` keys of tile t, by class. The count follows

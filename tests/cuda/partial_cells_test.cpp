@@ -124,6 +124,36 @@ TEST(PartialCells, MatchBruteForce) {
   }
 }
 
+// Tiles with the same mask rows and extent (one per head group in a backend's list) share one
+// set of cells; a row covering a cell with two adjacent ranges may mark it NotFull (the kernels
+// then build its masks: exact, only slower), never the other way round.
+TEST(PartialCells, SharedRowsShareCellsAndAdjacentRangesStayExact) {
+  List l;
+  AttnTile t;
+  t.q_len = 100;
+  t.kv_len = 200;
+  t.kind = TileKind::Partial;
+  t.kv_head_end = 1;
+  for (int r = 0; r < t.q_len; ++r) {
+    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+    l.ranges.insert(l.ranges.end(), {0, 30, 30, 64});  // together cell column 0, whole
+    if (r % 2 == 0) l.ranges.insert(l.ranges.end(), {64, 128});
+  }
+  l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+  l.tiles = {t, t, t};
+  l.tiles[2].kv_len = 150;  // another extent: its own cells
+  const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+  EXPECT_EQ(l.tiles[0].cells_begin, 0);
+  EXPECT_EQ(l.tiles[1].cells_begin, 0);
+  EXPECT_EQ(l.tiles[2].cells_begin, 2 * 4);
+  EXPECT_EQ(cells.size(), 2u * 4 + 2u * 3);
+  for (int u = 0; u < 2; ++u) {
+    EXPECT_EQ(cells[static_cast<std::size_t>(u) * 4 + 0] & kAttnCellAny, kAttnCellAny);  // any: exact
+    EXPECT_EQ(cells[static_cast<std::size_t>(u) * 4 + 1], kAttnCellAny | kAttnCellNotFull);  // odd rows miss it
+    EXPECT_EQ(cells[static_cast<std::size_t>(u) * 4 + 2], kAttnCellNotFull);              // no key
+  }
+}
+
 TEST(PartialCells, BackwardWorkDropsExactlyTheEmptyChunks) {
   const AttnShape shape{4, 2, 64, 0.125F};
   for (uint64_t seed = 1; seed <= 60; ++seed) {

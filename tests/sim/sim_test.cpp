@@ -170,6 +170,8 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
       for (int64_t rows_per : {sim_detail::kFwdSubRows, sim_detail::kBwdSubRows}) {
         const int64_t keys_per = sim_detail::kSubKeys;
         sim_detail::SubtileCount want;
+        const int64_t nq = (qb.length + rows_per - 1) / rows_per;
+        std::vector<int64_t> column_allowed(static_cast<size_t>((kb.length + keys_per - 1) / keys_per), 0);
         for (int64_t r0 = 0; r0 < qb.length; r0 += rows_per)
           for (int64_t k0 = 0; k0 < kb.length; k0 += keys_per) {
             int64_t allowed = 0, pairs = 0;
@@ -182,11 +184,19 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
             if (allowed == pairs) ++want.full;
             else if (allowed > 0) ++want.masked;
             else if (tile.kind == TileKind::Partial) ++want.empty;
+            column_allowed[static_cast<size_t>(k0 / keys_per)] += allowed;
           }
+        for (const int64_t a : column_allowed) {
+          // Dense tiles: every column is launched (a causal diagonal's columns all reach the diagonal).
+          if (a > 0 || tile.kind != TileKind::Partial) ++want.live_key_subtiles;
+          else want.dead_empty += nq;
+        }
         const sim_detail::SubtileCount got = sim_detail::count_subtiles(t, tile, rows_per, keys_per);
         EXPECT_EQ(got.full, want.full) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.masked, want.masked) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.empty, want.empty) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
+        EXPECT_EQ(got.live_key_subtiles, want.live_key_subtiles) << "tile q" << tile.q_block << " kv" << tile.kv_block;
+        EXPECT_EQ(got.dead_empty, want.dead_empty) << "tile q" << tile.q_block << " kv" << tile.kv_block;
       }
     }
   }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <tuple>
 #include <span>
 #include <string>
 #include <vector>
@@ -423,6 +424,7 @@ class CudaBackend final : public Backend {
     }
     std::vector<cuda::AttnTile> tiles;
     std::vector<int32_t> offsets;
+    std::map<std::tuple<int64_t, int64_t, int64_t>, size_t> mask_rows;  // (mask, ranges_begin, rows) -> first offset
     std::vector<int32_t> ranges;
     for (const Range& r : call.ranges) {
       ranges.push_back(i32(r.begin, "range"));
@@ -458,9 +460,12 @@ class CudaBackend final : public Backend {
           c.dkv_begin = i32(t.dkv, "row");
         }
         if (t.kind == TileKind::Partial) {
-          c.range_row_begin = i32(static_cast<int64_t>(offsets.size()), "mask");
-          for (int64_t k = 0; k <= t.num_q; ++k)
-            offsets.push_back(i32(t.ranges_begin + call.row_offsets[static_cast<size_t>(t.mask + k)], "mask"));
+          // Head groups repeat a tile's mask rows: one copy of them (and so one set of cells).
+          const auto [it, fresh] = mask_rows.try_emplace({t.mask, t.ranges_begin, t.num_q}, offsets.size());
+          c.range_row_begin = i32(static_cast<int64_t>(it->second), "mask");
+          if (fresh)
+            for (int64_t k = 0; k <= t.num_q; ++k)
+              offsets.push_back(i32(t.ranges_begin + call.row_offsets[static_cast<size_t>(t.mask + k)], "mask"));
         }
         cost += static_cast<double>(t.num_kv) * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
         tiles.push_back(c);
