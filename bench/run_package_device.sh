@@ -97,16 +97,19 @@ if has kernels; then
 fi
 if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
   # PLAN_BLOCKS: block sizes (default 2048). PLAN_RUNS: name:flags:environment triples, e.g.
-  # "merged:--no-outputs-in-place" or "nocells::DCP_ATTN_PARTIAL_CELLS=0" (default: "default::").
+  # "merged:--no-outputs-in-place" or "nocells::DCP_ATTN_PARTIAL_CELLS=0" (default: "default::");
+  # plans.tar holds bench_1gpu_ldc65536_<mask>_b<B>[_<name>].json, a runs.json call's entries.
   mkdir -p /tmp/plans_json
   for B in ${PLAN_BLOCKS:-2048}; do
     for m in causal lambda causal_blockwise shared_question; do
       for run in ${PLAN_RUNS:-default::}; do
         IFS=: read -r name flag envs <<<"$run"
+        # As bench/calibration_points.py reads them: the run "default" without a suffix.
+        file=bench_1gpu_ldc65536_${m}_b$B; [ "$name" = default ] || file=${file}_$name
         say "dcp bench ldc 65536 $m, B $B, $name"
         env ${envs//,/ } timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 \
           --kv-heads 8 --head-dim 128 --block $B --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
-          --cluster h200-nvl --nodes 1 $flag --json "/tmp/plans_json/dcp_bench_${name}_B${B}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+          --cluster h200-nvl --nodes 1 $flag --json "/tmp/plans_json/$file.json" 2>&1 | tail -3 | tee -a "$log"
       done
     done
   done

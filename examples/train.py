@@ -391,6 +391,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
         torch.cuda.reset_peak_memory_stats(device)
     sync()
     it = backend.iterate(data_steps())
+    prepare_next = getattr(backend, "prepare_next", lambda: None)
     try:
         for step in range(total_steps):
             if step == args.steps and args.profile_steps > 0:
@@ -415,6 +416,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
                                                          ignore_index=train_data.IGNORE_INDEX) / local.num_targets
             loss.backward()
             del logits
+            prepare_next()  # the next step's host work, under this step's GPU work
             sync()
             t_backward = time.perf_counter()
             grads.all_reduce(world)

@@ -81,8 +81,25 @@ class DcpBackend:
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
         items = ((s.lengths, s.masks, s) for s in steps)
-        for _, item, plan in self.planner.iterate(items):
-            yield self._local(item[2], plan)
+        self._plans = self.planner.iterate(items)
+        self._next = None
+        try:
+            while True:
+                current = self._next if self._next is not None else next(self._plans, None)
+                self._next = None
+                if current is None:
+                    return
+                yield self._local(current[1][2], current[2])
+        finally:
+            self._plans.close()  # drops the planner's lookahead steps
+
+    def prepare_next(self) -> None:
+        """Takes the next step's plan now and builds its runner (dcp.torch.prepare) while the GPU
+        runs this step: call it once this step's work is queued."""
+        if self._next is None:
+            self._next = next(self._plans, None)
+        if self._next is not None:
+            dcp_torch.prepare(self._next[2], self.device)
 
     def _local(self, step: Step, plan) -> Local:
         ids, labels, positions, num_targets = _global_tensors(step, self.device)
@@ -164,13 +181,30 @@ class FlexBackend:
         return o[0].transpose(0, 1)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
-        for step in steps:
-            t0 = time.perf_counter()
-            block_mask = self.block_mask(step)
-            ids, labels, positions, num_targets = _global_tensors(step, self.device)
-            stats = {"mask_host_ms": (time.perf_counter() - t0) * 1e3, "local_tokens": int(ids.shape[0])}
-            yield Local(ids, labels, positions, num_targets,
-                        lambda q, k, v, layer, bm=block_mask: self.flex(q, k, v, bm), stats=stats)
+        self._steps = iter(steps)
+        self._next = None
+        while True:
+            local = self._next if self._next is not None else self._local(next(self._steps, None))
+            self._next = None
+            if local is None:
+                return
+            yield local
+
+    def prepare_next(self) -> None:
+        """Builds the next step's block mask and tensors now, while the GPU runs this step (as
+        DcpBackend.prepare_next does for its plans): the two modes hide the same host work."""
+        if self._next is None:
+            self._next = self._local(next(self._steps, None))
+
+    def _local(self, step: Optional[Step]) -> Optional[Local]:
+        if step is None:
+            return None
+        t0 = time.perf_counter()
+        block_mask = self.block_mask(step)
+        ids, labels, positions, num_targets = _global_tensors(step, self.device)
+        stats = {"mask_host_ms": (time.perf_counter() - t0) * 1e3, "local_tokens": int(ids.shape[0])}
+        return Local(ids, labels, positions, num_targets,
+                     lambda q, k, v, layer, bm=block_mask: self.flex(q, k, v, bm), stats=stats)
 
 
 # ---- PyTorch native context parallelism -------------------------------------------------------------

@@ -159,7 +159,7 @@ struct PlanOptions {
   bool reuse_slots = true;  // false: one slot per residency (debugging, memory upper bound)
   // The outputs of an owned block accumulate in place in its local tensors (no fp32 slot and no
   // final merge per output block; fewer slots, a few percent less memory per device). Measured on
-  // one H200 (bench/results/cuda_attention_2026-12-01_h200.md, ldc 65536, B 2048): forward
+  // one H200 (bench/results/cuda_attention_h200.md, ldc 65536, B 2048): forward
   // 7-20 % and backward 1-9 % faster on every mask. The executors and the validator run both
   // forms.
   bool outputs_in_place = true;

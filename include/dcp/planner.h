@@ -50,7 +50,7 @@ struct PlannerOptions {
   // ... but the budget in all is never below this many tiles: on few devices placement is cheap
   // (on one there is nothing to place: B = 1024 plans a 65536-token lambda batch of 1536 tiles
   // in under a millisecond) and fine blocks are what sparse masks need there: measured on one
-  // H200 (bench/results/cuda_attention_2026-12-01_h200.md, ldc 65536, outputs in place), B =
+  // H200 (bench/results/cuda_attention_h200.md, ldc 65536, outputs in place), B =
   // 1024 ran lambda 6.02 / 18.39 ms against 6.41 / 19.30 at B = 2048, and shared question
   // 10.24 / 33.21 against 10.88 / 34.42.
   int64_t min_tile_budget = 8192;

@@ -31,7 +31,7 @@ import torch
 from . import _dcp
 from .planner import StepPlan
 
-__all__ = ["attention", "configure", "shutdown", "Attention", "handle_of"]
+__all__ = ["attention", "configure", "prepare", "shutdown", "Attention", "handle_of"]
 
 _config = {
     "timeout_s": 120.0,
@@ -258,6 +258,17 @@ def _attention_of(plan: StepPlan, device: torch.device):
     if backend is not None:
         backend.set_stream(_raw_stream(device))
     return attn
+
+
+def prepare(plan: StepPlan, device: Any = None) -> None:
+    """Builds the plan's runner on `device` now (default: the current CUDA device, else the CPU):
+    its scratch, and its tile and work lists made on the host and uploaded, which otherwise
+    happens in the step's first attention call while the GPU waits. Call it for the next step's
+    plan once the current step's work is queued (after loss.backward()), so that this host work
+    runs under the GPU's. Holds the plan's scratch from then on (released with the plan)."""
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    _attention_of(plan, torch.device(device))
 
 
 # ---- the operator ----------------------------------------------------------------------------

@@ -73,3 +73,35 @@ def test_activation_checkpointing_gives_the_same_gradients():
 
     for a, b in zip(run(False), run(True)):
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_prepare_builds_the_runner_ahead_and_changes_nothing():
+    """dcp.torch.prepare builds a plan's runner before its step (the training loop's lookahead):
+    the runner is made once, by prepare, and the outputs and gradients are those of a plan whose
+    runner the first attention call made."""
+    import dcp
+    import dcp.torch as dt
+
+    lengths, specs = cases.random_docs(23)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=cases.SHAPE, dtype="fp32")
+    q, k, v, w = cases.inputs(23, sum(lengths))
+    results = []
+    for step, ahead in enumerate((False, True)):
+        planner.submit(step, lengths, specs)
+        plan = planner.get(step)
+        if ahead:
+            dt.prepare(plan, "cpu")
+            runner = plan.runtime_state[torch.device("cpu")]
+            dt.prepare(plan, "cpu")  # again: the same runner
+            assert plan.runtime_state[torch.device("cpu")] is runner
+        else:
+            assert torch.device("cpu") not in plan.runtime_state
+        xs = [plan.dispatch(t).clone().requires_grad_() for t in (q, k, v)]
+        o = dt.attention(*xs, plan)
+        (o * plan.dispatch(w)).sum().backward()
+        if ahead:
+            assert plan.runtime_state[torch.device("cpu")] is runner
+        results.append([o.detach()] + [x.grad for x in xs])
+        plan.release()
+    for a, b in zip(*results):
+        assert torch.equal(a, b)

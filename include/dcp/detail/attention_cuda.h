@@ -176,7 +176,7 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 // Every route gives the same outputs (the backward's up to summation order).
 //   Mma         mma.sync m16n8k16, FA2 style (attention_forward.cu, attention_backward.cu): any
 //               sm_80+ device.
-//   Wgmma       the fastest Hopper kernels measured (bench/results/cuda_attention_2026-12-01_h200.md):
+//   Wgmma       the fastest Hopper kernels measured (bench/results/cuda_attention_h200.md):
 //               forward warp-specialised (attention_forward_sm90_ws.cu: a producer warpgroup
 //               walks and classifies the kv sub-tiles and fills a 2-slot K / V ring by TMA; the
 //               two MMA warpgroups take turns issuing S_j = Q K_j^T with O += P_{j-1} V_{j-1} and
