@@ -27,10 +27,7 @@ using dcp::cuda::check::tile_of;
 constexpr int kChunk = dcp::cuda::kAttnBackwardChunkRows;  // keys per work item
 constexpr int kSub = 64;                                    // q rows per step
 
-struct Rand : dcp::SplitMix64 {
-  explicit Rand(uint64_t seed) : SplitMix64(seed) {}
-  int in(int lo, int hi) { return lo + static_cast<int>(below(static_cast<uint64_t>(hi - lo + 1))); }
-};
+using Rand = dcp::cuda::check::Rng;
 
 struct List {
   std::vector<AttnTile> tiles;
@@ -45,12 +42,12 @@ struct List {
 List random_list(Rand& rng, int hkv) {
   List l;
   int row = 0;
-  const int seqs = rng.in(1, 3);
+  const int seqs = rng.uniform_int(1, 3);
   const bool moved = rng.uniform() < 0.5;
   for (int s = 0; s < seqs; ++s) {
     std::vector<int> begin{row};
-    const int blocks = rng.in(1, 6);
-    for (int b = 0; b < blocks; ++b) begin.push_back(begin.back() + rng.in(1, 700));
+    const int blocks = rng.uniform_int(1, 6);
+    for (int b = 0; b < blocks; ++b) begin.push_back(begin.back() + rng.uniform_int(1, 700));
     row = begin.back();
     for (int i = 0; i < blocks; ++i) {
       for (int j = 0; j <= i; ++j) {
@@ -64,14 +61,14 @@ List random_list(Rand& rng, int hkv) {
                         : (rng.uniform() < 0.6 ? TileKind::Full : TileKind::Partial);
         if (t.kind == TileKind::Partial) {
           t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
-          const int quiet_band = rng.in(0, 10);  // a 64-row band with no keys at all
+          const int quiet_band = rng.uniform_int(0, 10);  // a 64-row band with no keys at all
           for (int r = 0; r < t.q_len; ++r) {
             l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
             if (r / 64 == quiet_band || rng.uniform() < 0.2) continue;
             int pos = 0;
-            for (int q = rng.in(1, 3); q > 0 && pos < t.kv_len; --q) {
-              const int b = rng.in(pos, t.kv_len - 1);
-              const int e = rng.in(b + 1, std::min(t.kv_len, b + 200));
+            for (int q = rng.uniform_int(1, 3); q > 0 && pos < t.kv_len; --q) {
+              const int b = rng.uniform_int(pos, t.kv_len - 1);
+              const int e = rng.uniform_int(b + 1, std::min(t.kv_len, b + 200));
               l.ranges.push_back(b);
               l.ranges.push_back(e);
               pos = e + 1;
@@ -83,7 +80,7 @@ List random_list(Rand& rng, int hkv) {
           t.dq_begin = 3 * t.q_begin + 7;
           t.dkv_begin = 2 * t.kv_begin + 5;
         }
-        const int cut = hkv >= 2 && rng.uniform() < 0.3 ? rng.in(1, hkv - 1) : hkv;
+        const int cut = hkv >= 2 && rng.uniform() < 0.3 ? rng.uniform_int(1, hkv - 1) : hkv;
         t.kv_head_begin = 0;
         t.kv_head_end = cut;
         l.tiles.push_back(t);
@@ -96,7 +93,7 @@ List random_list(Rand& rng, int hkv) {
     }
   }
   for (size_t i = l.tiles.size(); i > 1; --i)
-    std::swap(l.tiles[i - 1], l.tiles[static_cast<size_t>(rng.in(0, static_cast<int>(i) - 1))]);
+    std::swap(l.tiles[i - 1], l.tiles[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
   if (l.row_offsets.empty()) l.row_offsets.push_back(0);
   return l;
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "check_util.h"
 #include "dcp/detail/attention_cuda.h"
 #include "dcp/detail/rng.h"
 #include "dcp/error.h"
@@ -23,10 +24,7 @@ using dcp::cuda::kAttnCellKeys;
 using dcp::cuda::kAttnCellNotFull;
 using dcp::cuda::kAttnCellRows;
 
-struct Rand : dcp::SplitMix64 {
-  explicit Rand(uint64_t seed) : SplitMix64(seed) {}
-  int in(int lo, int hi) { return lo + static_cast<int>(below(static_cast<uint64_t>(hi - lo + 1))); }
-};
+using Rand = dcp::cuda::check::Rng;
 
 struct List {
   std::vector<AttnTile> tiles;
@@ -44,28 +42,28 @@ struct List {
 List random_list(uint64_t seed) {
   Rand rng(seed);
   List l;
-  const int num_tiles = rng.in(1, 6);
+  const int num_tiles = rng.uniform_int(1, 6);
   int q = 0;
   for (int i = 0; i < num_tiles; ++i) {
     AttnTile t;
     t.q_begin = q;
-    t.q_len = rng.in(1, 300);
+    t.q_len = rng.uniform_int(1, 300);
     q += t.q_len;
-    t.kv_len = rng.in(1, 400);
+    t.kv_len = rng.uniform_int(1, 400);
     t.kv_head_end = 1;
-    const int kind = rng.in(0, 4);
+    const int kind = rng.uniform_int(0, 4);
     t.kind = kind == 0 ? TileKind::Full : kind == 1 ? TileKind::CausalDiagonal : TileKind::Partial;
     if (t.kind == TileKind::CausalDiagonal) t.kv_len = t.q_len;
     if (t.kind == TileKind::Partial) {
       t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
-      const int style = rng.in(0, 3);
+      const int style = rng.uniform_int(0, 3);
       for (int r = 0; r < t.q_len; ++r) {
         l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
         auto add = [&](int b, int e) {
           l.ranges.push_back(b);
           l.ranges.push_back(e);
         };
-        const int pick = rng.in(0, 9);
+        const int pick = rng.uniform_int(0, 9);
         if (pick == 0) continue;  // no key
         if (pick == 1) {
           add(-5, t.kv_len + 7);  // everything, clipped
@@ -74,11 +72,11 @@ List random_list(uint64_t seed) {
         } else if (style == 1) {
           add(64 * (r / 64), 64 * (r / 64) + 64);  // whole cells
         } else {
-          int k = rng.in(-3, 20);
+          int k = rng.uniform_int(-3, 20);
           while (k < t.kv_len) {
-            const int e = k + rng.in(1, 90);
+            const int e = k + rng.uniform_int(1, 90);
             add(k, e);
-            k = e + rng.in(1, 80);
+            k = e + rng.uniform_int(1, 80);
           }
         }
       }
@@ -187,20 +185,19 @@ TEST(PartialCells, RefusesRowsOutsideTheMaskLists) {
   l.tiles.push_back(t);
   l.row_offsets = {0, 1, 1};  // 2 rows where the tile has 10
   l.ranges = {0, 5};
-  try {
-    (void)dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
-    FAIL() << "no error";
-  } catch (const dcp::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tile 0 has rows past the end of row_offsets"), std::string::npos) << e.what();
-  }
+  auto refused = [&](const std::string& what) {
+    try {
+      (void)dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+    } catch (const dcp::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "no error, expected one naming: " << what;
+  };
+  refused("tile 0 has rows past the end of row_offsets");
   l.row_offsets = std::vector<int32_t>(11, 0);
   l.row_offsets.back() = 3;  // the last row names ranges 0..2, the list holds one
-  try {
-    (void)dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
-    FAIL() << "no error";
-  } catch (const dcp::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("tile 0 has ranges past the end of the range list"), std::string::npos) << e.what();
-  }
+  refused("tile 0 has ranges past the end of the range list");
 }
 
 }  // namespace
