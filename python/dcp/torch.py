@@ -266,6 +266,9 @@ def prepare(plan: StepPlan, device: Any = None) -> None:
     happens in the step's first attention call while the GPU waits. Call it for the next step's
     plan once the current step's work is queued (after loss.backward()), so that this host work
     runs under the GPU's. Holds the plan's scratch from then on (released with the plan)."""
+    if not isinstance(plan, StepPlan):
+        raise TypeError(f"dcp.torch.prepare: expected a StepPlan (Planner.get), got {type(plan).__name__}")
+    plan.check_usable()
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
     _attention_of(plan, torch.device(device))

@@ -105,3 +105,7 @@ def test_prepare_builds_the_runner_ahead_and_changes_nothing():
         plan.release()
     for a, b in zip(*results):
         assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="released"):
+        dt.prepare(plan, "cpu")
+    with pytest.raises(TypeError, match="StepPlan"):
+        dt.prepare(lengths, "cpu")
