@@ -9,7 +9,6 @@
 // (see move_cached).
 #include <algorithm>
 #include <cstdint>
-#include <queue>
 #include <vector>
 
 #include "placement/gain_cache.h"
@@ -19,16 +18,95 @@ namespace dcp::placement {
 
 namespace {
 
-struct Entry {
-  double gain;
-  uint64_t tie;
-  int32_t v;
-  int32_t target;
-  uint32_t version;
-  bool operator<(const Entry& o) const {
-    if (gain != o.gain) return gain < o.gain;
-    return tie < o.tie;
+// The pass's priority queue: at most one entry per vertex (its best move's gain and a seeded
+// tie-break), addressable, so that a renewed gain updates the vertex's entry in place instead
+// of leaving stale copies behind. The top is the largest (gain, tie).
+class GainHeap {
+ public:
+  void reset(int32_t num_vertices) {
+    pos_.assign(static_cast<size_t>(num_vertices), -1);
+    items_.clear();
   }
+  bool empty() const { return items_.empty(); }
+  bool contains(int32_t v) const { return pos_[v] >= 0; }
+  // Appends without ordering; heapify() afterwards (linear time for a whole pass's start).
+  void append(int32_t v, double gain, uint64_t tie) {
+    pos_[v] = static_cast<int32_t>(items_.size());
+    items_.push_back({gain, tie, v});
+  }
+  void heapify() {
+    for (size_t i = items_.size() / 2; i > 0; --i) down(i - 1);
+  }
+  // Inserts v or changes its key.
+  void set(int32_t v, double gain, uint64_t tie) {
+    if (pos_[v] < 0) {
+      append(v, gain, tie);
+      up(items_.size() - 1);
+      return;
+    }
+    const size_t i = static_cast<size_t>(pos_[v]);
+    const Item old = items_[i];
+    items_[i].gain = gain;
+    items_[i].tie = tie;
+    if (before(old, items_[i])) up(i);
+    else down(i);
+  }
+  void erase(int32_t v) {
+    const int32_t i = pos_[v];
+    if (i < 0) return;
+    pos_[v] = -1;
+    const Item last = items_.back();
+    items_.pop_back();
+    if (static_cast<size_t>(i) == items_.size()) return;
+    place(static_cast<size_t>(i), last);
+    up(static_cast<size_t>(i));
+    down(static_cast<size_t>(pos_[last.v]));
+  }
+  int32_t top() const { return items_.front().v; }
+  double top_gain() const { return items_.front().gain; }
+  void pop() { erase(items_.front().v); }
+
+ private:
+  struct Item {
+    double gain;
+    uint64_t tie;
+    int32_t v;
+  };
+  // True when a goes below b (b is larger).
+  static bool before(const Item& a, const Item& b) {
+    if (a.gain != b.gain) return a.gain < b.gain;
+    return a.tie < b.tie;
+  }
+  void place(size_t i, const Item& it) {
+    items_[i] = it;
+    pos_[it.v] = static_cast<int32_t>(i);
+  }
+  void up(size_t i) {
+    const Item it = items_[i];
+    while (i > 0) {
+      const size_t parent = (i - 1) / 2;
+      if (!before(items_[parent], it)) break;
+      place(i, items_[parent]);
+      i = parent;
+    }
+    place(i, it);
+  }
+  void down(size_t i) {
+    const Item it = items_[i];
+    const size_t n = items_.size();
+    for (;;) {
+      size_t child = 2 * i + 1;
+      if (child >= n) break;
+      if (child + 1 < n && before(items_[child], items_[child + 1])) ++child;
+      if (!before(it, items_[child])) break;
+      place(i, items_[child]);
+      i = child;
+    }
+    place(i, it);
+  }
+
+  std::vector<Item> items_;
+  std::vector<int32_t> pos_;  // per vertex: index in items_, -1 when not queued
 };
 
 class Fm {
@@ -47,7 +125,6 @@ class Fm {
     }
     load_f_ = full_loads(s, count_, k_, part);
     touched_.assign(k_, 0);
-    version_.assign(static_cast<size_t>(s.num_vertices()), 0);
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
     queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
     cached_ = !s.hierarchical();
@@ -69,52 +146,53 @@ class Fm {
     const int32_t n = s_.num_vertices();
     std::fill(locked_.begin(), locked_.end(), 0);
     // Every boundary vertex with its best move, heapified at once (linear time).
-    std::vector<Entry> initial;
+    heap_.reset(n);
     std::fill(queued_.begin(), queued_.end(), kNone);
     for (int32_t v = 0; v < n; ++v) {
       if (!on_boundary(v)) continue;
       int32_t target;
       const double g = best_move(v, target);
       if (target < 0) continue;
-      initial.push_back(entry(g, v, target, seed));
+      heap_.append(v, g, tie(v, seed));
       queued_[v] = g;
     }
-    std::priority_queue<Entry> heap(std::less<Entry>(), std::move(initial));
-    std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, from)
+    heap_.heapify();
+    moves_.clear();  // (vertex, from)
     double cum = 0, best = 0;
     size_t best_len = 0;
     int idle = 0;
     const double tiny = 1e-9;
-    while (!heap.empty() && idle < max_idle) {
-      const Entry top = heap.top();
-      heap.pop();
-      if (locked_[top.v] || top.version != version_[top.v]) continue;
+    while (!heap_.empty() && idle < max_idle) {
+      const int32_t v = heap_.top();
+      const double key = heap_.top_gain();
       int32_t target;
-      const double g = best_move(top.v, target);
+      const double g = best_move(v, target);
       if (target < 0) {
-        queued_[top.v] = kNone;
+        heap_.pop();
+        queued_[v] = kNone;
         continue;
       }
-      if (g < top.gain - tiny) {  // stale: re-queue with the true gain
-        heap.push({g, top.tie, top.v, target, top.version});
-        queued_[top.v] = g;
+      if (g < key - tiny) {  // stale: re-queue with the true gain
+        heap_.set(v, g, tie(v, seed));
+        queued_[v] = g;
         continue;
       }
-      const int32_t from = part_[top.v];
-      move(top.v, from, target, heap, seed);
-      locked_[top.v] = 1;
-      moves.emplace_back(top.v, from);
+      heap_.pop();
+      const int32_t from = part_[v];
+      locked_[v] = 1;
+      move(v, from, target, seed);
+      moves_.emplace_back(v, from);
       cum += g;
       if (cum > best + tiny) {
         best = cum;
-        best_len = moves.size();
+        best_len = moves_.size();
         idle = 0;
       } else {
         ++idle;
       }
     }
-    for (size_t i = moves.size(); i > best_len; --i) {
-      const auto [v, from] = moves[i - 1];
+    for (size_t i = moves_.size(); i > best_len; --i) {
+      const auto [v, from] = moves_[i - 1];
       move_counts(v, part_[v], from);
     }
     return best;
@@ -227,18 +305,19 @@ class Fm {
     return best;
   }
 
-  void push(std::priority_queue<Entry>& heap, int32_t v, uint64_t seed) {
-    ++version_[v];
+  // Renews v's entry with its current best move (none when no move fits).
+  void push(int32_t v, uint64_t seed) {
     int32_t target;
     const double g = best_move(v, target);
     queued_[v] = target < 0 ? kNone : g;
-    if (target < 0) return;
-    heap.push(entry(g, v, target, seed));
+    if (target < 0) heap_.erase(v);
+    else heap_.set(v, g, tie(v, seed));
   }
 
-  Entry entry(double g, int32_t v, int32_t target, uint64_t seed) const {
+  // The seeded tie-break of v's entries in a pass (equal gains: a random but fixed order).
+  static uint64_t tie(int32_t v, uint64_t seed) {
     uint64_t st = seed ^ (static_cast<uint64_t>(v) * 0x9e3779b97f4a7c15ULL);
-    return {g, splitmix64(st), v, target, version_[v]};
+    return splitmix64(st);
   }
 
   void move_counts(int32_t v, int32_t from, int32_t to) {
@@ -264,14 +343,14 @@ class Fm {
     if (cached_) cache_.update(s_, part_, count_, v, from, to);
   }
 
-  void move(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap, uint64_t seed) {
+  void move(int32_t v, int32_t from, int32_t to, uint64_t seed) {
     move_counts(v, from, to);
     // Under a full-memory cap a move also changes which moves of the pins of v's nets fit (the
     // copies a part holds), which no gain change shows: their entries are all renewed then.
     // Lazy there, 1M-token batches were left with a violated bound (bench_placement --only
     // large: 3 against 2).
     if (cached_ && !caps_.has_full()) {
-      move_cached(v, from, to, heap, seed);
+      move_cached(v, from, to, seed);
       return;
     }
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
@@ -289,7 +368,7 @@ class Fm {
         const int32_t u = s_.pins[j];
         if (locked_[u] || u == v) continue;
         if (!all && !((in_from && part_[u] == from) || (in_to && part_[u] == to))) continue;
-        push(heap, u, seed);
+        push(u, seed);
       }
     }
   }
@@ -302,8 +381,7 @@ class Fm {
   //   cf == 1: the last pin in `from` may now leave it for free: all its gains rise by w;
   //   cf == 0 and ct == 2 only lower gains (leaving `from` no longer joins a part for free; the
   //            pin in `to` is no longer alone), which the lazy check catches on popping.
-  void move_cached(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap,
-                   uint64_t seed) {
+  void move_cached(int32_t v, int32_t from, int32_t to, uint64_t seed) {
     const double tiny = 1e-9;
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
@@ -315,7 +393,7 @@ class Fm {
         if (locked_[u] || u == v) continue;
         const bool rose = (cf == 1 && part_[u] == from) ||
                           (ct == 1 && cache_.gain(u, to) > queued_[u] + tiny);
-        if (rose) push(heap, u, seed);
+        if (rose) push(u, seed);
       }
     }
   }
@@ -332,7 +410,8 @@ class Fm {
   std::vector<int32_t> node_parts_, node_parts_begin_;
   bool cached_ = false;
   GainCache cache_;
-  std::vector<uint32_t> version_;
+  GainHeap heap_;
+  std::vector<std::pair<int32_t, int32_t>> moves_;  // of the current pass: (vertex, from)
   // Gain of each vertex's live heap entry (kNone: none); flat cost only.
   static constexpr double kNone = -1e300;
   std::vector<double> queued_;
