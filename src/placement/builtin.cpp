@@ -90,12 +90,12 @@ class BuiltinPartitioner final : public Partitioner {
       Result& r = results[static_cast<size_t>(i)];
       if (i < num_structured) {
         repair_balance(s, caps, r.part);
-        if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part);
-        else refine_fm(s, caps, refine, seed, r.part);
+        if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part, pool_);
+        else refine_fm(s, caps, refine, seed, r.part, pool_);
       } else {
-        r.part = partition_multilevel(s, caps, ml_, refine, seed);
+        r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_);
         repair_balance(s, caps, r.part);
-        refine_fm(s, caps, refine, seed, r.part);
+        refine_fm(s, caps, refine, seed, r.part, pool_);
       }
       r.objective = sub_objective(s, r.part, k);
       r.excess = cap_excess(s, caps, r.part);

@@ -60,8 +60,9 @@ void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const 
 
 // With opts.global_refinement and several nodes: FM over all devices on the exact objective
 // under every bound, kept only when it adds no violation (PlacementOptions::global_refinement).
+// `pool` (may be null): as refine_fm's.
 void refine_all_devices(const PlacementHypergraph& h, const Cluster& cluster,
-                        const PlacementOptions& opts, AllDevices& all_devices,
+                        const PlacementOptions& opts, AllDevices& all_devices, TaskPool* pool,
                         std::vector<int32_t>& parts);
 
 }  // namespace dcp::placement

@@ -13,11 +13,11 @@ namespace dcp::placement {
 namespace {
 
 void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions& opts,
-            const RefineOptions& refine_opts, std::vector<int32_t>& part) {
+            const RefineOptions& refine_opts, TaskPool* pool, std::vector<int32_t>& part) {
   if (opts.multilevel.enabled)
-    refine_multilevel(s, caps, opts.multilevel, refine_opts, opts.seed, part);
+    refine_multilevel(s, caps, opts.multilevel, refine_opts, opts.seed, part, pool);
   else
-    refine_fm(s, caps, refine_opts, opts.seed, part);
+    refine_fm(s, caps, refine_opts, opts.seed, part, pool);
 }
 
 // The global refinement over all devices stops at min_pass_gain_all_devices, except on the light
@@ -92,7 +92,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
         for (int32_t j = 0; j < s.num_vertices(); ++j) dev[j] = parts[s.global[j]] - n * dpn;
         repair_balance(s, caps, dev);
-        if (backend != nullptr) refine(s, caps, opts, opts.refine, dev);
+        if (backend != nullptr) refine(s, caps, opts, opts.refine, pool, dev);
         // A fresh partition only where the repaired split still misses a bound (unless
         // full_memory_fresh_always); on the light path, in the first round only where it misses
         // compute or owned memory (large_defer_fresh).
@@ -129,7 +129,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back.
-        if (backend != nullptr) refine_fm(all, caps, bound_refine(opts), opts.seed, parts);
+        if (backend != nullptr) refine_fm(all, caps, bound_refine(opts), opts.seed, parts, pool);
       }
     }
   }
@@ -142,7 +142,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
 // the copies that FM removes). On a large instance flat FM only: the V-cycle's coarse levels
 // hold vertices with many nets and hundreds of candidate devices, and cost ten times the finest.
 void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
-                     const PlacementOptions& opts, AllDevices& all_devices,
+                     const PlacementOptions& opts, AllDevices& all_devices, TaskPool* pool,
                      std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices();
   const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
@@ -156,9 +156,9 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
   std::vector<int32_t> trial = parts;
   const SubHypergraph& all = all_devices.get();
   if (is_large(h, opts))
-    refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, trial);
+    refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, trial, pool);
   else
-    refine(all, caps, opts, all_devices_refine(h, opts), trial);
+    refine(all, caps, opts, all_devices_refine(h, opts), pool, trial);
   PlacementReport before, after;
   if (check_balance(h, trial, cluster, opts, after).size() <=
       check_balance(h, parts, cluster, opts, before).size())
@@ -195,10 +195,10 @@ void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const 
 }
 
 void refine_all_devices(const PlacementHypergraph& h, const Cluster& cluster,
-                        const PlacementOptions& opts, AllDevices& all_devices,
+                        const PlacementOptions& opts, AllDevices& all_devices, TaskPool* pool,
                         std::vector<int32_t>& parts) {
   if (opts.global_refinement && cluster.nodes > 1 && cluster.num_devices() > 1)
-    refine_globally(h, cluster, opts, all_devices, parts);
+    refine_globally(h, cluster, opts, all_devices, pool, parts);
 }
 
 }  // namespace dcp::placement

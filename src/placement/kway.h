@@ -146,9 +146,10 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
                                         InitialStrategy strategy = InitialStrategy::Best);
 
 // k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
-// the best prefix) that keep both capacities; never increases the objective.
+// the best prefix) that keep both capacities; never increases the objective. `pool` (may be
+// null) evaluates a large level's pass set-up on several threads; the result is the same.
 void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
-               std::vector<int32_t>& part);
+               std::vector<int32_t>& part, TaskPool* pool = nullptr);
 
 class Partitioner {
  public:

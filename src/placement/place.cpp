@@ -246,7 +246,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
     }
     placement::repair_bounds(table, h, cluster, opts, builtin ? backend.get() : nullptr,
                              all_devices, par, parts);
-    if (builtin) placement::refine_all_devices(h, cluster, opts, all_devices, parts);
+    if (builtin) placement::refine_all_devices(h, cluster, opts, all_devices, par, parts);
     PlacementReport r;
     placed.violations = check_balance(h, parts, cluster, opts, r).size();
     placed.objective = connectivity_bytes(h, parts, cluster).objective;
