@@ -256,7 +256,8 @@ struct PlacementOptions {
   bool large_defer_fresh = true;
   // Threads of the built-in backend (the calling thread included; at most 256). Independent
   // work runs at the same time: the starts of each portfolio (structured and multilevel), the
-  // node candidates, the device-level partitions and full-memory repairs of different nodes.
+  // node candidates, the device-level partitions and full-memory repairs of different nodes,
+  // the set-up of an FM pass on a large level (src/placement/README.md).
   // The placement is the same bit for bit for every thread count (each piece of work writes
   // its own result; results are combined in a fixed order). Default 1: the planner's queue
   // (PlanQueue, the Python package) already plans several steps at once on its own threads,
