@@ -2,11 +2,12 @@
 //
 // Each pass moves vertices one at a time, the best exact gain first (negative gains allowed, so
 // a pass can climb out of a local minimum), locks each moved vertex, and finally rolls back to
-// the best prefix of the pass: the objective never increases. Gains live in a lazy max-heap:
-// an entry is re-checked when popped (and re-queued with its true gain when that is lower), and
-// after a move only the pins of nets whose pin count crossed 0/1/2 in the source or target part
-// get fresh entries; under the flat cost without a full-memory cap only those whose gain rose
-// (see move_cached).
+// the best prefix of the pass: the objective never increases. Gains live in a lazy max-heap
+// with one entry per vertex: an entry is re-checked when it reaches the top (and lowered to its
+// true gain when that is lower), and after a move only the pins of nets whose pin count crossed
+// 0/1/2 in the source or target part get renewed entries; under the flat cost without a
+// full-memory cap only those whose gain rose (see move_cached). With a pool, a large level's
+// pass set-up (which reads a fixed state) runs in chunks on its threads, joined in order.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
