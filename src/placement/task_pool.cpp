@@ -1,19 +1,25 @@
 // The fork-join pool of one placement (task_pool.h).
 #include "placement/task_pool.h"
 
+#include <string>
+#include <system_error>
+
+#include "dcp/error.h"
+
 namespace dcp::placement {
 
 TaskPool::TaskPool(int threads) {
   try {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
-  } catch (...) {  // a thread could not start: stop and join those that did
+  } catch (const std::system_error& e) {  // a thread could not start: stop and join those that did
     {
       std::lock_guard<std::mutex> lock(mu_);
       stop_ = true;
     }
     cv_.notify_all();
     for (std::thread& t : workers_) t.join();
-    throw;
+    raise(ErrorKind::System, "placement: could not start thread " + std::to_string(workers_.size() + 1) +
+                                 " of " + std::to_string(threads) + " (PlacementOptions::threads): " + e.what());
   }
 }
 
