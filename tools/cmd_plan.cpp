@@ -288,6 +288,10 @@ void register_plan(CLI::App& app, Runner& runner) {
   sub->add_option("--placement-seed", args->placement.seed, "Seed of the partitioner's tie-breaking")
       ->capture_default_str()
       ->check(non_negative_integer());
+  sub->add_option("--placement-threads", args->placement.threads,
+                  "Threads of the built-in partitioner (the same placement on any count)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   sub->add_option("--export-hgr", args->export_hgr,
                   "Also write the placement hypergraph in hMETIS format (docs/formats.md) to this file, and "
                   "both vertex weights (compute, memory) to FILE.weights");

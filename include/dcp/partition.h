@@ -254,8 +254,19 @@ struct PlacementOptions {
   // cross-node repair and FM of that round fix most such nodes for less, and a node still over
   // is re-partitioned in a later round. false = a fresh partition in every round.
   bool large_defer_fresh = true;
+  // Threads of the built-in backend (the calling thread included; at most 256). Independent
+  // work runs at the same time: the starts of each portfolio (structured and multilevel), the
+  // node candidates, the device-level partitions and full-memory repairs of different nodes,
+  // the set-up of an FM pass on a large level (src/placement/README.md).
+  // The placement is the same bit for bit for every thread count (each piece of work writes
+  // its own result; results are combined in a fixed order). Default 1: the planner's queue
+  // (PlanQueue, the Python package) already plans several steps at once on its own threads,
+  // and threads here on top of those would oversubscribe the cores; set it where one placement
+  // at a time is on the critical path. Other backends always run on one thread.
+  int threads = 1;
   // Throws InvalidInput naming the option (eps < 0, factor <= 0, compute factor < 0, passes
-  // < 0, starts outside [0, 3], a tile cost that is not positive and finite).
+  // < 0, starts outside [0, 3], threads outside [1, 256], a tile cost that is not positive and
+  // finite).
   void validate() const;
 };
 

@@ -4,8 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "placement/multilevel.h"
 #include "placement/kway.h"
+#include "placement/multilevel.h"
+#include "placement/task_pool.h"
 
 namespace dcp::placement {
 
@@ -34,8 +35,8 @@ struct Result {
 
 class BuiltinPartitioner final : public Partitioner {
  public:
-  BuiltinPartitioner(int starts, const MultilevelOptions& ml, bool light)
-      : starts_(std::clamp(starts, 1, 3)), ml_(ml), light_(light) {}
+  BuiltinPartitioner(int starts, const MultilevelOptions& ml, bool light, TaskPool* pool)
+      : starts_(std::clamp(starts, 1, 3)), ml_(ml), light_(light), pool_(pool) {}
 
   std::vector<int32_t> partition(const SubHypergraph& s, const PartCaps& caps, uint64_t seed,
                                  const RefineOptions& refine) const override {
@@ -70,30 +71,40 @@ class BuiltinPartitioner final : public Partitioner {
     const InitialStrategy device_order[] = {InitialStrategy::Best, InitialStrategy::Zigzag,
                                             InitialStrategy::GroupFirst};
     const InitialStrategy node_order[] = {InitialStrategy::Best, InitialStrategy::SharedBands};
-    Result structured;
-    std::vector<int32_t> first_initial;
     const bool group_split = !upper && splits_by_group(s, k);
+    // The structured starts (cheap), then every start refined independently: the structured
+    // ones and the multilevel start run at the same time on the pool.
+    std::vector<Result> results;
     for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
       Result r;
       r.part = structured_initial(
           s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i]);
       // SharedBands equals Best when no sequence is cut over 5 or more parts: skip the rerun.
-      if (i == 0) first_initial = r.part;
-      else if (upper && r.part == first_initial) continue;
-      repair_balance(s, caps, r.part);
-      if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part);
-      else refine_fm(s, caps, refine, seed, r.part);
+      if (i > 0 && upper && r.part == results.front().part) continue;
+      results.push_back(std::move(r));
+    }
+    const int num_structured = static_cast<int>(results.size());
+    const bool with_multilevel = ml_.enabled && !light;
+    if (with_multilevel) results.emplace_back();
+    run_each(pool_, static_cast<int>(results.size()), [&](int i) {
+      Result& r = results[static_cast<size_t>(i)];
+      if (i < num_structured) {
+        repair_balance(s, caps, r.part);
+        if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part, pool_);
+        else refine_fm(s, caps, refine, seed, r.part, pool_);
+      } else {
+        r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_);
+        repair_balance(s, caps, r.part);
+        refine_fm(s, caps, refine, seed, r.part, pool_);
+      }
       r.objective = sub_objective(s, r.part, k);
       r.excess = cap_excess(s, caps, r.part);
-      if (r.better_than(structured)) structured = std::move(r);
-    }
-    if (!ml_.enabled || light) return {std::move(structured.part)};
-    Result multilevel;
-    multilevel.part = partition_multilevel(s, caps, ml_, refine, seed);
-    repair_balance(s, caps, multilevel.part);
-    refine_fm(s, caps, refine, seed, multilevel.part);
-    multilevel.objective = sub_objective(s, multilevel.part, k);
-    multilevel.excess = cap_excess(s, caps, multilevel.part);
+    });
+    Result structured;
+    for (int i = 0; i < num_structured; ++i)
+      if (results[i].better_than(structured)) structured = std::move(results[i]);
+    if (!with_multilevel) return {std::move(structured.part)};
+    Result& multilevel = results.back();
     if (multilevel.better_than(structured)) return {std::move(multilevel.part), std::move(structured.part)};
     return {std::move(structured.part), std::move(multilevel.part)};
   }
@@ -102,13 +113,14 @@ class BuiltinPartitioner final : public Partitioner {
   int starts_;
   MultilevelOptions ml_;
   bool light_;
+  TaskPool* pool_;
 };
 
 }  // namespace
 
 std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml,
-                                                      bool light) {
-  return std::make_unique<BuiltinPartitioner>(starts, ml, light);
+                                                      bool light, TaskPool* pool) {
+  return std::make_unique<BuiltinPartitioner>(starts, ml, light, pool);
 }
 
 }  // namespace dcp::placement

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <vector>
 
 #include "dcp/partition.h"
@@ -29,16 +30,14 @@ SubHypergraph make_all_devices(const BlockTable& table, const PlacementHypergrap
                                const Cluster& cluster);
 
 // Every device as one level (make_all_devices), built on first use: it does not depend on the
-// partition, so the repairs of every node candidate and the global refinement share one.
+// partition, so the repairs of every node candidate and the global refinement share one (node
+// candidates placed at the same time included: the first caller builds it, the others wait).
 class AllDevices {
  public:
   AllDevices(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster)
       : table_(table), h_(h), cluster_(cluster) {}
   const SubHypergraph& get() {
-    if (!built_) {
-      all_ = make_all_devices(table_, h_, cluster_);
-      built_ = true;
-    }
+    std::call_once(built_, [this] { all_ = make_all_devices(table_, h_, cluster_); });
     return all_;
   }
 
@@ -47,21 +46,23 @@ class AllDevices {
   const PlacementHypergraph& h_;
   const Cluster& cluster_;
   SubHypergraph all_;
-  bool built_ = false;
+  std::once_flag built_;
 };
 
 // The bounds after the levels: per-device compute and owned memory (moving blocks across nodes
 // when a node's share cannot be split), then full memory (enforce_full_memory). `backend`
 // (nullptr: repairs only, nothing is refined) re-partitions nodes under the full-memory bound
-// and refines what the repairs moved.
+// and refines what the repairs moved. `pool` (may be null) repairs the nodes of a round at the
+// same time; the result does not depend on it.
 void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
                    const PlacementOptions& opts, const Partitioner* backend,
-                   AllDevices& all_devices, std::vector<int32_t>& parts);
+                   AllDevices& all_devices, TaskPool* pool, std::vector<int32_t>& parts);
 
 // With opts.global_refinement and several nodes: FM over all devices on the exact objective
 // under every bound, kept only when it adds no violation (PlacementOptions::global_refinement).
+// `pool` (may be null): as refine_fm's.
 void refine_all_devices(const PlacementHypergraph& h, const Cluster& cluster,
-                        const PlacementOptions& opts, AllDevices& all_devices,
+                        const PlacementOptions& opts, AllDevices& all_devices, TaskPool* pool,
                         std::vector<int32_t>& parts);
 
 }  // namespace dcp::placement

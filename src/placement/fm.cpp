@@ -2,34 +2,127 @@
 //
 // Each pass moves vertices one at a time, the best exact gain first (negative gains allowed, so
 // a pass can climb out of a local minimum), locks each moved vertex, and finally rolls back to
-// the best prefix of the pass: the objective never increases. Gains live in a lazy max-heap:
-// an entry is re-checked when popped (and re-queued with its true gain when that is lower), and
-// after a move only the pins of nets whose pin count crossed 0/1/2 in the source or target part
-// get fresh entries; under the flat cost without a full-memory cap only those whose gain rose
-// (see move_cached).
+// the best prefix of the pass: the objective never increases. Gains live in a lazy max-heap
+// with one entry per vertex: an entry is re-checked when it reaches the top (and lowered to its
+// true gain when that is lower), and after a move only the pins of nets whose pin count crossed
+// 0/1/2 in the source or target part get renewed entries; under the flat cost without a
+// full-memory cap only those whose gain rose (see move_cached). With a pool, a large level's
+// pass set-up (which reads a fixed state) runs in chunks on its threads, joined in order.
 #include <algorithm>
 #include <cstdint>
-#include <queue>
 #include <vector>
 
 #include "placement/gain_cache.h"
 #include "placement/kway.h"
+#include "placement/task_pool.h"
 
 namespace dcp::placement {
 
 namespace {
 
-struct Entry {
-  double gain;
-  uint64_t tie;
-  int32_t v;
-  int32_t target;
-  uint32_t version;
-  bool operator<(const Entry& o) const {
-    if (gain != o.gain) return gain < o.gain;
-    return tie < o.tie;
+// The pass's priority queue: at most one entry per vertex (its best move's gain and a seeded
+// tie-break), addressable, so that a renewed gain updates the vertex's entry in place instead
+// of leaving stale copies behind. The top is the largest (gain, tie).
+class GainHeap {
+ public:
+  void reset(int32_t num_vertices) {
+    pos_.assign(static_cast<size_t>(num_vertices), -1);
+    items_.clear();
   }
+  bool empty() const { return items_.empty(); }
+  bool contains(int32_t v) const { return pos_[v] >= 0; }
+  // Appends without ordering; heapify() afterwards (linear time for a whole pass's start).
+  void append(int32_t v, double gain, uint64_t tie) {
+    pos_[v] = static_cast<int32_t>(items_.size());
+    items_.push_back({gain, tie, v});
+  }
+  void heapify() {
+    for (size_t i = items_.size() / 2; i > 0; --i) down(i - 1);
+  }
+  // Inserts v or changes its key.
+  void set(int32_t v, double gain, uint64_t tie) {
+    if (pos_[v] < 0) {
+      append(v, gain, tie);
+      up(items_.size() - 1);
+      return;
+    }
+    const size_t i = static_cast<size_t>(pos_[v]);
+    const Item old = items_[i];
+    items_[i].gain = gain;
+    items_[i].tie = tie;
+    if (before(old, items_[i])) up(i);
+    else down(i);
+  }
+  void erase(int32_t v) {
+    const int32_t i = pos_[v];
+    if (i < 0) return;
+    pos_[v] = -1;
+    const Item last = items_.back();
+    items_.pop_back();
+    if (static_cast<size_t>(i) == items_.size()) return;
+    place(static_cast<size_t>(i), last);
+    up(static_cast<size_t>(i));
+    down(static_cast<size_t>(pos_[last.v]));
+  }
+  int32_t top() const { return items_.front().v; }
+  double top_gain() const { return items_.front().gain; }
+  void pop() { erase(items_.front().v); }
+
+ private:
+  struct Item {
+    double gain;
+    uint64_t tie;
+    int32_t v;
+  };
+  // True when a goes below b (b is larger).
+  static bool before(const Item& a, const Item& b) {
+    if (a.gain != b.gain) return a.gain < b.gain;
+    return a.tie < b.tie;
+  }
+  void place(size_t i, const Item& it) {
+    items_[i] = it;
+    pos_[it.v] = static_cast<int32_t>(i);
+  }
+  void up(size_t i) {
+    const Item it = items_[i];
+    while (i > 0) {
+      const size_t parent = (i - 1) / 2;
+      if (!before(items_[parent], it)) break;
+      place(i, items_[parent]);
+      i = parent;
+    }
+    place(i, it);
+  }
+  void down(size_t i) {
+    const Item it = items_[i];
+    const size_t n = items_.size();
+    for (;;) {
+      size_t child = 2 * i + 1;
+      if (child >= n) break;
+      if (child + 1 < n && before(items_[child], items_[child + 1])) ++child;
+      if (!before(it, items_[child])) break;
+      place(i, items_[child]);
+      i = child;
+    }
+    place(i, it);
+  }
+
+  std::vector<Item> items_;
+  std::vector<int32_t> pos_;  // per vertex: index in items_, -1 when not queued
 };
+
+// Candidate scratch of best_move under the hierarchical cost (one per thread).
+struct Scratch {
+  std::vector<int32_t> cand;
+  std::vector<uint8_t> touched;  // per part
+};
+
+// A pass's set-up evaluates every boundary vertex; above this much work (vertices, each
+// weighted kHierarchicalSetupCost under the hierarchical cost, whose best move evaluates
+// several candidate devices net by net) it is split over the pool's threads. Below it the
+// hand-over costs more than it saves (a flat evaluation takes about 0.1 us).
+constexpr int64_t kParallelSetupWork = 4096;
+constexpr int64_t kHierarchicalSetupCost = 8;
 
 class Fm {
  public:
@@ -46,8 +139,7 @@ class Fm {
       load_m_[part[v]] += s.memory[v];
     }
     load_f_ = full_loads(s, count_, k_, part);
-    touched_.assign(k_, 0);
-    version_.assign(static_cast<size_t>(s.num_vertices()), 0);
+    scratch_.touched.assign(static_cast<size_t>(k_), 0);
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
     queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
     cached_ = !s.hierarchical();
@@ -65,62 +157,93 @@ class Fm {
   }
 
   // One pass; returns the objective decrease it kept (>= 0).
-  double pass(uint64_t seed, int max_idle) {
+  double pass(uint64_t seed, int max_idle, TaskPool* pool) {
     const int32_t n = s_.num_vertices();
     std::fill(locked_.begin(), locked_.end(), 0);
     // Every boundary vertex with its best move, heapified at once (linear time).
-    std::vector<Entry> initial;
+    heap_.reset(n);
     std::fill(queued_.begin(), queued_.end(), kNone);
-    for (int32_t v = 0; v < n; ++v) {
-      if (!on_boundary(v)) continue;
-      int32_t target;
-      const double g = best_move(v, target);
-      if (target < 0) continue;
-      initial.push_back(entry(g, v, target, seed));
+    setup(pool);
+    for (const auto& [v, g] : start_) {
+      heap_.append(v, g, tie(v, seed));
       queued_[v] = g;
     }
-    std::priority_queue<Entry> heap(std::less<Entry>(), std::move(initial));
-    std::vector<std::pair<int32_t, int32_t>> moves;  // (vertex, from)
+    heap_.heapify();
+    moves_.clear();  // (vertex, from)
     double cum = 0, best = 0;
     size_t best_len = 0;
     int idle = 0;
     const double tiny = 1e-9;
-    while (!heap.empty() && idle < max_idle) {
-      const Entry top = heap.top();
-      heap.pop();
-      if (locked_[top.v] || top.version != version_[top.v]) continue;
+    while (!heap_.empty() && idle < max_idle) {
+      const int32_t v = heap_.top();
+      const double key = heap_.top_gain();
       int32_t target;
-      const double g = best_move(top.v, target);
+      const double g = best_move(v, target);
       if (target < 0) {
-        queued_[top.v] = kNone;
+        heap_.pop();
+        queued_[v] = kNone;
         continue;
       }
-      if (g < top.gain - tiny) {  // stale: re-queue with the true gain
-        heap.push({g, top.tie, top.v, target, top.version});
-        queued_[top.v] = g;
+      if (g < key - tiny) {  // stale: re-queue with the true gain
+        heap_.set(v, g, tie(v, seed));
+        queued_[v] = g;
         continue;
       }
-      const int32_t from = part_[top.v];
-      move(top.v, from, target, heap, seed);
-      locked_[top.v] = 1;
-      moves.emplace_back(top.v, from);
+      heap_.pop();
+      const int32_t from = part_[v];
+      locked_[v] = 1;
+      move(v, from, target, seed);
+      moves_.emplace_back(v, from);
       cum += g;
       if (cum > best + tiny) {
         best = cum;
-        best_len = moves.size();
+        best_len = moves_.size();
         idle = 0;
       } else {
         ++idle;
       }
     }
-    for (size_t i = moves.size(); i > best_len; --i) {
-      const auto [v, from] = moves[i - 1];
+    for (size_t i = moves_.size(); i > best_len; --i) {
+      const auto [v, from] = moves_[i - 1];
       move_counts(v, part_[v], from);
     }
     return best;
   }
 
  private:
+  // start_ = (vertex, gain of its best move) of every boundary vertex with a move that fits, in
+  // vertex order. The state is read-only here, so on a large level the vertex range is cut
+  // into chunks evaluated at the same time, and the chunks are joined in order: the same list
+  // as one thread makes.
+  void setup(TaskPool* pool) {
+    const int32_t n = s_.num_vertices();
+    start_.clear();
+    const int64_t work = static_cast<int64_t>(n) * (cached_ ? 1 : kHierarchicalSetupCost);
+    const int chunks = pool == nullptr || work < kParallelSetupWork ? 1 : 2 * pool->threads();
+    if (chunks == 1) {
+      scan(0, n, scratch_, start_);
+      return;
+    }
+    std::vector<std::vector<std::pair<int32_t, double>>> part(static_cast<size_t>(chunks));
+    pool->run(chunks, [&](int c) {
+      Scratch scratch;
+      scratch.touched.assign(static_cast<size_t>(k_), 0);
+      const auto lo = static_cast<int32_t>(static_cast<int64_t>(n) * c / chunks);
+      const auto hi = static_cast<int32_t>(static_cast<int64_t>(n) * (c + 1) / chunks);
+      scan(lo, hi, scratch, part[static_cast<size_t>(c)]);
+    });
+    for (const auto& p : part) start_.insert(start_.end(), p.begin(), p.end());
+  }
+
+  void scan(int32_t lo, int32_t hi, Scratch& scratch, std::vector<std::pair<int32_t, double>>& out) const {
+    for (int32_t v = lo; v < hi; ++v) {
+      if (!on_boundary(v)) continue;
+      int32_t target;
+      const double g = best_move(v, target, scratch);
+      if (target >= 0) out.emplace_back(v, g);
+    }
+  }
+
   bool on_boundary(int32_t v) const {
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
@@ -152,8 +275,9 @@ class Fm {
   // part over a capacity may also go to any part that fits (run repair_balance first: the
   // gains here are bytes only).
   // The result is the fitting candidate of the highest gain, the lowest part id among equals.
-  double best_move(int32_t v, int32_t& target) {
-    if (!cached_) return best_move_hierarchical(v, target);
+  double best_move(int32_t v, int32_t& target) { return best_move(v, target, scratch_); }
+  double best_move(int32_t v, int32_t& target, Scratch& scratch) const {
+    if (!cached_) return best_move_hierarchical(v, target, scratch);
     const int32_t from = part_[v];
     const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
                       (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
@@ -189,33 +313,35 @@ class Fm {
   // Under the hierarchical cost (all devices at once) a vertex may go to the devices of its own
   // node or to the home device of one of its nets (where its data lives); a token block also
   // to any device its nets touch. Gains are evaluated for those candidates only.
-  double best_move_hierarchical(int32_t v, int32_t& target) {
+  double best_move_hierarchical(int32_t v, int32_t& target, Scratch& scratch) const {
+    std::vector<int32_t>& cand = scratch.cand;
+    std::vector<uint8_t>& touched = scratch.touched;
     const int32_t from = part_[v];
-    cand_.clear();
+    cand.clear();
     const int32_t node = s_.part_node[from];
     for (int32_t i = node_parts_begin_[node]; i < node_parts_begin_[node + 1]; ++i)
-      if (node_parts_[i] != from) cand_.push_back(node_parts_[i]);
+      if (node_parts_[i] != from) cand.push_back(node_parts_[i]);
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
       const int32_t hv = s_.net_home[e];
       if (hv >= 0 && hv != v) {
-        cand_.push_back(part_[hv]);
+        cand.push_back(part_[hv]);
       } else if (hv == v) {
         const int32_t* c = &count_[static_cast<size_t>(e) * k_];
         for (int b = 0; b < k_; ++b)
-          if (c[b] > 0) cand_.push_back(b);
+          if (c[b] > 0) cand.push_back(b);
       }
     }
     const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
                       (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
                       full_over(from);
     if (over)
-      for (int b = 0; b < k_; ++b) cand_.push_back(b);
+      for (int b = 0; b < k_; ++b) cand.push_back(b);
     target = -1;
     double best = 0;
-    for (int32_t b : cand_) {
-      if (b == from || touched_[b]) continue;
-      touched_[b] = 1;
+    for (int32_t b : cand) {
+      if (b == from || touched[b]) continue;
+      touched[b] = 1;
       if (!fits(v, b)) continue;
       const double g = move_gain(s_, count_.data(), k_, part_, v, from, b);
       if (target < 0 || g > best || (g == best && b < target)) {
@@ -223,22 +349,23 @@ class Fm {
         best = g;
       }
     }
-    for (int32_t b : cand_) touched_[b] = 0;
+    for (int32_t b : cand) touched[b] = 0;
     return best;
   }
 
-  void push(std::priority_queue<Entry>& heap, int32_t v, uint64_t seed) {
-    ++version_[v];
+  // Renews v's entry with its current best move (none when no move fits).
+  void push(int32_t v, uint64_t seed) {
     int32_t target;
     const double g = best_move(v, target);
     queued_[v] = target < 0 ? kNone : g;
-    if (target < 0) return;
-    heap.push(entry(g, v, target, seed));
+    if (target < 0) heap_.erase(v);
+    else heap_.set(v, g, tie(v, seed));
   }
 
-  Entry entry(double g, int32_t v, int32_t target, uint64_t seed) const {
+  // The seeded tie-break of v's entries in a pass (equal gains: a random but fixed order).
+  static uint64_t tie(int32_t v, uint64_t seed) {
     uint64_t st = seed ^ (static_cast<uint64_t>(v) * 0x9e3779b97f4a7c15ULL);
-    return {g, splitmix64(st), v, target, version_[v]};
+    return splitmix64(st);
   }
 
   void move_counts(int32_t v, int32_t from, int32_t to) {
@@ -264,14 +391,14 @@ class Fm {
     if (cached_) cache_.update(s_, part_, count_, v, from, to);
   }
 
-  void move(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap, uint64_t seed) {
+  void move(int32_t v, int32_t from, int32_t to, uint64_t seed) {
     move_counts(v, from, to);
     // Under a full-memory cap a move also changes which moves of the pins of v's nets fit (the
     // copies a part holds), which no gain change shows: their entries are all renewed then.
     // Lazy there, 1M-token batches were left with a violated bound (bench_placement --only
     // large: 3 against 2).
     if (cached_ && !caps_.has_full()) {
-      move_cached(v, from, to, heap, seed);
+      move_cached(v, from, to, seed);
       return;
     }
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
@@ -289,7 +416,7 @@ class Fm {
         const int32_t u = s_.pins[j];
         if (locked_[u] || u == v) continue;
         if (!all && !((in_from && part_[u] == from) || (in_to && part_[u] == to))) continue;
-        push(heap, u, seed);
+        push(u, seed);
       }
     }
   }
@@ -302,8 +429,7 @@ class Fm {
   //   cf == 1: the last pin in `from` may now leave it for free: all its gains rise by w;
   //   cf == 0 and ct == 2 only lower gains (leaving `from` no longer joins a part for free; the
   //            pin in `to` is no longer alone), which the lazy check catches on popping.
-  void move_cached(int32_t v, int32_t from, int32_t to, std::priority_queue<Entry>& heap,
-                   uint64_t seed) {
+  void move_cached(int32_t v, int32_t from, int32_t to, uint64_t seed) {
     const double tiny = 1e-9;
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
@@ -315,7 +441,7 @@ class Fm {
         if (locked_[u] || u == v) continue;
         const bool rose = (cf == 1 && part_[u] == from) ||
                           (ct == 1 && cache_.gain(u, to) > queued_[u] + tiny);
-        if (rose) push(heap, u, seed);
+        if (rose) push(u, seed);
       }
     }
   }
@@ -326,13 +452,14 @@ class Fm {
   std::vector<int32_t>& part_;
   std::vector<int32_t> count_;
   std::vector<double> load_c_, load_m_, load_f_;
-  std::vector<uint8_t> touched_;
-  std::vector<int32_t> node_scratch_, cand_;
+  Scratch scratch_;  // best_move's on the calling thread
+  std::vector<std::pair<int32_t, double>> start_;
   // Parts of each node (hierarchical cost), ascending: node_parts_[node_parts_begin_[n] ...].
   std::vector<int32_t> node_parts_, node_parts_begin_;
   bool cached_ = false;
   GainCache cache_;
-  std::vector<uint32_t> version_;
+  GainHeap heap_;
+  std::vector<std::pair<int32_t, int32_t>> moves_;  // of the current pass: (vertex, from)
   // Gain of each vertex's live heap entry (kNone: none); flat cost only.
   static constexpr double kNone = -1e300;
   std::vector<double> queued_;
@@ -342,7 +469,7 @@ class Fm {
 }  // namespace
 
 void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
-               std::vector<int32_t>& part) {
+               std::vector<int32_t>& part, TaskPool* pool) {
   if (caps.k() <= 1 || s.num_vertices() == 0) return;
   Fm fm(s, caps, part);
   const int max_idle = std::clamp(
@@ -353,7 +480,7 @@ void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions
   double objective = min_gain > 0 ? sub_objective(s, part, caps.k()) : 0.0;
   for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);
-    const double gain = fm.pass(splitmix64(st), max_idle);
+    const double gain = fm.pass(splitmix64(st), max_idle, pool);
     if (gain <= 0 || gain < min_gain * objective) break;
     objective -= gain;
   }

@@ -6,17 +6,18 @@
 
 #include "placement/driver.h"
 #include "placement/multilevel.h"
+#include "placement/task_pool.h"
 
 namespace dcp::placement {
 
 namespace {
 
 void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions& opts,
-            const RefineOptions& refine_opts, std::vector<int32_t>& part) {
+            const RefineOptions& refine_opts, TaskPool* pool, std::vector<int32_t>& part) {
   if (opts.multilevel.enabled)
-    refine_multilevel(s, caps, opts.multilevel, refine_opts, opts.seed, part);
+    refine_multilevel(s, caps, opts.multilevel, refine_opts, opts.seed, part, pool);
   else
-    refine_fm(s, caps, refine_opts, opts.seed, part);
+    refine_fm(s, caps, refine_opts, opts.seed, part, pool);
 }
 
 // The global refinement over all devices stops at min_pass_gain_all_devices, except on the light
@@ -56,7 +57,7 @@ double mean_of(const std::vector<int64_t>& v) {
 // exact hierarchical objective, then refined by FM there.
 void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
                          const Cluster& cluster, const PlacementOptions& opts,
-                         const Partitioner* backend, AllDevices& all_devices,
+                         const Partitioner* backend, AllDevices& all_devices, TaskPool* pool,
                          std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices(), dpn = cluster.devices_per_node;
   const int32_t nv = h.num_vertices();
@@ -81,13 +82,17 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
       caps.full_memory.assign(dpn, (1 + opts.eps_memory * aim) * mean_f);
       std::vector<int32_t> node(static_cast<size_t>(nv));
       for (int32_t v = 0; v < nv; ++v) node[v] = cluster.node_of(parts[v]);
-      for (int n = 0; n < cluster.nodes; ++n) {
-        if (!node_over[n]) continue;
+      // Each node is repaired on its own vertices: the nodes write disjoint entries of `parts`.
+      std::vector<int32_t> over_nodes;
+      for (int n = 0; n < cluster.nodes; ++n)
+        if (node_over[n]) over_nodes.push_back(n);
+      run_each(pool, static_cast<int>(over_nodes.size()), [&](int i) {
+        const int n = over_nodes[static_cast<size_t>(i)];
         const SubHypergraph s = make_sub(table, h, node, n, w_inter);
         std::vector<int32_t> dev(static_cast<size_t>(s.num_vertices()));
-        for (int32_t i = 0; i < s.num_vertices(); ++i) dev[i] = parts[s.global[i]] - n * dpn;
+        for (int32_t j = 0; j < s.num_vertices(); ++j) dev[j] = parts[s.global[j]] - n * dpn;
         repair_balance(s, caps, dev);
-        if (backend != nullptr) refine(s, caps, opts, opts.refine, dev);
+        if (backend != nullptr) refine(s, caps, opts, opts.refine, pool, dev);
         // A fresh partition only where the repaired split still misses a bound (unless
         // full_memory_fresh_always); on the light path, in the first round only where it misses
         // compute or owned memory (large_defer_fresh).
@@ -106,8 +111,8 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
               (x_fresh.same(x_dev) && sub_objective(s, fresh, dpn) < sub_objective(s, dev, dpn)))
             dev = std::move(fresh);
         }
-        for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
-      }
+        for (int32_t j = 0; j < s.num_vertices(); ++j) parts[s.global[j]] = n * dpn + dev[j];
+      });
     }
     if (cluster.nodes > 1) {
       const std::vector<int64_t> after = full_memory_bytes(h, parts, num_dev);
@@ -124,7 +129,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back.
-        if (backend != nullptr) refine_fm(all, caps, bound_refine(opts), opts.seed, parts);
+        if (backend != nullptr) refine_fm(all, caps, bound_refine(opts), opts.seed, parts, pool);
       }
     }
   }
@@ -137,7 +142,7 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
 // the copies that FM removes). On a large instance flat FM only: the V-cycle's coarse levels
 // hold vertices with many nets and hundreds of candidate devices, and cost ten times the finest.
 void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
-                     const PlacementOptions& opts, AllDevices& all_devices,
+                     const PlacementOptions& opts, AllDevices& all_devices, TaskPool* pool,
                      std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices();
   const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
@@ -151,9 +156,9 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
   std::vector<int32_t> trial = parts;
   const SubHypergraph& all = all_devices.get();
   if (is_large(h, opts))
-    refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, trial);
+    refine_fm(all, caps, all_devices_refine(h, opts), opts.seed, trial, pool);
   else
-    refine(all, caps, opts, all_devices_refine(h, opts), trial);
+    refine(all, caps, opts, all_devices_refine(h, opts), pool, trial);
   PlacementReport before, after;
   if (check_balance(h, trial, cluster, opts, after).size() <=
       check_balance(h, parts, cluster, opts, before).size())
@@ -164,7 +169,7 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
 
 void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const Cluster& cluster,
                    const PlacementOptions& opts, const Partitioner* backend,
-                   AllDevices& all_devices, std::vector<int32_t>& parts) {
+                   AllDevices& all_devices, TaskPool* pool, std::vector<int32_t>& parts) {
   const int num_dev = cluster.num_devices();
   if (num_dev <= 1) return;
   const int32_t nv = h.num_vertices();
@@ -186,14 +191,14 @@ void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const 
   for (int d = 0; d < num_dev; ++d)
     over = over || c[d] > dev_caps.compute[d] || m[d] > dev_caps.memory[d];
   if (over) repair_balance(all_devices.get(), dev_caps, parts);
-  enforce_full_memory(table, h, cluster, opts, backend, all_devices, parts);
+  enforce_full_memory(table, h, cluster, opts, backend, all_devices, pool, parts);
 }
 
 void refine_all_devices(const PlacementHypergraph& h, const Cluster& cluster,
-                        const PlacementOptions& opts, AllDevices& all_devices,
+                        const PlacementOptions& opts, AllDevices& all_devices, TaskPool* pool,
                         std::vector<int32_t>& parts) {
   if (opts.global_refinement && cluster.nodes > 1 && cluster.num_devices() > 1)
-    refine_globally(h, cluster, opts, all_devices, parts);
+    refine_globally(h, cluster, opts, all_devices, pool, parts);
 }
 
 }  // namespace dcp::placement

@@ -237,6 +237,8 @@ void PlacementOptions::validate() const {
     bad("full_memory_rounds must be >= 0 and the full-memory targets in (0, 1]");
   if (large_vertices < 0)
     bad("large_vertices must be >= 0, 0 = none (got " + std::to_string(large_vertices) + ")");
+  if (threads < 1 || threads > 256)
+    bad("threads must be in [1, 256] (got " + std::to_string(threads) + ")");
   if (initial_starts < 0 || initial_starts > 3)
     bad("initial_starts must be in [0, 3], 0 = auto (got " + std::to_string(initial_starts) + ")");
   for (size_t k = 0; k < 3; ++k)

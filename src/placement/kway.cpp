@@ -180,9 +180,11 @@ double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, i
 }
 
 std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind, int builtin_starts,
-                                              const MultilevelOptions& ml, bool builtin_light) {
+                                              const MultilevelOptions& ml, bool builtin_light,
+                                              TaskPool* builtin_pool) {
   switch (kind) {
-    case PartitionerKind::Builtin: return make_builtin_partitioner(builtin_starts, ml, builtin_light);
+    case PartitionerKind::Builtin:
+      return make_builtin_partitioner(builtin_starts, ml, builtin_light, builtin_pool);
     case PartitionerKind::Metis: return make_metis_partitioner();
     case PartitionerKind::Zoltan: return make_zoltan_partitioner();
   }

@@ -11,6 +11,8 @@
 
 namespace dcp::placement {
 
+class TaskPool;
+
 // The vertices and nets one level sees. At the node level that is everything; at the device
 // level, the vertices of one node, with nets cut down to their pins inside the node.
 struct SubHypergraph {
@@ -144,9 +146,10 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
                                         InitialStrategy strategy = InitialStrategy::Best);
 
 // k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
-// the best prefix) that keep both capacities; never increases the objective.
+// the best prefix) that keep both capacities; never increases the objective. `pool` (may be
+// null) evaluates a large level's pass set-up on several threads; the result is the same.
 void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
-               std::vector<int32_t>& part);
+               std::vector<int32_t>& part, TaskPool* pool = nullptr);
 
 class Partitioner {
  public:
@@ -167,13 +170,16 @@ class Partitioner {
 // `starts`: structured starts tried at a device level (1: Best; 2: + Zigzag; 3: + GroupFirst;
 // GroupSplit is added where the head groups divide evenly over the parts); `ml`: the multilevel
 // scheme (V-cycles and the multilevel start) when enabled; `light`: at a level whose parts are
-// split again, the Best structured start alone (PlacementOptions::large_vertices).
+// split again, the Best structured start alone (PlacementOptions::large_vertices); `pool`
+// (may be null): runs the portfolio's starts at the same time (the result is the same with any
+// thread count, task_pool.h); it must outlive the partitioner.
 std::unique_ptr<Partitioner> make_builtin_partitioner(int starts, const MultilevelOptions& ml,
-                                                      bool light = false);
+                                                      bool light = false, TaskPool* pool = nullptr);
 std::unique_ptr<Partitioner> make_metis_partitioner();
 std::unique_ptr<Partitioner> make_zoltan_partitioner();  // throws Unsupported when not built
 std::unique_ptr<Partitioner> make_partitioner(PartitionerKind kind, int builtin_starts,
-                                              const MultilevelOptions& ml, bool builtin_light = false);
+                                              const MultilevelOptions& ml, bool builtin_light = false,
+                                              TaskPool* builtin_pool = nullptr);
 
 // splitmix64: the project's portable PRNG step.
 inline uint64_t splitmix64(uint64_t& state) {

@@ -10,7 +10,8 @@
 namespace dcp::placement {
 
 void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const MultilevelOptions& opts,
-                       const RefineOptions& refine, uint64_t seed, std::vector<int32_t>& part) {
+                       const RefineOptions& refine, uint64_t seed, std::vector<int32_t>& part,
+                       TaskPool* pool) {
   if (caps.k() <= 1 || s.num_vertices() == 0) return;
   const std::vector<CoarseLevel> levels = coarsen(s, caps, &part, opts, seed);
   // The partition on every level, finest first (exact: clusters never span parts).
@@ -21,16 +22,17 @@ void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const Multi
     for (size_t v = 0; v < parts[i].size(); ++v) parts[i + 1][levels[i].cluster_of[v]] = parts[i][v];
   }
   for (size_t i = levels.size(); i > 0; --i) {
-    refine_fm(levels[i - 1].graph, caps, refine, seed + i, parts[i]);
+    refine_fm(levels[i - 1].graph, caps, refine, seed + i, parts[i], pool);
     for (size_t v = 0; v < parts[i - 1].size(); ++v) parts[i - 1][v] = parts[i][levels[i - 1].cluster_of[v]];
   }
-  refine_fm(s, caps, refine, seed, parts[0]);
+  refine_fm(s, caps, refine, seed, parts[0], pool);
   part = std::move(parts[0]);
 }
 
 std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps& caps,
                                           const MultilevelOptions& opts,
-                                          const RefineOptions& refine, uint64_t seed) {
+                                          const RefineOptions& refine, uint64_t seed,
+                                          TaskPool* pool) {
   const int k = caps.k();
   if (k <= 1) return std::vector<int32_t>(static_cast<size_t>(s.num_vertices()), 0);
   const std::vector<CoarseLevel> levels = coarsen(s, caps, nullptr, opts, seed);
@@ -62,7 +64,7 @@ std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps
     std::vector<int32_t> finer(map.size());
     for (size_t v = 0; v < map.size(); ++v) finer[v] = best[map[v]];
     best = std::move(finer);
-    refine_fm(i > 1 ? levels[i - 2].graph : s, caps, refine, seed + i, best);
+    refine_fm(i > 1 ? levels[i - 2].graph : s, caps, refine, seed + i, best, pool);
   }
   return best;
 }

@@ -13,15 +13,18 @@ namespace dcp::placement {
 // and runs k-way FM on every level from the coarsest back to s itself. FM never increases the
 // objective and keeps every capacity that holds, and projection preserves both exactly, so
 // neither does the V-cycle.
+// `pool` (may be null): as refine_fm's.
 void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const MultilevelOptions& opts,
-                       const RefineOptions& refine, uint64_t seed, std::vector<int32_t>& part);
+                       const RefineOptions& refine, uint64_t seed, std::vector<int32_t>& part,
+                       TaskPool* pool = nullptr);
 
 // The full cycle from no partition: coarsens s freely, partitions the coarsest level (the best
 // of the flat starts, each repaired and refined there), then projects and refines with FM on
 // every level back up. Returns a partition of s; callers repair.
 std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps& caps,
                                           const MultilevelOptions& opts,
-                                          const RefineOptions& refine, uint64_t seed);
+                                          const RefineOptions& refine, uint64_t seed,
+                                          TaskPool* pool = nullptr);
 
 // Flat starts for a small (coarsest) hypergraph, which has lost the tile geometry but keeps each
 // cluster's first member's sequence, query row and key block: vertices in order of (sequence,

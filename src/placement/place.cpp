@@ -8,6 +8,7 @@
 
 #include "dcp/error.h"
 #include "placement/driver.h"
+#include "placement/task_pool.h"
 
 namespace dcp {
 
@@ -129,7 +130,7 @@ DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
   const PlacementHypergraph h = build_placement_hypergraph(table, opts.tile_cost);
   std::vector<int32_t> parts = placement_to_parts(h, start);
   placement::AllDevices all_devices(table, h, cluster);
-  placement::repair_bounds(table, h, cluster, opts, nullptr, all_devices, parts);
+  placement::repair_bounds(table, h, cluster, opts, nullptr, all_devices, nullptr, parts);
   measure(h, parts, cluster, opts, out, start.method);
   out.report.total_s = seconds_since(t_start);
   return out;
@@ -159,7 +160,12 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   rep.build_s = seconds_since(t_start);
   const int32_t nv = h.num_vertices();
   const bool light = builtin && placement::is_large(h, opts);
-  const auto backend = placement::make_partitioner(opts.partitioner, starts, opts.multilevel, light);
+  // Independent work runs on the pool (PlacementOptions::threads); every result is combined in
+  // a fixed order, so the placement does not depend on the thread count. The outside backends
+  // run one call at a time.
+  placement::TaskPool pool(builtin ? opts.threads : 1);
+  placement::TaskPool* const par = pool.threads() > 1 ? &pool : nullptr;
+  const auto backend = placement::make_partitioner(opts.partitioner, starts, opts.multilevel, light, par);
   const int num_nodes = cluster.nodes, dpn = cluster.devices_per_node;
   const int num_dev = cluster.num_devices();
   const double total_c = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
@@ -207,51 +213,68 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
 
   // Level 2: devices of each node, against the global per-device bounds; then the bounds over
   // everything and the global refinement. The lowest final objective among the node candidates
-  // wins, those without a violated bound first. (Choosing before the global refinement and
-  // refining the winner alone was measured: 7 % less time on the 2-node instances, but 4 of the
-  // 144 instance-runs of the comparison came out 0.3-8 % worse and none better.)
+  // wins, those without a violated bound first, the earlier candidate on ties. (Choosing before
+  // the global refinement and refining the winner alone was measured: 7 % less time on the
+  // 2-node instances, but 4 of the 144 instance-runs of the comparison came out 0.3-8 % worse
+  // and none better.) Node candidates, and the nodes of one candidate, are placed at the same
+  // time on the pool.
   t0 = Clock::now();
   placement::AllDevices all_devices(table, h, cluster);
-  std::vector<int32_t> best_parts;
-  size_t best_violations = 0;
-  double best_objective = 0;
+  struct Placed {
+    std::vector<int32_t> parts;
+    size_t violations = 0;
+    double objective = 0;
+  };
   auto place_devices = [&](const std::vector<int32_t>& node) {
-    std::vector<int32_t> parts(static_cast<size_t>(nv), 0);
+    Placed placed;
+    std::vector<int32_t>& parts = placed.parts;
+    parts.assign(static_cast<size_t>(nv), 0);
     for (int32_t v = 0; v < nv; ++v) parts[v] = node[v] * dpn;
     if (dpn > 1) {
       placement::PartCaps caps;
       caps.compute.assign(dpn, (1 + opts.eps_compute) * total_c / num_dev);
       caps.memory.assign(dpn, (1 + opts.eps_memory) * total_m / num_dev);
-      for (int n = 0; n < num_nodes; ++n) {
+      // Each node's vertices are its own: the nodes write disjoint entries of `parts`.
+      placement::run_each(par, num_nodes, [&](int n) {
         const placement::SubHypergraph s = placement::make_sub(table, h, node, n, w_inter);
-        if (s.num_vertices() == 0) continue;
+        if (s.num_vertices() == 0) return;
         std::vector<int32_t> dev = backend->partition(s, caps, opts.seed, opts.refine);
         check_parts(dev, s.num_vertices(), dpn, name);
         placement::repair_balance(s, caps, dev);
         for (int32_t i = 0; i < s.num_vertices(); ++i) parts[s.global[i]] = n * dpn + dev[i];
-      }
+      });
     }
     placement::repair_bounds(table, h, cluster, opts, builtin ? backend.get() : nullptr,
-                             all_devices, parts);
-    if (builtin) placement::refine_all_devices(h, cluster, opts, all_devices, parts);
+                             all_devices, par, parts);
+    if (builtin) placement::refine_all_devices(h, cluster, opts, all_devices, par, parts);
     PlacementReport r;
-    const size_t violations = check_balance(h, parts, cluster, opts, r).size();
-    const double objective = connectivity_bytes(h, parts, cluster).objective;
-    if (best_parts.empty() || violations < best_violations ||
-        (violations == best_violations && objective < best_objective)) {
-      best_parts = std::move(parts);
-      best_violations = violations;
-      best_objective = objective;
+    placed.violations = check_balance(h, parts, cluster, opts, r).size();
+    placed.objective = connectivity_bytes(h, parts, cluster).objective;
+    return placed;
+  };
+  Placed best;
+  bool have_best = false;
+  auto place_all = [&](const std::vector<std::vector<int32_t>>& candidates) {
+    std::vector<Placed> placed(candidates.size());
+    placement::run_each(par, static_cast<int>(candidates.size()),
+                        [&](int i) { placed[i] = place_devices(candidates[i]); });
+    for (Placed& p : placed) {
+      if (!have_best || p.violations < best.violations ||
+          (p.violations == best.violations && p.objective < best.objective)) {
+        best = std::move(p);
+        have_best = true;
+      }
     }
   };
-  for (const std::vector<int32_t>& node : node_parts) place_devices(node);
+  place_all(node_parts);
   // The light path's single node candidate can leave a bound violated that another start of
   // the full portfolio meets: those run then, on such batches only.
-  if (light && best_violations > 0 && num_nodes > 1) {
-    const auto full = placement::make_partitioner(opts.partitioner, starts, opts.multilevel);
-    for (const std::vector<int32_t>& node : node_candidates(*full)) place_devices(node);
+  if (light && best.violations > 0 && num_nodes > 1) {
+    const auto full = placement::make_partitioner(opts.partitioner, starts, opts.multilevel, false, par);
+    place_all(node_candidates(*full));
   }
   rep.device_level_s = seconds_since(t0);
+  const std::vector<int32_t>& best_parts = best.parts;
 
   measure(h, best_parts, cluster, opts, out, "dcp");
   rep.total_s = seconds_since(t_start);

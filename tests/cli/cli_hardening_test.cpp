@@ -85,6 +85,7 @@ TEST(CliHardening, SilentAcceptancesAreRefused) {
       {"plan --seed -1", "--seed"},
       {"run --data-seed -1", "--data-seed"},
       {"plan --placement-seed -3", "--placement-seed"},
+      {"plan --placement-threads 0", "--placement-threads"},
       {"run --threads -1", "--threads"},
       {"run --timeout 0", "--timeout"},
       {"run --timeout -1", "--timeout"},

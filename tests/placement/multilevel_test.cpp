@@ -17,6 +17,7 @@
 #include "placement/gain_cache.h"
 #include "placement/kway.h"
 #include "placement/multilevel.h"
+#include "placement/task_pool.h"
 
 namespace dcp {
 namespace {
@@ -257,6 +258,73 @@ TEST(Multilevel, PlacementBytesAreDeterministic) {
     if (run == 0) first = bytes.str();
     else EXPECT_EQ(bytes.str(), first) << "run " << run;
   }
+}
+
+TEST(Multilevel, SamePlacementOnEveryThreadCount) {
+  // PlacementOptions::threads runs independent work at the same time; the placement must not
+  // depend on it: causal, lambda and shared-question batches on 2 and 4 nodes, and the light
+  // path (large_vertices forced low), on 1, 2 and 3 threads.
+  struct Case {
+    uint64_t seed;
+    Mask mask;
+    bool shared_question;
+    int nodes, dpn;
+    int32_t large_vertices;
+  };
+  const Case cases[] = {
+      {71, Mask::causal(), false, 2, 4, 25000},  {72, Mask::lambda(32, 512), false, 2, 4, 25000},
+      {73, Mask::causal(), true, 2, 4, 25000},   {74, Mask::causal(), false, 4, 4, 25000},
+      {75, Mask::lambda(32, 512), false, 4, 2, 25000}, {76, Mask::causal(), true, 4, 4, 25000},
+      {77, Mask::causal(), false, 4, 4, 500},
+  };
+  for (const Case& c : cases) {
+    Batch batch = random_batch(c.seed, 40000, 8, 2, c.mask);
+    if (c.shared_question)
+      for (Sequence& q : batch.sequences)
+        if (q.length >= 5) q.mask = Mask::shared_question_for(q.length);
+    const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+    const Cluster cluster = make_cluster(c.nodes, c.dpn);
+    PlacementOptions opts;
+    opts.large_vertices = c.large_vertices;
+    DcpPlacement first;
+    for (int threads : {1, 2, 3}) {
+      opts.threads = threads;
+      const DcpPlacement d = place_dcp(table, cluster, opts);
+      if (threads == 1) {
+        first = d;
+        continue;
+      }
+      EXPECT_EQ(d.placement.tile_device, first.placement.tile_device)
+          << "seed " << c.seed << ", " << threads << " threads";
+      EXPECT_EQ(d.placement.block_home, first.placement.block_home)
+          << "seed " << c.seed << ", " << threads << " threads";
+      EXPECT_EQ(d.report.objective, first.report.objective);
+      EXPECT_EQ(d.report.violations, first.report.violations);
+    }
+  }
+}
+
+TEST(Multilevel, TaskPoolRunsEveryPieceNestedAndRethrowsTheFirstError) {
+  for (int threads : {1, 2, 3}) {
+    placement::TaskPool pool(threads);
+    EXPECT_EQ(pool.threads(), threads);
+    // Nested runs: every (i, j) exactly once.
+    std::vector<int> hits(8 * 5, 0);
+    pool.run(8, [&](int i) { pool.run(5, [&](int j) { ++hits[static_cast<size_t>(i * 5 + j)]; }); });
+    EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), 40) << threads << " threads";
+    // Several pieces throw: the lowest index's error surfaces, whatever ran first.
+    try {
+      pool.run(6, [](int i) {
+        if (i == 2 || i == 4) raise(ErrorKind::InvalidInput, "piece " + std::to_string(i));
+      });
+      ADD_FAILURE() << "no exception";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("piece 2"), std::string::npos) << e.what();
+    }
+  }
+  PlacementOptions bad;
+  bad.threads = 0;
+  EXPECT_THROW(bad.validate(), Error);
 }
 
 TEST(Multilevel, EveryBoundHoldsOnMultiNodeBatches) {
