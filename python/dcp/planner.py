@@ -21,7 +21,7 @@ def _options(options: Any) -> _dcp.PlanOptions:
         return options
     o = _dcp.PlanOptions()
     known = {"method", "block_size", "q_heads_per_group", "stages", "eps_compute", "eps_memory", "seed", "search",
-             "search_block_sizes", "search_eps_compute", "outputs_in_place"}
+             "search_block_sizes", "search_eps_compute", "outputs_in_place", "placement_threads"}
     for key, value in dict(options or {}).items():
         if key not in known:
             raise ValueError(f"plan option '{key}': expected one of {sorted(known)}")
@@ -176,7 +176,9 @@ class Planner:
     cluster:  a cluster preset name ('h200-nvl', 'a100-p4d'), a cluster JSON file or a dcp.Cluster;
               with a preset, devices per node come from LOCAL_WORLD_SIZE (torchrun) unless given.
     options:  dict or dcp.PlanOptions: method ('dcp' or a static layout: ring, zigzag, ulysses,
-              a2a_p2p, packing), block_size, stages, eps_compute, eps_memory, search, ...
+              a2a_p2p, packing), block_size, stages, eps_compute, eps_memory, search,
+              placement_threads (threads inside one placement, default 1: `threads` below already
+              plans several steps at once), ...
     shape:    (q_heads, kv_heads, head_dim) of the model's attention; dtype its element type.
     threads:  planning threads; lookahead: how many steps `iterate` keeps submitted ahead.
     verify:   compare the plan hash across the group: 'every' plan (default), 'first', 'never'.

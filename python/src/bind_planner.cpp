@@ -61,6 +61,9 @@ void bind_planner(nb::module_& m) {
           "seed", [](const StepPlanOptions& o) { return o.placement.seed; },
           [](StepPlanOptions& o, uint64_t s) { o.placement.seed = s; })
       .def_prop_rw(
+          "placement_threads", [](const StepPlanOptions& o) { return o.placement.threads; },
+          [](StepPlanOptions& o, int n) { o.placement.threads = o.search.placement.threads = n; })
+      .def_prop_rw(
           "outputs_in_place", [](const StepPlanOptions& o) { return o.plan.outputs_in_place; },
           [](StepPlanOptions& o, bool v) { o.plan.outputs_in_place = o.search.plan.outputs_in_place = v; })
       .def_rw("search", &StepPlanOptions::search_candidates)

@@ -25,6 +25,20 @@ def test_plans_come_back_in_submission_order():
         assert s["planning_ms"] >= 0 and s["waited_ms"] >= 0
 
 
+def test_placement_threads_give_the_same_plan():
+    """Threads inside one placement (placement_threads) change its time, never the plan."""
+    lengths, specs = cases.random_docs(5, max_len=900, num_docs=6)
+    options = {"block_size": 64, "stages": 2}
+    cluster = dcp.cluster("a100-p4d", 2, 4)  # two nodes: node candidates and per-node work in parallel
+
+    def plan_hash(**extra):
+        return dcp.plan(lengths, specs, cases.SHAPE, cluster=cluster, world_size=8, options=dict(options, **extra)).hash
+
+    assert plan_hash() == plan_hash(placement_threads=3)
+    with pytest.raises(Exception, match="threads"):
+        plan_hash(placement_threads=0)
+
+
 def test_iterate_keeps_lookahead_steps_submitted():
     p = planner(lookahead=2)
     items = [cases.random_docs(seed) for seed in range(5)]
