@@ -8,6 +8,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <variant>
 
@@ -290,6 +291,20 @@ struct Executor::Impl {
     std::vector<Range> row;
     // A Partial tile's mask rows depend on its blocks only: head groups share one copy.
     std::map<std::pair<int32_t, int32_t>, std::pair<int64_t, int64_t>> masks;  // -> (mask, ranges_begin)
+    r.tiles.reserve(a.tiles.size());
+    {
+      // Sized once (a row has a range or two in the named masks): growing these rows by doubling
+      // touched about twice their memory, page by page, in the step's first attention call.
+      std::set<std::pair<int32_t, int32_t>> partial;
+      int64_t rows = 0;
+      for (const TileOp& op : a.tiles) {
+        const Tile& tile = plan.table.tiles[static_cast<size_t>(op.tile)];
+        if (tile.kind == TileKind::Partial && partial.insert({tile.q_block, tile.kv_block}).second)
+          rows += block_tokens(tile.q_block) + 1;
+      }
+      r.row_offsets.reserve(static_cast<size_t>(rows));
+      r.ranges.reserve(static_cast<size_t>(2 * rows));
+    }
     for (const TileOp& op : a.tiles) {
       const Tile& tile = plan.table.tiles[static_cast<size_t>(op.tile)];
       const int32_t set = plan.table.groups.kv_set(tile.head_group);
