@@ -8,7 +8,6 @@
 #include <chrono>
 #include <limits>
 #include <map>
-#include <set>
 #include <string>
 #include <variant>
 
@@ -289,22 +288,20 @@ struct Executor::Impl {
     if (it != attends.end()) return it->second;
     Resolved r;
     std::vector<Range> row;
-    // A Partial tile's mask rows depend on its blocks only: head groups share one copy.
-    std::map<std::pair<int32_t, int32_t>, std::pair<int64_t, int64_t>> masks;  // -> (mask, ranges_begin)
-    r.tiles.reserve(a.tiles.size());
-    {
-      // Sized once (a row has a range or two in the named masks): growing these rows by doubling
-      // touched about twice their memory, page by page, in the step's first attention call.
-      std::set<std::pair<int32_t, int32_t>> partial;
-      int64_t rows = 0;
-      for (const TileOp& op : a.tiles) {
-        const Tile& tile = plan.table.tiles[static_cast<size_t>(op.tile)];
-        if (tile.kind == TileKind::Partial && partial.insert({tile.q_block, tile.kv_block}).second)
-          rows += block_tokens(tile.q_block) + 1;
-      }
-      r.row_offsets.reserve(static_cast<size_t>(rows));
-      r.ranges.reserve(static_cast<size_t>(2 * rows));
+    // A Partial tile's mask rows depend on its blocks only: head groups share one copy, made
+    // where the blocks first appear. The rows are sized once (a row has a range or two in the
+    // named masks): growing them by doubling touched about twice their memory, page by page, in
+    // the step's first attention call.
+    std::map<std::pair<int32_t, int32_t>, std::pair<int64_t, int64_t>> masks;  // -> (mask, ranges_begin); -1: not made yet
+    int64_t mask_rows = 0;
+    for (const TileOp& op : a.tiles) {
+      const Tile& tile = plan.table.tiles[static_cast<size_t>(op.tile)];
+      if (tile.kind == TileKind::Partial && masks.try_emplace({tile.q_block, tile.kv_block}, -1, -1).second)
+        mask_rows += block_tokens(tile.q_block) + 1;
     }
+    r.row_offsets.reserve(static_cast<size_t>(mask_rows));
+    r.ranges.reserve(static_cast<size_t>(2 * mask_rows));
+    r.tiles.reserve(a.tiles.size());
     for (const TileOp& op : a.tiles) {
       const Tile& tile = plan.table.tiles[static_cast<size_t>(op.tile)];
       const int32_t set = plan.table.groups.kv_set(tile.head_group);
@@ -340,20 +337,21 @@ struct Executor::Impl {
         check_rows(DataKind::dKV, t.dkv, t.num_kv, "Attend dkv");
       }
       if (tile.kind == TileKind::Partial) {
-        const auto m = masks.try_emplace({tile.q_block, tile.kv_block}, static_cast<int64_t>(r.row_offsets.size()),
-                                         static_cast<int64_t>(r.ranges.size())).first;
-        t.mask = m->second.first;
-        t.ranges_begin = m->second.second;
-      }
-      if (tile.kind == TileKind::Partial && t.mask == static_cast<int64_t>(r.row_offsets.size())) {
-        const TokenBlock& qb = plan.table.token_blocks[static_cast<size_t>(tile.q_block)];
-        const TokenBlock& kb = plan.table.token_blocks[static_cast<size_t>(tile.kv_block)];
-        r.row_offsets.push_back(0);
-        for (int64_t i = 0; i < qb.length; ++i) {
-          plan.table.tile_row_ranges(tile, qb.begin + i, row);  // sequence coordinates
-          for (const Range& g : row) r.ranges.push_back({g.begin - kb.begin, g.end - kb.begin});
-          r.row_offsets.push_back(static_cast<int64_t>(r.ranges.size()) - t.ranges_begin);
+        auto& [mask, ranges_begin] = masks.at({tile.q_block, tile.kv_block});
+        if (mask < 0) {
+          const TokenBlock& qb = plan.table.token_blocks[static_cast<size_t>(tile.q_block)];
+          const TokenBlock& kb = plan.table.token_blocks[static_cast<size_t>(tile.kv_block)];
+          mask = static_cast<int64_t>(r.row_offsets.size());
+          ranges_begin = static_cast<int64_t>(r.ranges.size());
+          r.row_offsets.push_back(0);
+          for (int64_t i = 0; i < qb.length; ++i) {
+            plan.table.tile_row_ranges(tile, qb.begin + i, row);  // sequence coordinates
+            for (const Range& g : row) r.ranges.push_back({g.begin - kb.begin, g.end - kb.begin});
+            r.row_offsets.push_back(static_cast<int64_t>(r.ranges.size()) - ranges_begin);
+          }
         }
+        t.mask = mask;
+        t.ranges_begin = ranges_begin;
       }
       r.tiles.push_back(t);
     }

@@ -178,29 +178,23 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
 
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                              std::span<const uint8_t> cells) {
-  std::vector<AttnWorkItem> work = make_backward_work(tiles, shape);
-  if (cells.empty()) return work;
-  // A chunk of 128 keys covers cell columns 2 c and 2 c + 1: drop it when no cell there has a key.
-  std::erase_if(work, [&](const AttnWorkItem& w) {
-    const AttnTile& t = tiles[static_cast<std::size_t>(w.tile)];
-    if (t.kind != TileKind::Partial || t.cells_begin < 0) return false;
+  validate(tiles, shape, "make_backward_work");
+  // Whether a Partial tile's 128-key chunk c has an allowed pair: one of its cell columns
+  // 2 c, 2 c + 1 has a key in some cell row.
+  auto live = [&](const AttnTile& t, std::size_t i, int c) {
+    if (cells.empty() || t.kind != TileKind::Partial || t.cells_begin < 0) return true;
     const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
     const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
-    const int c0 = w.chunk * (kAttnBackwardChunkRows / kAttnCellKeys);
-    const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
     if (static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(cols) * cell_rows > cells.size())
-      raise(ErrorKind::InvalidInput, "make_backward_work: tile " + std::to_string(w.tile) + " has cells past the end of the cell list");
+      raise(ErrorKind::InvalidInput, "make_backward_work: tile " + std::to_string(i) + " has cells past the end of the cell list");
+    const int c0 = c * (kAttnBackwardChunkRows / kAttnCellKeys);
+    const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
     for (int u = 0; u < cell_rows; ++u)
-      for (int c = c0; c < c1; ++c)
-        if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + c] & kAttnCellAny) != 0)
-          return false;
-    return true;
-  });
-  return work;
-}
-
-std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
-  validate(tiles, shape, "make_backward_work");
+      for (int col = c0; col < c1; ++col)
+        if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + col] & kAttnCellAny) != 0)
+          return true;
+    return false;
+  };
   std::vector<AttnWorkItem> work;
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     const AttnTile& t = tiles[i];
@@ -208,12 +202,17 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
     const int chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
     // Causal: early key chunks see the most query rows.
     for (int c = 0; c < chunks; ++c) {
+      if (!live(t, i, c)) continue;
       for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) {
         work.push_back(AttnWorkItem{static_cast<int32_t>(i), c, h, 0});
       }
     }
   }
   return work;
+}
+
+std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
+  return make_backward_work(tiles, shape, {});
 }
 
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,

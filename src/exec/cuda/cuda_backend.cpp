@@ -5,9 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <map>
-#include <tuple>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_backend_kernels.h"
