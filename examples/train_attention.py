@@ -63,6 +63,30 @@ class _NodeRecorder:
                 self.names.add(t.grad_fn.name())
 
 
+class _OneAhead:
+    """An iterator that can take its next item early (peek) and hands it out in turn: what a
+    backend's prepare_next builds during one step is the next step's."""
+
+    def __init__(self, it):
+        self._it = iter(it)
+        self._held = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self._held.pop() if self._held else next(self._it)
+
+    def peek(self):
+        """The next item (None at the end), taken now if it was not yet."""
+        if not self._held:
+            try:
+                self._held.append(next(self._it))
+            except StopIteration:
+                return None
+        return self._held[0]
+
+
 # ---- dcp and the static layouts ----------------------------------------------------------------
 class DcpBackend:
     def __init__(self, method: str, shape: Tuple[int, int, int], dtype: str, device: torch.device,
@@ -81,25 +105,20 @@ class DcpBackend:
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
         items = ((s.lengths, s.masks, s) for s in steps)
-        self._plans = self.planner.iterate(items)
-        self._next = None
+        plans = self.planner.iterate(items)
+        self._ahead = _OneAhead(plans)
         try:
-            while True:
-                current = self._next if self._next is not None else next(self._plans, None)
-                self._next = None
-                if current is None:
-                    return
-                yield self._local(current[1][2], current[2])
+            for _, item, plan in self._ahead:
+                yield self._local(item[2], plan)
         finally:
-            self._plans.close()  # drops the planner's lookahead steps
+            plans.close()  # drops the planner's lookahead steps
 
     def prepare_next(self) -> None:
         """Takes the next step's plan now and builds its runner (dcp.torch.prepare) while the GPU
         runs this step: call it once this step's work is queued."""
-        if self._next is None:
-            self._next = next(self._plans, None)
-        if self._next is not None:
-            dcp_torch.prepare(self._next[2], self.device)
+        nxt = self._ahead.peek()
+        if nxt is not None:
+            dcp_torch.prepare(nxt[2], self.device)
 
     def _local(self, step: Step, plan) -> Local:
         ids, labels, positions, num_targets = _global_tensors(step, self.device)
@@ -181,24 +200,15 @@ class FlexBackend:
         return o[0].transpose(0, 1)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
-        self._steps = iter(steps)
-        self._next = None
-        while True:
-            local = self._next if self._next is not None else self._local(next(self._steps, None))
-            self._next = None
-            if local is None:
-                return
-            yield local
+        self._ahead = _OneAhead(self._local(s) for s in steps)
+        yield from self._ahead
 
     def prepare_next(self) -> None:
         """Builds the next step's block mask and tensors now, while the GPU runs this step (as
         DcpBackend.prepare_next does for its plans): the two modes hide the same host work."""
-        if self._next is None:
-            self._next = self._local(next(self._steps, None))
+        self._ahead.peek()
 
-    def _local(self, step: Optional[Step]) -> Optional[Local]:
-        if step is None:
-            return None
+    def _local(self, step: Step) -> Local:
         t0 = time.perf_counter()
         block_mask = self.block_mask(step)
         ids, labels, positions, num_targets = _global_tensors(step, self.device)

@@ -37,6 +37,15 @@ struct List {
   }
 };
 
+AttnTile partial_tile(int q_len, int kv_len) {
+  AttnTile t;
+  t.q_len = q_len;
+  t.kv_len = kv_len;
+  t.kind = TileKind::Partial;
+  t.kv_head_end = 1;
+  return t;
+}
+
 // Rows of every flavour the masks of a plan produce: empty, whole, bands, a few ranges, ranges
 // reaching past the tile on either side, single keys; some rows are one cell's worth of keys.
 List random_list(uint64_t seed) {
@@ -127,11 +136,7 @@ TEST(PartialCells, MatchBruteForce) {
 // then build its masks: exact, only slower), never the other way round.
 TEST(PartialCells, SharedRowsShareCellsAndAdjacentRangesStayExact) {
   List l;
-  AttnTile t;
-  t.q_len = 100;
-  t.kv_len = 200;
-  t.kind = TileKind::Partial;
-  t.kv_head_end = 1;
+  const AttnTile t = partial_tile(100, 200);
   for (int r = 0; r < t.q_len; ++r) {
     l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
     l.ranges.insert(l.ranges.end(), {0, 30, 30, 64});  // together cell column 0, whole
@@ -177,12 +182,7 @@ TEST(PartialCells, BackwardWorkDropsExactlyTheEmptyChunks) {
 
 TEST(PartialCells, RefusesRowsOutsideTheMaskLists) {
   List l;
-  AttnTile t;
-  t.q_len = 10;
-  t.kv_len = 64;
-  t.kind = TileKind::Partial;
-  t.kv_head_end = 1;
-  l.tiles.push_back(t);
+  l.tiles.push_back(partial_tile(10, 64));
   l.row_offsets = {0, 1, 1};  // 2 rows where the tile has 10
   l.ranges = {0, 5};
   auto refused = [&](const std::string& what) {
