@@ -170,16 +170,26 @@ struct BwWsSmem {
 };
 
 // dQ * scale into the warpgroup's swizzled TMA staging tile: thread rows row_lo, row_lo + 8,
-// columns 8 j + 2 tq (box j / 4). A warp's float2 stores cover each bank twice per 256 bytes (the minimum).
+// columns 8 j + 2 tq (box j / 4). A warp's 8-byte stores run as two half-warps (g = row_lo & 7 in
+// 0..3 and 4..7). Were every thread to store column group j at once, a half-warp's logical chunks
+// 2 (j & 3) + tq / 2 would be XORed by g into only four physical chunks: two rows per bank, twice
+// the wavefronts. So threads with odd g store group j ^ 2 when the others store j: the chunk's
+// bits become (j1 ^ g0 ^ g2, j0 ^ g1, tq1 ^ g0), one-to-one over a half-warp's (g, tq / 2), and
+// each half-warp fills all 32 banks once (the minimum: 2 wavefronts per instruction).
 __device__ __forceinline__ void bw_write_dq_boxes(unsigned char* tile, const float (&dq)[32], int row_lo, int tq, float scale) {
+  const bool odd = (row_lo & 1) != 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row_lo + 8 * r;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      const int chunk = (2 * (j & 3) + (tq >> 1)) ^ (row & 7);
+      const int js = j ^ 2;  // compile-time register indices; the choice is a select
+      const float x = odd ? dq[4 * js + 2 * r] : dq[4 * j + 2 * r];
+      const float y = odd ? dq[4 * js + 2 * r + 1] : dq[4 * j + 2 * r + 1];
+      const int jj = odd ? js : j;
+      const int chunk = (2 * (jj & 3) + (tq >> 1)) ^ (row & 7);
       auto* dst = reinterpret_cast<float2*>(tile + (j >> 2) * kDqBoxBytes + row * 128 + chunk * 16 + (tq & 1) * 8);
-      *dst = make_float2(dq[4 * j + 2 * r] * scale, dq[4 * j + 2 * r + 1] * scale);
+      *dst = make_float2(x * scale, y * scale);
     }
   }
 }
