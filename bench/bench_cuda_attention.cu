@@ -11,8 +11,9 @@
 // 32 q heads / 8 kv heads, head dim 128, bf16. FLOPs: mask area x 4 x D x Hq forward, 2.5x
 // backward. Time: CUDA events, median of the timed runs after warm-up. Forward and backward are
 // timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic,
-// wgmma (the default Hopper kernels) and wgmma-cells (the same with the host's cell classes of
-// Partial tiles, make_partial_cells, as the CUDA backend passes them).
+// wgmma (the default Hopper kernels), wgmma-cells (the same with the host's cell classes of
+// Partial tiles, make_partial_cells) and wgmma-persistent (cells and the persistent forward, one CTA
+// per SM taking items from a counter: what the CUDA backend runs; its backward is wgmma-cells').
 // On sm_90 the deterministic backward (route wgmma, make_deterministic_backward_work) is timed
 // too, on whole key blocks and on units of 4096 q rows (columns wgmma-det, wgmma-det-units;
 // DCP_BENCH_ROUTES selects them by those names).
@@ -191,13 +192,15 @@ int main(int argc, char** argv) {
   struct Route {
     AttnKernelRoute route;
     const char* name;
-    bool cells = false;  // the list carries make_partial_cells' classes
+    bool cells = false;       // the list carries make_partial_cells' classes
+    bool persistent = false;  // the forward takes items from a work counter, one CTA per SM
   };
   std::vector<Route> routes{{AttnKernelRoute::Mma, "mma"}};
   if (major == 9 && minor == 0) {
     routes.push_back({AttnKernelRoute::WgmmaBasic, "wgmma-basic"});
     routes.push_back({AttnKernelRoute::Wgmma, "wgmma"});
     routes.push_back({AttnKernelRoute::Wgmma, "wgmma-cells", true});
+    routes.push_back({AttnKernelRoute::Wgmma, "wgmma-persistent", true, true});  // as the CUDA backend runs it
   }
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
@@ -222,6 +225,9 @@ int main(int argc, char** argv) {
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
+  int32_t* work_counter = nullptr;  // the persistent forward's (two int32, left zero by each launch)
+  ck(cudaMalloc(&work_counter, 2 * sizeof(int32_t)), "malloc work counter");
+  ck(cudaMemset(work_counter, 0, 2 * sizeof(int32_t)), "zero work counter");
   for (int seq : {16384, 32768}) {
     for (int block : {1024, 2048, 4096}) {
       for (const char* name : {"full", "causal", "sequence", "partial", "window"}) {
@@ -273,9 +279,11 @@ int main(int argc, char** argv) {
         for (const Route& r : routes) {
           fp.route = r.route;
           fp.list.cells = r.cells ? d_cells : nullptr;
+          fp.work_counter = r.persistent ? work_counter : nullptr;
           row.fwd_ms.push_back(median_ms([&] { attention_forward(fp, nullptr); }, 2, 7));
         }
         fp.list.cells = nullptr;
+        fp.work_counter = nullptr;
         for (const Route& r : routes) {
           bp.route = r.route;
           bp.list.cells = r.cells ? d_cells : nullptr;
@@ -331,6 +339,8 @@ int main(int argc, char** argv) {
       }
     }
   }
+  cudaFree(semaphores);
+  cudaFree(work_counter);
   if (argc > 1) {
     const std::string prefix = argv[1];
     FILE* j = std::fopen((prefix + ".json").c_str(), "w");

@@ -68,6 +68,9 @@ struct ForwardCase {
   bool kv_rows_known = true;
   // Give the list the host's cell classes of its Partial tiles (make_partial_cells).
   bool partial_cells = true;
+  // Persistent launch (AttnForwardParams::work_counter) of at most this many CTAs (0: one CTA
+  // per item), so that CTAs run several items each; the counter must come back zero.
+  int persistent_ctas = 0;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct ForwardResult {

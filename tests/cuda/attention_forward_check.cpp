@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -120,6 +122,7 @@ std::vector<ForwardCase> forward_cases(AttnKernelRoute route) {
   for (ForwardCase& c : out) {
     c.kv_rows_known = c.seed % 3 != 0;
     c.partial_cells = c.seed % 3 != 2;
+    c.persistent_ctas = c.seed % 4 == 0 ? 0 : static_cast<int>(c.seed % 4) * 2 - 1;  // 0, 1, 3, 5
   }
   return out;
 }
@@ -161,6 +164,8 @@ ForwardResult run_forward_case(const ForwardCase& c) {
     DevBuf<float> d_o(static_cast<std::size_t>(out_rows) * hq * dim), d_lse(static_cast<std::size_t>(out_rows) * hq);
     d_o.fill(0xFF);
     d_lse.fill(0xFF);
+    DevBuf<int32_t> d_counter(2);
+    d_counter.fill(0);
     const int chunks = (c.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
     for (std::size_t li = 0; li < l.launches.size(); ++li) {
       const std::vector<int>& run = l.launches[li];
@@ -189,8 +194,16 @@ ForwardResult run_forward_case(const ForwardCase& c) {
       fp.lse = d_lse.ptr;
       fp.kv_rows = c.kv_rows_known ? l.kv_rows : 0;
       fp.route = c.route;
+      if (c.persistent_ctas > 0) {
+        fp.work_counter = d_counter.ptr;
+        fp.max_ctas = c.persistent_ctas;
+      }
       attention_forward(fp, nullptr);
       cuda_ok(cudaDeviceSynchronize(), "forward");
+      const std::vector<int32_t> counter = d_counter.download();
+      if (counter[0] != 0 || counter[1] != 0)
+        throw std::runtime_error("persistent launch left its work counter at {" + std::to_string(counter[0]) + ", " +
+                                 std::to_string(counter[1]) + "}");
     }
     const std::vector<float> o = d_o.download(), lse = d_lse.download();
 
@@ -260,10 +273,10 @@ std::string describe(const ForwardCase& c, const ForwardResult& r) {
   static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "fwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu kv_rows=%d cells=%d tiles=%d empty_rows=%d | O %.2e LSE %.2e bad=%d "
+                "fwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu kv_rows=%d cells=%d persistent=%d tiles=%d empty_rows=%d | O %.2e LSE %.2e bad=%d "
                 "empty_ok=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
-                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.kv_rows_known ? 1 : 0, c.partial_cells ? 1 : 0, r.num_tiles, r.num_empty_rows,
+                c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.kv_rows_known ? 1 : 0, c.partial_cells ? 1 : 0, c.persistent_ctas, r.num_tiles, r.num_empty_rows,
                 r.o_rel, r.lse_rel, r.num_bad, r.empty_rows_ok ? 1 : 0, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;

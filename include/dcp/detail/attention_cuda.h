@@ -208,6 +208,14 @@ struct AttnForwardParams {
   // the results are the same.
   int64_t kv_rows = 0;
   AttnKernelRoute route = AttnKernelRoute::Auto;
+  // Persistent launch (warp-specialised Hopper kernel only; the other routes ignore both): with a
+  // counter, one CTA per SM (at most max_ctas, if > 0) takes work items in list order from it,
+  // and a CTA's producer loads the next item's Q and first K / V while its consumers finish and
+  // store the current one. The counter is two int32, zero before the first launch; the launch
+  // leaves them zero again, so one counter serves every launch ordered after it (one stream; two
+  // launches that may overlap need two counters). Without a counter: one CTA per item.
+  int32_t* work_counter = nullptr;
+  int max_ctas = 0;
 };
 
 // ---- Deterministic backward ----------------------------------------------------------------

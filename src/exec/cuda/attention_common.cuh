@@ -317,6 +317,8 @@ void launch_for_head_dim(const char* name, const AttnShape& shape, Launch&& laun
 // is per device, so it is set once per (kernel, device): a process driving several GPUs gets it
 // on each (attention_work.cpp keeps the record).
 void allow_shared_memory_on_device(const char* name, const void* kernel, int smem_bytes);
+// Streaming multiprocessors of the current device (persistent launches size their grid by it).
+int multiprocessor_count();
 template <typename Kernel>
 void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
   allow_shared_memory_on_device(name, reinterpret_cast<const void*>(kernel), smem_bytes);

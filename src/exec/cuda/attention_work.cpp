@@ -30,6 +30,16 @@ void allow_shared_memory_on_device(const char* name, const void* kernel, int sme
   if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
   done.insert({kernel, device});
 }
+
+int multiprocessor_count() {
+  int device = 0;
+  int count = 0;
+  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
+    raise(ErrorKind::Cuda, std::string("cudaGetDevice: ") + cudaGetErrorString(e));
+  if (const cudaError_t e = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
+    raise(ErrorKind::Cuda, std::string("cudaDeviceGetAttribute(multiprocessors): ") + cudaGetErrorString(e));
+  return std::max(count, 1);
+}
 }  // namespace detail
 
 namespace {

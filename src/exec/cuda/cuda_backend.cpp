@@ -147,6 +147,11 @@ class CudaBackend final : public Backend {
       p.lse = static_cast<float*>(a.base[idx(Array::LSE)]);
       p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
       p.route = route(kernels_.forward);
+      // Calls on one stream run one after another and share its counter; calls on different
+      // streams (set_compute_stream) may overlap, so each stream has its own.
+      int32_t*& counter = work_counters_[stream_];
+      if (counter == nullptr) counter = static_cast<int32_t*>(allocate(2 * sizeof(int32_t)));
+      p.work_counter = counter;
       cuda::attention_forward(p, stream_);
       return;
     }
@@ -580,6 +585,7 @@ class CudaBackend final : public Backend {
   std::map<uint64_t, DeviceMerge> merges_;         // per call (merge)
   std::map<uint64_t, DeviceMerge> merge_batches_;  // per batch (merge_batch)
   int32_t* semaphores_ = nullptr;                  // deterministic backward (reserve_semaphores)
+  std::map<cudaStream_t, int32_t*> work_counters_;  // persistent forward launches, per stream (zeroed by allocate)
   int32_t semaphore_capacity_ = 0;
 };
 
