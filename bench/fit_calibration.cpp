@@ -22,8 +22,8 @@
 //                   tile its own output
 //   --base FILE     calibration whose other fields (launch overhead, memory bandwidth) are kept
 //                   (default: the simulator's built-in H200 calibration)
-//   --route NAME    the benchmark's column to fit (default wgmma-cells: the kernels with the
-//                   host's cell classes of Partial tiles, as the CUDA backend runs them)
+//   --route NAME    the benchmark's column to fit (default wgmma-persistent: the kernels with the
+//                   host's cell classes of Partial tiles and the persistent forward, as the CUDA backend runs them)
 //   --plan-weight W weight of a whole plan against one kernel list (default 8)
 //   --pin fwd_work_item_cost=0   keeps one cost of one pass out of the fit (repeatable)
 //   --work          also prints what each point asks of the kernels
@@ -242,7 +242,7 @@ void pin(const std::string& arg, Vec (&held)[2]) {
 }
 
 int run(int argc, char** argv) {
-  std::string plans_path, kernels_path, base_path, route = "wgmma-cells";
+  std::string plans_path, kernels_path, base_path, route = "wgmma-persistent";
   double plan_weight = 8.0;
   bool show_work = false;
   Vec held[2];
