@@ -103,6 +103,10 @@ struct AttendCall {
   std::span<const AttendTile> tiles;
   std::span<const int64_t> row_offsets;  // Partial masks, tile-local key coordinates
   std::span<const Range> ranges;
+  // A transfer round of this device is started and not yet waited for: its communication kernels
+  // need processors while this call runs (the CUDA backend then leaves its forward to the
+  // hardware's block scheduler instead of holding every SM with a persistent launch).
+  bool comm_in_flight = false;
 };
 
 // One Merge instruction (fp32 rows). Forward: O and LSE rows; backward: rows of dQ or of dK and

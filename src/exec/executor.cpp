@@ -161,6 +161,7 @@ struct Executor::Impl {
   std::array<std::vector<TimelineEntry>, 2> timeline_entries;
   int layer = 0;
   Pass pass = Pass::Forward;
+  int rounds_in_flight = 0;  // started and not yet waited for (AttendCall::comm_in_flight)
   uint64_t serial = next_executor_serial();
 
   ~Impl() {
@@ -362,6 +363,7 @@ struct Executor::Impl {
     const auto t0 = Clock::now();
     const Resolved& r = resolve(a, key);
     AttendCall call{pass, key, r.tiles, r.row_offsets, r.ranges};
+    call.comm_in_flight = rounds_in_flight > 0;
     backend.attend(arrays, call);
     stats.attend_s += seconds_since(t0);
   }
@@ -462,11 +464,13 @@ struct Executor::Impl {
       if (kv_side(t.kind)) ops.push_back(CommOp{t.peer, t.send, arrays.at(second_array(t.kind), row), bytes});
     }
     comm.start_after(s.id, ops, after);
+    ++rounds_in_flight;
   }
 
   void comm_wait(const CommWait& w) {
     const auto t0 = Clock::now();
     comm.wait(w.id, options.comm_timeout_s);
+    --rounds_in_flight;
     stats.comm_wait_s += seconds_since(t0);
   }
 
@@ -479,6 +483,7 @@ struct Executor::Impl {
     const auto t0 = Clock::now();
     const CommOrder& order = comm_orders[program.pass == Pass::Forward ? 0 : 1];
     comm.bind_stream(backend.compute_stream());  // the caller may have moved compute to another stream
+    rounds_in_flight = 0;
     comm.note_point(kPassStartPoint);
     // Timeline markers: 2e at the start of timeline entry e, 2e + 1 at its end.
     auto& entries = timeline_entries[pass == Pass::Forward ? 0 : 1];

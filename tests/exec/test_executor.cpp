@@ -2,7 +2,9 @@
 // backward, scatters its outputs; the assembled outputs must equal the dense fp64 reference.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcp/baselines.h"
@@ -18,6 +20,7 @@
 #include "dcp/plan.h"
 #include "dcp/validate.h"
 #include "common/batches.h"
+#include "exec/forwarding_backend.h"
 #include "exec/reference_attention.h"
 
 namespace dcp::test {
@@ -366,6 +369,56 @@ TEST(Executor, TimelineMeasuresEveryInstruction) {
     Executor quiet(plan, *quiet_backend, comm);
     EXPECT_TRUE(quiet.timeline(Pass::Forward).empty());
   });
+}
+
+// Every Attend call says whether one of the device's transfer rounds is started and not yet
+// waited for (the CUDA backend keeps SMs free for NCCL then): exactly the Attends that follow a
+// CommStart before its CommWait in the program.
+class InFlightRecorder final : public ForwardingBackend {
+ public:
+  std::vector<std::pair<uint32_t, bool>> attends;  // (instruction index, comm_in_flight)
+  void attend(const ArraySet& a, const AttendCall& c) override {
+    attends.emplace_back(static_cast<uint32_t>(c.key), c.comm_in_flight);
+    cpu->attend(a, c);
+  }
+};
+
+TEST(Executor, AttendCallsKnowWhetherTransfersAreInFlight) {
+  const Batch batch = test_batch(4, 2, 64);
+  for (const auto& [kind, devices] : {std::pair{BaselineKind::Zigzag, 2}, std::pair{BaselineKind::Ring, 2},
+                                      std::pair{BaselineKind::Zigzag, 1}}) {
+    const Plan plan = one_node_plan(kind, batch, devices);
+    run_local_ranks(devices, [&](Comm& comm) {
+      const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
+      const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
+      LocalTensors t = LocalTensors::allocate(batch.shape, tok.num_rows());
+      InFlightRecorder backend;
+      Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = 30.0});
+      int with = 0, without = 0;
+      for (const Pass pass : {Pass::Forward, Pass::Backward}) {
+        backend.attends.clear();
+        if (pass == Pass::Forward) exec.forward(t);
+        else exec.backward(t);
+        std::vector<std::pair<uint32_t, bool>> want;
+        int open = 0;
+        const Program& prog = pass == Pass::Forward ? dev.fwd : dev.bwd;
+        for (size_t i = 0; i < prog.code.size(); ++i) {
+          const auto& x = prog.code[i];
+          if (std::holds_alternative<CommStart>(x)) ++open;
+          if (std::holds_alternative<CommWait>(x)) --open;
+          if (std::holds_alternative<Attend>(x)) want.emplace_back(static_cast<uint32_t>(i), open > 0);
+        }
+        EXPECT_EQ(backend.attends, want);
+        for (const auto& [index, in_flight] : want) (in_flight ? with : without) += 1;
+      }
+      if (devices > 1) {
+        EXPECT_GT(with, 0) << "stage 0 runs while the next stage's inputs travel";
+      } else {
+        EXPECT_EQ(with, 0) << "one device moves nothing";
+        EXPECT_GT(without, 0);
+      }
+    });
+  }
 }
 
 TEST(Executor, PlanForAnotherWorldSizeIsRefusedBeforeCommunicating) {

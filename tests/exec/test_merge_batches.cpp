@@ -18,6 +18,7 @@
 #include "dcp/comm.h"
 #include "dcp/executor.h"
 #include "dcp/plan.h"
+#include "exec/forwarding_backend.h"
 #include "exec/merge_batches.h"
 
 namespace dcp::test {
@@ -191,19 +192,12 @@ TEST(MergeBatcher, AdmitsExactlyTheIndependentCallsOnRandomRuns) {
 
 // Runs each batch in reverse order (after checking it against the bitmaps) and records the
 // instruction indices of every batch: a batch with a dependency gives a different result.
-class ReversingBackend final : public Backend {
+class ReversingBackend final : public ForwardingBackend {
  public:
-  std::unique_ptr<Backend> cpu = make_cpu_backend();
   std::vector<std::vector<uint32_t>> batches;  // instruction index (low key bits) of each call
   bool independent = true;
 
   std::string name() const override { return "reversing-cpu"; }
-  ElemType storage_type() const override { return cpu->storage_type(); }
-  bool host_memory() const override { return true; }
-  void* allocate(int64_t bytes) override { return cpu->allocate(bytes); }
-  void deallocate(void* p) override { cpu->deallocate(p); }
-  int64_t num_allocations() const override { return cpu->num_allocations(); }
-  void attend(const ArraySet& a, const AttendCall& c) override { cpu->attend(a, c); }
   void merge(const ArraySet& a, const MergeCall& c) override {
     batches.push_back({static_cast<uint32_t>(c.key)});
     cpu->merge(a, c);
@@ -221,24 +215,6 @@ class ReversingBackend final : public Backend {
     }
     batches.push_back(idx);
     for (size_t i = b.calls.size(); i-- > 0;) cpu->merge(a, b.calls[i]);
-  }
-  void copy_rows(const ArraySet& a, Array arr, int64_t d, int64_t s, int64_t n) override { cpu->copy_rows(a, arr, d, s, n); }
-  void zero_rows(const ArraySet& a, Array arr, int64_t r, int64_t n) override { cpu->zero_rows(a, arr, r, n); }
-  void compute_delta(const ArraySet& a, int64_t d_o, int64_t o, int64_t delta, int64_t n) override {
-    cpu->compute_delta(a, d_o, o, delta, n);
-  }
-  void exchange(const ArraySet& a, std::span<const LocalExchange> moves) override { cpu->exchange(a, moves); }
-  void delta_from(const ArraySet& a, int64_t row, int64_t n, int g, const TensorView& d_o, const TensorView& o) override {
-    cpu->delta_from(a, row, n, g, d_o, o);
-  }
-  void upload(const ArraySet& a, Array arr, int64_t r, const float* host, int64_t ld, int64_t n) override {
-    cpu->upload(a, arr, r, host, ld, n);
-  }
-  void download(const ArraySet& a, Array arr, int64_t r, float* host, int64_t ld, int64_t n) override {
-    cpu->download(a, arr, r, host, ld, n);
-  }
-  void fill_random(const ArraySet& a, Array arr, int64_t r, int64_t n, uint64_t seed, float amp) override {
-    cpu->fill_random(a, arr, r, n, seed, amp);
   }
 };
 

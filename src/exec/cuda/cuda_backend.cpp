@@ -147,11 +147,15 @@ class CudaBackend final : public Backend {
       p.lse = static_cast<float*>(a.base[idx(Array::LSE)]);
       p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
       p.route = route(kernels_.forward);
-      // Calls on one stream run one after another and share its counter; calls on different
-      // streams (set_compute_stream) may overlap, so each stream has its own.
-      int32_t*& counter = work_counters_[stream_];
-      if (counter == nullptr) counter = static_cast<int32_t*>(allocate(2 * sizeof(int32_t)));
-      p.work_counter = counter;
+      // Persistent unless transfers run meanwhile: a persistent launch holds every SM until its
+      // last item, so NCCL's kernels would wait for the whole call instead of taking SMs as CTAs
+      // retire. Calls on one stream run one after another and share its counter; calls on
+      // different streams (set_compute_stream) may overlap, so each stream has its own.
+      if (!call.comm_in_flight) {
+        int32_t*& counter = work_counters_[stream_];
+        if (counter == nullptr) counter = static_cast<int32_t*>(allocate(2 * sizeof(int32_t)));
+        p.work_counter = counter;
+      }
       cuda::attention_forward(p, stream_);
       return;
     }
