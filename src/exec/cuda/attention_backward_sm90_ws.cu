@@ -13,7 +13,7 @@
 // sub-tiles by TMA when the caller gave the buffers' rows (AttnBackwardParams::q_rows, dout_rows),
 // the last, shorter sub-tile of a tile (zero-filled past q_len) and K / V by cp.async. (With
 // cp.async the producer's 128 threads spent most of a step issuing 16-byte copies, and the
-// consumers waited for a filled slot 13 % of their time: kernel_profile_2026-11-30.md.)
+// consumers waited for a filled slot 13 % of their time: kernel_profile_h200.md.)
 // Warpgroups 1 and 2 are the consumers (keys [0, 64) and [64, 128) of the CTA, as warpgroups 0
 // and 1 of the basic kernel); they never load or classify. setmaxnreg moves registers from the
 // producer (kProducerRegs) to the consumers (kConsumerRegs).
@@ -45,7 +45,7 @@
 // fp32, boxes of 64 rows x 32 columns, 128-byte swizzle) and each consumer warpgroup adds its
 // 64 x 64 block of a full 64-row sub-tile with two instructions from one thread. (Per-row bulk
 // reductions, 64 per warpgroup and step, were issued one thread at a time and cost about a fifth
-// of the consumers' time in the profile: bench/results/kernel_profile_2026-11-30.md.) Sub-tiles
+// of the consumers' time in the profile: bench/results/kernel_profile_h200.md.) Sub-tiles
 // with fewer rows (the last of a tile), or no tensor map, add dQ with fp32 atomics from registers.
 //
 // Deterministic variant (template flag kDet; the contract in dcp/detail/attention_cuda.h): a work
