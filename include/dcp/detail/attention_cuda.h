@@ -36,7 +36,8 @@
 //   128-key sub-tiles; same work items, masks and outputs. Two kernels (AttnKernelRoute): basic,
 //   and warp-specialised (a producer warpgroup walks the sub-tiles and loads K / V by TMA; the
 //   two MMA warpgroups take turns at the tensor cores, each overlapping the softmax of sub-tile j
-//   with its P V product of sub-tile j - 1).
+//   with its P V product of sub-tile j - 1; with AttnForwardParams::work_counter, persistent:
+//   one CTA per SM runs item after item).
 //   backward: one CTA = 128 keys x one kv head (8 warps), loops over the group's q heads and 64-row q
 //   sub-tiles; dK, dV stay in registers; dQ, dK, dV are atomically added (fp32) to the outputs.
 //   backward on Hopper (route Wgmma): the same work items, 2 warpgroups x 64 keys, wgmma m64n64k16
