@@ -153,8 +153,9 @@ void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions
 // The same FM, each pass set up only from the vertices near `around` (each one and the pins of
 // its nets), a region that every pass widens by the vertices it moved; a move inside a pass still
 // renews (and may queue) any neighbour. After a local change (a repair that moved a few vertices)
-// it refines where the change is at a cost that does not grow with the whole level. Same
-// guarantees as refine_fm.
+// it refines where the change is at a cost that does not grow with the whole level; a pass's idle
+// limit (RefineOptions::idle_moves_share) counts the vertices first set up, not the level's.
+// Same guarantees as refine_fm.
 void refine_fm_around(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts,
                       uint64_t seed, std::vector<int32_t>& part, const std::vector<int32_t>& around,
                       TaskPool* pool = nullptr);
