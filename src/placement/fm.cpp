@@ -493,10 +493,6 @@ class Fm {
   std::vector<uint8_t> active_;  // per vertex: in the set-up of a pass (empty: every vertex)
 };
 
-}  // namespace
-
-namespace {
-
 void refine(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
             std::vector<int32_t>& part, TaskPool* pool, const std::vector<int32_t>* around) {
   if (caps.k() <= 1 || s.num_vertices() == 0) return;

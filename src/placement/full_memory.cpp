@@ -130,9 +130,9 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
         // under the same bounds wins much of their cost back. It moves a few vertices (2 to 200
-        // of 500 to 18000 on the comparison instances), so FM starts around them: passes set
-        // up over all devices cost as much as the rest of the round, and the global refinement
-        // that follows refines everywhere. Measured on the 48 comparison instances with
+        // of 500 to 18000 on the comparison instances), so FM starts around them rather than at
+        // every boundary vertex of all devices; the global refinement that follows refines
+        // everywhere. Measured on the 48 comparison instances with
         // placement seeds 1-3: 5.6 % fewer instructions per placement on one thread, objective
         // +0.8 % on average, instance-runs above 1.3 of the best feasible Mt-KaHyPar result 3
         // (4 before), none with a violated bound (1 before). Starting from every vertex of the
