@@ -8,6 +8,9 @@
 // 0/1/2 in the source or target part get renewed entries; under the flat cost without a
 // full-memory cap only those whose gain rose (see move_cached). With a pool, a large level's
 // pass set-up (which reads a fixed state) runs in chunks on its threads, joined in order.
+// refine_fm_around sets up only the vertices near a given set, a region that grows with the
+// moves of every pass: after a repair that moved a few vertices of a large level, the passes
+// start where the repair changed the partition instead of at every boundary vertex.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -156,6 +159,19 @@ class Fm {
     }
   }
 
+  // Restricts the set-up of every pass to the vertices near `around` (each one and the pins of
+  // its nets); every pass widens the region by the vertices it moved.
+  void restrict_to(const std::vector<int32_t>& around) {
+    active_.assign(static_cast<size_t>(s_.num_vertices()), 0);
+    for (int32_t v : around) activate_around(v);
+  }
+
+  // Vertices in the set-up region (all when unrestricted).
+  int32_t region_size() const {
+    if (active_.empty()) return s_.num_vertices();
+    return static_cast<int32_t>(std::count(active_.begin(), active_.end(), uint8_t{1}));
+  }
+
   // One pass; returns the objective decrease it kept (>= 0).
   double pass(uint64_t seed, int max_idle, TaskPool* pool) {
     const int32_t n = s_.num_vertices();
@@ -207,6 +223,8 @@ class Fm {
       const auto [v, from] = moves_[i - 1];
       move_counts(v, part_[v], from);
     }
+    if (!active_.empty())
+      for (const auto& [v, from] : moves_) activate_around(v);
     return best;
   }
 
@@ -235,9 +253,17 @@ class Fm {
     for (const auto& p : part) start_.insert(start_.end(), p.begin(), p.end());
   }
 
+  void activate_around(int32_t v) {
+    active_[v] = 1;
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) active_[s_.pins[j]] = 1;
+    }
+  }
+
   void scan(int32_t lo, int32_t hi, Scratch& scratch, std::vector<std::pair<int32_t, double>>& out) const {
     for (int32_t v = lo; v < hi; ++v) {
-      if (!on_boundary(v)) continue;
+      if ((!active_.empty() && !active_[v]) || !on_boundary(v)) continue;
       int32_t target;
       const double g = best_move(v, target, scratch);
       if (target >= 0) out.emplace_back(v, g);
@@ -464,16 +490,20 @@ class Fm {
   static constexpr double kNone = -1e300;
   std::vector<double> queued_;
   std::vector<uint8_t> locked_;
+  std::vector<uint8_t> active_;  // per vertex: in the set-up of a pass (empty: every vertex)
 };
 
-}  // namespace
-
-void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
-               std::vector<int32_t>& part, TaskPool* pool) {
+void refine(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
+            std::vector<int32_t>& part, TaskPool* pool, const std::vector<int32_t>* around) {
   if (caps.k() <= 1 || s.num_vertices() == 0) return;
   Fm fm(s, caps, part);
+  if (around != nullptr) fm.restrict_to(*around);
+  // Around a vertex set, the idle limit scales with the region first set up, not with the whole
+  // level: measured after the cross-node repair (as full_memory.cpp), 4.5 % fewer instructions
+  // per placement for the same objective on average (+0.1 %), the same instance-runs above 1.3.
+  const int32_t region = around != nullptr ? fm.region_size() : s.num_vertices();
   const int max_idle = std::clamp(
-      static_cast<int>(opts.idle_moves_share * s.num_vertices()), opts.idle_moves_min,
+      static_cast<int>(opts.idle_moves_share * region), opts.idle_moves_min,
       opts.idle_moves_max);
   // FM over all devices (the hierarchical cost) has its own threshold (RefineOptions).
   const double min_gain = s.hierarchical() ? opts.min_pass_gain_all_devices : opts.min_pass_gain;
@@ -484,6 +514,19 @@ void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions
     if (gain <= 0 || gain < min_gain * objective) break;
     objective -= gain;
   }
+}
+
+}  // namespace
+
+void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
+               std::vector<int32_t>& part, TaskPool* pool) {
+  refine(s, caps, opts, seed, part, pool, nullptr);
+}
+
+void refine_fm_around(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts,
+                      uint64_t seed, std::vector<int32_t>& part, const std::vector<int32_t>& around,
+                      TaskPool* pool) {
+  refine(s, caps, opts, seed, part, pool, &around);
 }
 
 }  // namespace dcp::placement

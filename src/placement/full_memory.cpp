@@ -126,10 +126,28 @@ void enforce_full_memory(const BlockTable& table, const PlacementHypergraph& h,
         caps.memory.assign(num_dev, (1 + opts.eps_memory) * total_m / num_dev);
         caps.full_memory.assign(num_dev, (1 + opts.eps_memory * opts.full_memory_target_first) * mean_a);
         const SubHypergraph& all = all_devices.get();
+        const std::vector<int32_t> before = parts;
         repair_balance(all, caps, parts);
         // The repair moves vertices greedily, one bound at a time; FM on the exact objective
-        // under the same bounds wins much of their cost back.
-        if (backend != nullptr) refine_fm(all, caps, bound_refine(opts), opts.seed, parts, pool);
+        // under the same bounds wins much of their cost back. It moves a few vertices (2 to 200
+        // of 500 to 18000 on the comparison instances), so FM starts around them rather than at
+        // every boundary vertex of all devices; the global refinement that follows refines
+        // everywhere. Measured on the 48 comparison instances with
+        // placement seeds 1-3: 5.6 % fewer instructions per placement on one thread, objective
+        // +0.8 % on average, instance-runs above 1.3 of the best feasible Mt-KaHyPar result 3
+        // (4 before), none with a violated bound (1 before). Starting from every vertex of the
+        // devices the repair moved from or to instead: about a third of the saving, +0.2 %.
+        // Not on the light path (PlacementOptions::large_vertices), where this FM is what meets
+        // the full-memory bound: around the moves, later rounds had more to repair (1M tokens
+        // on 256 devices, longalign causal scale 4: 835 -> 1340 ms, bench_placement).
+        if (backend != nullptr && is_large(h, opts)) {
+          refine_fm(all, caps, bound_refine(opts), opts.seed, parts, pool);
+        } else if (backend != nullptr) {
+          std::vector<int32_t> moved;
+          for (int32_t v = 0; v < nv; ++v)
+            if (parts[v] != before[v]) moved.push_back(v);
+          refine_fm_around(all, caps, bound_refine(opts), opts.seed, parts, moved, pool);
+        }
       }
     }
   }

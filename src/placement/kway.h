@@ -150,6 +150,15 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
 // null) evaluates a large level's pass set-up on several threads; the result is the same.
 void refine_fm(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts, uint64_t seed,
                std::vector<int32_t>& part, TaskPool* pool = nullptr);
+// The same FM, each pass set up only from the vertices near `around` (each one and the pins of
+// its nets), a region that every pass widens by the vertices it moved; a move inside a pass still
+// renews (and may queue) any neighbour. After a local change (a repair that moved a few vertices)
+// it refines where the change is at a cost that does not grow with the whole level; a pass's idle
+// limit (RefineOptions::idle_moves_share) counts the vertices first set up, not the level's.
+// Same guarantees as refine_fm.
+void refine_fm_around(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& opts,
+                      uint64_t seed, std::vector<int32_t>& part, const std::vector<int32_t>& around,
+                      TaskPool* pool = nullptr);
 
 class Partitioner {
  public:

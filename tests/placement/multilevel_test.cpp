@@ -243,6 +243,54 @@ TEST(Multilevel, HierarchicalRefinementNeverWorsensAndKeepsCaps) {
   }
 }
 
+TEST(Multilevel, FmAroundMovedVerticesSameOnEveryThreadCount) {
+  // FM over all devices (the hierarchical cost, whose pass set-up runs in chunks on a pool)
+  // around the vertices a repair moved: the same partition on 1, 2 and 3 threads, never a worse
+  // objective, the caps that held still hold.
+  const Cluster cluster = make_cluster(4, 2);
+  const Batch batch = random_batch(83, 8000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 64});
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  PlacementOptions no_global;
+  no_global.global_refinement = false;
+  const std::vector<int32_t> start =
+      placement_to_parts(h, place_dcp(table, cluster, no_global).placement);
+  const placement::SubHypergraph all = placement::make_all_devices(table, h, cluster);
+  ASSERT_GT(all.num_vertices(), 512);  // large enough for a parallel set-up
+  const int k = cluster.num_devices();
+  placement::PartCaps caps;
+  const double tc = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
+  double tm = 0;
+  for (int64_t m : h.memory_bytes) tm += static_cast<double>(m);
+  caps.compute.assign(k, 1.1 * tc / k);
+  caps.memory.assign(k, 1.2 * tm / k);
+  // A repair's footprint: a few vertices moved to the next device.
+  std::vector<int32_t> moved_parts = start;
+  std::vector<int32_t> moved;
+  for (int32_t v = 0; v < all.num_vertices(); v += all.num_vertices() / 7) {
+    moved_parts[v] = (moved_parts[v] + 1) % k;
+    moved.push_back(v);
+  }
+  const bool fits = within_caps(part_loads(all, moved_parts, k), caps, 1e-12);
+  const double before = connectivity_bytes(h, moved_parts, cluster).objective;
+  std::vector<int32_t> first;
+  for (int threads : {1, 2, 3}) {
+    placement::TaskPool pool(threads);
+    std::vector<int32_t> parts = moved_parts;
+    placement::refine_fm_around(all, caps, RefineOptions{}, 5, parts, moved,
+                                threads > 1 ? &pool : nullptr);
+    if (threads == 1) {
+      first = parts;
+      EXPECT_LE(connectivity_bytes(h, parts, cluster).objective, before * (1 + 1e-12));
+      if (fits) {
+        EXPECT_TRUE(within_caps(part_loads(all, parts, k), caps, 1e-12));
+      }
+    } else {
+      EXPECT_EQ(parts, first) << threads << " threads";
+    }
+  }
+}
+
 TEST(Multilevel, PlacementBytesAreDeterministic) {
   // Same batch, options and seed: the same placement bit for bit, on a cluster where every
   // phase runs (node level, device level, full-memory repair, global refinement).

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <numeric>
 #include <set>
 #include <sstream>
 
@@ -102,6 +103,40 @@ TEST(Placement, SharedQuestionBytesMatchMetrics) {
       const PlacementMetrics m = compute_metrics(table, r.placement, cluster);
       EXPECT_EQ(m.intra_bytes(), r.report.intra_bytes) << to_string(kind);
       EXPECT_EQ(m.inter_bytes(), r.report.inter_bytes) << to_string(kind);
+    }
+  }
+}
+
+TEST(Placement, FmAroundAVertexSetNeverWorsensAndStaysLocal) {
+  // refine_fm_around: around every vertex it is refine_fm; around none it moves nothing; around
+  // a few vertices it never worsens the objective and keeps the caps that hold.
+  uint64_t seed = 90;
+  for (int k : {2, 4}) {
+    const Level level = whole_level_with_caps(random_batch(++seed, 5000, 4, 2, Mask::causal()), k, 1.1, 1.3);
+    const placement::SubHypergraph& s = level.s;
+    const placement::PartCaps& caps = level.caps;
+    std::vector<int32_t> start(static_cast<size_t>(s.num_vertices()));
+    uint64_t r = seed;
+    for (int32_t& p : start) p = static_cast<int32_t>(next(r) % static_cast<uint64_t>(k));
+    const bool fits = placement::repair_balance(s, caps, start);
+    const double before = placement::sub_objective(s, start, k);
+    std::vector<int32_t> all(static_cast<size_t>(s.num_vertices()));
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<int32_t> everywhere = start, around_all = start, around_none = start, around_few = start;
+    placement::refine_fm(s, caps, RefineOptions{}, seed, everywhere);
+    placement::refine_fm_around(s, caps, RefineOptions{}, seed, around_all, all);
+    EXPECT_EQ(around_all, everywhere) << "k=" << k;
+    placement::refine_fm_around(s, caps, RefineOptions{}, seed, around_none, {});
+    EXPECT_EQ(around_none, start) << "k=" << k;
+    const std::vector<int32_t> few{0, s.num_vertices() / 2, s.num_vertices() - 1};
+    placement::refine_fm_around(s, caps, RefineOptions{}, seed, around_few, few);
+    EXPECT_LE(placement::sub_objective(s, around_few, k), before * (1 + 1e-12)) << "k=" << k;
+    if (fits) {
+      const PartLoads l = part_loads(s, around_few, k);
+      for (int p = 0; p < k; ++p) {
+        EXPECT_LE(l.c[p], caps.compute[p] * (1 + 1e-12));
+        EXPECT_LE(l.m[p], caps.memory[p] * (1 + 1e-12));
+      }
     }
   }
 }
