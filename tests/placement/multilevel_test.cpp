@@ -31,6 +31,17 @@ std::vector<int32_t> pin_counts(const placement::SubHypergraph& s, const std::ve
   return c;
 }
 
+// Per-device caps of k devices: compute within 1.1 and owned memory within 1.2 of the mean.
+placement::PartCaps mean_caps(const PlacementHypergraph& h, int k) {
+  placement::PartCaps caps;
+  const double tc = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
+  double tm = 0;
+  for (int64_t m : h.memory_bytes) tm += static_cast<double>(m);
+  caps.compute.assign(k, 1.1 * tc / k);
+  caps.memory.assign(k, 1.2 * tm / k);
+  return caps;
+}
+
 // A level with external nets (every fifth net's home pretends to lie outside) and held bytes.
 placement::SubHypergraph level_with_external_nets(const BlockTable& table) {
   const PlacementHypergraph h = build_placement_hypergraph(table);
@@ -227,12 +238,7 @@ TEST(Multilevel, HierarchicalRefinementNeverWorsensAndKeepsCaps) {
     std::vector<int32_t> parts = placement_to_parts(h, start.placement);
     const placement::SubHypergraph all = placement::make_all_devices(table, h, cluster);
     const int k = cluster.num_devices();
-    placement::PartCaps caps;
-    const double tc = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
-    double tm = 0;
-    for (int64_t m : h.memory_bytes) tm += static_cast<double>(m);
-    caps.compute.assign(k, 1.1 * tc / k);
-    caps.memory.assign(k, 1.2 * tm / k);
+    const placement::PartCaps caps = mean_caps(h, k);
     const bool fits = within_caps(part_loads(all, parts, k), caps, 1e-12);
     const double before = connectivity_bytes(h, parts, cluster).objective;
     placement::refine_multilevel(all, caps, MultilevelOptions{}, RefineOptions{}, seed, parts);
@@ -258,12 +264,7 @@ TEST(Multilevel, FmAroundMovedVerticesSameOnEveryThreadCount) {
   const placement::SubHypergraph all = placement::make_all_devices(table, h, cluster);
   ASSERT_GT(all.num_vertices(), 512);  // large enough for a parallel set-up
   const int k = cluster.num_devices();
-  placement::PartCaps caps;
-  const double tc = std::accumulate(h.compute_flops.begin(), h.compute_flops.end(), 0.0);
-  double tm = 0;
-  for (int64_t m : h.memory_bytes) tm += static_cast<double>(m);
-  caps.compute.assign(k, 1.1 * tc / k);
-  caps.memory.assign(k, 1.2 * tm / k);
+  const placement::PartCaps caps = mean_caps(h, k);
   // A repair's footprint: a few vertices moved to the next device.
   std::vector<int32_t> moved_parts = start;
   std::vector<int32_t> moved;
