@@ -32,13 +32,17 @@ void allow_shared_memory_on_device(const char* name, const void* kernel, int sme
 }
 
 int multiprocessor_count() {
+  static std::mutex mutex;
+  static std::map<int, int> counts;  // per device: asked once, every persistent launch reads it
   int device = 0;
-  int count = 0;
   if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
     raise(ErrorKind::Cuda, std::string("cudaGetDevice: ") + cudaGetErrorString(e));
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = counts.find(device); it != counts.end()) return it->second;
+  int count = 0;
   if (const cudaError_t e = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
     raise(ErrorKind::Cuda, std::string("cudaDeviceGetAttribute(multiprocessors): ") + cudaGetErrorString(e));
-  return std::max(count, 1);
+  return counts[device] = std::max(count, 1);
 }
 }  // namespace detail
 
