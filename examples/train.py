@@ -112,6 +112,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--measure-from", type=int, default=10, help="first step of the timing medians")
     g.add_argument("--profile-steps", type=int, default=2,
                    help="steps after --steps run under torch.profiler for the attention share (0: none)")
+    g.add_argument("--trace", default=None,
+                   help="write the profiled steps as a Chrome / Perfetto trace to this file ({name}: the run "
+                   "name, {rank}: the rank), e.g. to see where the GPU waits for the host")
     g.add_argument("--out", default="train_runs", help="directory for NAME.json and NAME.steps.jsonl")
     g.add_argument("--name", default=None, help="run name (default: PRESET_MODE_MASK_TOKENSk[_ckpt]_RANKS)")
     g.add_argument("--runs", default=None,
@@ -469,6 +472,8 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
         sync()
         prof.__exit__(None, None, None)
         attention = attention_profile(prof, sorted(backend.nodes.names), args.profile_steps, cuda)
+        if args.trace:
+            prof.export_chrome_trace(args.trace.format(name=name, rank=rank))
 
     # ---- figures over the measured steps, across ranks ----
     measured = [r for r in records[args.measure_from:args.steps]]

@@ -89,39 +89,78 @@ __device__ __forceinline__ void store8(void* p, int64_t i, int bf16, const float
   }
 }
 
-// blockIdx.y: the move; blockIdx.x strides over the array's rows (g, r), the threads of a block
-// over one row's heads x head_dim elements (8 at a time on the vector path), so the index
-// arithmetic is done once a row, not once an element. The array side is dense; the tensor side is
-// dense within a head and strided between heads and tokens.
-__global__ void exchange_kernel(ExchangeBatch batch) {
-  const ExchangeMove m = batch.moves[blockIdx.y];
-  const int per_row = m.heads_per_group * m.head_dim;  // elements of an array row
-  const int64_t num_rows = static_cast<int64_t>(m.num_groups) * m.num_rows;
+// blockIdx.y: the move. The threads of the grid stride over the move's accesses (array row, 8
+// elements at a time on the vector path, else one): consecutive threads take consecutive pieces
+// of the dense array side, so its accesses coalesce, and the tensor side is dense within a head.
+// Each thread first loads kInFlight pieces and then stores them: a copy is bound by the latency of
+// its loads, and one load in flight per thread left the copies at about a third of the memory
+// bandwidth.
+inline constexpr int kExchangeThreads = 256;
+inline constexpr int kInFlight = 4;
+
+template <class Index>
+__device__ __forceinline__ void exchange_piece(const ExchangeMove& m, Index idx, Index vecs, int width, int64_t& t,
+                                               int64_t& e) {
+  const Index gr = idx / vecs;  // array row (g, r)
+  const int x = static_cast<int>(idx - gr * vecs) * width;
+  const Index g = gr / static_cast<Index>(m.num_rows);
+  const Index r = gr - g * static_cast<Index>(m.num_rows);
+  const int h = x / m.head_dim;
+  t = static_cast<int64_t>(r) * m.row_stride + (static_cast<int64_t>(g) * m.heads_per_group + h) * m.head_stride +
+      (x - h * m.head_dim);
+  e = static_cast<int64_t>(idx) * width;
+}
+
+template <class Index>
+__device__ __forceinline__ void exchange_move(const ExchangeMove& m) {
   const int width = m.vector ? 8 : 1;
-  for (int64_t gr = blockIdx.x; gr < num_rows; gr += gridDim.x) {
-    const int64_t g = gr / m.num_rows;
-    const int64_t r = gr - g * m.num_rows;
-    const int64_t array_row = gr * per_row;
-    const int64_t tensor_row = r * m.row_stride + g * m.heads_per_group * m.head_stride;
-    for (int x = threadIdx.x * width; x < per_row; x += blockDim.x * width) {
-      const int h = x / m.head_dim;
-      const int64_t t = tensor_row + h * m.head_stride + (x - h * m.head_dim);
-      const int64_t e = array_row + x;
+  const auto vecs = static_cast<Index>(m.heads_per_group * m.head_dim / width);
+  const Index total = static_cast<Index>(m.num_groups) * static_cast<Index>(m.num_rows) * vecs;
+  const Index stride = static_cast<Index>(gridDim.x) * blockDim.x;
+  const void* src = m.import ? m.tensor : m.array;
+  void* dst = m.import ? m.array : m.tensor;
+  const int src_bf16 = m.import ? m.tensor_bf16 : m.array_bf16;
+  const int dst_bf16 = m.import ? m.array_bf16 : m.tensor_bf16;
+  for (Index first = static_cast<Index>(blockIdx.x) * blockDim.x + threadIdx.x; first < total;
+       first += stride * kInFlight) {
+    int64_t from[kInFlight];
+    int64_t to[kInFlight];
+    float v[kInFlight][8];
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      const Index idx = first + u * stride;
+      if (idx >= total) break;
+      int64_t t = 0;
+      int64_t e = 0;
+      exchange_piece<Index>(m, idx, vecs, width, t, e);
+      from[u] = m.import ? t : e;
+      to[u] = m.import ? e : t;
       if (m.vector) {
-        float v[8];
-        if (m.import) {
-          load8(m.tensor, t, m.tensor_bf16, v);
-          store8(m.array, e, m.array_bf16, v);
-        } else {
-          load8(m.array, e, m.array_bf16, v);
-          store8(m.tensor, t, m.tensor_bf16, v);
-        }
-      } else if (m.import) {
-        store_elem(m.array, e, m.array_bf16, load_elem(m.tensor, t, m.tensor_bf16));
+        load8(src, from[u], src_bf16, v[u]);
       } else {
-        store_elem(m.tensor, t, m.tensor_bf16, load_elem(m.array, e, m.array_bf16));
+        v[u][0] = load_elem(src, from[u], src_bf16);
       }
     }
+#pragma unroll
+    for (int u = 0; u < kInFlight; ++u) {
+      if (first + u * stride >= total) break;
+      if (m.vector) {
+        store8(dst, to[u], dst_bf16, v[u]);
+      } else {
+        store_elem(dst, to[u], dst_bf16, v[u][0]);
+      }
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kExchangeThreads) exchange_kernel(ExchangeBatch batch) {
+  const ExchangeMove& m = batch.moves[blockIdx.y];
+  const int64_t total = static_cast<int64_t>(m.num_groups) * m.num_rows * m.heads_per_group * m.head_dim;
+  // 32-bit index arithmetic (its divisions are the kernel's costliest instructions) where it fits.
+  if (total + static_cast<int64_t>(gridDim.x) * blockDim.x * kInFlight < (int64_t{1} << 32)) {
+    exchange_move<uint32_t>(m);
+  } else {
+    exchange_move<int64_t>(m);
   }
 }
 
@@ -174,18 +213,17 @@ void zero_ranges(const ZeroRange* ranges, int num_ranges, cudaStream_t stream) {
 
 void exchange_rows(const ExchangeBatch& batch, cudaStream_t stream) {
   if (batch.num_moves == 0) return;
-  int64_t rows = 0;
-  int widest = 1;  // threads a row needs
+  int64_t pieces = 0;  // of the largest move
   for (int i = 0; i < batch.num_moves; ++i) {
     const ExchangeMove& m = batch.moves[i];
-    rows = std::max<int64_t>(rows, static_cast<int64_t>(m.num_groups) * m.num_rows);
-    widest = std::max(widest, m.heads_per_group * m.head_dim / (m.vector ? 8 : 1));
+    pieces = std::max<int64_t>(pieces, static_cast<int64_t>(m.num_groups) * m.num_rows * m.heads_per_group *
+                                           m.head_dim / (m.vector ? 8 : 1));
   }
-  if (rows == 0) return;
-  const int threads = std::min(256, (widest + 31) / 32 * 32);
-  // Enough blocks to fill the GPU several times over; each strides over rows.
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, 8192));
-  exchange_kernel<<<dim3(blocks, static_cast<unsigned>(batch.num_moves)), threads, 0, stream>>>(batch);
+  if (pieces == 0) return;
+  // Enough threads for kInFlight pieces each, capped at a few waves (the threads stride).
+  const int64_t wanted = (pieces + int64_t{kExchangeThreads} * kInFlight - 1) / (int64_t{kExchangeThreads} * kInFlight);
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(wanted, 4096));
+  exchange_kernel<<<dim3(blocks, static_cast<unsigned>(batch.num_moves)), kExchangeThreads, 0, stream>>>(batch);
   check("exchange_rows");
 }
 

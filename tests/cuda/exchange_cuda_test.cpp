@@ -1,0 +1,175 @@
+// exchange_rows (the CUDA backend's moves between group-major arrays and a caller's strided
+// tensors): every element lands where the layout of cuda_backend_kernels.h says, against a host
+// reference, for both directions, bf16 and fp32 on either side, the 8-wide and the scalar path,
+// and several moves of different sizes in one launch. Skipped without a GPU.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "common/rng.h"
+#include "exec/cuda/cuda_backend_kernels.h"
+
+namespace {
+
+bool have_gpu() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return n > 0;
+}
+
+uint16_t float_to_bf16(float x) {  // round to nearest even, as the kernels' conversions
+  uint32_t u = 0;
+  std::memcpy(&u, &x, 4);
+  u += 0x7FFFU + ((u >> 16) & 1U);
+  return static_cast<uint16_t>(u >> 16);
+}
+float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float x = 0;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// A buffer of n elements of either type, on the host and on the device.
+struct Buffer {
+  bool bf16 = false;
+  std::vector<uint16_t> h16;
+  std::vector<float> h32;
+  void* dev = nullptr;
+  Buffer(bool is_bf16, size_t n, dcp::test::SplitMix64& rng) : bf16(is_bf16) {
+    if (bf16) {
+      h16.resize(n);
+      for (auto& x : h16) x = float_to_bf16(rng.symmetric());
+    } else {
+      h32.resize(n);
+      for (auto& x : h32) x = rng.symmetric();
+    }
+    EXPECT_EQ(cudaMalloc(&dev, n * (bf16 ? 2 : 4) + 64), cudaSuccess);
+    upload();
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { cudaFree(dev); }
+  size_t size() const { return bf16 ? h16.size() : h32.size(); }
+  float get(size_t i) const { return bf16 ? bf16_to_float(h16[i]) : h32[i]; }
+  void set(size_t i, float x) {
+    if (bf16) h16[i] = float_to_bf16(x);
+    else h32[i] = x;
+  }
+  void upload() {
+    EXPECT_EQ(cudaMemcpy(dev, bf16 ? static_cast<const void*>(h16.data()) : h32.data(), size() * (bf16 ? 2 : 4),
+                         cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  // The device contents, as floats.
+  std::vector<float> download() const {
+    std::vector<float> out(size());
+    if (bf16) {
+      std::vector<uint16_t> tmp(size());
+      EXPECT_EQ(cudaMemcpy(tmp.data(), dev, size() * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+      for (size_t i = 0; i < size(); ++i) out[i] = bf16_to_float(tmp[i]);
+    } else {
+      EXPECT_EQ(cudaMemcpy(out.data(), dev, size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
+    return out;
+  }
+};
+
+struct Case {
+  int groups, rows, heads_per_group, head_dim;
+  int64_t row_pad, head_pad;  // extra elements between tokens and between heads of the tensor
+  bool tensor_bf16, array_bf16, import, vector;
+};
+
+// Runs the cases as one batch and checks every element of every destination.
+void run_batch(const std::vector<Case>& cases, uint64_t seed) {
+  dcp::test::SplitMix64 rng(seed);
+  std::vector<std::unique_ptr<Buffer>> tensors, arrays;
+  dcp::cuda::ExchangeBatch batch;
+  for (const Case& c : cases) {
+    const int64_t head_stride = c.head_dim + c.head_pad;
+    const int64_t row_stride = int64_t{c.groups} * c.heads_per_group * head_stride + c.row_pad;
+    const auto tensor_elems = static_cast<size_t>(row_stride * c.rows);
+    const auto array_elems = static_cast<size_t>(int64_t{c.groups} * c.rows * c.heads_per_group * c.head_dim);
+    tensors.push_back(std::make_unique<Buffer>(c.tensor_bf16, tensor_elems, rng));
+    arrays.push_back(std::make_unique<Buffer>(c.array_bf16, array_elems, rng));
+    dcp::cuda::ExchangeMove& m = batch.moves[batch.num_moves++];
+    m.tensor = tensors.back()->dev;
+    m.array = arrays.back()->dev;
+    m.row_stride = row_stride;
+    m.head_stride = head_stride;
+    m.num_rows = c.rows;
+    m.heads_per_group = c.heads_per_group;
+    m.head_dim = c.head_dim;
+    m.num_groups = c.groups;
+    m.tensor_bf16 = c.tensor_bf16 ? 1 : 0;
+    m.array_bf16 = c.array_bf16 ? 1 : 0;
+    m.import = c.import ? 1 : 0;
+    m.vector = c.vector ? 1 : 0;
+  }
+  dcp::cuda::exchange_rows(batch, nullptr);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    Buffer& t = *tensors[i];
+    Buffer& a = *arrays[i];
+    const dcp::cuda::ExchangeMove& m = batch.moves[i];
+    // The expected destination: its old contents, with every mapped element replaced.
+    Buffer& dst = c.import ? a : t;
+    const Buffer& src = c.import ? t : a;
+    for (int g = 0; g < c.groups; ++g) {
+      for (int r = 0; r < c.rows; ++r) {
+        for (int h = 0; h < c.heads_per_group; ++h) {
+          for (int d = 0; d < c.head_dim; ++d) {
+            const auto ai = static_cast<size_t>(((int64_t{g} * c.rows + r) * c.heads_per_group + h) * c.head_dim + d);
+            const auto ti = static_cast<size_t>(r * m.row_stride + (int64_t{g} * c.heads_per_group + h) * m.head_stride + d);
+            dst.set(c.import ? ai : ti, src.get(c.import ? ti : ai));
+          }
+        }
+      }
+    }
+    const std::vector<float> got = dst.download();
+    int64_t bad = 0;
+    for (size_t k = 0; k < got.size(); ++k) {
+      if (got[k] != dst.get(k)) {
+        if (bad++ < 5) ADD_FAILURE() << "move " << i << " element " << k << ": got " << got[k] << ", want " << dst.get(k);
+      }
+    }
+    EXPECT_EQ(bad, 0) << "move " << i << " (groups " << c.groups << ", rows " << c.rows << ", heads " << c.heads_per_group
+                      << ", dim " << c.head_dim << ", import " << c.import << ", vector " << c.vector << ")";
+  }
+}
+
+TEST(ExchangeCuda, ImportsAndExportsEveryLayoutAndType) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  uint64_t seed = 1;
+  for (const bool import : {true, false}) {
+    for (const bool tensor_bf16 : {true, false}) {
+      for (const bool array_bf16 : {true, false}) {
+        // 8-wide: strides and dims multiples of 8; scalar: a head dim of 12 and odd padding.
+        run_batch({{2, 37, 4, 128, 16, 0, tensor_bf16, array_bf16, import, true},
+                   {1, 1, 1, 64, 0, 8, tensor_bf16, array_bf16, import, true},
+                   {3, 19, 2, 12, 5, 3, tensor_bf16, array_bf16, import, false}},
+                  seed++);
+      }
+    }
+  }
+}
+
+TEST(ExchangeCuda, LargeMovesOfDifferentSizesInOneLaunch) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  // Many strides of the grid per thread (pieces far beyond the launch's threads).
+  run_batch({{4, 20000, 4, 128, 0, 0, true, true, true, true},
+             {4, 20000, 1, 128, 128, 0, true, false, false, true},
+             {1, 3001, 3, 40, 8, 8, false, true, true, true}},
+            99);
+}
+
+}  // namespace
