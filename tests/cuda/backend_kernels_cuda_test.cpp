@@ -1,10 +1,14 @@
-// exchange_rows (the CUDA backend's moves between group-major arrays and a caller's strided
-// tensors): every element lands where the layout of cuda_backend_kernels.h says, against a host
-// reference, for both directions, bf16 and fp32 on either side, the 8-wide and the scalar path,
-// and several moves of different sizes in one launch. Skipped without a GPU.
+// The CUDA backend's small kernels on a caller's strided tensors (cuda_backend_kernels.h), against
+// host references; skipped without a GPU.
+// exchange_rows (moves between group-major arrays and the tensors): every element lands where the
+// layout says, for both directions, bf16 and fp32 on either side, the 8-wide and the scalar path,
+// and several moves of different sizes in one launch.
+// delta_from_tensors (Delta = <dO, O> per row and head): against fp64, on the 8-wide path (head
+// dims 64, 128, 256) and the scalar one (unaligned strides, a head dim of 24).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -170,6 +174,70 @@ TEST(ExchangeCuda, LargeMovesOfDifferentSizesInOneLaunch) {
              {4, 20000, 1, 128, 128, 0, true, false, false, true},
              {1, 3001, 3, 40, 8, 8, false, true, true, true}},
             99);
+}
+
+// Delta of every (row, head) of random strided dO and O, into the group-major delta array.
+void check_delta(int groups, int heads_per_group, int rows, int head_dim, int64_t row_pad, bool do_bf16, bool o_bf16,
+                 uint64_t seed) {
+  dcp::test::SplitMix64 rng(seed);
+  const int heads = groups * heads_per_group;
+  const int64_t head_stride = head_dim + row_pad;  // padding between heads too
+  const int64_t row_stride = heads * head_stride + row_pad;
+  Buffer d_o(do_bf16, static_cast<size_t>(row_stride * rows), rng);
+  Buffer o(o_bf16, static_cast<size_t>(row_stride * rows), rng);
+  void* delta_mem = nullptr;
+  const auto n = static_cast<size_t>(rows) * heads;
+  ASSERT_EQ(cudaMalloc(&delta_mem, n * 4), cudaSuccess);
+  auto* delta = static_cast<float*>(delta_mem);
+  dcp::cuda::DeltaFromParams p;
+  p.d_o = d_o.dev;
+  p.o = o.dev;
+  p.delta = delta;
+  p.do_row_stride = p.o_row_stride = row_stride;
+  p.do_head_stride = p.o_head_stride = head_stride;
+  p.num_rows = rows;
+  p.heads_per_group = heads_per_group;
+  p.num_groups = groups;
+  p.head_dim = head_dim;
+  p.do_bf16 = do_bf16 ? 1 : 0;
+  p.o_bf16 = o_bf16 ? 1 : 0;
+  dcp::cuda::delta_from_tensors(p, nullptr);
+  std::vector<float> got(n);
+  ASSERT_EQ(cudaMemcpy(got.data(), delta, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(delta);
+  int bad = 0;
+  for (int g = 0; g < groups; ++g) {
+    for (int r = 0; r < rows; ++r) {
+      for (int h = 0; h < heads_per_group; ++h) {
+        double want = 0.0;
+        double scale = 0.0;
+        for (int d = 0; d < head_dim; ++d) {
+          const auto i = static_cast<size_t>(r * row_stride + (int64_t{g} * heads_per_group + h) * head_stride + d);
+          want += double{d_o.get(i)} * o.get(i);
+          scale += std::fabs(double{d_o.get(i)} * o.get(i));
+        }
+        const float x = got[static_cast<size_t>((int64_t{g} * rows + r) * heads_per_group + h)];
+        if (std::fabs(x - want) > 1e-5 * (scale + 1e-30) && bad++ < 5) {
+          ADD_FAILURE() << "delta (g " << g << ", row " << r << ", head " << h << "): got " << x << ", want " << want;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << "head dim " << head_dim << ", pad " << row_pad;
+}
+
+TEST(DeltaFromCuda, MatchesFp64OnEveryPath) {
+  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  uint64_t seed = 7;
+  for (const bool do_bf16 : {true, false}) {
+    for (const bool o_bf16 : {true, false}) {
+      check_delta(2, 4, 301, 128, 0, do_bf16, o_bf16, seed++);  // 16 lanes a (row, head)
+      check_delta(3, 1, 77, 64, 8, do_bf16, o_bf16, seed++);    // 8 lanes, padded strides
+      check_delta(1, 2, 33, 256, 0, do_bf16, o_bf16, seed++);   // a whole warp
+      check_delta(2, 2, 50, 24, 0, do_bf16, o_bf16, seed++);    // scalar: 24 / 8 is not a power of two
+      check_delta(1, 3, 40, 64, 3, do_bf16, o_bf16, seed++);    // scalar: unaligned strides
+    }
+  }
 }
 
 }  // namespace
