@@ -20,7 +20,11 @@ namespace dcp::cuda::check {
 
 bool gpu_available() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no GPU (or no driver): leave no error behind for later calls
+    return false;
+  }
+  return n > 0;
 }
 
 CaseResult run_case(const CaseConfig& cfg) {

@@ -14,19 +14,11 @@
 #include <memory>
 #include <vector>
 
+#include "attention_cuda_check.h"
 #include "common/rng.h"
 #include "exec/cuda/cuda_backend_kernels.h"
 
 namespace {
-
-bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
 
 uint16_t float_to_bf16(float x) {  // round to nearest even, as the kernels' conversions
   uint32_t u = 0;
@@ -152,7 +144,7 @@ void run_batch(const std::vector<Case>& cases, uint64_t seed) {
 }
 
 TEST(ExchangeCuda, ImportsAndExportsEveryLayoutAndType) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   uint64_t seed = 1;
   for (const bool import : {true, false}) {
     for (const bool tensor_bf16 : {true, false}) {
@@ -168,7 +160,7 @@ TEST(ExchangeCuda, ImportsAndExportsEveryLayoutAndType) {
 }
 
 TEST(ExchangeCuda, LargeMovesOfDifferentSizesInOneLaunch) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   // Many strides of the grid per thread (pieces far beyond the launch's threads).
   run_batch({{4, 20000, 4, 128, 0, 0, true, true, true, true},
              {4, 20000, 1, 128, 128, 0, true, false, false, true},
@@ -227,7 +219,7 @@ void check_delta(int groups, int heads_per_group, int rows, int head_dim, int64_
 }
 
 TEST(DeltaFromCuda, MatchesFp64OnEveryPath) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   uint64_t seed = 7;
   for (const bool do_bf16 : {true, false}) {
     for (const bool o_bf16 : {true, false}) {

@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "attention_cuda_check.h"
 #include "common/rng.h"
 #include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
@@ -54,15 +55,6 @@ T* device_alloc(size_t count) {
   return static_cast<T*>(p);
 }
 
-bool have_gpu() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return n > 0;
-}
-
 float bf16_to_float(uint16_t b) {
   const uint32_t u = static_cast<uint32_t>(b) << 16;
   float x = 0;
@@ -72,7 +64,7 @@ float bf16_to_float(uint16_t b) {
 
 // One pool of fp32 rows (partials and outputs alike) and one of LSE rows, both on the device.
 TEST(MergeBatchCuda, MatchesSequentialFp64MergesInOneLaunch) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   constexpr int kHeads = 4, kDim = 64, kRowElems = kHeads * kDim, kRowsPerBlock = 37, kBlocks = 24;
   constexpr int64_t kPoolRows = int64_t{kRowsPerBlock} * kBlocks;
   dcp::test::SplitMix64 rng(17);
