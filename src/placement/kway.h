@@ -123,8 +123,10 @@ void move_gains(const SubHypergraph& s, const int32_t* count, int k,
 double move_gain(const SubHypergraph& s, const int32_t* count, int k,
                  const std::vector<int32_t>& part, int32_t v, int32_t from, int32_t to);
 
-// Moves vertices out of parts over a capacity, cheapest objective increase first. Returns
-// true when every capacity holds afterwards.
+// Moves vertices out of parts over a capacity, cheapest objective increase first, in rounds;
+// no move puts a part over a cap, so the excess over the caps (cap_excess) never grows. Stops
+// when every capacity holds, or after a round that moves nothing or two in a row that lower no
+// excess. Returns true when every capacity holds afterwards.
 bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part);
 
 // Structured initial placement ("pack, then split only what must be split"): sequences by

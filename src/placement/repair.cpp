@@ -84,9 +84,11 @@ struct State {
 // Parts over their full-memory bound shed remote groups they hold. A single tile rarely frees a
 // copy (the rows of a band share it), so all of the part's pins of one remote net move together:
 // to the net's home part when they fit there, else to the part touching the net with the most
-// room. Nets with the fewest pins in the part go first (cheapest compute to move).
-void shed_remote_groups(const SubHypergraph& s, const PartCaps& caps, State& st,
+// room. Nets with the fewest pins in the part go first (cheapest compute to move). Returns true
+// when it moved a vertex.
+bool shed_remote_groups(const SubHypergraph& s, const PartCaps& caps, State& st,
                         std::vector<int32_t>& part) {
+  bool moved = false;
   const int k = caps.k();
   std::vector<std::pair<int32_t, int32_t>> nets;  // (pins in p, net)
   std::vector<int32_t> pins;
@@ -115,9 +117,14 @@ void shed_remote_groups(const SubHypergraph& s, const PartCaps& caps, State& st,
           }
         }
         if (target < 0) continue;
+        // The net's pins in p other than its home, in pin order (the scan stops at the last).
+        int32_t left = st.count[static_cast<size_t>(e) * k + p] - (hp == p ? 1 : 0);
         pins.clear();
-        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
-          if (part[s.pins[i]] == p && s.pins[i] != s.net_home[e]) pins.push_back(s.pins[i]);
+        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1] && left > 0; ++i)
+          if (part[s.pins[i]] == p && s.pins[i] != s.net_home[e]) {
+            pins.push_back(s.pins[i]);
+            --left;
+          }
         for (int32_t u : pins) {
           if (!st.fits(u, target, caps)) continue;
           st.move(u, p, target, part);
@@ -126,8 +133,13 @@ void shed_remote_groups(const SubHypergraph& s, const PartCaps& caps, State& st,
       }
     }
     if (!moved_any) break;
+    moved = true;
   }
+  return moved;
 }
+
+// repair_balance stops after this many rounds in a row that lower no excess over the caps.
+constexpr int kMaxStalledRounds = 2;
 
 }  // namespace
 
@@ -150,6 +162,18 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
     return st.load_c[p] > caps.compute[p] || st.load_m[p] > caps.memory[p] ||
            st.full_over(p, caps);
   };
+  // How far the parts are over their caps (as cap_excess), from the loads.
+  auto excess = [&] {
+    auto share = [](double load, double cap) { return cap > 0 ? std::max(0.0, load - cap) / cap : 0.0; };
+    CapExcess x;
+    for (int p = 0; p < k; ++p) {
+      x.hard += share(st.load_c[p], caps.compute[p]) + share(st.load_m[p], caps.memory[p]);
+      if (caps.has_full()) x.full += share(st.load_f[p], caps.full_memory[p]);
+    }
+    return x;
+  };
+  CapExcess best_excess = excess();
+  int stalled = 0;
   for (int round = 0; round < 16; ++round) {
     bool any_over = false;
     for (int p = 0; p < k; ++p) any_over = any_over || over(p);
@@ -185,15 +209,23 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
       st.move(v, p, b, part);
       ++moved;
     }
+    // A round that moves nothing leaves the state as it found it, so every later round would
+    // repeat it: stop.
     if (caps.has_full()) {
       bool full_left = false;
       for (int p = 0; p < k; ++p) full_left = full_left || st.full_over(p, caps);
-      if (full_left) {
-        shed_remote_groups(s, caps, st, part);
-        ++moved;  // the next round re-checks every bound
-      }
+      if (full_left && shed_remote_groups(s, caps, st, part)) ++moved;
     }
     if (moved == 0) break;
+    // Rounds that keep moving vertices without lowering the excess go round in circles (groups
+    // shed by one part overload another): stop after kMaxStalledRounds of them.
+    const CapExcess x = excess();
+    if (x.less(best_excess)) {
+      best_excess = x;
+      stalled = 0;
+    } else if (++stalled >= kMaxStalledRounds) {
+      break;
+    }
   }
   for (int p = 0; p < k; ++p)
     if (over(p)) return false;

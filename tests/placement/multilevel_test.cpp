@@ -416,6 +416,40 @@ TEST(Multilevel, FullMemoryFreshPartitionEitherWay) {
   }
 }
 
+TEST(Multilevel, RepairNeverRaisesTheExcessAndReportsTheTruth) {
+  // Each repair move leaves a part over a cap (or keeps one under it) and never puts a part over
+  // one, so the excess over the caps never grows, whether the caps can be met or not; repair
+  // returns true exactly when none is left. Full-memory caps from loose to unreachable exercise
+  // the rounds that stop moving, and those that keep moving without lowering the excess.
+  const Batch batch = random_batch(97, 12000, 4, 2, Mask::causal());
+  const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
+  const PlacementHypergraph h = build_placement_hypergraph(table);
+  const placement::SubHypergraph s = level_with_external_nets(table);
+  for (int k : {2, 4, 8}) {
+    for (placement::FlatStart kind : {placement::FlatStart::Rows, placement::FlatStart::Columns}) {
+      placement::PartCaps caps = mean_caps(h, k);
+      const std::vector<int32_t> start = placement::flat_initial(s, caps, kind);
+      const std::vector<double> f =
+          placement::full_loads(s, pin_counts(s, start, k), k, start);
+      const double mean_f = std::accumulate(f.begin(), f.end(), 0.0) / k;
+      for (double factor : {0.6, 0.9, 1.05, 1.2, 2.0}) {
+        caps.full_memory.assign(k, factor * mean_f);
+        const placement::CapExcess before = placement::cap_excess(s, caps, start);
+        std::vector<int32_t> part = start;
+        const bool ok = placement::repair_balance(s, caps, part);
+        const placement::CapExcess after = placement::cap_excess(s, caps, part);
+        EXPECT_LE(after.hard, before.hard + 1e-9) << "k=" << k << " factor=" << factor;
+        EXPECT_LE(after.full, before.full + 1e-9) << "k=" << k << " factor=" << factor;
+        if (ok) {
+          EXPECT_TRUE(after.same(placement::CapExcess{})) << "k=" << k << " factor=" << factor;
+        } else {
+          EXPECT_GT(after.hard + after.full, 0.0) << "k=" << k << " factor=" << factor;
+        }
+      }
+    }
+  }
+}
+
 TEST(Multilevel, RepairPlacementMeetsTheBoundsItCan) {
   const Batch batch = random_batch(71, 16000, 4, 2, Mask::causal());
   const BlockTable table = build_block_table(batch, BlockOptions{.block_size = 128});
