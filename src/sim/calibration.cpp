@@ -80,16 +80,16 @@ Calibration measured_h200_calibration() {
   Calibration c;
   c.name = "h200-measured-subtiles";
   c.subtile_model = true;
-  c.attn_fwd_flops = 661.0e12;
-  c.attn_bwd_flops = 488.3e12;
-  c.fwd_diagonal_masked_cost = 2.461;
-  c.fwd_partial_masked_cost = 1.623;
-  c.fwd_empty_subtile_cost = 0.082;
-  c.fwd_work_item_cost = 3.526;
-  c.bwd_diagonal_masked_cost = 1.689;
-  c.bwd_partial_masked_cost = 1.557;
-  c.bwd_empty_subtile_cost = 0.169;
-  c.bwd_work_item_cost = 0.945;
+  c.attn_fwd_flops = 653.9e12;
+  c.attn_bwd_flops = 486.9e12;
+  c.fwd_diagonal_masked_cost = 1.672;
+  c.fwd_partial_masked_cost = 1.906;
+  c.fwd_empty_subtile_cost = 0.081;
+  c.fwd_work_item_cost = 3.208;
+  c.bwd_diagonal_masked_cost = 1.815;
+  c.bwd_partial_masked_cost = 1.704;
+  c.bwd_empty_subtile_cost = 0.175;
+  c.bwd_work_item_cost = 0.618;
   c.tile_overhead_s = 0;  // the work items carry the per-tile costs
   c.launch_overhead_s = 4e-6;
   c.memory_bw = 4200e9;
