@@ -60,7 +60,8 @@ class BuiltinPartitioner final : public Partitioner {
   // Refinement is a V-cycle (refine_multilevel): moves of whole clusters on the coarse levels
   // restructure what single-tile FM moves cannot. The multilevel start (partition_multilevel)
   // ignores the geometry and finds different optima, better on masks whose structured cuts are
-  // not the cheapest (lambda windows, shared-question answers).
+  // not the cheapest (lambda windows, shared-question answers). At a level whose parts are
+  // split again it also tries a coarser hierarchy (MultilevelOptions::node_deeper_vertices_per_part).
   std::vector<std::vector<int32_t>> candidates(const SubHypergraph& s, const PartCaps& caps,
                                                uint64_t seed, const RefineOptions& refine) const override {
     if (caps.k() <= 1) return {structured_initial(s, caps)};
@@ -93,7 +94,8 @@ class BuiltinPartitioner final : public Partitioner {
         if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part, pool_);
         else refine_fm(s, caps, refine, seed, r.part, pool_);
       } else {
-        r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_);
+        r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_,
+                                      upper ? ml_.node_deeper_vertices_per_part : 0);
         repair_balance(s, caps, r.part);
         refine_fm(s, caps, refine, seed, r.part, pool_);
       }
