@@ -76,6 +76,7 @@ class BuiltinPartitioner final : public Partitioner {
     // The structured starts (cheap), then every start refined independently: the structured
     // ones and the multilevel start run at the same time on the pool.
     std::vector<Result> results;
+    bool deeper_won = false;
     for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
       Result r;
       r.part = structured_initial(
@@ -95,7 +96,7 @@ class BuiltinPartitioner final : public Partitioner {
         else refine_fm(s, caps, refine, seed, r.part, pool_);
       } else {
         r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_,
-                                      upper ? ml_.node_deeper_vertices_per_part : 0);
+                                      upper ? ml_.node_deeper_vertices_per_part : 0, &deeper_won);
         repair_balance(s, caps, r.part);
         refine_fm(s, caps, refine, seed, r.part, pool_);
       }
@@ -107,6 +108,10 @@ class BuiltinPartitioner final : public Partitioner {
       if (results[i].better_than(structured)) structured = std::move(results[i]);
     if (!with_multilevel) return {std::move(structured.part)};
     Result& multilevel = results.back();
+    // A multilevel partition from the deeper hierarchy goes on only as the best one: where it
+    // loses to the structured start, it was carried through the device level for nothing
+    // (MultilevelOptions::node_deeper_vertices_per_part).
+    if (deeper_won && !multilevel.better_than(structured)) return {std::move(structured.part)};
     if (multilevel.better_than(structured)) return {std::move(multilevel.part), std::move(structured.part)};
     return {std::move(structured.part), std::move(multilevel.part)};
   }

@@ -32,8 +32,9 @@ void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const Multi
 std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps& caps,
                                           const MultilevelOptions& opts,
                                           const RefineOptions& refine, uint64_t seed,
-                                          TaskPool* pool, int deeper_vertices_per_part) {
+                                          TaskPool* pool, int deeper_vertices_per_part, bool* deeper_won) {
   const int k = caps.k();
+  if (deeper_won != nullptr) *deeper_won = false;
   if (k <= 1) return std::vector<int32_t>(static_cast<size_t>(s.num_vertices()), 0);
   const bool deeper = deeper_vertices_per_part > 0 && deeper_vertices_per_part < opts.vertices_per_part;
   MultilevelOptions coarsen_opts = opts;
@@ -102,7 +103,10 @@ std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps
     const CapExcess excess = cap_excess(g, caps, part), best_excess = cap_excess(g, caps, best);
     if (excess.less(best_excess) ||
         (excess.same(best_excess) && sub_objective(g, part, k) < sub_objective(g, best, k) * (1 - 1e-12)))
+    {
       best = std::move(part);
+      if (deeper_won != nullptr) *deeper_won = true;
+    }
   }
   for (size_t i = at; i > 0; --i) {
     project(i, best);

@@ -189,7 +189,9 @@ TEST(Multilevel, DeeperStartGivesAValidPartitionAndOffChangesNothing) {
       const RefineOptions refine{};
       const std::vector<int32_t> plain = placement::partition_multilevel(s, level.caps, opts, refine, 3);
       // 0 or no fewer vertices than opts.vertices_per_part: exactly the start without it.
-      EXPECT_EQ(placement::partition_multilevel(s, level.caps, opts, refine, 3, nullptr, 0), plain);
+      bool won = true;
+      EXPECT_EQ(placement::partition_multilevel(s, level.caps, opts, refine, 3, nullptr, 0, &won), plain);
+      EXPECT_FALSE(won);
       EXPECT_EQ(placement::partition_multilevel(s, level.caps, opts, refine, 3, nullptr, opts.vertices_per_part), plain);
       const MultilevelOptions at20{.vertices_per_part = 20};
       with_deeper_levels += placement::coarsen(s, level.caps, nullptr, at20, 3).size() >
