@@ -148,7 +148,7 @@ struct MultilevelOptions {
   // places as 20. Carrying the deeper start's losing partitions as candidates too: 0.974 / 0.953
   // / 0.974 for 6-7 % more time (the device level twice on ldc_causal_16x8_s1 and 3 more
   // instances); a separate second start with its own coarsening, refined to the finest level:
-  // the same placements for 7-9 % more time; deciding on the coarsest shared level instead left
+  // about the same quality for 7-9 % more time; deciding on the coarsest shared level instead left
   // longalign_lambda_4x8_s1 at 1.43; a start at 20 in place of the one at 40 lost (0.997,
   // ldc_causal_2x8_s1 1.05 -> 1.71), as did vertices_per_part 20 at every level (worst 1.475).
   int node_deeper_vertices_per_part = 20;
