@@ -137,6 +137,7 @@ dcp::PlacementOptions options_from(const std::string& set) {
     else if (k == "multilevel.vertices_per_part") po.multilevel.vertices_per_part = static_cast<int>(v);
     else if (k == "multilevel.cluster_compute_share") po.multilevel.cluster_compute_share = v;
     else if (k == "multilevel.cluster_memory_share") po.multilevel.cluster_memory_share = v;
+    else if (k == "multilevel.node_deeper_vertices_per_part") po.multilevel.node_deeper_vertices_per_part = static_cast<int>(v);
     else if (k == "multilevel.max_shrink") po.multilevel.max_shrink = v;
     else if (k == "multilevel.max_rated_net_pins") po.multilevel.max_rated_net_pins = static_cast<int>(v);
     else if (k == "refine.passes") po.refine.passes = static_cast<int>(v);

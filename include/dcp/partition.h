@@ -133,6 +133,25 @@ struct MultilevelOptions {
   // 160 (Mt-KaHyPar's default) 1.00 (1.26 s): the tiles of a sequence form chains that coarsen
   // into few, well-shaped clusters.
   int vertices_per_part = 40;
+  // At a level whose parts are split again (nodes), the multilevel start coarsens on to this
+  // many vertices per part (0: no further) and starts a second time there, from the rows flat
+  // start; both are refined up to the level above the finest one, where the better (capacities,
+  // then objective) goes on (partition_multilevel). When that is the deeper start's and it then
+  // loses to the structured start, it is not carried through the device level as a second node
+  // candidate (node_candidate_margin). Coarser clusters move whole stretches of a sequence
+  // between nodes: on lambda masks the start at vertices_per_part stopped at node cuts 40-70 %
+  // above those of partitions within the same node caps. Measured on the 48 comparison instances
+  // (seeds 1 and 2; placement seeds 1 / 2 / 3; ours / the recorded best feasible Mt-KaHyPar):
+  // none 0.980 / 0.967 / 0.978 with 3 / 2 / 3 instances above 1.3; 20: 0.974 / 0.954 / 0.977
+  // with 1 / 0 / 2 (longalign_lambda_4x8_s1 1.43 -> 1.16, longalign_lambda_8x8_s2 1.36 -> 1.26
+  // on seed 1), planning time +0.3 % on one thread and +1.9 % on 2 threads (geometric means); 10
+  // places as 20. Carrying the deeper start's losing partitions as candidates too: 0.974 / 0.953
+  // / 0.974 for 6-7 % more time (the device level twice on ldc_causal_16x8_s1 and 3 more
+  // instances); a separate second start with its own coarsening, refined to the finest level:
+  // about the same quality for 7-9 % more time; deciding on the coarsest shared level instead left
+  // longalign_lambda_4x8_s1 at 1.43; a start at 20 in place of the one at 40 lost (0.997,
+  // ldc_causal_2x8_s1 1.05 -> 1.71), as did vertices_per_part 20 at every level (worst 1.475).
+  int node_deeper_vertices_per_part = 20;
   // A cluster holds at most this share of the smallest part's compute cap, and of its owned
   // memory cap (one vertex always fits), so that moving it keeps the bounds reachable. Compute
   // 1/24: 0.87 (1.52 s); 1/12: 0.85; 1/8: 0.86 (worst instance 1.22 against 1.13); 0.2: 0.85

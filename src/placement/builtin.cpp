@@ -60,7 +60,8 @@ class BuiltinPartitioner final : public Partitioner {
   // Refinement is a V-cycle (refine_multilevel): moves of whole clusters on the coarse levels
   // restructure what single-tile FM moves cannot. The multilevel start (partition_multilevel)
   // ignores the geometry and finds different optima, better on masks whose structured cuts are
-  // not the cheapest (lambda windows, shared-question answers).
+  // not the cheapest (lambda windows, shared-question answers). At a level whose parts are
+  // split again it also tries a coarser hierarchy (MultilevelOptions::node_deeper_vertices_per_part).
   std::vector<std::vector<int32_t>> candidates(const SubHypergraph& s, const PartCaps& caps,
                                                uint64_t seed, const RefineOptions& refine) const override {
     if (caps.k() <= 1) return {structured_initial(s, caps)};
@@ -75,6 +76,7 @@ class BuiltinPartitioner final : public Partitioner {
     // The structured starts (cheap), then every start refined independently: the structured
     // ones and the multilevel start run at the same time on the pool.
     std::vector<Result> results;
+    bool deeper_won = false;
     for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
       Result r;
       r.part = structured_initial(
@@ -93,7 +95,8 @@ class BuiltinPartitioner final : public Partitioner {
         if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part, pool_);
         else refine_fm(s, caps, refine, seed, r.part, pool_);
       } else {
-        r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_);
+        r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_,
+                                      upper ? ml_.node_deeper_vertices_per_part : 0, &deeper_won);
         repair_balance(s, caps, r.part);
         refine_fm(s, caps, refine, seed, r.part, pool_);
       }
@@ -105,6 +108,10 @@ class BuiltinPartitioner final : public Partitioner {
       if (results[i].better_than(structured)) structured = std::move(results[i]);
     if (!with_multilevel) return {std::move(structured.part)};
     Result& multilevel = results.back();
+    // A multilevel partition from the deeper hierarchy goes on only as the best one: where it
+    // loses to the structured start, it was carried through the device level for nothing
+    // (MultilevelOptions::node_deeper_vertices_per_part).
+    if (deeper_won && !multilevel.better_than(structured)) return {std::move(structured.part)};
     if (multilevel.better_than(structured)) return {std::move(multilevel.part), std::move(structured.part)};
     return {std::move(structured.part), std::move(multilevel.part)};
   }

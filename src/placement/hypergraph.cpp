@@ -225,6 +225,9 @@ void PlacementOptions::validate() const {
       refine.idle_moves_max < refine.idle_moves_min)
     bad("refine: min_pass_gain >= 0, min_pass_gain_all_devices >= 0, idle_moves_share > 0 and "
         "1 <= idle_moves_min <= idle_moves_max are required");
+  if (multilevel.node_deeper_vertices_per_part < 0)
+    bad("multilevel.node_deeper_vertices_per_part must be >= 0, 0 = none (got " +
+        std::to_string(multilevel.node_deeper_vertices_per_part) + ")");
   if (multilevel.vertices_per_part < 1 || !(multilevel.cluster_compute_share > 0) ||
       !(multilevel.cluster_memory_share > 0) || !(multilevel.min_shrink >= 0) ||
       multilevel.max_rated_net_pins < 2 || multilevel.max_levels < 0)

@@ -32,11 +32,27 @@ void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const Multi
 std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps& caps,
                                           const MultilevelOptions& opts,
                                           const RefineOptions& refine, uint64_t seed,
-                                          TaskPool* pool) {
+                                          TaskPool* pool, int deeper_vertices_per_part, bool* deeper_won) {
   const int k = caps.k();
+  if (deeper_won != nullptr) *deeper_won = false;
   if (k <= 1) return std::vector<int32_t>(static_cast<size_t>(s.num_vertices()), 0);
-  const std::vector<CoarseLevel> levels = coarsen(s, caps, nullptr, opts, seed);
-  const SubHypergraph& coarsest = levels.empty() ? s : levels.back().graph;
+  const bool deeper = deeper_vertices_per_part > 0 && deeper_vertices_per_part < opts.vertices_per_part;
+  MultilevelOptions coarsen_opts = opts;
+  if (deeper) coarsen_opts.vertices_per_part = deeper_vertices_per_part;
+  const std::vector<CoarseLevel> levels = coarsen(s, caps, nullptr, coarsen_opts, seed);
+  auto graph = [&](size_t i) -> const SubHypergraph& { return i == 0 ? s : levels[i - 1].graph; };
+  // Coarsening is the same up to the first level within vertices_per_part (each level's
+  // clustering depends on its seed and the level above only), so that level is the coarsest
+  // one of the start without `deeper_vertices_per_part`.
+  const int64_t limit = static_cast<int64_t>(opts.vertices_per_part) * k;
+  size_t top = levels.size();
+  for (size_t i = 0; i < levels.size(); ++i) {
+    if (levels[i].graph.num_vertices() <= limit) {
+      top = i + 1;
+      break;
+    }
+  }
+  const SubHypergraph& coarsest = graph(top);
   // Every flat start repaired first: one whose repair meets the capacities beats every one whose
   // repair does not, whatever FM does to either (FM keeps the capacities that hold and fixes no
   // others), so only the starts that can still win are refined.
@@ -59,12 +75,42 @@ std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps
       best_obj = obj;
     }
   }
-  for (size_t i = levels.size(); i > 0; --i) {
+  auto project = [&](size_t i, std::vector<int32_t>& part) {  // level i -> level i - 1
     const std::vector<int32_t>& map = levels[i - 1].cluster_of;
     std::vector<int32_t> finer(map.size());
-    for (size_t v = 0; v < map.size(); ++v) finer[v] = best[map[v]];
-    best = std::move(finer);
-    refine_fm(i > 1 ? levels[i - 2].graph : s, caps, refine, seed + i, best, pool);
+    for (size_t v = 0; v < map.size(); ++v) finer[v] = part[map[v]];
+    part = std::move(finer);
+  };
+  // The deeper levels: the rows flat start on the deepest one, refined on every level back up.
+  // It and the best of the flat starts are refined up to the level above s (the finest level's
+  // FM, the most expensive, runs once), where the one with less excess over the capacities, or
+  // as little and a lower objective, goes on.
+  size_t at = top;
+  if (deeper && levels.size() > top) {
+    const size_t meet = std::min<size_t>(top, 1);
+    std::vector<int32_t> part = flat_initial(graph(levels.size()), caps, FlatStart::Rows);
+    repair_balance(graph(levels.size()), caps, part);
+    refine_fm(graph(levels.size()), caps, refine, seed, part);
+    for (size_t i = levels.size(); i > meet; --i) {
+      project(i, part);
+      refine_fm(graph(i - 1), caps, refine, seed + i, part, pool);
+    }
+    for (; at > meet; --at) {
+      project(at, best);
+      refine_fm(graph(at - 1), caps, refine, seed + at, best, pool);
+    }
+    const SubHypergraph& g = graph(meet);
+    const CapExcess excess = cap_excess(g, caps, part), best_excess = cap_excess(g, caps, best);
+    if (excess.less(best_excess) ||
+        (excess.same(best_excess) && sub_objective(g, part, k) < sub_objective(g, best, k) * (1 - 1e-12)))
+    {
+      best = std::move(part);
+      if (deeper_won != nullptr) *deeper_won = true;
+    }
+  }
+  for (size_t i = at; i > 0; --i) {
+    project(i, best);
+    refine_fm(graph(i - 1), caps, refine, seed + i, best, pool);
   }
   return best;
 }

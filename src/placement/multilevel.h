@@ -20,11 +20,17 @@ void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const Multi
 
 // The full cycle from no partition: coarsens s freely, partitions the coarsest level (the best
 // of the flat starts, each repaired and refined there), then projects and refines with FM on
-// every level back up. Returns a partition of s; callers repair.
+// every level back up. Returns a partition of s; callers repair. With deeper_vertices_per_part
+// (below opts.vertices_per_part; 0 = none) coarsening goes on to that many vertices per part,
+// and a second start from there competes with the first on the level above s
+// (MultilevelOptions::node_deeper_vertices_per_part); `deeper_won` (may be null) is set when
+// the second start's partition went on.
 std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps& caps,
                                           const MultilevelOptions& opts,
                                           const RefineOptions& refine, uint64_t seed,
-                                          TaskPool* pool = nullptr);
+                                          TaskPool* pool = nullptr,
+                                          int deeper_vertices_per_part = 0,
+                                          bool* deeper_won = nullptr);
 
 // Flat starts for a small (coarsest) hypergraph, which has lost the tile geometry but keeps each
 // cluster's first member's sequence, query row and key block: vertices in order of (sequence,

@@ -163,6 +163,53 @@ TEST(Multilevel, CoarseningKeepsWeightsPartsAndObjective) {
   for (size_t i = 0; i < levels.size(); ++i) EXPECT_EQ(again[i].cluster_of, levels[i].cluster_of);
 }
 
+TEST(Multilevel, CoarseningFurtherExtendsTheSameLevels) {
+  // partition_multilevel's deeper start relies on this: coarsening to fewer vertices per part
+  // builds the same levels as far as the coarser target's hierarchy goes, then more.
+  const Level level = whole_level_with_caps(random_batch(48, 8000, 4, 2, Mask::lambda(16, 256)), 4, 1.1, 1.3);
+  const placement::SubHypergraph& s = level.s;
+  const MultilevelOptions at40{}, at20{.vertices_per_part = 20};
+  const std::vector<placement::CoarseLevel> a = placement::coarsen(s, level.caps, nullptr, at40, 9);
+  const std::vector<placement::CoarseLevel> b = placement::coarsen(s, level.caps, nullptr, at20, 9);
+  ASSERT_GE(a.size(), 1u);
+  ASSERT_GT(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i].cluster_of, a[i].cluster_of) << "level " << i;
+    EXPECT_EQ(b[i].graph.num_vertices(), a[i].graph.num_vertices()) << "level " << i;
+  }
+}
+
+TEST(Multilevel, DeeperStartGivesAValidPartitionAndOffChangesNothing) {
+  int with_deeper_levels = 0;
+  for (int k : {2, 4, 8}) {
+    for (Mask mask : {Mask::causal(), Mask::lambda(16, 256)}) {
+      const Level level = whole_level_with_caps(random_batch(50 + k, 8000, 4, 2, mask), k, 1.05, 1.1, 8);
+      const placement::SubHypergraph& s = level.s;
+      const MultilevelOptions opts{};
+      const RefineOptions refine{};
+      const std::vector<int32_t> plain = placement::partition_multilevel(s, level.caps, opts, refine, 3);
+      // 0 or no fewer vertices than opts.vertices_per_part: exactly the start without it.
+      bool won = true;
+      EXPECT_EQ(placement::partition_multilevel(s, level.caps, opts, refine, 3, nullptr, 0, &won), plain);
+      EXPECT_FALSE(won);
+      EXPECT_EQ(placement::partition_multilevel(s, level.caps, opts, refine, 3, nullptr, opts.vertices_per_part), plain);
+      const MultilevelOptions at20{.vertices_per_part = 20};
+      with_deeper_levels += placement::coarsen(s, level.caps, nullptr, at20, 3).size() >
+                            placement::coarsen(s, level.caps, nullptr, opts, 3).size();
+      std::vector<int32_t> deeper = placement::partition_multilevel(s, level.caps, opts, refine, 3, nullptr, 20);
+      ASSERT_EQ(deeper.size(), plain.size());
+      for (int32_t p : deeper) ASSERT_TRUE(p >= 0 && p < k);
+      // Deterministic, and the same with the set-up of FM passes on a pool.
+      placement::TaskPool pool(3);
+      EXPECT_EQ(placement::partition_multilevel(s, level.caps, opts, refine, 3, &pool, 20), deeper);
+      if (placement::repair_balance(s, level.caps, deeper)) {
+        EXPECT_TRUE(within_caps(part_loads(s, deeper, k), level.caps, 1e-12)) << "k=" << k;
+      }
+    }
+  }
+  EXPECT_GT(with_deeper_levels, 0);  // the deeper start ran somewhere
+}
+
 TEST(Multilevel, RefinementNeverWorsensAndKeepsCaps) {
   uint64_t seed = 50;
   for (int k : {2, 4, 7}) {
