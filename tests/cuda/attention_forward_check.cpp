@@ -58,9 +58,10 @@ Lists build(const ForwardCase& c, Rng& rng) {
       break;
     case ForwardScenario::Partial:
       // Rows of the first 128-row chunk: many ranges, every 7th row empty, every 11th all keys;
-      // later rows only see keys < 100, so their chunk skips the later sub-tiles.
+      // later rows only see keys < 100, so their chunk skips the later sub-tiles, or, with every
+      // other seed, no key at all (a work item without a sub-tile: O = 0, LSE = -inf).
       l.tiles.push_back(partial_tile(l, c.q_len, 0, c.kv_len, hkv, [&](int i) {
-        if (i % 7 == 3) return std::vector<std::pair<int, int>>{};
+        if (i % 7 == 3 || (i >= 128 && c.seed % 2 == 0)) return std::vector<std::pair<int, int>>{};
         if (i % 11 == 5) return std::vector<std::pair<int, int>>{{0, c.kv_len}};
         return random_ranges(rng, 0, i < 128 ? c.kv_len : std::min(c.kv_len, 100), 12);
       }));
@@ -68,9 +69,12 @@ Lists build(const ForwardCase& c, Rng& rng) {
       break;
     case ForwardScenario::MultiTile: {
       // Launch 1: T0 alone. Launch 2: T1.. in one item with accumulate = 1. Rows i % 10 == 0 see
-      // no key anywhere (O = 0, LSE = -inf through the accumulate), rows i % 10 == 1 only T0's.
+      // no key anywhere (O = 0, LSE = -inf through the accumulate), rows i % 10 == 1 only T0's;
+      // with seeds 2 mod 4 rows from 128 on see only T0's keys too (their chunk's item in launch
+      // 2 has no sub-tile and leaves T0's partial as it is).
       const bool with_full = c.seed % 2 == 1;
-      auto none = [](int i) { return i % 10 == 0 || i % 10 == 1; };
+      const bool empty_chunk = c.seed % 4 == 2;
+      auto none = [&](int i) { return i % 10 == 0 || i % 10 == 1 || (empty_chunk && i >= 128); };
       int kv = 0;
       l.tiles.push_back(partial_tile(l, c.q_len, kv, 150, hkv, [&](int i) {
         if (i % 5 == 0) return std::vector<std::pair<int, int>>{};
