@@ -15,7 +15,8 @@
 # same steps; times are medians over the measured steps):
 #   single     anchor (542M), 64K tokens/step, FlexAttention vs dcp on every mask (24 steps,
 #              medians over steps 8-23, then 1 profiled step); small model, 64K, 300 steps, flex
-#              vs dcp, causal, first-step gradients compared; anchor 128K causal with activation
+#              vs dcp, and dcp with its deterministic backward, causal; first-step gradients of
+#              each against flex32 (FlexAttention in fp32); anchor 128K causal with activation
 #              checkpointing, flex vs dcp, if the time left allows (LONG_128K_S)
 #   single128  anchor 128K with checkpointing, flex vs dcp, every mask (16 steps, medians 6-15)
 #   pair       = pair64 pairloss pairtorch pair128 pairflex, in that order (most wanted first):
@@ -190,7 +191,15 @@ for phase in $(expand $phases); do
       run_group "1 GPU, anchor 64K, flex vs dcp" 1 330 $W64 --runs "$(runs_of "flex dcp")"
       run_group "1 GPU, small 64K, 300 steps, flex vs dcp" 1 200 $LOSS --runs flex:causal,dcp:causal \
         --dump-grads "$runs/grads_{name}.pt"
+      # The yardsticks: dcp with its deterministic backward (only the order of dQ's sums differs:
+      # how far two trainings apart by rounding alone drift), and the first step's gradients
+      # against attention in fp32 (flex32; too slow for 300 steps).
+      run_group "1 GPU, small 64K, 300 steps, dcp deterministic" 1 150 $LOSS --runs dcp:causal --deterministic
+      run_group "1 GPU, small 64K, first step, flex32" 1 120 $LOSS --steps 1 --runs flex32:causal \
+        --dump-grads "$runs/grads_{name}.pt"
       compare_grads "$(loss_name flex 1)" "$(loss_name dcp 1)"
+      compare_grads "$(loss_name flex32 1)" "$(loss_name dcp 1)"
+      compare_grads "$(loss_name flex32 1)" "$(loss_name flex 1)"
       if [ $((deadline - SECONDS)) -ge "${LONG_128K_S:-160}" ]; then
         run_group "1 GPU, anchor 128K causal, dcp vs flex" 1 240 $W128 --runs dcp:causal,flex:causal
       else

@@ -52,7 +52,7 @@ import dcp  # noqa: E402
 import dcp.torch as dcp_torch  # noqa: E402
 
 CP_METHODS = ("dcp", "zigzag", "a2a_p2p", "ulysses", "ring", "packing")
-MODES = CP_METHODS + ("torch", "flex")
+MODES = CP_METHODS + ("torch", "flex", "flex32")
 ATTENTION_RANGE = "train.attention"
 # Exit status when a failed run stopped the launch before its other runs (relaunch to go on);
 # 1 means every run was attempted and some failed.
@@ -63,13 +63,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Modes: " + ", ".join(MODES) + ". 'flex' is the one-process FlexAttention "
-                                "reference; 'torch' is PyTorch's native context parallelism (FlexAttention path).")
+                                "reference; 'flex32' the same computing attention in fp32 (exact attention up to fp32 "
+                                "rounding: the yardstick of the loss comparisons); 'torch' is PyTorch's native context "
+                                "parallelism (FlexAttention path).")
     g = p.add_argument_group("what to train")
     g.add_argument("--preset", choices=sorted(PRESETS), default="anchor", help="model size (default: anchor, 542M)")
     g.add_argument("--cp", choices=CP_METHODS + ("torch",), default="dcp",
                    help="placement of tokens on ranks: dcp, a static layout, or torch (native CP)")
-    g.add_argument("--attn", choices=("dcp", "flex"), default="dcp",
-                   help="attention kernels: dcp's, or FlexAttention (one process; with --cp torch, native CP)")
+    g.add_argument("--attn", choices=("dcp", "flex", "flex32"), default="dcp",
+                   help="attention kernels: dcp's, or FlexAttention (one process; with --cp torch, native CP); "
+                   "flex32: FlexAttention on q, k, v cast to fp32, its output cast back (one process)")
     g.add_argument("--mask", choices=train_data.MASKS, default="causal", help="mask of every document")
     g.add_argument("--tokens", type=int, default=65536, help="tokens per step over all ranks (no padding)")
     g.add_argument("--max-doc", type=int, default=65536, help="documents longer than this are cut")
@@ -134,6 +137,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.attn == "flex" and args.cp not in ("dcp", "torch"):
         p.error("--attn flex runs on one process (the reference) or under --cp torch")
+    if args.attn == "flex32" and args.cp != "dcp":
+        p.error("--attn flex32 runs on one process only")
     if args.measure_from >= args.steps:
         args.measure_from = max(0, args.steps // 2)
     return args
@@ -288,20 +293,21 @@ def attention_profile(prof, backward_nodes, num_steps: int, cuda: bool) -> Dict[
 def mode_of(args) -> str:
     if args.cp == "torch":
         return "torch"
-    return "flex" if args.attn == "flex" else args.cp
+    return args.attn if args.attn in ("flex", "flex32") else args.cp
 
 
 def run_name(args, mode: str, world: int, device: torch.device) -> str:
     ranks = f"{world}{'gpu' if device.type == 'cuda' else 'cpu'}"
     ckpt = "_ckpt" if args.checkpoint else ""
-    return args.name or f"{args.preset}_{mode}_{args.mask}_{args.tokens // 1024}k{ckpt}_{ranks}"
+    det = "_det" if args.deterministic and mode not in ("flex", "flex32", "torch") else ""
+    return args.name or f"{args.preset}_{mode}_{args.mask}_{args.tokens // 1024}k{ckpt}{det}_{ranks}"
 
 
 def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_name: str):
-    if mode == "flex":
+    if mode in ("flex", "flex32"):
         if world != 1:
             raise ValueError("the FlexAttention reference runs on one process (use --cp torch for native CP)")
-        return FlexBackend(args.mask, args.sink, args.window, device)
+        return FlexBackend(args.mask, args.sink, args.window, device, fp32=mode == "flex32")
     if mode == "torch":
         return TorchCPBackend(args.mask, args.sink, args.window, device, world)
     threads = args.plan_threads or (4 if device.type == "cuda" else 1)
@@ -346,7 +352,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     write(result, out_json)
     if mode == "torch":
         say(NATIVE_CP_LIMITS)
-    if cuda and dtype_name != "bf16" and mode not in ("flex", "torch"):
+    if cuda and dtype_name != "bf16" and mode not in ("flex", "flex32", "torch"):
         raise ValueError("dcp attention on GPUs runs bf16: use --dtype bf16")
 
     # The model: the same weights in every mode and on every rank (drawn from the seed, then
@@ -535,7 +541,7 @@ def parse_runs(spec: str, args) -> List[argparse.Namespace]:
                              f"MASK one of {', '.join(train_data.MASKS)}")
         one = argparse.Namespace(**vars(args))
         one.cp, one.attn = (parts[0], "dcp") if parts[0] in CP_METHODS else ("torch", "flex") if parts[0] == "torch" \
-            else ("dcp", "flex")
+            else ("dcp", parts[0])
         one.mask = parts[1]
         if len(parts) == 3:
             one.tokens = int(parts[2])

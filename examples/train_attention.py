@@ -166,12 +166,15 @@ class FlexBackend:
     compiled (the eager block-mask builder materialises the dense mask: out of memory near 100K
     tokens; eager flex_attention materialises the scores). FlexAttention has no backward on
     CPUs, so there the same mask_mod is evaluated into a dense mask for PyTorch's SDPA: the
-    tests still check the mask functions and everything around the kernel."""
+    tests still check the mask functions and everything around the kernel. fp32: attention runs on
+    q, k, v cast to fp32 and its output is cast back to their type, so that the model around it
+    is the same as with bf16 attention and only attention's rounding differs."""
 
-    def __init__(self, kind: str, sink: int, window: int, device: torch.device, compile: Optional[bool] = None):
+    def __init__(self, kind: str, sink: int, window: int, device: torch.device, compile: Optional[bool] = None,
+                 fp32: bool = False):
         from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
 
-        self.kind, self.sink, self.window, self.device = kind, sink, window, device
+        self.kind, self.sink, self.window, self.device, self.fp32 = kind, sink, window, device, fp32
         self.nodes = _NodeRecorder()
         self.dense = device.type == "cpu"
         self.create_mask = create_mask
@@ -190,14 +193,17 @@ class FlexBackend:
     def flex(self, q, k, v, block_mask):
         """q [T, Hq, D], k and v [Tk, Hkv, D] -> [T, Hq, D], grouped-query heads."""
         gqa = q.shape[1] != k.shape[1]
+        dtype = q.dtype
         q, k, v = (t.transpose(0, 1)[None] for t in (q, k, v))
+        if self.fp32:
+            q, k, v = (t.float() for t in (q, k, v))
         with torch.autocast(self.device.type, enabled=False):
             if self.dense:
                 o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=block_mask, enable_gqa=gqa)
             else:
                 o = self.flex_attention(q, k, v, block_mask=block_mask, enable_gqa=gqa)
         self.nodes.note(o)
-        return o[0].transpose(0, 1)
+        return o.to(dtype)[0].transpose(0, 1)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
         self._ahead = _OneAhead(self._local(s) for s in steps)
@@ -283,7 +289,7 @@ class TorchCPBackend(FlexBackend):
             o = self.call(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                           block_mask=block_mask)
         self.nodes.note(o)
-        return o[0].transpose(0, 1)
+        return o.to(dtype)[0].transpose(0, 1)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
         for step in steps:

@@ -97,3 +97,18 @@ def test_mask_functions_match_dcp_reference():
                     want[start + row, start + b:start + e] = True
             start += length
         assert torch.equal(got, want), f"{kind}: {int((got != want).sum())} entries differ"
+
+
+def test_flex32_computes_attention_in_fp32_and_returns_the_input_type():
+    sys.path.insert(0, EXAMPLES)
+    from train_attention import FlexBackend
+
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(40, h, 16, generator=gen).bfloat16() for h in (4, 2, 2))
+    mask = torch.ones(40, 40, dtype=torch.bool).tril()[None, None]
+    got = FlexBackend("causal", 0, 0, torch.device("cpu"), compile=False, fp32=True).flex(q, k, v, mask)
+    assert got.dtype == torch.bfloat16 and got.shape == q.shape
+    qq, kk, vv = (t.double().transpose(0, 1)[None] for t in (q, k, v))
+    want = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)[0].transpose(0, 1)
+    # fp32 attention rounded once to bf16: within half a bf16 ulp of the fp64 answer (plus fp32 noise).
+    assert torch.allclose(got.double(), want, rtol=2 ** -8 + 1e-5, atol=1e-6)
