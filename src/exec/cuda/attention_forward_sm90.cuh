@@ -56,9 +56,10 @@ struct FwOutput {
 
 // Online-softmax state from the partial already in the outputs (work item with accumulate):
 // O_old = sum exp(s - LSE_old) v is the state m = LSE_old (log2 units), l = 1, o = O_old.
-template <int kD>
-__device__ __forceinline__ void fw_load_partial(const AttnForwardParams& p, const FwOutput& out, const FwThread& th,
-                                                float (&o)[kD / 2], float (&m_row)[2], float (&l_row)[2]) {
+// fw_load_partial_state sets m and l, fw_load_partial_o then o (rows whose m stays -inf have no
+// partial and keep o); fw_load_partial does both.
+__device__ __forceinline__ void fw_load_partial_state(const AttnForwardParams& p, const FwOutput& out, const FwThread& th,
+                                                      float (&m_row)[2], float (&l_row)[2]) {
   const int hq = p.shape.num_q_heads;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -68,7 +69,17 @@ __device__ __forceinline__ void fw_load_partial(const AttnForwardParams& p, cons
     if (lse_old == -INFINITY) continue;
     m_row[r] = lse_old * kLog2e;
     l_row[r] = th.tq == 0 ? 1.0F : 0.0F;  // l is summed over the 4 lanes of a row at the end
-    const float* o_row = p.o + ((out.out + row) * hq + out.qh) * kD;
+  }
+}
+
+template <int kD>
+__device__ __forceinline__ void fw_load_partial_o(const AttnForwardParams& p, const FwOutput& out, const FwThread& th,
+                                                  const bool (&has)[2], float (&o)[kD / 2]) {
+  const int hq = p.shape.num_q_heads;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!has[r]) continue;
+    const float* o_row = p.o + ((out.out + th.row(r)) * hq + out.qh) * kD;
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       const float2 v2 = *reinterpret_cast<const float2*>(o_row + j * 8 + 2 * th.tq);
@@ -76,6 +87,14 @@ __device__ __forceinline__ void fw_load_partial(const AttnForwardParams& p, cons
       o[4 * j + 2 * r + 1] = v2.y;
     }
   }
+}
+
+template <int kD>
+__device__ __forceinline__ void fw_load_partial(const AttnForwardParams& p, const FwOutput& out, const FwThread& th,
+                                                float (&o)[kD / 2], float (&m_row)[2], float (&l_row)[2]) {
+  fw_load_partial_state(p, out, th, m_row, l_row);
+  const bool has[2] = {m_row[0] != -INFINITY, m_row[1] != -INFINITY};
+  fw_load_partial_o<kD>(p, out, th, has, o);
 }
 
 // Masked sub-tile (keys kv0 .. kv0 + 127 of tile t, CTA rows from tile row r0): disallowed

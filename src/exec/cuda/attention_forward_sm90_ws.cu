@@ -10,8 +10,8 @@
 // warpgroups ran their softmax at the same time and the tensor cores idled through the part that
 // P V did not cover; its loads and walk also cost the MMA warps issue slots (0.88x the speed of
 // this kernel; git show 958ee6f:bench/results/cuda_attention_2026-11-30_h200.md). Here:
-// - Warpgroup 0 (producer, few registers) loads Q once, then walks the sub-tiles of the work
-//   item (skipping empty ones, classifying Partial sub-tiles: by the host's cells when the list
+// - Warpgroup 0 (producer, few registers) loads an item's Q once, then walks its sub-tiles
+//   (skipping empty ones, classifying Partial sub-tiles: by the host's cells when the list
 //   has them, else one thread per q row, both 64-key words, votes by bar.red among its 128
 //   threads; row masks only for Masked sub-tiles), and fills a 2-slot ring: K_j with its masks
 //   and a record (tile, sub-tile, class), then V_j. Whole 128-row sub-tiles come by TMA
@@ -23,14 +23,18 @@
 // - Ping-pong: each consumer issues its products of a step only in its turn (named barrier pair
 //   T0 / T1 of 256 threads: a warpgroup syncs on its own and arrives on the other's after its
 //   issue), so the tensor cores run one warpgroup's products while the other does its softmax.
-//   Issue points per warpgroup: one per sub-tile plus the last P V; warpgroup 1 arrives on T0
-//   once before its first and not after its last, so both barriers balance exactly, item by item.
+//   Issue points per warpgroup: one per sub-tile plus the CTA's last P V; warpgroup 1 arrives on
+//   T0 once before its first and not after its last, so both barriers balance exactly.
 // - Persistent (AttnForwardParams::work_counter): one CTA per SM takes work items in list order
-//   from a counter. The ring runs on across items: after an item's last sub-tile the producer
-//   writes an item-end record (a slot without K / V), loads the next item's Q into the other of
-//   two Q slots and starts on its K / V while the consumers finish, write the outputs and release
-//   the old Q. Short items (a B = 1024 tile is 8 sub-tiles per q chunk) so lose neither the CTA
-//   launch nor the first loads of the next item. Without a counter each CTA runs one item.
+//   from a counter (the producer fetches the next one when at most two sub-tiles of the current
+//   item are left). The ring runs on across items, one slot per sub-tile: the first record of
+//   another item begins it (its Q in the other of two Q slots, loaded when its first non-empty
+//   sub-tile is found). Its first S is issued together with the previous item's last P V, as
+//   any other step's, and the previous item's outputs are written while the tensor cores run
+//   those products and the other warpgroup's: an item boundary costs the tensor cores no drain
+//   and no refill, which matters for short items (a B = 1024 tile is 8 sub-tiles per q chunk).
+//   An item without a non-empty sub-tile never reaches the consumers: the producer writes its
+//   O = 0, LSE = -inf itself. Without a counter each CTA runs one item.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -58,17 +62,24 @@ enum : int {  // named barriers
 };
 
 enum : int32_t {  // FwsRecord::end
-  kStep = 0,     // a sub-tile of the item
-  kItemEnd = 1,  // the item has no sub-tile left (the slot holds no K / V)
-  kAllDone = 2,  // no item left for this CTA
+  kStep = 0,     // a sub-tile of an item
+  kAllDone = 1,  // no item left for this CTA
 };
+// One ring slot's record: the sub-tile, and where its item's outputs go (the consumers start an
+// item on its first record without reading the work list).
 struct FwsRecord {
   int32_t item;  // work item
   int32_t tile;  // index into the tile list
   int32_t n;     // 128-key sub-tile of the tile
   int32_t cls;   // kFull or kMasked
-  int32_t end;   // kStep, kItemEnd or kAllDone
-  int32_t pad_[3];
+  int32_t end;   // kStep or kAllDone
+  int32_t qh;    // q head of the item
+  int32_t r0;    // first q row of the item in its tiles
+  int32_t rows;  // valid q rows
+  int32_t out_row;  // O row and LSE row of item row 0
+  int32_t lse_row;
+  int32_t accumulate;
+  int32_t pad_;
 };
 
 template <int kD>
@@ -140,34 +151,36 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     const auto* v = static_cast<const __nv_bfloat16*>(p.v);
     const int64_t q_stride = static_cast<int64_t>(hq) * kD;
     const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
-    int j = 0;  // ring iteration, over every item of the CTA
-    for (int it = 0;; ++it) {
-      // The next item: the list's shared counter (persistent launch) or a fixed stride.
-      bar_sync_n<kBarProducer, 128>();  // every producer thread has read the previous one
-      if (ptid == 0) {
-        int32_t next = 0;
-        if (p.work_counter != nullptr) {
-          next = atomicAdd(p.work_counter, 1);
-          if (next >= p.list.num_work) {
-            // The last CTA to run out resets the counter for the next launch: every other CTA
-            // has made its last fetch before counting itself out.
-            __threadfence();
-            if (atomicAdd(p.work_counter + 1, 1) == static_cast<int32_t>(gridDim.x) - 1) {
-              atomicExch(p.work_counter, 0);
-              atomicExch(p.work_counter + 1, 0);
-            }
-          }
-        } else {
-          next = static_cast<int32_t>(blockIdx.x + static_cast<uint32_t>(it) * gridDim.x);
+    // Item it of this CTA: from the list's shared counter (persistent launch) or at a fixed stride.
+    auto fetch = [&](int it) -> int32_t {
+      if (p.work_counter == nullptr) return static_cast<int32_t>(blockIdx.x + static_cast<uint32_t>(it) * gridDim.x);
+      const int32_t next = atomicAdd(p.work_counter, 1);
+      if (next >= p.list.num_work) {
+        // The last CTA to run out resets the counter for the next launch: every other CTA
+        // has made its last fetch before counting itself out.
+        __threadfence();
+        if (atomicAdd(p.work_counter + 1, 1) == static_cast<int32_t>(gridDim.x) - 1) {
+          atomicExch(p.work_counter, 0);
+          atomicExch(p.work_counter + 1, 0);
         }
-        *s_item = next;
+      }
+      return next;
+    };
+    int32_t fetched = -1;  // thread 0: the next item, once fetched ahead of the current item's end
+    int j = 0;             // ring iteration: one per sub-tile, over every item of the CTA
+    int qi = 0;            // items with a sub-tile so far (their Q slots alternate)
+    for (int it = 0;; ++it) {
+      bar_sync_n<kBarProducer, 128>();  // every producer thread has read the previous item
+      if (ptid == 0) {
+        *s_item = fetched >= 0 ? fetched : fetch(it);
+        fetched = -1;
       }
       bar_sync_n<kBarProducer, 128>();
       const int item = *s_item;
       if (item >= p.list.num_work) {
         const int slot = j & 1;
         if (j >= 2) mbar_wait(k_empty(slot), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-        if (ptid == 0) s_record[slot] = FwsRecord{item, 0, 0, 0, kAllDone, {}};
+        if (ptid == 0) s_record[slot] = FwsRecord{item, 0, 0, 0, kAllDone, 0, 0, 0, 0, 0, 0, 0};
         mbar_arrive(k_full(slot));
         return;
       }
@@ -177,16 +190,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       const int kvh = w.head / (hq / hkv);
       const int r0 = w.chunk * kWgRows;
       const int rows = min(kWgRows, first.q_len - r0);
-
-      // Q into the item's slot, once the item two back no longer reads it.
-      const int qs = it & 1;
-      if (it >= 2) mbar_wait(q_empty(qs), static_cast<uint32_t>(((it >> 1) - 1) & 1));
-      producer_load_rows<kWgRows, kD>(s_q + static_cast<uint32_t>(qs * Smem::kQBytes),
-                                      q + (static_cast<int64_t>(first.q_begin + r0) * hq + w.head) * kD, q_stride, rows, ptid);
-      cp_async_commit();
-      cp_async_wait<0>();
-      fence_proxy_async();
-      mbar_arrive(q_full(qs));
+      const int out_row = first.out_begin + r0;
+      const int lse_row = (first.lse_begin >= 0 ? first.lse_begin : first.out_begin) + r0;
 
       // Class of sub-tile n of tile x, uniform over the producer; Partial masks into `masks`
       // ([word][row]): thread ptid computes both 64-key words of q row ptid.
@@ -220,12 +225,15 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         return all_full && x.kv_len - kv0 >= kWgKeys ? kFull : kMasked;
       };
 
+      bool has_q = false;  // the item's Q is loaded (it has a sub-tile)
       AttnTile x = first;
       int ti = w.tile;
       int n = 0;
       for (;; ++j) {
         const int slot = j & 1;
         const auto phase = static_cast<uint32_t>(((j >> 1) - 1) & 1);  // of the release of iteration j - 2
+        // (An item with no sub-tile left leaves iteration j to the next item, which waits for
+        // the same, completed, phase again.)
         if (j >= 2) mbar_wait(k_empty(slot), phase);
         uint64_t* masks = s_mask + slot * kMaskWords * kWgRows;
         int cls = kEmpty;
@@ -239,18 +247,24 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
           if (++ti < t_end) x = p.list.tiles[ti];
           n = 0;
         }
-        const bool end = ti >= t_end;
-        if (ptid == 0) s_record[slot] = FwsRecord{item, ti, n, cls, end ? kItemEnd : kStep, {}};
-        if (end) {
-          // A record without K / V. Its v_full phase still completes (after the release of
-          // iteration j - 2, as a load's would), so that every iteration advances both halves of
-          // its slot by one phase and the parities the consumers wait for stay in step; the
-          // consumers release both halves at once.
-          mbar_arrive(k_full(slot));
-          if (j >= 2) mbar_wait(v_empty(slot), phase);
-          mbar_arrive(v_full(slot));
-          ++j;
-          break;
+        if (ti >= t_end) break;
+        if (!has_q) {
+          // Q into the item's slot, once the item two back no longer reads it.
+          const int qs = qi & 1;
+          if (qi >= 2) mbar_wait(q_empty(qs), static_cast<uint32_t>(((qi >> 1) - 1) & 1));
+          producer_load_rows<kWgRows, kD>(s_q + static_cast<uint32_t>(qs * Smem::kQBytes),
+                                          q + (static_cast<int64_t>(first.q_begin + r0) * hq + w.head) * kD, q_stride, rows, ptid);
+          cp_async_commit();
+          cp_async_wait<0>();
+          fence_proxy_async();
+          mbar_arrive(q_full(qs));
+          has_q = true;
+        }
+        if (ptid == 0) {
+          s_record[slot] = FwsRecord{item, ti, n, cls, kStep, w.head, r0, rows, out_row, lse_row, w.accumulate, 0};
+          // The next item is fetched once at most two sub-tiles of this one are left, so that
+          // its index is at hand when they are done, without claiming it long before.
+          if (fetched < 0 && ti == t_end - 1 && n + 3 > kv_sub_tile_end<kWgKeys>(x, r0, rows)) fetched = fetch(it + 1);
         }
         const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
         const bool tma = fp.tma_kv != 0 && kv_rows == kWgKeys;
@@ -297,6 +311,16 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         }
         ++n;
       }
+      if (has_q) {
+        ++qi;
+      } else if (w.accumulate == 0 && ptid < rows) {
+        // No allowed key in any of the item's rows: O = 0, LSE = -inf (an accumulating item's
+        // partial is already the answer). The consumers never see the item.
+        auto* o_row = reinterpret_cast<float4*>(p.o + ((static_cast<int64_t>(out_row) + ptid) * hq + w.head) * kD);
+#pragma unroll 4
+        for (int c = 0; c < kD / 4; ++c) o_row[c] = make_float4(0.0F, 0.0F, 0.0F, 0.0F);
+        p.lse[(static_cast<int64_t>(lse_row) + ptid) * hq + w.head] = -INFINITY;
+      }
     }
   }
 
@@ -322,99 +346,140 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     }
   };
 
-  int j = 0;  // ring iteration, as the producer counts it
-  for (int it = 0;; ++it) {
-    mbar_wait(k_full(j & 1), static_cast<uint32_t>((j >> 1) & 1));
-    FwsRecord rec = s_record[j & 1];
-    if (rec.end == kAllDone) break;
-    const AttnWorkItem w = p.list.work[rec.item];
-    const AttnTile first = p.list.tiles[w.tile];
-    const int qh = w.head;
-    const int r0 = w.chunk * kWgRows;
-    const int rows = min(kWgRows, first.q_len - r0);
-    const FwOutput out{int64_t{first.out_begin} + r0,
-                       int64_t{first.lse_begin >= 0 ? first.lse_begin : first.out_begin} + r0, qh, rows};
+  // Accumulators: see FwThread (attention_forward_sm90.cuh). o, m_row and l_row are the online
+  // softmax of item `cur`; pa holds P of the previous sub-tile until its P V is issued.
+  float o[kD / 2];
+  float s[kWgKeys / 2];
+  uint32_t pa[kWgKeys / 16][4];
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.0F;
+#pragma unroll
+  for (int i = 0; i < kWgKeys / 2; ++i) s[i] = 0.0F;
+#pragma unroll
+  for (int kk = 0; kk < kWgKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0U;
+  float m_row[2] = {-INFINITY, -INFINITY};
+  float l_row[2] = {0.0F, 0.0F};
+  int32_t cur = -1;
+  FwOutput out{0, 0, 0, 0};
+  int r0 = 0;
+  int qs = 0;  // Q slot of item cur
+  int qi = 0;  // items begun
+  int j = 0;   // ring iteration, as the producer counts it
+  mbar_wait(k_full(0), 0U);
+  // The fields of a record that every step reads; the item's own fields are read from the slot by
+  // the step that begins it, so that they occupy no registers across the steps.
+  struct Step {
+    int32_t item, tile, n, cls, end;
+  };
+  auto read_step = [&](int slot) {
+    const FwsRecord& r = s_record[slot];
+    return Step{r.item, r.tile, r.n, r.cls, r.end};
+  };
+  Step rec = read_step(0);
 
-    // Accumulators: see FwThread (attention_forward_sm90.cuh).
-    float o[kD / 2];
-    float s[kWgKeys / 2];
-#pragma unroll
-    for (int i = 0; i < kD / 2; ++i) o[i] = 0.0F;
-#pragma unroll
-    for (int i = 0; i < kWgKeys / 2; ++i) s[i] = 0.0F;
-    uint32_t pa[kWgKeys / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < kWgKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0U;
-    float m_row[2] = {-INFINITY, -INFINITY};
-    float l_row[2] = {0.0F, 0.0F};
-    if (w.accumulate != 0) fw_load_partial<kD>(p, out, th, o, m_row, l_row);
-
-    const int qs = it & 1;
+  // Sub-tile j (record rec). kPending: P_{j-1} waits in pa; its P V is issued together with S_j.
+  // kBegin: the record is of another item than cur and begins it (a variant of its own, so that
+  // the steps inside an item carry none of this): S_j reads the item's Q slot, and once
+  // P_{j-1} V_{j-1} is done the outputs of cur are written and the state starts over, so that the
+  // tensor cores run the next item's first product, and the other warpgroup's, while this one
+  // writes its outputs (peeled: wgmma in no data-dependent branch).
+  auto step = [&]<bool kPending, bool kBegin>() {
+    const int slot = j & 1;
+    if constexpr (kBegin) {
+      if (cur >= 0) mbar_arrive(q_empty(qs));  // every S product of item cur has completed
+      qs = qi & 1;
+      mbar_wait(q_full(qs), static_cast<uint32_t>((qi >> 1) & 1));
+      ++qi;
+    }
     const uint32_t s_qi = s_q + static_cast<uint32_t>(qs * Smem::kQBytes);
-    mbar_wait(q_full(qs), static_cast<uint32_t>((it >> 1) & 1));
-    if (rec.end == kStep) {
-      if (wg == 1) bar_arrive_n<kBarTurn0, 256>();  // warpgroup 0 takes the item's first turn
-      // One sub-tile j; kFirst: the item's first, no P_{j-1} V_{j-1} yet (peeled: wgmma in no
-      // data-dependent branch).
-      auto step = [&]<bool kFirst>() {
-        const int slot = j & 1;
-        const uint32_t kb = s_k + static_cast<uint32_t>(slot * Smem::kKvBytes);
-        if constexpr (!kFirst) mbar_wait(v_full(slot ^ 1), static_cast<uint32_t>(((j - 1) >> 1) & 1));
-        turn_sync();
-        wgmma_fence();
+    const uint32_t kb = s_k + static_cast<uint32_t>(slot * Smem::kKvBytes);
+    if constexpr (kPending) {
+      mbar_wait(v_full(slot ^ 1), static_cast<uint32_t>(((j - 1) >> 1) & 1));
+    } else {
+      if (wg == 1) bar_arrive_n<kBarTurn0, 256>();  // the CTA's first issue: warpgroup 0 takes the first turn
+    }
+    turn_sync();
+    wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kD / 16; ++kk) {
-          wgmma_m64n128k16_ss(s, desc_k_major<kWgRows>(s_qi, wg * 64, kk), desc_k_major<kWgKeys>(kb, 0, kk), kk > 0 ? 1 : 0);
-        }
-        wgmma_commit();
-        if constexpr (!kFirst) issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>((slot ^ 1) * Smem::kKvBytes));
-        turn_pass();
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      wgmma_m64n128k16_ss(s, desc_k_major<kWgRows>(s_qi, wg * 64, kk), desc_k_major<kWgKeys>(kb, 0, kk), kk > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    if constexpr (kPending) issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>((slot ^ 1) * Smem::kKvBytes));
+    turn_pass();
 
-        if constexpr (!kFirst) {
-          wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
-        } else {
-          wgmma_wait<0>();
-        }
-        fence_regs(s);
-        if (rec.cls == kMasked) {  // the tile (kind, kv_len) is read only here
-          fw_mask_scores(s, p.list.tiles[rec.tile], s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys, r0, th);
-        }
-        float alpha[2];
-        fw_softmax(s, m_row, l_row, alpha, scale_log2);
-        mbar_arrive(k_empty(slot));  // K_j, its masks and record are no longer read
-        if constexpr (!kFirst) {
-          wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and pa are free, and so is V slot j - 1
-          fence_regs(o);
-          fence_regs_u32(pa);
-          mbar_arrive(v_empty(slot ^ 1));
-        }
-        fw_rescale<kD>(o, alpha);
-        fw_pack_p(pa, s);
-        ++j;
-        mbar_wait(k_full(j & 1), static_cast<uint32_t>((j >> 1) & 1));
-        rec = s_record[j & 1];
-      };
-      step.template operator()<true>();
-      while (rec.end == kStep) step.template operator()<false>();
-      // The last sub-tile's P V (the last issue point: warpgroup 1 passes no turn after it).
-      const int last = (j - 1) & 1;
-      mbar_wait(v_full(last), static_cast<uint32_t>(((j - 1) >> 1) & 1));
-      turn_sync();
-      wgmma_fence();
-      issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>(last * Smem::kKvBytes));
-      if (wg == 0) turn_pass();
+    if constexpr (kPending) {
+      wgmma_wait<1>();  // S_j done; P_{j-1} V_{j-1} may still run
+    } else {
       wgmma_wait<0>();
+    }
+    fence_regs(s);
+    // Item cur's softmax state moves aside while the new item's starts (from its partial, with
+    // accumulate); its O waits in o for the last P V.
+    float m_prev[2] = {m_row[0], m_row[1]};
+    float l_prev[2] = {l_row[0], l_row[1]};
+    const FwOutput out_prev = out;
+    bool partial[2] = {false, false};
+    int accumulate = 0;
+    if constexpr (kBegin) {
+      const FwsRecord& begun = s_record[slot];
+      cur = rec.item;
+      r0 = begun.r0;
+      accumulate = begun.accumulate;
+      out = FwOutput{int64_t{begun.out_row}, int64_t{begun.lse_row}, begun.qh, begun.rows};
+      m_row[0] = m_row[1] = -INFINITY;
+      l_row[0] = l_row[1] = 0.0F;
+      if (accumulate != 0) {
+        fw_load_partial_state(p, out, th, m_row, l_row);
+        partial[0] = m_row[0] != -INFINITY;
+        partial[1] = m_row[1] != -INFINITY;
+      }
+    }
+    if (rec.cls == kMasked) {  // the tile (kind, kv_len) is read only here
+      fw_mask_scores(s, p.list.tiles[rec.tile], s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys, r0, th);
+    }
+    float alpha[2];
+    fw_softmax(s, m_row, l_row, alpha, scale_log2);
+    mbar_arrive(k_empty(slot));  // K_j, its masks and record are no longer read
+    if constexpr (kPending) {
+      wgmma_wait<0>();  // P_{j-1} V_{j-1} done: O and pa are free, and so is V slot j - 1
       fence_regs(o);
       fence_regs_u32(pa);
-      mbar_arrive(v_empty(last));
+      mbar_arrive(v_empty(slot ^ 1));
     }
-    // Iteration j holds the item's end record: its slot is free at once, and so is the item's Q
-    // (every S product of the item has completed). The producer fills both for the next items
-    // while this item's outputs are written.
-    mbar_arrive(k_empty(j & 1));
-    mbar_arrive(v_empty(j & 1));
-    mbar_arrive(q_empty(qs));
+    if constexpr (kBegin) {
+      if constexpr (kPending) fw_store_output<kD>(p, out_prev, th, o, m_prev, l_prev);
+#pragma unroll
+      for (int i = 0; i < kD / 2; ++i) o[i] = 0.0F;
+      if (accumulate != 0) fw_load_partial_o<kD>(p, out, th, partial, o);
+    }
+    fw_rescale<kD>(o, alpha);
+    fw_pack_p(pa, s);
     ++j;
+    mbar_wait(k_full(j & 1), static_cast<uint32_t>((j >> 1) & 1));
+    rec = read_step(j & 1);
+  };
+  if (rec.end == kStep) {
+    step.template operator()<false, true>();
+    // The steps of an item in a loop of their own: its back edge sees the hot step alone, so the
+    // accumulators keep their registers through it (a loop over both variants measured 3-6 %
+    // slower per step).
+    for (;;) {
+      while (rec.end == kStep && rec.item == cur) step.template operator()<true, false>();
+      if (rec.end != kStep) break;
+      step.template operator()<true, true>();
+    }
+    // The last sub-tile's P V: the CTA's last issue point (warpgroup 1 passes no turn after it).
+    const int last = (j - 1) & 1;
+    mbar_wait(v_full(last), static_cast<uint32_t>(((j - 1) >> 1) & 1));
+    turn_sync();
+    wgmma_fence();
+    issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>(last * Smem::kKvBytes));
+    if (wg == 0) turn_pass();
+    wgmma_wait<0>();
+    fence_regs(o);
+    fence_regs_u32(pa);
+    mbar_arrive(v_empty(last));
     fw_store_output<kD>(p, out, th, o, m_row, l_row);
   }
 #endif
