@@ -258,6 +258,7 @@ int main(int argc, char** argv) {
         fp.k = k;
         fp.v = v;
         fp.kv_rows = max_seq;
+        fp.q_rows = max_seq;
         fp.o = o;
         fp.lse = lse_part;
         AttnBackwardParams bp;

@@ -136,6 +136,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     fp.o = d_opart.ptr;
     fp.lse = d_lpart.ptr;
     fp.kv_rows = n_tok;
+    fp.q_rows = n_tok;
     fp.route = cfg.forward_route;
     attention_forward(fp, nullptr);
     cuda_ok(cudaDeviceSynchronize(), "forward");

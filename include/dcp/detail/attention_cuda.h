@@ -204,10 +204,11 @@ struct AttnForwardParams {
   const void* v = nullptr;               // bf16
   float* o = nullptr;                    // fp32 partial O, rows out_begin.. of each tile
   float* lse = nullptr;                  // fp32 partial LSE
-  // Rows of the K and V buffers (0: unknown; the smaller if they differ). When known, the
-  // warp-specialised Hopper kernel loads whole 128-row K / V sub-tiles by TMA (else by cp.async);
-  // the results are the same.
+  // Rows of the K and V buffers (0: unknown; the smaller if they differ) and of the Q buffer.
+  // When known, the warp-specialised Hopper kernel loads whole 128-row K / V sub-tiles and the Q
+  // sub-tiles by TMA (else by cp.async); the results are the same.
   int64_t kv_rows = 0;
+  int64_t q_rows = 0;
   AttnKernelRoute route = AttnKernelRoute::Auto;
   // Persistent launch (warp-specialised Hopper kernel only; the other routes ignore both): with a
   // counter, one CTA per SM (at most max_ctas, if > 0) takes work items in list order from it,

@@ -216,10 +216,13 @@ struct FwTmaParams {
   AttnForwardParams p;
   CUtensorMap k_map;  // [kv_rows][num_kv_heads x D] bf16, boxes of 128 rows x 64 columns
   CUtensorMap v_map;
-  int32_t tma_kv;     // 1: both maps are valid (AttnForwardParams::kv_rows known)
+  CUtensorMap q_map;  // [q_rows][num_q_heads x D] bf16, boxes of 128 rows x 64 columns
+  int32_t tma_kv;     // 1: k_map and v_map are valid (AttnForwardParams::kv_rows known)
+  int32_t tma_q;      // 1: q_map is valid (AttnForwardParams::q_rows known)
 };
 
-// Host: the maps of `p` (tma_kv = 0 when the rows are unknown or the buffers cannot be mapped).
+// Host: the maps of `p` (tma_kv / tma_q = 0 when the rows are unknown or the buffers cannot be
+// mapped).
 inline FwTmaParams forward_tma_params(const AttnForwardParams& p, int head_dim, const char* name) {
   FwTmaParams fp{};
   fp.p = p;
@@ -228,6 +231,10 @@ inline FwTmaParams forward_tma_params(const AttnForwardParams& p, int head_dim, 
                    encode_tensor_map_2d(fp.k_map, name, TensorElem::Bf16, p.k, row_elems, p.kv_rows, 64, kWgKeys) &&
                    encode_tensor_map_2d(fp.v_map, name, TensorElem::Bf16, p.v, row_elems, p.kv_rows, 64, kWgKeys);
   fp.tma_kv = tma ? 1 : 0;
+  const int64_t q_row_elems = int64_t{p.shape.num_q_heads} * head_dim;
+  fp.tma_q = p.q_rows > 0 && encode_tensor_map_2d(fp.q_map, name, TensorElem::Bf16, p.q, q_row_elems, p.q_rows, 64, kWgRows)
+                 ? 1
+                 : 0;
   return fp;
 }
 

@@ -232,12 +232,19 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       for (;; ++j) {
         const int slot = j & 1;
         const auto phase = static_cast<uint32_t>(((j >> 1) - 1) & 1);  // of the release of iteration j - 2
-        // (An item with no sub-tile left leaves iteration j to the next item, which waits for
-        // the same, completed, phase again.)
-        if (j >= 2) mbar_wait(k_empty(slot), phase);
+        // Slot j is waited for only where it is written (a Partial tile's masks, then the record
+        // and K), so that the end of an item, the next item's descriptors and its Q load come
+        // while the consumers still read the slot. (An item with no sub-tile left leaves
+        // iteration j to the next item, which waits for the same, completed, phase again.)
+        bool slot_free = j < 2;
+        auto wait_slot = [&]() {
+          if (!slot_free) mbar_wait(k_empty(slot), phase);
+          slot_free = true;
+        };
         uint64_t* masks = s_mask + slot * kMaskWords * kWgRows;
         int cls = kEmpty;
         while (ti < t_end) {
+          if (x.kind == TileKind::Partial) wait_slot();
           const int end = kv_sub_tile_end<kWgKeys>(x, r0, rows);
           for (; n < end; ++n) {
             cls = classify(x, n, masks);
@@ -249,17 +256,34 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         }
         if (ti >= t_end) break;
         if (!has_q) {
-          // Q into the item's slot, once the item two back no longer reads it.
+          // Q into the item's slot, once the item two back no longer reads it. By TMA the rows
+          // past the tile's q_len are other rows of the buffer (or zeros past its end): their
+          // scores and outputs stay in their own rows, which are never stored.
           const int qs = qi & 1;
+          const uint32_t qb = s_q + static_cast<uint32_t>(qs * Smem::kQBytes);
           if (qi >= 2) mbar_wait(q_empty(qs), static_cast<uint32_t>(((qi >> 1) - 1) & 1));
-          producer_load_rows<kWgRows, kD>(s_q + static_cast<uint32_t>(qs * Smem::kQBytes),
-                                          q + (static_cast<int64_t>(first.q_begin + r0) * hq + w.head) * kD, q_stride, rows, ptid);
-          cp_async_commit();
-          cp_async_wait<0>();
-          fence_proxy_async();
-          mbar_arrive(q_full(qs));
+          if (fp.tma_q != 0) {
+            if (ptid == 0) {
+              mbar_arrive_expect_tx(q_full(qs), static_cast<uint32_t>(Smem::kQBytes));
+#pragma unroll
+              for (int b = 0; b < kD / 64; ++b) {
+                tma_load_2d(qb + static_cast<uint32_t>(b * kWgRows * 128), &fp.q_map, w.head * kD + 64 * b,
+                            first.q_begin + r0, q_full(qs));
+              }
+            } else {
+              mbar_arrive(q_full(qs));
+            }
+          } else {
+            producer_load_rows<kWgRows, kD>(qb, q + (static_cast<int64_t>(first.q_begin + r0) * hq + w.head) * kD, q_stride,
+                                            rows, ptid);
+            cp_async_commit();
+            cp_async_wait<0>();
+            fence_proxy_async();
+            mbar_arrive(q_full(qs));
+          }
           has_q = true;
         }
+        wait_slot();
         if (ptid == 0) {
           s_record[slot] = FwsRecord{item, ti, n, cls, kStep, w.head, r0, rows, out_row, lse_row, w.accumulate, 0};
           // The next item is fetched once at most two sub-tiles of this one are left, so that

@@ -146,6 +146,7 @@ class CudaBackend final : public Backend {
       p.o = static_cast<float*>(a.base[idx(Array::O)]);
       p.lse = static_cast<float*>(a.base[idx(Array::LSE)]);
       p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
+      p.q_rows = a.rows[idx(Array::Q)];
       p.route = route(kernels_.forward);
       // Persistent unless transfers run meanwhile: a persistent launch holds every SM until its
       // last item, so NCCL's kernels would wait for the whole call instead of taking SMs as CTAs
