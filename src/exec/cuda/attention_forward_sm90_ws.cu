@@ -14,8 +14,9 @@
 //   (skipping empty ones, classifying Partial sub-tiles: by the host's cells when the list
 //   has them, else one thread per q row, both 64-key words, votes by bar.red among its 128
 //   threads; row masks only for Masked sub-tiles), and fills a 2-slot ring: K_j with its masks
-//   and a record (tile, sub-tile, class), then V_j. Whole 128-row sub-tiles come by TMA
-//   (AttnForwardParams::kv_rows known), the tail of a tile by cp.async with zero fill.
+//   and a record (tile, sub-tile, class), then V_j. Whole 128-row K / V sub-tiles come by TMA
+//   (AttnForwardParams::kv_rows known), the tail of a tile by cp.async with zero fill; Q by TMA
+//   when AttnForwardParams::q_rows is known, else by cp.async.
 // - Warpgroups 1 and 2 (consumers, 64 q rows each) never load. Ring hand-off by mbarriers:
 //   k_full / v_full (producer: 128 arrivals, plus the TMA bytes), k_empty (all 256 consumer
 //   threads, once the softmax of S_j no longer reads the masks and record) and v_empty (once
