@@ -6,8 +6,10 @@
 // with one entry per vertex: an entry is re-checked when it reaches the top (and lowered to its
 // true gain when that is lower), and after a move only the pins of nets whose pin count crossed
 // 0/1/2 in the source or target part get renewed entries; under the flat cost without a
-// full-memory cap only those whose gain rose (see move_cached). With a pool, a large level's
-// pass set-up (which reads a fixed state) runs in chunks on its threads, joined in order.
+// full-memory cap only those whose gain rose (see move_cached). Under the flat cost a vertex's
+// best target comes from the gain cache, so only a target that does not fit costs a scan of the
+// parts. With a pool, a large level's pass set-up (which reads a fixed state) runs in chunks on
+// its threads, joined in order.
 // refine_fm_around sets up only the vertices near a given set, a region that grows with the
 // moves of every pass: after a repair that moved a few vertices of a large level, the passes
 // start where the repair changed the partition instead of at every boundary vertex.
@@ -263,7 +265,8 @@ class Fm {
 
   void scan(int32_t lo, int32_t hi, Scratch& scratch, std::vector<std::pair<int32_t, double>>& out) const {
     for (int32_t v = lo; v < hi; ++v) {
-      if ((!active_.empty() && !active_[v]) || !on_boundary(v)) continue;
+      // Under the flat cost best_move itself rules out a vertex with no cut net in O(1).
+      if ((!active_.empty() && !active_[v]) || (!cached_ && !on_boundary(v))) continue;
       int32_t target;
       const double g = best_move(v, target, scratch);
       if (target >= 0) out.emplace_back(v, g);
@@ -305,35 +308,40 @@ class Fm {
   double best_move(int32_t v, int32_t& target, Scratch& scratch) const {
     if (!cached_) return best_move_hierarchical(v, target, scratch);
     const int32_t from = part_[v];
-    const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
-                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
-                      full_over(from);
     const double base = cache_.base(v);
     const double* conn = cache_.conn(v);
-    // The capacity check (held_delta walks v's nets) runs first on the best candidate alone,
-    // which usually fits; only when it does not are the others checked in order.
+    // The cache's best target is the first candidate's loop result: the largest gain among the
+    // parts v's nets touch (any part when v's part is over a capacity), the lowest id among
+    // equals. The capacity check (held_delta walks v's nets) runs on it alone, which usually
+    // fits; only when it does not are the others checked in order.
+    const int32_t first = cache_.best(v);
+    const bool touching = conn[first] > 0;
+    if (touching || over(v, from)) {
+      if (fits(v, first)) {
+        target = first;
+        return base + conn[first];
+      }
+    } else {
+      target = -1;
+      return 0;
+    }
+    const bool any = touching ? over(v, from) : true;  // over (a part over a cap takes any part)
     target = -1;
     double best = 0;
     for (int b = 0; b < k_; ++b) {
-      if (b == from || !(conn[b] > 0 || over)) continue;
-      const double g = base + conn[b];
-      if (target < 0 || g > best) {
-        target = b;
-        best = g;
-      }
-    }
-    if (target < 0 || fits(v, target)) return best;
-    const int32_t rejected = target;
-    target = -1;
-    best = 0;
-    for (int b = 0; b < k_; ++b) {
-      if (b == from || b == rejected || !(conn[b] > 0 || over)) continue;
+      if (b == from || b == first || !(conn[b] > 0 || any)) continue;
       const double g = base + conn[b];
       if ((target >= 0 && !(g > best)) || !fits(v, b)) continue;
       target = b;
       best = g;
     }
     return best;
+  }
+
+  // True when v's part is over a capacity that v adds to: v may then go to any part that fits.
+  bool over(int32_t v, int32_t from) const {
+    return (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
+           (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) || full_over(from);
   }
 
   // Under the hierarchical cost (all devices at once) a vertex may go to the devices of its own
@@ -358,10 +366,7 @@ class Fm {
           if (c[b] > 0) cand.push_back(b);
       }
     }
-    const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
-                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
-                      full_over(from);
-    if (over)
+    if (over(v, from))
       for (int b = 0; b < k_; ++b) cand.push_back(b);
     target = -1;
     double best = 0;
