@@ -174,7 +174,7 @@ class Fm {
     return static_cast<int32_t>(std::count(active_.begin(), active_.end(), uint8_t{1}));
   }
 
-  // One pass; returns the objective decrease it kept (>= 0).
+  // One pass; returns the objective decrease of its best prefix (>= 0), which rollback() keeps.
   double pass(uint64_t seed, int max_idle, TaskPool* pool) {
     const int32_t n = s_.num_vertices();
     std::fill(locked_.begin(), locked_.end(), 0);
@@ -221,13 +221,22 @@ class Fm {
         ++idle;
       }
     }
-    for (size_t i = moves_.size(); i > best_len; --i) {
-      const auto [v, from] = moves_[i - 1];
-      move_counts(v, part_[v], from);
-    }
-    if (!active_.empty())
-      for (const auto& [v, from] : moves_) activate_around(v);
+    best_len_ = best_len;
     return best;
+  }
+
+  // Undoes the moves of the last pass after its best prefix. With `last` (no pass follows) only
+  // the partition is restored: the pin counts, loads and gains it leaves behind are never read
+  // again, and their updates were a large share of a refinement's final pass, whose moves after
+  // its best prefix are most of its moves.
+  void rollback(bool last) {
+    for (size_t i = moves_.size(); i > best_len_; --i) {
+      const auto [v, from] = moves_[i - 1];
+      if (last) part_[v] = from;
+      else move_counts(v, part_[v], from);
+    }
+    if (!last && !active_.empty())
+      for (const auto& [v, from] : moves_) activate_around(v);
   }
 
  private:
@@ -491,6 +500,7 @@ class Fm {
   GainCache cache_;
   GainHeap heap_;
   std::vector<std::pair<int32_t, int32_t>> moves_;  // of the current pass: (vertex, from)
+  size_t best_len_ = 0;                              // its best prefix
   // Gain of each vertex's live heap entry (kNone: none); flat cost only.
   static constexpr double kNone = -1e300;
   std::vector<double> queued_;
@@ -516,7 +526,9 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& o
   for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);
     const double gain = fm.pass(splitmix64(st), max_idle, pool);
-    if (gain <= 0 || gain < min_gain * objective) break;
+    const bool last = gain <= 0 || gain < min_gain * objective || p + 1 == opts.passes;
+    fm.rollback(last);
+    if (last) break;
     objective -= gain;
   }
 }
