@@ -37,6 +37,7 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
     if (clusters <= floor_clusters) break;
     if (rep[u] != u || size[u] > 1) continue;  // already clustered: only singletons move
     touched.clear();
+    const int32_t part_u = part != nullptr ? (*part)[u] : -1;
     for (int64_t i = s.vertex_begin[u]; i < s.vertex_begin[u + 1]; ++i) {
       const int32_t e = s.vertex_nets[i];
       const int64_t pins = s.net_begin[e + 1] - s.net_begin[e];
@@ -52,7 +53,7 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
       }
       for (int64_t j = lo; j < hi; ++j) {
         const int32_t v = s.pins[j];
-        if (v == u || (part != nullptr && (*part)[v] != (*part)[u])) continue;
+        if (v == u || (part != nullptr && (*part)[v] != part_u)) continue;
         const int32_t c = rep[v];
         if (score[c] == 0) touched.push_back(c);
         score[c] += r;
@@ -64,17 +65,17 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
       const double sc = score[c];
       score[c] = 0;
       if (c == u) continue;
-      if (wc[c] + wc[u] > max_c && wc[u] > 0 && wc[c] > 0) continue;
-      if (wm[c] + wm[u] > max_m && wm[u] > 0 && wm[c] > 0) continue;
-      // Ties: a singleton first (it keeps clusters even), then the lower representative.
+      // Ties: a singleton first (it keeps clusters even), then the lower representative. The
+      // weight bounds are checked only for a candidate that would win.
       const bool better = best < 0 || sc > best_score * (1 + 1e-12) ||
                           (sc >= best_score * (1 - 1e-12) &&
                            ((size[c] == 1) > (size[best] == 1) ||
                             ((size[c] == 1) == (size[best] == 1) && c < best)));
-      if (better) {
-        best = c;
-        best_score = sc;
-      }
+      if (!better) continue;
+      if (wc[c] + wc[u] > max_c && wc[u] > 0 && wc[c] > 0) continue;
+      if (wm[c] + wm[u] > max_m && wm[u] > 0 && wm[c] > 0) continue;
+      best = c;
+      best_score = sc;
     }
     if (best < 0) continue;
     --clusters;

@@ -6,8 +6,10 @@
 // with one entry per vertex: an entry is re-checked when it reaches the top (and lowered to its
 // true gain when that is lower), and after a move only the pins of nets whose pin count crossed
 // 0/1/2 in the source or target part get renewed entries; under the flat cost without a
-// full-memory cap only those whose gain rose (see move_cached). With a pool, a large level's
-// pass set-up (which reads a fixed state) runs in chunks on its threads, joined in order.
+// full-memory cap only those whose gain rose (see move_cached). Under the flat cost a vertex's
+// best target comes from the gain cache, so only a target that does not fit costs a scan of the
+// parts. With a pool, a large level's pass set-up (which reads a fixed state) runs in chunks on
+// its threads, joined in order.
 // refine_fm_around sets up only the vertices near a given set, a region that grows with the
 // moves of every pass: after a repair that moved a few vertices of a large level, the passes
 // start where the repair changed the partition instead of at every boundary vertex.
@@ -172,7 +174,7 @@ class Fm {
     return static_cast<int32_t>(std::count(active_.begin(), active_.end(), uint8_t{1}));
   }
 
-  // One pass; returns the objective decrease it kept (>= 0).
+  // One pass; returns the objective decrease of its best prefix (>= 0), which rollback() keeps.
   double pass(uint64_t seed, int max_idle, TaskPool* pool) {
     const int32_t n = s_.num_vertices();
     std::fill(locked_.begin(), locked_.end(), 0);
@@ -219,13 +221,22 @@ class Fm {
         ++idle;
       }
     }
-    for (size_t i = moves_.size(); i > best_len; --i) {
-      const auto [v, from] = moves_[i - 1];
-      move_counts(v, part_[v], from);
-    }
-    if (!active_.empty())
-      for (const auto& [v, from] : moves_) activate_around(v);
+    best_len_ = best_len;
     return best;
+  }
+
+  // Undoes the moves of the last pass after its best prefix. With `last` (no pass follows) only
+  // the partition is restored: the pin counts, loads and gains it leaves behind are never read
+  // again, and their updates were a large share of a refinement's final pass, whose moves after
+  // its best prefix are most of its moves.
+  void rollback(bool last) {
+    for (size_t i = moves_.size(); i > best_len_; --i) {
+      const auto [v, from] = moves_[i - 1];
+      if (last) part_[v] = from;
+      else move_counts(v, part_[v], from);
+    }
+    if (!last && !active_.empty())
+      for (const auto& [v, from] : moves_) activate_around(v);
   }
 
  private:
@@ -263,7 +274,8 @@ class Fm {
 
   void scan(int32_t lo, int32_t hi, Scratch& scratch, std::vector<std::pair<int32_t, double>>& out) const {
     for (int32_t v = lo; v < hi; ++v) {
-      if ((!active_.empty() && !active_[v]) || !on_boundary(v)) continue;
+      // Under the flat cost best_move itself rules out a vertex with no cut net in O(1).
+      if ((!active_.empty() && !active_[v]) || (!cached_ && !on_boundary(v))) continue;
       int32_t target;
       const double g = best_move(v, target, scratch);
       if (target >= 0) out.emplace_back(v, g);
@@ -305,35 +317,40 @@ class Fm {
   double best_move(int32_t v, int32_t& target, Scratch& scratch) const {
     if (!cached_) return best_move_hierarchical(v, target, scratch);
     const int32_t from = part_[v];
-    const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
-                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
-                      full_over(from);
     const double base = cache_.base(v);
     const double* conn = cache_.conn(v);
-    // The capacity check (held_delta walks v's nets) runs first on the best candidate alone,
-    // which usually fits; only when it does not are the others checked in order.
+    // The cache's best target is the first candidate's loop result: the largest gain among the
+    // parts v's nets touch (any part when v's part is over a capacity), the lowest id among
+    // equals. The capacity check (held_delta walks v's nets) runs on it alone, which usually
+    // fits; only when it does not are the others checked in order.
+    const int32_t first = cache_.best(v);
+    const bool touching = conn[first] > 0;
+    if (touching || over(v, from)) {
+      if (fits(v, first)) {
+        target = first;
+        return base + conn[first];
+      }
+    } else {
+      target = -1;
+      return 0;
+    }
+    const bool any = touching ? over(v, from) : true;  // over (a part over a cap takes any part)
     target = -1;
     double best = 0;
     for (int b = 0; b < k_; ++b) {
-      if (b == from || !(conn[b] > 0 || over)) continue;
-      const double g = base + conn[b];
-      if (target < 0 || g > best) {
-        target = b;
-        best = g;
-      }
-    }
-    if (target < 0 || fits(v, target)) return best;
-    const int32_t rejected = target;
-    target = -1;
-    best = 0;
-    for (int b = 0; b < k_; ++b) {
-      if (b == from || b == rejected || !(conn[b] > 0 || over)) continue;
+      if (b == from || b == first || !(conn[b] > 0 || any)) continue;
       const double g = base + conn[b];
       if ((target >= 0 && !(g > best)) || !fits(v, b)) continue;
       target = b;
       best = g;
     }
     return best;
+  }
+
+  // True when v's part is over a capacity that v adds to: v may then go to any part that fits.
+  bool over(int32_t v, int32_t from) const {
+    return (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
+           (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) || full_over(from);
   }
 
   // Under the hierarchical cost (all devices at once) a vertex may go to the devices of its own
@@ -358,10 +375,7 @@ class Fm {
           if (c[b] > 0) cand.push_back(b);
       }
     }
-    const bool over = (s_.compute[v] > 0 && load_c_[from] > caps_.compute[from]) ||
-                      (s_.memory[v] > 0 && load_m_[from] > caps_.memory[from]) ||
-                      full_over(from);
-    if (over)
+    if (over(v, from))
       for (int b = 0; b < k_; ++b) cand.push_back(b);
     target = -1;
     double best = 0;
@@ -486,6 +500,7 @@ class Fm {
   GainCache cache_;
   GainHeap heap_;
   std::vector<std::pair<int32_t, int32_t>> moves_;  // of the current pass: (vertex, from)
+  size_t best_len_ = 0;                              // its best prefix
   // Gain of each vertex's live heap entry (kNone: none); flat cost only.
   static constexpr double kNone = -1e300;
   std::vector<double> queued_;
@@ -511,7 +526,9 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& o
   for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);
     const double gain = fm.pass(splitmix64(st), max_idle, pool);
-    if (gain <= 0 || gain < min_gain * objective) break;
+    const bool last = gain <= 0 || gain < min_gain * objective || p + 1 == opts.passes;
+    fm.rollback(last);
+    if (last) break;
     objective -= gain;
   }
 }

@@ -11,6 +11,12 @@
 // the target part rises to 1 or 2, so an update visits the pins of those nets only. Net weights
 // are byte counts times integral factors, so the sums stay exact integers in a double and the
 // cached gains equal recomputed ones exactly (tested).
+//
+// The cache also keeps every vertex's best target: the part t != part(v) of the largest conn(v, t)
+// (the lowest id among equals), which is v's best move before any capacity check. An update
+// raises it in O(1) where conn(u, to) grows; only where the best target's conn falls, or v
+// itself moves, is v's row rescanned (O(k)). FM then finds a vertex's best move without scanning
+// its row, unless that target does not fit.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +28,7 @@ namespace dcp::placement {
 
 class GainCache {
  public:
-  // Pre: count[e * k + p] = pins of net e in part p under `part`.
+  // Pre: k >= 2; count[e * k + p] = pins of net e in part p under `part`.
   void init(const SubHypergraph& s, int k, const std::vector<int32_t>& part,
             const std::vector<int32_t>& count) {
     k_ = k;
@@ -30,18 +36,24 @@ class GainCache {
     benefit_.assign(n, 0.0);
     total_.assign(n, 0.0);
     conn_.assign(n * static_cast<size_t>(k), 0.0);
+    std::vector<int32_t> touched;  // parts of the current net
+    touched.reserve(static_cast<size_t>(k));
     for (int32_t e = 0; e < s.num_nets(); ++e) {
       const double w = s.net_weight[e];
       const int32_t* c = &count[static_cast<size_t>(e) * k];
+      touched.clear();
+      for (int t = 0; t < k; ++t)
+        if (c[t] > 0) touched.push_back(t);
       for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
         const int32_t u = s.pins[i];
         total_[u] += w;
         if (c[part[u]] == 1) benefit_[u] += w;
         double* cu = &conn_[static_cast<size_t>(u) * k];
-        for (int t = 0; t < k; ++t)
-          if (c[t] > 0) cu[t] += w;
+        for (int32_t t : touched) cu[t] += w;
       }
     }
+    best_.resize(n);
+    for (size_t v = 0; v < n; ++v) rescan(static_cast<int32_t>(v), part[v]);
   }
 
   // After v moved from `from` to `to`: `part` and `count` already describe the new state.
@@ -56,8 +68,15 @@ class GainCache {
         for (int64_t j = s.net_begin[e]; j < s.net_begin[e + 1]; ++j) {
           const int32_t u = s.pins[j];
           double* cu = &conn_[static_cast<size_t>(u) * k_];
-          if (cf == 0) cu[from] -= w;
-          if (ct == 1) cu[to] += w;
+          if (cf == 0) {
+            cu[from] -= w;
+            if (best_[u] == from && u != v) rescan(u, part[u]);
+          }
+          if (ct == 1) {
+            cu[to] += w;
+            const int32_t b = best_[u];
+            if (to != part[u] && (cu[to] > cu[b] || (cu[to] == cu[b] && to < b))) best_[u] = to;
+          }
           if (u == v) continue;
           if (cf == 1 && part[u] == from) benefit_[u] += w;  // now the last pin in `from`
           if (ct == 2 && part[u] == to) benefit_[u] -= w;    // no longer alone in `to`
@@ -66,6 +85,7 @@ class GainCache {
       // v itself: alone in `from` before (cf == 0 now) -> alone in `to` (ct == 1 now).
       benefit_[v] += (ct == 1 ? w : 0.0) - (cf == 0 ? w : 0.0);
     }
+    rescan(v, to);
   }
 
   double gain(int32_t v, int32_t t) const {
@@ -76,10 +96,22 @@ class GainCache {
   const double* conn(int32_t v) const { return &conn_[static_cast<size_t>(v) * k_]; }
   // True when some net of v touches part t.
   bool touches(int32_t v, int32_t t) const { return conn_[static_cast<size_t>(v) * k_ + t] > 0; }
+  // The part t != part(v) of the largest conn(v, t), the lowest id among equals: v's best target
+  // before capacities (conn(v, best) = 0 when no net of v leaves its part).
+  int32_t best(int32_t v) const { return best_[v]; }
 
  private:
+  void rescan(int32_t v, int32_t own) {
+    const double* cv = &conn_[static_cast<size_t>(v) * k_];
+    int32_t b = own == 0 ? 1 : 0;
+    for (int t = b + 1; t < k_; ++t)
+      if (t != own && cv[t] > cv[b]) b = t;
+    best_[v] = b;
+  }
+
   int k_ = 0;
   std::vector<double> benefit_, total_, conn_;
+  std::vector<int32_t> best_;  // per vertex: best target (see best())
 };
 
 }  // namespace dcp::placement

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "placement/coarsen.h"
+#include "placement/task_pool.h"
 
 namespace dcp::placement {
 
@@ -53,62 +54,75 @@ std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps
     }
   }
   const SubHypergraph& coarsest = graph(top);
-  // Every flat start repaired first: one whose repair meets the capacities beats every one whose
-  // repair does not, whatever FM does to either (FM keeps the capacities that hold and fixes no
-  // others), so only the starts that can still win are refined.
-  const FlatStart kinds[] = {FlatStart::Rows, FlatStart::Columns, FlatStart::ZigzagRows};
-  std::vector<std::vector<int32_t>> starts;
-  std::vector<uint8_t> ok;
-  for (FlatStart kind : kinds) {
-    starts.push_back(flat_initial(coarsest, caps, kind));
-    ok.push_back(repair_balance(coarsest, caps, starts.back()) ? 1 : 0);
-  }
-  const bool any_ok = std::find(ok.begin(), ok.end(), 1) != ok.end();
-  std::vector<int32_t> best;
-  double best_obj = 0;
-  for (size_t i = 0; i < starts.size(); ++i) {
-    if (any_ok && !ok[i]) continue;
-    refine_fm(coarsest, caps, refine, seed, starts[i]);
-    const double obj = sub_objective(coarsest, starts[i], k);
-    if (best.empty() || obj < best_obj * (1 - 1e-12)) {
-      best = std::move(starts[i]);
-      best_obj = obj;
-    }
-  }
   auto project = [&](size_t i, std::vector<int32_t>& part) {  // level i -> level i - 1
     const std::vector<int32_t>& map = levels[i - 1].cluster_of;
     std::vector<int32_t> finer(map.size());
     for (size_t v = 0; v < map.size(); ++v) finer[v] = part[map[v]];
     part = std::move(finer);
   };
-  // The deeper levels: the rows flat start on the deepest one, refined on every level back up.
-  // It and the best of the flat starts are refined up to the level above s (the finest level's
-  // FM, the most expensive, runs once), where the one with less excess over the capacities, or
-  // as little and a lower objective, goes on.
-  size_t at = top;
-  if (deeper && levels.size() > top) {
-    const size_t meet = std::min<size_t>(top, 1);
-    std::vector<int32_t> part = flat_initial(graph(levels.size()), caps, FlatStart::Rows);
-    repair_balance(graph(levels.size()), caps, part);
-    refine_fm(graph(levels.size()), caps, refine, seed, part);
-    for (size_t i = levels.size(); i > meet; --i) {
-      project(i, part);
-      refine_fm(graph(i - 1), caps, refine, seed + i, part, pool);
+  // Two independent chains, run at the same time on the pool:
+  // - the flat starts on `coarsest`, each repaired first (one whose repair meets the capacities
+  //   beats every one whose repair does not, whatever FM does to either: FM keeps the capacities
+  //   that hold and fixes no others, so only the starts that can still win are refined, each on
+  //   its own), the best of them projected and refined on every level down to `meet`;
+  // - with deeper levels, the rows flat start on the deepest one, refined on every level back
+  //   up to `meet`, the level above s (the finest level's FM, the most expensive, runs once),
+  //   where the one with less excess over the capacities, or as little and a lower objective,
+  //   goes on.
+  const bool with_deeper = deeper && levels.size() > top;
+  const size_t meet = with_deeper ? std::min<size_t>(top, 1) : top;
+  std::vector<int32_t> best, deep;
+  auto flat_chain = [&] {
+    const FlatStart kinds[] = {FlatStart::Rows, FlatStart::Columns, FlatStart::ZigzagRows};
+    constexpr int kKinds = 3;
+    std::vector<std::vector<int32_t>> starts(kKinds);
+    std::vector<uint8_t> ok(kKinds);
+    for (int i = 0; i < kKinds; ++i) {
+      starts[i] = flat_initial(coarsest, caps, kinds[i]);
+      ok[i] = repair_balance(coarsest, caps, starts[i]) ? 1 : 0;
     }
-    for (; at > meet; --at) {
+    const bool any_ok = std::find(ok.begin(), ok.end(), 1) != ok.end();
+    std::vector<double> obj(kKinds, 0.0);
+    run_each(pool, kKinds, [&](int i) {
+      if (any_ok && !ok[i]) return;
+      refine_fm(coarsest, caps, refine, seed, starts[i]);
+      obj[i] = sub_objective(coarsest, starts[i], k);
+    });
+    double best_obj = 0;
+    for (int i = 0; i < kKinds; ++i) {
+      if (any_ok && !ok[i]) continue;
+      if (best.empty() || obj[i] < best_obj * (1 - 1e-12)) {
+        best = std::move(starts[i]);
+        best_obj = obj[i];
+      }
+    }
+    for (size_t at = top; at > meet; --at) {
       project(at, best);
       refine_fm(graph(at - 1), caps, refine, seed + at, best, pool);
     }
+  };
+  auto deeper_chain = [&] {
+    deep = flat_initial(graph(levels.size()), caps, FlatStart::Rows);
+    repair_balance(graph(levels.size()), caps, deep);
+    refine_fm(graph(levels.size()), caps, refine, seed, deep);
+    for (size_t i = levels.size(); i > meet; --i) {
+      project(i, deep);
+      refine_fm(graph(i - 1), caps, refine, seed + i, deep, pool);
+    }
+  };
+  if (with_deeper) run_both(pool, deeper_chain, flat_chain);
+  else flat_chain();
+  if (with_deeper) {
     const SubHypergraph& g = graph(meet);
-    const CapExcess excess = cap_excess(g, caps, part), best_excess = cap_excess(g, caps, best);
+    const CapExcess excess = cap_excess(g, caps, deep), best_excess = cap_excess(g, caps, best);
     if (excess.less(best_excess) ||
-        (excess.same(best_excess) && sub_objective(g, part, k) < sub_objective(g, best, k) * (1 - 1e-12)))
+        (excess.same(best_excess) && sub_objective(g, deep, k) < sub_objective(g, best, k) * (1 - 1e-12)))
     {
-      best = std::move(part);
+      best = std::move(deep);
       if (deeper_won != nullptr) *deeper_won = true;
     }
   }
-  for (size_t i = at; i > 0; --i) {
+  for (size_t i = meet; i > 0; --i) {
     project(i, best);
     refine_fm(graph(i - 1), caps, refine, seed + i, best, pool);
   }
