@@ -68,7 +68,11 @@ class BuiltinPartitioner final : public Partitioner {
     const int k = caps.k();
     const bool upper = s.sub_parts > 1;
     const bool light = upper && light_;
-    const int starts = light ? 1 : upper ? 2 : starts_;
+    // A device level too small to coarsen (at most vertices_per_part per part) gets nothing from
+    // the multilevel start that a flat start would not find, and its refinement is cheap: there
+    // the three device starts run whatever starts_ says, for the spread of the structured cuts.
+    const bool flat_level = s.num_vertices() <= static_cast<int64_t>(ml_.vertices_per_part) * k;
+    const int starts = light ? 1 : upper ? 2 : flat_level ? 3 : starts_;
     const InitialStrategy device_order[] = {InitialStrategy::Best, InitialStrategy::Zigzag,
                                             InitialStrategy::GroupFirst};
     const InitialStrategy node_order[] = {InitialStrategy::Best, InitialStrategy::SharedBands};
