@@ -14,9 +14,10 @@
 // wgmma (the default Hopper kernels), wgmma-cells (the same with the host's cell classes of
 // Partial tiles, make_partial_cells) and wgmma-persistent (cells and the persistent forward, one CTA
 // per SM taking items from a counter: what the CUDA backend runs; its backward is wgmma-cells').
-// On sm_90 the deterministic backward (route wgmma, make_deterministic_backward_work) is timed
-// too, on whole key blocks and on units of 4096 q rows (columns wgmma-det, wgmma-det-units;
-// DCP_BENCH_ROUTES selects them by those names).
+// On sm_90 the deterministic backward (route wgmma) is timed too, in both variants: dQ added in
+// order behind semaphores (make_deterministic_backward_work) and split into a dK / dV pass and a
+// dQ pass (make_split_backward_work) (columns wgmma-det, wgmma-det-split; DCP_BENCH_ROUTES
+// selects them by those names).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -205,8 +206,8 @@ int main(int argc, char** argv) {
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
   const bool with_det = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det");
-  // ... and on units of at most 4096 q rows (make_deterministic_backward_work's unit_rows).
-  const bool with_det_units = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det-units");
+  // ... and split (make_split_backward_work).
+  const bool with_det_split = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det-split");
   struct Row {
     int seq, block;
     std::string list;
@@ -214,14 +215,14 @@ int main(int argc, char** argv) {
     double flops;                       // forward mask-area FLOPs (backward: 2.5x)
     std::vector<double> fwd_ms, bwd_ms;  // per route
     double det_ms = 0;                   // deterministic backward (with_det)
-    double det_units_ms = 0;             // ... on units (with_det_units)
+    double det_split_ms = 0;             // ... split (with_det_split)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
   if (with_det) std::printf(" %18s", "bwd wgmma-det TF/s");
-  if (with_det_units) std::printf(" %18s", "bwd det-units TF/s");
+  if (with_det_split) std::printf(" %18s", "bwd det-split TF/s");
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
@@ -295,10 +296,8 @@ int main(int argc, char** argv) {
         bp.list.cells = nullptr;
         bp.list.work = d_bw;
         bp.list.num_work = static_cast<int32_t>(bw.size());
-        for (const int unit_rows : {0, 4096}) {
-          if (!(unit_rows == 0 ? with_det : with_det_units)) continue;
-          const DeterministicBackwardWork det =
-              make_deterministic_backward_work(c.tiles, shape, c.row_offsets, c.ranges, unit_rows);
+        if (with_det) {
+          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape, c.row_offsets, c.ranges);
           if (det.num_semaphores > semaphore_capacity) {
             cudaFree(semaphores);
             ck(cudaMalloc(&semaphores, static_cast<size_t>(det.num_semaphores) * 4), "malloc semaphores");
@@ -314,17 +313,40 @@ int main(int argc, char** argv) {
           dp.deterministic = true;
           dp.semaphores = semaphores;
           dp.num_semaphores = det.num_semaphores;
-          (unit_rows == 0 ? row.det_ms : row.det_units_ms) = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
+          row.det_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
           cudaFree(d_det_tiles);
           cudaFree(d_det_work);
           cudaFree(d_order);
+        }
+        if (with_det_split) {
+          const SplitBackwardWork split = make_split_backward_work(c.tiles, shape);
+          AttnTile* d_dkv_tiles = upload(split.dkv_tiles);
+          AttnWorkItem* d_dkv_work = upload(split.dkv_work);
+          AttnTile* d_dq_tiles = upload(split.dq_tiles);
+          AttnWorkItem* d_dq_work = upload(split.dq_work);
+          AttnBackwardParams dp = bp;
+          dp.list = AttnTileList{d_dkv_tiles, d_dkv_work, static_cast<int32_t>(split.dkv_work.size()), d_off, d_rng};
+          dp.list.cells = d_cells;
+          dp.dq_list = dp.list;
+          dp.dq_list.tiles = d_dq_tiles;
+          dp.dq_list.work = d_dq_work;
+          dp.dq_list.num_work = static_cast<int32_t>(split.dq_work.size());
+          dp.kv_rows = max_seq;
+          dp.route = AttnKernelRoute::Wgmma;
+          dp.deterministic = true;
+          dp.deterministic_split = true;
+          row.det_split_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
+          cudaFree(d_dkv_tiles);
+          cudaFree(d_dkv_work);
+          cudaFree(d_dq_tiles);
+          cudaFree(d_dq_work);
         }
         ck(cudaGetLastError(), "kernels");
         std::printf("%-6d %-5d %-9s %6d", seq, block, name, row.tiles);
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
         if (with_det) std::printf(" %18.1f", 2.5 * flops / (row.det_ms * 1e9));
-        if (with_det_units) std::printf(" %18.1f", 2.5 * flops / (row.det_units_ms * 1e9));
+        if (with_det_split) std::printf(" %18.1f", 2.5 * flops / (row.det_split_ms * 1e9));
         std::printf("\n");
         rows.push_back(row);
         std::fflush(stdout);
@@ -365,8 +387,8 @@ int main(int argc, char** argv) {
       std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma |");
       rule += "---|---|---|";
     }
-    if (with_det_units) {
-      std::fprintf(m, " bwd det-units TFLOP/s |");
+    if (with_det_split) {
+      std::fprintf(m, " bwd det-split TFLOP/s |");
       rule += "---|";
     }
     std::fprintf(m, "\n%s\n", rule.c_str());
@@ -392,9 +414,9 @@ int main(int argc, char** argv) {
         std::fprintf(m, " %.3f | %.1f | %s |", r.det_ms, tflops,
                      base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-");
       }
-      if (with_det_units) {
-        const double tflops = 2.5 * r.flops / (r.det_units_ms * 1e9);
-        std::fprintf(j, ", \"bwd_wgmma-det-units_tflops\": %.1f", tflops);
+      if (with_det_split) {
+        const double tflops = 2.5 * r.flops / (r.det_split_ms * 1e9);
+        std::fprintf(j, ", \"bwd_wgmma-det-split_tflops\": %.1f", tflops);
         std::fprintf(m, " %.1f |", tflops);
       }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");

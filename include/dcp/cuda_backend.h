@@ -48,6 +48,9 @@ struct CudaKernelOptions {
   // Its work units (make_deterministic_backward_work's unit_rows): 0, whole key blocks; > 0, a
   // key block's tiles cut into units of at most this many q rows.
   int deterministic_unit_rows = 0;
+  // The deterministic backward in two passes (cuda::make_split_backward_work: dK / dV, then dQ
+  // with S and dP recomputed) instead of one pass adding dQ in a fixed order behind semaphores.
+  bool deterministic_split = false;
   // Classify the sub-tiles of Partial tiles once on the host (cuda::make_partial_cells) instead
   // of in every kernel step; backward items of Partial tiles with no allowed pair are not
   // launched. Same results either way; off only to measure what it saves.

@@ -277,6 +277,124 @@ TEST(DeterministicBackwardWork, RefusesListsItCannotOrder) {
   EXPECT_NO_THROW((void)dcp::cuda::make_deterministic_backward_work(ok, shape, std::vector<int32_t>{0}, std::vector<int32_t>{}));
 }
 
+// The split deterministic backward's two lists. dK / dV pass: every (tile, kv head, key chunk)
+// walked once, by items whose tiles share keys, dK / dV rows and the head; each dK / dV element
+// has one writer, or several taking turns 0, 1, ... in work order; heaviest items first. dQ pass:
+// every (tile, q head, 128-row chunk) walked once, by the one item that owns those dQ rows and
+// head (one writer per dQ element); heaviest first.
+void check_split(const List& l, const AttnShape& shape, int unit_rows, uint64_t seed) {
+  const int group = shape.num_q_heads / shape.num_kv_heads;
+  const dcp::cuda::SplitBackwardWork split = dcp::cuda::make_split_backward_work(l.tiles, shape, unit_rows);
+  auto area = [](const AttnTile& t, int keys) {
+    return static_cast<double>(keys) * t.q_len * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
+  };
+  std::set<std::tuple<int, int, int, int, int>> walked;          // (q row, kv row, head, kind, chunk)
+  std::map<std::tuple<int, int>, std::vector<int>> dkv_writers;  // (dK/dV row, kv head) -> items, in order
+  double prev_cost = 1e300;
+  for (size_t k = 0; k < split.dkv_work.size(); ++k) {
+    const dcp::cuda::AttnWorkItem& w = split.dkv_work[k];
+    const AttnTile& g = split.dkv_tiles[static_cast<size_t>(w.tile)];
+    const int keys = std::min(kChunk, g.kv_len - w.chunk * kChunk);
+    ASSERT_GT(keys, 0) << "seed " << seed;
+    for (int key = 0; key < keys; ++key) dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
+    double cost = 0;
+    for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
+      const AttnTile& t = split.dkv_tiles[static_cast<size_t>(ti)];
+      ASSERT_TRUE(t.kv_begin == g.kv_begin && t.kv_len == g.kv_len && dkv_row(t) == dkv_row(g)) << "seed " << seed;
+      ASSERT_TRUE(t.kv_head_begin == w.head && t.kv_head_end == w.head + 1) << "seed " << seed;
+      ASSERT_TRUE(walked.insert({t.q_begin, t.kv_begin, w.head, static_cast<int>(t.kind), w.chunk}).second)
+          << "a (tile, head, chunk) walked twice, seed " << seed;
+      cost += area(t, keys);
+    }
+    EXPECT_LE(cost, prev_cost) << "dK / dV items not heaviest first, seed " << seed;
+    prev_cost = cost;
+  }
+  size_t expected_walks = 0;
+  for (const AttnTile& t : l.tiles)
+    expected_walks += static_cast<size_t>((t.kv_len + kChunk - 1) / kChunk) * static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
+  EXPECT_EQ(walked.size(), expected_walks) << "seed " << seed;
+  for (const auto& [at, items] : dkv_writers) {
+    if (items.size() == 1) {
+      EXPECT_LT(split.dkv_work[static_cast<size_t>(items[0])].dkv_sem, 0) << "seed " << seed;
+      continue;
+    }
+    const int sem = split.dkv_work[static_cast<size_t>(items[0])].dkv_sem;
+    EXPECT_TRUE(sem >= 0 && sem < split.num_semaphores) << "seed " << seed;
+    for (size_t r = 0; r < items.size(); ++r) {
+      EXPECT_EQ(split.dkv_work[static_cast<size_t>(items[r])].dkv_sem, sem) << "seed " << seed;
+      EXPECT_EQ(split.dkv_work[static_cast<size_t>(items[r])].dkv_rank, static_cast<int>(r)) << "seed " << seed;
+    }
+  }
+  if (unit_rows == 0) {
+    EXPECT_EQ(split.num_semaphores, 0) << "whole key blocks take no turns, seed " << seed;
+  }
+
+  // dQ pass.
+  constexpr int kQChunk = dcp::cuda::kAttnForwardChunkRows;
+  std::map<std::tuple<int, int, int, int>, int> dq_walks;  // (q row, kv row, q head, chunk) -> times
+  std::set<std::tuple<int, int>> dq_owner;                 // (first dQ row of the chunk, q head)
+  prev_cost = 1e300;
+  for (const dcp::cuda::AttnWorkItem& w : split.dq_work) {
+    const AttnTile& f = split.dq_tiles[static_cast<size_t>(w.tile)];
+    ASSERT_LT(w.chunk * kQChunk, f.q_len) << "seed " << seed;
+    ASSERT_TRUE(dq_owner.insert({dq_row(f) + w.chunk * kQChunk, w.head}).second) << "two writers of dQ rows, seed " << seed;
+    double cost = 0;
+    for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
+      const AttnTile& t = split.dq_tiles[static_cast<size_t>(ti)];
+      ASSERT_TRUE(t.q_begin == f.q_begin && t.q_len == f.q_len && dq_row(t) == dq_row(f)) << "seed " << seed;
+      if (w.head / group < t.kv_head_begin || w.head / group >= t.kv_head_end) continue;  // the kernel skips it
+      ++dq_walks[{t.q_begin, t.kv_begin, w.head, w.chunk}];
+      cost += area(t, t.kv_len);
+    }
+    EXPECT_GT(cost, 0.0) << "an item with nothing to walk, seed " << seed;
+    EXPECT_LE(cost, prev_cost) << "dQ items not heaviest first, seed " << seed;
+    prev_cost = cost;
+  }
+  size_t expected_dq = 0;
+  for (const AttnTile& t : l.tiles) {
+    expected_dq += static_cast<size_t>((t.q_len + kQChunk - 1) / kQChunk) * static_cast<size_t>((t.kv_head_end - t.kv_head_begin) * group);
+    for (int qh = t.kv_head_begin * group; qh < t.kv_head_end * group; ++qh)
+      for (int c = 0; c * kQChunk < t.q_len; ++c) EXPECT_EQ((dq_walks[{t.q_begin, t.kv_begin, qh, c}]), 1) << "seed " << seed;
+  }
+  size_t total = 0;
+  for (const auto& [key, n] : dq_walks) total += static_cast<size_t>(n);
+  EXPECT_EQ(total, expected_dq) << "seed " << seed;
+}
+
+TEST(SplitBackwardWork, EveryPairOnceOneWriterPerElement) {
+  const int shapes[][2] = {{8, 8}, {8, 2}, {8, 1}, {32, 8}};
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rand rng(seed);
+    const auto& sh = shapes[seed % 4];
+    const AttnShape shape{sh[0], sh[1], 128, 0.1F};
+    const List l = random_list(rng, shape.num_kv_heads);
+    check_split(l, shape, seed % 3 == 0 ? 1 : seed % 3 == 1 ? 1000 : 0, seed);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(SplitBackwardWork, RefusesListsWithSharedRowsThatDisagree) {
+  const AttnShape shape{8, 2, 128, 0.1F};
+  auto tile = [](int q, int nq, int kv, int nkv, TileKind kind) { return tile_of(q, nq, kv, nkv, kind, 0, 2); };
+  auto refused = [&](const std::vector<AttnTile>& tiles, const std::string& words) {
+    try {
+      (void)dcp::cuda::make_split_backward_work(tiles, shape);
+    } catch (const dcp::Error& e) {
+      EXPECT_EQ(e.kind(), dcp::ErrorKind::InvalidInput);
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted a list that should be refused (" << words << ")";
+  };
+  refused({tile(0, 100, 0, 100, TileKind::Full), tile(0, 90, 100, 100, TileKind::Full)}, "another number of them");
+  refused({tile(0, 100, 0, 100, TileKind::Full), tile(50, 100, 100, 100, TileKind::Full)}, "overlap");
+  refused({tile(0, 100, 0, 150, TileKind::Full), tile(100, 100, 100, 100, TileKind::Full)}, "share dK/dV rows");
+  AttnTile moved = tile(0, 100, 0, 100, TileKind::Full);
+  moved.q_begin = 300;
+  moved.dq_begin = 0;
+  refused({tile(0, 100, 100, 100, TileKind::Full), moved}, "reads other q");
+}
+
 // Only the warp-specialised Hopper kernel has the deterministic order: other routes refuse
 // before launching anything (no GPU needed to see it).
 TEST(DeterministicBackwardWork, OtherRoutesRefuse) {

@@ -256,6 +256,27 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
                                                            std::span<const int32_t> ranges,
                                                            int unit_rows = 0);
 
+// ---- Split deterministic backward -----------------------------------------------------------
+// The same guarantee (dQ, dK, dV bitwise identical run to run) without ordering anyone's dQ
+// additions: two passes over the list, each with one writer per output element.
+//   dK / dV pass: as above, one work item per (unit, 128-key chunk, kv head) walks its unit's
+//     tiles with dK and dV in registers and adds them once (the units of one key block in turns
+//     behind a semaphore per chunk); it computes no dQ. Items run heaviest first.
+//   dQ pass: the tiles sharing dQ rows form a run (in list order); one work item per (run, 128-row
+//     q chunk, q head) walks the run's tiles of its head group with dQ in registers, recomputing
+//     S and dP, and adds scale * dQ to its rows once. Items run heaviest first.
+// Each pass's items write disjoint rows, so neither waits for another CTA but for the dK / dV
+// turns of a cut key block. Preconditions as above, and: tiles sharing dQ rows share their q,
+// dO, LSE and Delta rows; no two runs' dQ rows overlap (InvalidInput otherwise).
+struct SplitBackwardWork {
+  std::vector<AttnTile> dkv_tiles;     // one tile per kv head, grouped by unit
+  std::vector<AttnWorkItem> dkv_work;  // tile = first tile of its unit, num_tiles = its tiles
+  std::vector<AttnTile> dq_tiles;      // the list's tiles grouped by run
+  std::vector<AttnWorkItem> dq_work;   // tile = first tile of its run, num_tiles, chunk = q chunk, head = q head
+  int32_t num_semaphores = 0;          // the dK / dV turns' int32 semaphores (zeroed by the launcher)
+};
+SplitBackwardWork make_split_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows = 0);
+
 // Rank of a dQ walker (see above); host and device share it. earlier: walkers of earlier blocks at
 // the sub-tile; num_chunks: the block's chunks; partial_chunks: a Partial tile's non-empty chunks
 // at the sub-tile (other kinds ignore it: Full tiles have every chunk there, a causal diagonal
@@ -292,6 +313,9 @@ struct AttnBackwardParams {
   // cp.async with zero fill); the results are the same.
   int64_t q_rows = 0;
   int64_t dout_rows = 0;
+  // Rows of the K and V buffers (0: unknown; the smaller if they differ): the dQ pass of the split
+  // deterministic backward loads whole 128-row K / V sub-tiles by TMA when known.
+  int64_t kv_rows = 0;
   float* dq = nullptr;                   // accumulated (atomicAdd)
   // Rows of the dq buffer (0: unknown). When known, the warp-specialised Hopper kernel adds each
   // full 64-row dQ sub-tile with tensor-memory-access reductions (two instructions per 64 x 64
@@ -308,6 +332,11 @@ struct AttnBackwardParams {
   bool deterministic = false;
   int32_t* semaphores = nullptr;
   int32_t num_semaphores = 0;
+  // Split deterministic backward (with `deterministic`): `list` and `semaphores` as
+  // make_split_backward_work's dK / dV pass, dq_list its dQ pass (tiles and work; the masks and
+  // cells are list's).
+  bool deterministic_split = false;
+  AttnTileList dq_list;
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);

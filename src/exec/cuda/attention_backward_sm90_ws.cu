@@ -83,6 +83,11 @@ enum : int {  // named barriers
   kBarProducer = 4,  // producer-only votes
 };
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
+enum : int {  // kernel variants
+  kBwDefault = 0,  // dQ, dK, dV by fp32 reductions in arrival order
+  kBwOrdered = 1,  // deterministic: units of key blocks, dQ added in a fixed order behind semaphores
+  kBwDkvOnly = 2,  // deterministic split: units of key blocks, dK and dV only (dQ: the dQ pass)
+};
 
 // The kernel's parameters: the caller's, and the dq tensor map (a __grid_constant__ parameter, so
 // that TMA reads the map from parameter space).
@@ -203,8 +208,11 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
                : "memory");
 }
 
-template <int kD, bool kDet>
+template <int kD, int kMode>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
+  constexpr bool kDet = kMode != kBwDefault;      // items walk units of key blocks; dK / dV added once
+  constexpr bool kOrdered = kMode == kBwOrdered;  // dQ added in the semaphores' order
+  constexpr bool kDq = kMode != kBwDkvOnly;       // dQ computed here (else by the dQ pass)
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)wp;  // built for a target without wgmma: never selected there, fail loudly if run
@@ -324,7 +332,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           info.qh = qh;
           info.q_rows = rows;
           info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
-          if constexpr (kDet) {
+          if constexpr (kOrdered) {
             const int u = rq0 / kBwRows;
             const int32_t* ord = p.list.order + t->order;
             uint64_t chunks_here = 0;
@@ -399,7 +407,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   int pending_new = -1;
   auto release_older = [&]() {
     if (pending_new < 0) return;  // no newer group: bulk_wait<1> would not cover the older
-    if (kDet && pending_old >= 0) {
+    if (kOrdered && pending_old >= 0) {
       bulk_wait<1>();
       sem_release(p.semaphores + pending_old);
     }
@@ -407,7 +415,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     pending_new = -1;
   };
   auto release_all = [&]() {
-    if (kDet && (pending_old >= 0 || pending_new >= 0)) {
+    if (kOrdered && (pending_old >= 0 || pending_new >= 0)) {
       bulk_wait<0>();
       if (pending_old >= 0) sem_release(p.semaphores + pending_old);
       if (pending_new >= 0) sem_release(p.semaphores + pending_new);
@@ -435,7 +443,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     // This walker's turn at the block's semaphore: info->target (+ wg at D = 64, where both
     // warpgroups add to the same columns and warpgroup 0 goes first).
     int sem_seen = 0;
-    if constexpr (kDet) {
+    if constexpr (kOrdered) {
       if (tw == 0) sem_seen = sem_peek(p.semaphores + info->sem);
     }
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
@@ -464,10 +472,19 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     bw_issue_rs<kD>(dv, pa, dob);
     uint32_t da[4][4];
     bw_pack_fragment(da, dpt);
+    if constexpr (!kDq) {
+      // dK / dV only: no dS^T tile, no meeting with the other warpgroup.
+      bw_issue_rs<kD>(dk, da, qb);
+      wgmma_wait<0>();
+      fence_regs(dv);
+      fence_regs(dk);
+      mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
+      continue;
+    }
     bw_store_ds(ds_ptr, da, key_lo, tq);  // dS^T into buffer ds_buf
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
-    if constexpr (kDet && kD == 128) {
+    if constexpr (kOrdered && kD == 128) {
       if (tw == 0) release_older();  // issued a step and a half ago: complete by now
     }
     bar_sync_n<kBarDsReady, kConsumerThreads>();
@@ -493,13 +510,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
       if (tw == 0) {
-        if constexpr (kDet) sem_wait_at_least(p.semaphores + info->sem, info->target + (kD == 64 ? wg : 0), sem_seen);
+        if constexpr (kOrdered) sem_wait_at_least(p.semaphores + info->sem, info->target + (kD == 64 ? wg : 0), sem_seen);
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
         const int row = info->dq_row;
         tma_reduce_add_2d(&wp.dq_map, src, col0, row);
         tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
         bulk_commit();
-        if constexpr (kDet) {
+        if constexpr (kOrdered) {
           if constexpr (kD == 64) {  // warpgroup 1 waits for it within this step
             bulk_wait<0>();
             sem_release(p.semaphores + info->sem);
@@ -509,7 +526,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         }
       }
     } else {
-      if constexpr (kDet) {  // every thread of the warpgroup adds after the turn comes
+      if constexpr (kOrdered) {  // every thread of the warpgroup adds after the turn comes
         if (tw == 0) sem_wait_at_least(p.semaphores + info->sem, info->target + (kD == 64 ? wg : 0), sem_seen);
         if (wg == 0) {
           bar_sync_n<kBarDq0, 128>();
@@ -529,7 +546,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
         }
       }
-      if constexpr (kDet) {  // all of the warpgroup's additions are visible before the release
+      if constexpr (kOrdered) {  // all of the warpgroup's additions are visible before the release
         __threadfence();
         if (wg == 0) {
           bar_sync_n<kBarDq0, 128>();
@@ -569,7 +586,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
-  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, false>, kSmem);
+  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, kBwDefault>, kSmem);
   BwWsParams wp{};
   wp.p = p;
   // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.
@@ -585,18 +602,29 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       encode_tensor_map_2d(wp.do_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, kBwRows);
   wp.tma_qdo = tma_qdo ? 1 : 0;
   if (!p.deterministic) {
-    attention_backward_sm90_ws_kernel<kD, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    attention_backward_sm90_ws_kernel<kD, kBwDefault><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
     return;
   }
-  allow_shared_memory("attention_backward_sm90_ws (deterministic)", attention_backward_sm90_ws_kernel<kD, true>, kSmem);
-  if (p.semaphores == nullptr || p.list.order == nullptr) {
-    raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no semaphores or order table (make_deterministic_backward_work)");
+  if (p.semaphores == nullptr && p.num_semaphores > 0) {
+    raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no semaphores (make_split_backward_work's num_semaphores)");
   }
-  if (const cudaError_t e = cudaMemsetAsync(p.semaphores, 0, static_cast<size_t>(p.num_semaphores) * sizeof(int32_t), stream);
-      e != cudaSuccess) {
-    raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
+  if (p.num_semaphores > 0) {
+    if (const cudaError_t e = cudaMemsetAsync(p.semaphores, 0, static_cast<size_t>(p.num_semaphores) * sizeof(int32_t), stream);
+        e != cudaSuccess) {
+      raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
+    }
   }
-  attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+  if (p.deterministic_split) {
+    allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, kBwDkvOnly>, kSmem);
+    attention_backward_sm90_ws_kernel<kD, kBwDkvOnly><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    attention_backward_dq_wgmma(p, stream);
+    return;
+  }
+  allow_shared_memory("attention_backward_sm90_ws (deterministic)", attention_backward_sm90_ws_kernel<kD, kBwOrdered>, kSmem);
+  if (p.list.order == nullptr) {
+    raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no order table (make_deterministic_backward_work)");
+  }
+  attention_backward_sm90_ws_kernel<kD, kBwOrdered><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
 }
 
 }  // namespace

@@ -334,6 +334,8 @@ void attention_forward_wgmma_ws(const AttnForwardParams& params, cudaStream_t st
 void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma(const AttnBackwardParams& params, cudaStream_t stream);
 void attention_backward_wgmma_ws(const AttnBackwardParams& params, cudaStream_t stream);
+// The split deterministic backward's dQ pass (attention_backward_dq_sm90.cu): params.dq_list.
+void attention_backward_dq_wgmma(const AttnBackwardParams& params, cudaStream_t stream);
 
 // Route selection shared by forward and backward (attention_forward.cu). Returns Mma, Wgmma or
 // WgmmaBasic: an explicit request as is, Auto as Wgmma on an sm_90 device for head_dim 64 / 128

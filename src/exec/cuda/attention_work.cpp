@@ -107,6 +107,45 @@ StepWalkers step_walkers(const AttnTile& t, int chunks, std::span<const int32_t>
   return w;
 }
 
+// Key blocks (tiles sharing kv rows and dK/dV rows) in order of first appearance, and in each
+// the input tiles per kv head: [block][kv head] -> tiles. The deterministic backwards' dK / dV
+// items walk one head's tiles of one key block. Two key blocks may share dK/dV rows only for
+// disjoint heads (InvalidInput otherwise).
+std::vector<std::vector<std::vector<int>>> key_blocks(std::span<const AttnTile> tiles, int hkv, const char* where) {
+  auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
+  std::map<std::tuple<int, int, int>, std::size_t> block_of;
+  std::vector<std::vector<std::vector<int>>> members;
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const AttnTile& t = tiles[i];
+    if (t.q_len == 0 || t.kv_len == 0) continue;
+    const auto [it, added] = block_of.emplace(std::make_tuple(t.kv_begin, t.kv_len, dkv_row0(t)), members.size());
+    if (added) members.emplace_back(static_cast<std::size_t>(hkv));
+    for (int h = t.kv_head_begin; h < t.kv_head_end; ++h)
+      members[it->second][static_cast<std::size_t>(h)].push_back(static_cast<int>(i));
+  }
+  struct Rows {
+    int begin, end;
+    std::size_t block;
+  };
+  std::vector<Rows> rows;
+  for (const auto& [key, blk] : block_of) rows.push_back({std::get<2>(key), std::get<2>(key) + std::get<1>(key), blk});
+  std::sort(rows.begin(), rows.end(), [](const Rows& x, const Rows& y) { return x.begin < y.begin; });
+  for (std::size_t x = 0; x < rows.size(); ++x) {
+    for (std::size_t y = x + 1; y < rows.size() && rows[y].begin < rows[x].end; ++y) {
+      for (int h = 0; h < hkv; ++h) {
+        const auto& mx = members[rows[x].block][static_cast<std::size_t>(h)];
+        const auto& my = members[rows[y].block][static_cast<std::size_t>(h)];
+        if (mx.empty() || my.empty()) continue;
+        raise(ErrorKind::InvalidInput, std::string(where) + ": tile " + std::to_string(my[0]) + " and tile " +
+                                           std::to_string(mx[0]) + " share dK/dV rows of kv head " + std::to_string(h) +
+                                           " but not their kv rows (a deterministic backward needs tiles that share key "
+                                           "gradients to share their keys exactly)");
+      }
+    }
+  }
+  return members;
+}
+
 }  // namespace
 
 std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
@@ -237,44 +276,9 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   const int hq = shape.num_q_heads;
   const int hkv = shape.num_kv_heads;
   auto dq_row0 = [](const AttnTile& t) { return t.dq_begin >= 0 ? t.dq_begin : t.q_begin; };
-  auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
   auto name = [](std::size_t i) { return "tile " + std::to_string(i); };
 
-  // Key blocks (tiles sharing kv rows and dK/dV rows) in order of first appearance, and in each
-  // the input tiles per kv head: the kernel's items walk one head's tiles of one key block.
-  std::map<std::tuple<int, int, int>, std::size_t> block_of;
-  std::vector<std::vector<std::vector<int>>> members;  // [block][kv head] -> input tiles
-  for (std::size_t i = 0; i < tiles.size(); ++i) {
-    const AttnTile& t = tiles[i];
-    if (t.q_len == 0 || t.kv_len == 0) continue;
-    const auto [it, added] = block_of.emplace(std::make_tuple(t.kv_begin, t.kv_len, dkv_row0(t)), members.size());
-    if (added) members.emplace_back(static_cast<std::size_t>(hkv));
-    for (int h = t.kv_head_begin; h < t.kv_head_end; ++h)
-      members[it->second][static_cast<std::size_t>(h)].push_back(static_cast<int>(i));
-  }
-  // dK / dV rows: two key blocks may share rows only for disjoint heads.
-  {
-    struct Rows {
-      int begin, end;
-      std::size_t block;
-    };
-    std::vector<Rows> rows;
-    for (const auto& [key, blk] : block_of) rows.push_back({std::get<2>(key), std::get<2>(key) + std::get<1>(key), blk});
-    std::sort(rows.begin(), rows.end(), [](const Rows& x, const Rows& y) { return x.begin < y.begin; });
-    for (std::size_t x = 0; x < rows.size(); ++x) {
-      for (std::size_t y = x + 1; y < rows.size() && rows[y].begin < rows[x].end; ++y) {
-        for (int h = 0; h < hkv; ++h) {
-          const auto& mx = members[rows[x].block][static_cast<std::size_t>(h)];
-          const auto& my = members[rows[y].block][static_cast<std::size_t>(h)];
-          if (mx.empty() || my.empty()) continue;
-          raise(ErrorKind::InvalidInput, std::string(where) + ": " + name(static_cast<std::size_t>(my[0])) + " and " +
-                                             name(static_cast<std::size_t>(mx[0])) + " share dK/dV rows of kv head " +
-                                             std::to_string(h) + " but not their kv rows (a deterministic backward needs "
-                                             "tiles that share key gradients to share their keys exactly)");
-        }
-      }
-    }
-  }
+  const std::vector<std::vector<std::vector<int>>> members = key_blocks(tiles, hkv, where);
   // dQ segments: tiles sharing dQ rows share them exactly; segments are disjoint.
   std::map<int, std::pair<int, int>> segments;  // first dQ row -> (length, segment index)
   for (std::size_t i = 0; i < tiles.size(); ++i) {
@@ -447,6 +451,133 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
     gi = ge;
   }
   if (out.order.empty()) out.order = {0};
+  return out;
+}
+
+SplitBackwardWork make_split_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows) {
+  const char* where = "make_split_backward_work";
+  validate(tiles, shape, where);
+  const int hq = shape.num_q_heads;
+  const int hkv = shape.num_kv_heads;
+  const int group = hq / hkv;
+  auto dq_row0 = [](const AttnTile& t) { return t.dq_begin >= 0 ? t.dq_begin : t.q_begin; };
+  // Work of a tile for one head, in key rows x q rows (a causal diagonal tile: half).
+  auto area = [](const AttnTile& t, int keys) {
+    return static_cast<double>(keys) * t.q_len * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
+  };
+  SplitBackwardWork out;
+
+  // dK / dV pass: units of key blocks per kv head, cut (unit_rows > 0) into runs of at most
+  // unit_rows q rows; items (unit, chunk, head) heaviest first, and the turns of a cut key
+  // block's units in that order, so that an item waits only for items launched before it.
+  const std::vector<std::vector<std::vector<int>>> members = key_blocks(tiles, hkv, where);
+  struct Item {
+    double cost;
+    AttnWorkItem w;
+    std::size_t turn_key;  // (block, head, chunk) of a cut key block; SIZE_MAX: alone
+  };
+  std::vector<Item> items;
+  std::size_t turn_keys = 0;
+  for (const auto& block : members) {
+    for (int h = 0; h < hkv; ++h) {
+      const std::vector<int>& m = block[static_cast<std::size_t>(h)];
+      if (m.empty()) continue;
+      const int kv_len = tiles[static_cast<std::size_t>(m[0])].kv_len;
+      const int chunks = (kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
+      std::vector<std::pair<int, int>> units;  // (first tile in dkv_tiles, tiles)
+      int rows = 0;
+      for (const int i : m) {
+        AttnTile t = tiles[static_cast<std::size_t>(i)];
+        if (units.empty() || (unit_rows > 0 && rows + t.q_len > unit_rows)) {
+          units.emplace_back(static_cast<int>(out.dkv_tiles.size()), 0);
+          rows = 0;
+        }
+        t.kv_head_begin = h;
+        t.kv_head_end = h + 1;
+        out.dkv_tiles.push_back(t);
+        ++units.back().second;
+        rows += t.q_len;
+      }
+      for (int c = 0; c < chunks; ++c) {
+        const int keys = std::min(kAttnBackwardChunkRows, kv_len - c * kAttnBackwardChunkRows);
+        const std::size_t key = units.size() > 1 ? turn_keys++ : SIZE_MAX;
+        for (const auto& [first, count] : units) {
+          double cost = 0.0;
+          for (int k = first; k < first + count; ++k) cost += area(out.dkv_tiles[static_cast<std::size_t>(k)], keys);
+          AttnWorkItem w{first, c, h, 0};
+          w.num_tiles = count;
+          items.push_back(Item{cost, w, key});
+        }
+      }
+    }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+  std::vector<int32_t> turns(turn_keys, 0);
+  for (const Item& it : items) {
+    AttnWorkItem w = it.w;
+    if (it.turn_key != SIZE_MAX) {
+      w.dkv_sem = static_cast<int32_t>(it.turn_key);
+      w.dkv_rank = turns[it.turn_key]++;
+    }
+    out.dkv_work.push_back(w);
+  }
+  if (turn_keys > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
+    raise(ErrorKind::InvalidInput, std::string(where) + ": too many key blocks cut into units");
+  out.num_semaphores = static_cast<int32_t>(turn_keys);
+
+  // dQ pass: runs of tiles sharing dQ rows, in list order; their rows must not overlap.
+  std::map<int, std::vector<int>> runs;  // first dQ row -> tiles
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const AttnTile& t = tiles[i];
+    if (t.q_len == 0 || t.kv_len == 0) continue;
+    auto& run = runs[dq_row0(t)];
+    if (!run.empty()) {
+      const AttnTile& f = tiles[static_cast<std::size_t>(run[0])];
+      auto row_or = [](int32_t r, int32_t d) { return r >= 0 ? r : d; };
+      if (t.q_len != f.q_len || t.q_begin != f.q_begin || row_or(t.dout_begin, t.q_begin) != row_or(f.dout_begin, f.q_begin) ||
+          row_or(t.lse_begin, t.q_begin) != row_or(f.lse_begin, f.q_begin) ||
+          row_or(t.delta_begin, t.q_begin) != row_or(f.delta_begin, f.q_begin)) {
+        raise(ErrorKind::InvalidInput, std::string(where) + ": tile " + std::to_string(i) + " writes the dQ rows of tile " +
+                                           std::to_string(run[0]) + " from row " + std::to_string(dq_row0(t)) +
+                                           " but reads other q, dO, LSE or Delta rows, or another number of them");
+      }
+    }
+    run.push_back(static_cast<int>(i));
+  }
+  struct DqItem {
+    double cost;
+    AttnWorkItem w;
+  };
+  std::vector<DqItem> dq_items;
+  int64_t prev_end = std::numeric_limits<int64_t>::min();
+  for (const auto& [row, run] : runs) {
+    const AttnTile& f = tiles[static_cast<std::size_t>(run[0])];
+    if (row < prev_end) {
+      raise(ErrorKind::InvalidInput, std::string(where) + ": the dQ rows of tile " + std::to_string(run[0]) + " (from row " +
+                                         std::to_string(row) + ") overlap those of an earlier tile (ending at row " +
+                                         std::to_string(prev_end) + ")");
+    }
+    prev_end = int64_t{row} + f.q_len;
+    const auto first = static_cast<int32_t>(out.dq_tiles.size());
+    std::vector<double> head_cost(static_cast<std::size_t>(hkv), 0.0);
+    for (const int i : run) {
+      const AttnTile& t = tiles[static_cast<std::size_t>(i)];
+      out.dq_tiles.push_back(t);
+      for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) head_cost[static_cast<std::size_t>(h)] += area(t, t.kv_len);
+    }
+    const int chunks = (f.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+    for (int c = 0; c < chunks; ++c) {
+      for (int qh = 0; qh < hq; ++qh) {
+        const double cost = head_cost[static_cast<std::size_t>(qh / group)];
+        if (cost == 0.0) continue;
+        AttnWorkItem w{first, c, qh, 0};
+        w.num_tiles = static_cast<int32_t>(run.size());
+        dq_items.push_back(DqItem{cost, w});
+      }
+    }
+  }
+  std::stable_sort(dq_items.begin(), dq_items.end(), [](const DqItem& a, const DqItem& b) { return a.cost > b.cost; });
+  for (const DqItem& it : dq_items) out.dq_work.push_back(it.w);
   return out;
 }
 
