@@ -2,9 +2,10 @@
 # One device call (GPU machine, 2 x H200): build dcp + the GPU executor checks with CMake (the
 # header-only dependencies carried in $DEPS), run the checks on 1 and 2 GPUs and the failure
 # test, then `dcp bench` runs. Results go to $OUT (or /tmp/dcp_out).
-# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels ncu checks det single pair nodes trace scaling
+# Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels ncu checks det detbench single pair nodes trace scaling
 # (det: the whole-plan checks on one GPU with the deterministic backward, gradients bitwise equal
-# over three steps)
+# over three steps; detbench: the deterministic backward's speed against the default, 32K kernel
+# lists and one-GPU whole plans at B 1024 and 2048, both variants)
 # Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), SCALING_ITERS (scaling), BENCH_EXTRA (added to every bench,
 # e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT, JSON_DIR (where
 # the bench JSON files go before they are tarred into $OUT/json.tar), NO_REFERENCE (single: skip
@@ -25,7 +26,8 @@ export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions 
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
 export DCP_ATTN_DETERMINISTIC=${DCP_ATTN_DETERMINISTIC:-} DCP_ATTN_DETERMINISTIC_UNIT_ROWS=${DCP_ATTN_DETERMINISTIC_UNIT_ROWS:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_DETERMINISTIC -x DCP_ATTN_DETERMINISTIC_UNIT_ROWS"
+export DCP_ATTN_DETERMINISTIC_SPLIT=${DCP_ATTN_DETERMINISTIC_SPLIT:-}
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_DETERMINISTIC -x DCP_ATTN_DETERMINISTIC_UNIT_ROWS -x DCP_ATTN_DETERMINISTIC_SPLIT"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -69,6 +71,23 @@ if has det; then
   say "check 1 GPU, deterministic backward"
   CUDA_VISIBLE_DEVICES=0 DCP_ATTN_DETERMINISTIC=1 timeout ${CHECK_TIMEOUT:-150} $MPIRUN -np 1 $b/tests/cuda/dcp_exec_cuda_check 2>&1 | tee -a "$log"
   echo "deterministic check: rc=${PIPESTATUS[0]}" | tee -a "$log"
+fi
+if has detbench; then
+  say "deterministic backward: lists (bwd TFLOP/s: default, one pass ordered, two passes)"
+  CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_ROUTES=wgmma-cells,wgmma-det,wgmma-det-split timeout 200 \
+    $b/bench/bench_cuda_attention "$out/det_lists" 2>&1 | tee -a "$log"
+  say "deterministic backward: whole plans, ldc 65536 (fwd bwd TFLOP/s)"
+  detplan() { CUDA_VISIBLE_DEVICES=0 timeout 60 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $1 --q-heads 32 \
+                --kv-heads 8 --head-dim 128 --block $2 --stages 2 --layers 2 --iters 3 --warmup 1 --method dcp \
+                --cluster h200-nvl --nodes 1 2>&1 | grep -E '^dcp +[0-9]' | awk '{print $4, $5}'; }
+  for blk in 1024 2048; do
+    for m in causal lambda causal_blockwise shared_question; do
+      echo "B $blk $m | default $(DCP_ATTN_DETERMINISTIC=0 detplan $m $blk)" \
+        "| two passes $(DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_SPLIT=1 detplan $m $blk)" \
+        "| one pass, ordered $(DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_SPLIT=0 detplan $m $blk)" \
+        "| default again $(DCP_ATTN_DETERMINISTIC=0 detplan $m $blk)" | tee -a "$log"
+    done
+  done
 fi
 if has checks; then
   # Whole plans on 1 GPU against the CPU backend; on a failure fall back route by route (newest

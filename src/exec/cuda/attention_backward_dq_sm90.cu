@@ -19,7 +19,8 @@
 // slot (full: 128 arrivals plus the TMA bytes; empty: the 256 consumer threads, once dQ += dS_j K_j
 // has completed, the last read of the slot). Warpgroups 1 and 2 are the consumers; setmaxnreg
 // moves registers to them (dQ, S and dP are 64 registers each at D = 128).
-// One CTA per work item (grid = number of items), heaviest items first in the list.
+// The consumers take turns at issuing their products (see the consumer part). One CTA per work
+// item (grid = number of items), heaviest items first in the list.
 #include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -42,7 +43,11 @@ inline constexpr int kDqConsumers = 256;
 inline constexpr int kDqProducerRegs = 40;
 inline constexpr int kDqConsumerRegs = 232;
 static_assert(128 * kDqProducerRegs + kDqConsumers * kDqConsumerRegs <= 65536, "register file");
-enum : int { kBarDqProducer = 1 };  // producer-only votes
+enum : int {  // named barriers
+  kBarDqProducer = 1,  // producer-only votes
+  kBarDqTurn0 = 2,     // 256 threads: consumer warpgroup 0 may issue
+  kBarDqTurn1 = 3,     // consumer warpgroup 1 may issue
+};
 
 struct DqRecord {
   int32_t tile;  // index into the dq list's tiles
@@ -271,6 +276,26 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
   float dq[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) dq[i] = 0.0F;
+  // Turns: each consumer issues its products only in its turn (a named barrier pair: a warpgroup
+  // syncs on its own and arrives on the other's after issuing), so that the tensor cores run one
+  // warpgroup's products while the other computes P and dS. Two issue points per sub-tile (S and
+  // dP; the dQ product); warpgroup 1 arrives on turn 0 once before its first issue, and warpgroup
+  // 0 syncs once more after its last, so both barriers balance.
+  auto turn_sync = [&]() {
+    if (wg == 0) {
+      bar_sync_n<kBarDqTurn0, 256>();
+    } else {
+      bar_sync_n<kBarDqTurn1, 256>();
+    }
+  };
+  auto turn_pass = [&]() {
+    if (wg == 0) {
+      bar_arrive_n<kBarDqTurn1, 256>();
+    } else {
+      bar_arrive_n<kBarDqTurn0, 256>();
+    }
+  };
+  if (wg == 1) bar_arrive_n<kBarDqTurn0, 256>();
   mbar_wait(q_full, 0U);
   const float lse2[2] = {s_lse[th.row(0)], s_lse[th.row(1)]};
   const float delta[2] = {s_delta[th.row(0)], s_delta[th.row(1)]};
@@ -284,7 +309,9 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
     const uint32_t vb = s_v + static_cast<uint32_t>(slot * Smem::kKvBytes);
     float s[kWgKeys / 2];
     float dp[kWgKeys / 2];
+    turn_sync();
     dq_issue_s_dp<kD>(s, dp, s_q, s_do, kb, vb, wg);
+    turn_pass();
     wgmma_wait<1>();  // S done; dP may still run
     fence_regs(s);
     if (rec.cls == kMasked) {
@@ -298,13 +325,16 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
     for (int i = 0; i < kWgKeys / 2; ++i) s[i] *= dp[i] - delta[(i >> 1) & 1];
     uint32_t ds[kWgKeys / 16][4];
     fw_pack_p(ds, s);
+    turn_sync();
     wgmma_fence();
     issue_pv<kD>(dq, ds, kb);  // dQ += dS K_j: K_j as the forward's V (keys x D, MN-major)
+    turn_pass();
     wgmma_wait<0>();
     fence_regs(dq);
     fence_regs_u32(ds);
     mbar_arrive(empty(slot));  // K_j, V_j, the masks and the record are no longer read
   }
+  if (wg == 0) bar_sync_n<kBarDqTurn0, 256>();  // warpgroup 1's last pass
 
   // scale * dQ onto the dq rows (this item is their only writer in the launch).
   const int dq_row0 = (first.dq_begin >= 0 ? first.dq_begin : first.q_begin) + r0;
