@@ -14,10 +14,9 @@
 // wgmma (the default Hopper kernels), wgmma-cells (the same with the host's cell classes of
 // Partial tiles, make_partial_cells) and wgmma-persistent (cells and the persistent forward, one CTA
 // per SM taking items from a counter: what the CUDA backend runs; its backward is wgmma-cells').
-// On sm_90 the deterministic backward (route wgmma) is timed too, in both variants: dQ added in
-// order behind semaphores (make_deterministic_backward_work) and split into a dK / dV pass and a
-// dQ pass (make_split_backward_work) (columns wgmma-det, wgmma-det-split; DCP_BENCH_ROUTES
-// selects them by those names).
+// On sm_90 the deterministic backward (route wgmma: a dK / dV pass, then a dQ pass;
+// make_deterministic_backward_work) is timed too (column wgmma-det; DCP_BENCH_ROUTES selects it
+// by that name).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -206,8 +205,6 @@ int main(int argc, char** argv) {
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
   const bool with_det = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det");
-  // ... and split (make_split_backward_work).
-  const bool with_det_split = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det-split");
   struct Row {
     int seq, block;
     std::string list;
@@ -215,14 +212,12 @@ int main(int argc, char** argv) {
     double flops;                       // forward mask-area FLOPs (backward: 2.5x)
     std::vector<double> fwd_ms, bwd_ms;  // per route
     double det_ms = 0;                   // deterministic backward (with_det)
-    double det_split_ms = 0;             // ... split (with_det_split)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
   if (with_det) std::printf(" %18s", "bwd wgmma-det TF/s");
-  if (with_det_split) std::printf(" %18s", "bwd det-split TF/s");
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
@@ -297,45 +292,29 @@ int main(int argc, char** argv) {
         bp.list.work = d_bw;
         bp.list.num_work = static_cast<int32_t>(bw.size());
         if (with_det) {
-          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape, c.row_offsets, c.ranges);
+          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape);
           if (det.num_semaphores > semaphore_capacity) {
             cudaFree(semaphores);
             ck(cudaMalloc(&semaphores, static_cast<size_t>(det.num_semaphores) * 4), "malloc semaphores");
             semaphore_capacity = det.num_semaphores;
           }
-          AttnTile* d_det_tiles = upload(det.tiles);
-          AttnWorkItem* d_det_work = upload(det.work);
-          int32_t* d_order = upload(det.order);
+          AttnTile* d_dkv_tiles = upload(det.dkv_tiles);
+          AttnWorkItem* d_dkv_work = upload(det.dkv_work);
+          AttnTile* d_dq_tiles = upload(det.dq_tiles);
+          AttnWorkItem* d_dq_work = upload(det.dq_work);
           AttnBackwardParams dp = bp;
-          dp.list = AttnTileList{d_det_tiles, d_det_work, static_cast<int32_t>(det.work.size()), d_off, d_rng, d_order};
-          dp.list.cells = d_cells;  // as the CUDA backend passes them
+          dp.list = AttnTileList{d_dkv_tiles, d_dkv_work, static_cast<int32_t>(det.dkv_work.size()), d_off, d_rng};
+          dp.list.cells = d_cells;
+          dp.dq_list = dp.list;
+          dp.dq_list.tiles = d_dq_tiles;
+          dp.dq_list.work = d_dq_work;
+          dp.dq_list.num_work = static_cast<int32_t>(det.dq_work.size());
+          dp.kv_rows = max_seq;
           dp.route = AttnKernelRoute::Wgmma;
           dp.deterministic = true;
           dp.semaphores = semaphores;
           dp.num_semaphores = det.num_semaphores;
           row.det_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
-          cudaFree(d_det_tiles);
-          cudaFree(d_det_work);
-          cudaFree(d_order);
-        }
-        if (with_det_split) {
-          const SplitBackwardWork split = make_split_backward_work(c.tiles, shape);
-          AttnTile* d_dkv_tiles = upload(split.dkv_tiles);
-          AttnWorkItem* d_dkv_work = upload(split.dkv_work);
-          AttnTile* d_dq_tiles = upload(split.dq_tiles);
-          AttnWorkItem* d_dq_work = upload(split.dq_work);
-          AttnBackwardParams dp = bp;
-          dp.list = AttnTileList{d_dkv_tiles, d_dkv_work, static_cast<int32_t>(split.dkv_work.size()), d_off, d_rng};
-          dp.list.cells = d_cells;
-          dp.dq_list = dp.list;
-          dp.dq_list.tiles = d_dq_tiles;
-          dp.dq_list.work = d_dq_work;
-          dp.dq_list.num_work = static_cast<int32_t>(split.dq_work.size());
-          dp.kv_rows = max_seq;
-          dp.route = AttnKernelRoute::Wgmma;
-          dp.deterministic = true;
-          dp.deterministic_split = true;
-          row.det_split_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
           cudaFree(d_dkv_tiles);
           cudaFree(d_dkv_work);
           cudaFree(d_dq_tiles);
@@ -346,7 +325,6 @@ int main(int argc, char** argv) {
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
         if (with_det) std::printf(" %18.1f", 2.5 * flops / (row.det_ms * 1e9));
-        if (with_det_split) std::printf(" %18.1f", 2.5 * flops / (row.det_split_ms * 1e9));
         std::printf("\n");
         rows.push_back(row);
         std::fflush(stdout);
@@ -387,10 +365,6 @@ int main(int argc, char** argv) {
       std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma |");
       rule += "---|---|---|";
     }
-    if (with_det_split) {
-      std::fprintf(m, " bwd det-split TFLOP/s |");
-      rule += "---|";
-    }
     std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -413,11 +387,6 @@ int main(int argc, char** argv) {
           if (routes[ri].route == AttnKernelRoute::Wgmma) base_ms = r.bwd_ms[ri];
         std::fprintf(m, " %.3f | %.1f | %s |", r.det_ms, tflops,
                      base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-");
-      }
-      if (with_det_split) {
-        const double tflops = 2.5 * r.flops / (r.det_split_ms * 1e9);
-        std::fprintf(j, ", \"bwd_wgmma-det-split_tflops\": %.1f", tflops);
-        std::fprintf(m, " %.1f |", tflops);
       }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
       std::fprintf(m, "\n");

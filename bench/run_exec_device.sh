@@ -5,7 +5,7 @@
 # Usage: bench/run_exec_device.sh DEPS_DIR [phases...]; phases: build kernels ncu checks det detbench single pair nodes trace scaling
 # (det: the whole-plan checks on one GPU with the deterministic backward, gradients bitwise equal
 # over three steps; detbench: the deterministic backward's speed against the default, 32K kernel
-# lists and one-GPU whole plans at B 1024 and 2048, both variants)
+# lists and one-GPU whole plans at B 1024 and 2048)
 # Environment: PAIR_PROFILES / PAIR_TOKENS / PAIR_MASKS (pair), SCALING_ITERS (scaling), BENCH_EXTRA (added to every bench,
 # e.g. "--search --calibration data/calibration/h200_measured.json"), BENCH_TIMEOUT, JSON_DIR (where
 # the bench JSON files go before they are tarred into $OUT/json.tar), NO_REFERENCE (single: skip
@@ -26,8 +26,7 @@ export DCP_ATTN_BACKWARD_DQ=${DCP_ATTN_BACKWARD_DQ:-}  # empty: bulk reductions 
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
 export DCP_ATTN_DETERMINISTIC=${DCP_ATTN_DETERMINISTIC:-} DCP_ATTN_DETERMINISTIC_UNIT_ROWS=${DCP_ATTN_DETERMINISTIC_UNIT_ROWS:-}
-export DCP_ATTN_DETERMINISTIC_SPLIT=${DCP_ATTN_DETERMINISTIC_SPLIT:-}
-MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_DETERMINISTIC -x DCP_ATTN_DETERMINISTIC_UNIT_ROWS -x DCP_ATTN_DETERMINISTIC_SPLIT"
+MPIRUN="mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -x DCP_ATTN_DETERMINISTIC -x DCP_ATTN_DETERMINISTIC_UNIT_ROWS"
 log=$out/device.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
@@ -73,8 +72,8 @@ if has det; then
   echo "deterministic check: rc=${PIPESTATUS[0]}" | tee -a "$log"
 fi
 if has detbench; then
-  say "deterministic backward: lists (bwd TFLOP/s: default, one pass ordered, two passes)"
-  CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_ROUTES=wgmma-cells,wgmma-det,wgmma-det-split timeout 200 \
+  say "deterministic backward: lists (bwd TFLOP/s: default, deterministic)"
+  CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_ROUTES=wgmma-cells,wgmma-det timeout 200 \
     $b/bench/bench_cuda_attention "$out/det_lists" 2>&1 | tee -a "$log"
   say "deterministic backward: whole plans, ldc 65536 (fwd bwd TFLOP/s)"
   detplan() { CUDA_VISIBLE_DEVICES=0 timeout 60 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $1 --q-heads 32 \
@@ -83,8 +82,7 @@ if has detbench; then
   for blk in 1024 2048; do
     for m in causal lambda causal_blockwise shared_question; do
       echo "B $blk $m | default $(DCP_ATTN_DETERMINISTIC=0 detplan $m $blk)" \
-        "| two passes $(DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_SPLIT=1 detplan $m $blk)" \
-        "| one pass, ordered $(DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_SPLIT=0 detplan $m $blk)" \
+        "| deterministic $(DCP_ATTN_DETERMINISTIC=1 detplan $m $blk)" \
         "| default again $(DCP_ATTN_DETERMINISTIC=0 detplan $m $blk)" | tee -a "$log"
     done
   done

@@ -172,8 +172,6 @@ CudaKernelOptions kernel_options_from_environment() {
   k.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
   k.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
   k.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
-  if (const std::string split = env("DCP_ATTN_DETERMINISTIC_SPLIT"); !split.empty())
-    k.deterministic_split = parse_switch(split, "DCP_ATTN_DETERMINISTIC_SPLIT");
   if (const std::string cells = env("DCP_ATTN_PARTIAL_CELLS"); !cells.empty())
     k.partial_cells = parse_switch(cells, "DCP_ATTN_PARTIAL_CELLS");
   if (const std::string persistent = env("DCP_ATTN_PERSISTENT"); !persistent.empty())

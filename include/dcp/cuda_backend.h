@@ -43,16 +43,12 @@ struct CudaKernelOptions {
   DqReduction dq = DqReduction::Bulk;
   // dQ, dK and dV bitwise identical run to run (no order-dependent float reductions; the
   // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
-  // other routes. Costs a second pass over the tiles for dQ (0.76-0.92x the default backward's
-  // speed on whole plans: bench/results/cuda_attention_h200.md).
+  // other routes. Costs a second pass over the tiles for dQ, which recomputes S and dP
+  // (0.76-0.92x the default backward's speed on whole plans: bench/results/cuda_attention_h200.md).
   bool deterministic_backward = false;
-  // Its work units (make_deterministic_backward_work's unit_rows): 0, whole key blocks; > 0, a
-  // key block's tiles cut into units of at most this many q rows.
+  // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
+  // key blocks; > 0, a key block's tiles cut into units of at most this many q rows.
   int deterministic_unit_rows = 0;
-  // The deterministic backward in two passes (cuda::make_split_backward_work: dK / dV, then dQ
-  // with S and dP recomputed); false: one pass adding dQ in a fixed order behind semaphores
-  // (make_deterministic_backward_work), slower on every whole plan measured (0.15-0.73x).
-  bool deterministic_split = true;
   // Classify the sub-tiles of Partial tiles once on the host (cuda::make_partial_cells) instead
   // of in every kernel step; backward items of Partial tiles with no allowed pair are not
   // launched. Same results either way; off only to measure what it saves.

@@ -284,34 +284,20 @@ CaseResult run_case(const CaseConfig& cfg) {
     }
     d_lse.upload(h_lse);
     d_delta.upload(h_delta);
-    // The deterministic backward runs its own tile list (one tile per kv head, by key block).
-    // The split one runs two: the dK / dV pass's and the dQ pass's.
+    // The deterministic backward runs two lists of its own: the dK / dV pass's (one tile per kv
+    // head, by key block) and the dQ pass's.
     DeterministicBackwardWork det;
-    SplitBackwardWork split;
-    if (cfg.deterministic_backward && cfg.det_split) {
-      split = make_split_backward_work(tiles, shape, cfg.det_unit_rows);
-      det.tiles = split.dkv_tiles;
-      det.work = split.dkv_work;
-      det.num_semaphores = split.num_semaphores;
-      det.order = {0};
-    } else if (cfg.deterministic_backward) {
-      det = make_deterministic_backward_work(tiles, shape, row_offsets, ranges, cfg.det_unit_rows);
-    }
-    const std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.work : make_backward_work(tiles, shape);
-    DevBuf<AttnTile> d_dq_tiles(std::max<std::size_t>(split.dq_tiles.size(), 1));
-    DevBuf<AttnWorkItem> d_dq_work(std::max<std::size_t>(split.dq_work.size(), 1));
-    if (cfg.det_split) {
-      d_dq_tiles.upload(split.dq_tiles);
-      d_dq_work.upload(split.dq_work);
-    }
+    if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
+    const std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.dkv_work : make_backward_work(tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
-    DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.tiles.size(), 1));
-    DevBuf<int32_t> d_order(std::max<std::size_t>(det.order.size(), 1)),
-        d_sems(static_cast<std::size_t>(std::max(det.num_semaphores, 1)));
+    DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.dkv_tiles.size(), 1)), d_dq_tiles(std::max<std::size_t>(det.dq_tiles.size(), 1));
+    DevBuf<AttnWorkItem> d_dq_work(std::max<std::size_t>(det.dq_work.size(), 1));
+    DevBuf<int32_t> d_sems(static_cast<std::size_t>(std::max(det.num_semaphores, 1)));
     if (cfg.deterministic_backward) {
-      d_btiles.upload(det.tiles);
-      d_order.upload(det.order);
+      d_btiles.upload(det.dkv_tiles);
+      d_dq_tiles.upload(det.dq_tiles);
+      d_dq_work.upload(det.dq_work);
     }
     DevBuf<float> d_dq(q_elems), d_dk(kv_elems), d_dv(kv_elems);
     d_dq.fill(0);
@@ -322,18 +308,14 @@ CaseResult run_case(const CaseConfig& cfg) {
     bp.list = AttnTileList{cfg.deterministic_backward ? d_btiles.ptr : d_tiles.ptr, d_bwork.ptr,
                            static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
     if (cfg.deterministic_backward) {
-      bp.list.order = d_order.ptr;
       bp.deterministic = true;
       bp.semaphores = d_sems.ptr;
       bp.num_semaphores = det.num_semaphores;
-      if (cfg.det_split) {
-        bp.deterministic_split = true;
-        bp.dq_list = bp.list;
-        bp.dq_list.tiles = d_dq_tiles.ptr;
-        bp.dq_list.work = d_dq_work.ptr;
-        bp.dq_list.num_work = static_cast<int32_t>(split.dq_work.size());
-        bp.kv_rows = n_tok;  // K / V of the dQ pass by TMA (tails by cp.async)
-      }
+      bp.dq_list = bp.list;
+      bp.dq_list.tiles = d_dq_tiles.ptr;
+      bp.dq_list.work = d_dq_work.ptr;
+      bp.dq_list.num_work = static_cast<int32_t>(det.dq_work.size());
+      bp.kv_rows = n_tok;  // K / V of the dQ pass by TMA (tails by cp.async)
     }
     bp.q = d_q.ptr;
     bp.k = d_k.ptr;
@@ -396,11 +378,11 @@ std::string describe(const CaseConfig& c, const CaseResult& r) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
                 "fwd=%s bwd=%s seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
-                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d det=%d split=%d bitwise=%d %s",
+                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d det=%d bitwise=%d %s",
                 route_name(c.forward_route), route_name(c.backward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
                 r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
                 r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
-                c.deterministic_backward ? 1 : 0, c.det_split ? 1 : 0, r.repeat_bitwise ? 1 : 0, r.error.c_str());
+                c.deterministic_backward ? 1 : 0, r.repeat_bitwise ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!passed(r) && !r.first_mismatch.empty()) text += "\n    first forward mismatch: " + r.first_mismatch;
   if (!passed(r) && !r.first_bwd_mismatch.empty()) text += "\n    first gradient mismatch: " + r.first_bwd_mismatch;

@@ -23,7 +23,6 @@ struct CaseConfig {
   // for bit (CaseResult::repeat_bitwise) as well as against fp64.
   bool deterministic_backward = false;
   int det_unit_rows = 0;  // its units (0: whole key blocks; 1: every tile alone)
-  bool det_split = false;  // the split deterministic backward (dK / dV pass, then the dQ pass)
 };
 
 struct CaseResult {

@@ -175,8 +175,6 @@ CudaBackendOptions backend_options(int device) {
   o.kernels.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
   o.kernels.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
   o.kernels.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
-  if (const std::string split = env("DCP_ATTN_DETERMINISTIC_SPLIT"); !split.empty())
-    o.kernels.deterministic_split = parse_switch(split, "DCP_ATTN_DETERMINISTIC_SPLIT");
   return o;
 }
 

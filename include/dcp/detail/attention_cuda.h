@@ -88,11 +88,6 @@ struct AttnTile {
   int32_t delta_begin = -1;     // backward: Delta (default q_begin)
   int32_t dq_begin = -1;        // backward: dQ (default q_begin)
   int32_t dkv_begin = -1;       // backward: dK and dV (default kv_begin)
-  // Deterministic backward only (filled by make_deterministic_backward_work): the tile's first dQ
-  // semaphore (that of 64-row sub-tile 0 and q head 0 of its dQ rows) and its entry in
-  // AttnTileList::order (its tiles have one kv head each).
-  int32_t dq_sem = -1;
-  int32_t order = -1;
   int32_t pad2_ = 0;
 };
 
@@ -139,7 +134,6 @@ struct AttnTileList {
   int32_t num_work = 0;
   const int32_t* row_offsets = nullptr;  // Partial tiles only (may be null otherwise)
   const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
-  const int32_t* order = nullptr;        // deterministic backward only (see below)
   const uint8_t* cells = nullptr;        // cell classes of Partial tiles (make_partial_cells; may be null)
 };
 
@@ -222,82 +216,30 @@ struct AttnForwardParams {
 
 // ---- Deterministic backward ----------------------------------------------------------------
 // The default backward adds dQ, dK and dV with fp32 reductions in whatever order CTAs arrive, so
-// the last bits vary run to run. The deterministic backward (route Wgmma only) fixes every order.
-// The tiles sharing key rows (same kv rows and dK/dV rows: a "key block") form, per kv head, one
-// unit, or (unit_rows > 0) several units of consecutive tiles of at most unit_rows q rows (at
-// least one tile each); one work item per (unit, 128-key chunk, kv head) walks its unit's tiles.
-//   dK, dV: an item keeps them in registers over its walk and adds them once; the units of one key
-//     block add in their work order behind a semaphore (AttnWorkItem::dkv_sem / dkv_rank).
-//   dQ: each (dQ 64-row sub-tile, q head) has a semaphore. The walkers of that block (the steps,
-//     with at least one allowed pair, of every item that covers it) add in work-item order: a
-//     walker waits until the semaphore reaches 2 x its rank (its number of earlier walkers), adds,
-//     and bumps the semaphore once per consumer warpgroup.
-// Every wait is for a lower work item, which the GPU dispatches first, so the waits cannot cycle.
-// Work order, chosen so that an item tends to reach each dQ block after the items before it in
-// the order (attention_work.cpp says how): whole key blocks with fewer tiles first, cut units by
-// the dQ rows of their first tile; an item walks its tiles from the last dQ rows to the first;
-// chunks from last to first (a causal diagonal tile's late chunks start their walk deepest and
-// reach each block first); kv heads innermost. The rank of the
-// walker of tile t, chunk c at sub-tile u is deterministic_dq_rank() of order[t.order + u]
-// (earlier units' walkers there) and, for a Partial tile, the bit set of its non-empty chunks at u
-// (order[t.order + nsub + 2u], the low word first; nsub = ceil(q_len / 64)).
-// Preconditions (InvalidInput otherwise): tiles sharing dQ rows share them exactly (same first
-// row and length); tiles sharing dK/dV rows of a kv head share their kv rows exactly; one tile
-// per (key block, kv head, dQ rows); Partial tiles span at most 8192 keys (Unsupported).
-struct DeterministicBackwardWork {
-  std::vector<AttnTile> tiles;     // one tile per kv head, grouped by unit; dq_sem, order set
-  std::vector<AttnWorkItem> work;  // tile = first tile of its unit, num_tiles = its tiles
-  std::vector<int32_t> order;      // per tile: earlier walkers per sub-tile; Partial: non-empty chunks
-  int32_t num_semaphores = 0;      // int32 semaphores the launch needs, dQ's and dK/dV's (zeroed by the launcher)
-};
-// row_offsets / ranges: the list's Partial masks (as AttnTileList), on the host.
-DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
-                                                           std::span<const int32_t> row_offsets,
-                                                           std::span<const int32_t> ranges,
-                                                           int unit_rows = 0);
-
-// ---- Split deterministic backward -----------------------------------------------------------
-// The same guarantee (dQ, dK, dV bitwise identical run to run) without ordering anyone's dQ
-// additions: two passes over the list, each with one writer per output element.
-//   dK / dV pass: as above, one work item per (unit, 128-key chunk, kv head) walks its unit's
-//     tiles with dK and dV in registers and adds them once (the units of one key block in turns
-//     behind a semaphore per chunk); it computes no dQ. Items run heaviest first.
+// the last bits vary run to run. The deterministic backward (route Wgmma only) gives every output
+// element one writer and a fixed summation order, in two passes over the list:
+//   dK / dV pass: the tiles sharing key rows (same kv rows and dK/dV rows: a "key block") form, per
+//     kv head, one unit, or (unit_rows > 0) several units of consecutive tiles of at most
+//     unit_rows q rows (at least one tile each); one work item per (unit, 128-key chunk, kv head)
+//     walks its unit's tiles with dK and dV in registers and adds them once (the units of one key
+//     block in turns behind a semaphore per chunk: AttnWorkItem::dkv_sem / dkv_rank). It computes
+//     no dQ. Items run heaviest first.
 //   dQ pass: the tiles sharing dQ rows form a run (in list order); one work item per (run, 128-row
 //     q chunk, q head) walks the run's tiles of its head group with dQ in registers, recomputing
 //     S and dP, and adds scale * dQ to its rows once. Items run heaviest first.
-// Each pass's items write disjoint rows, so neither waits for another CTA but for the dK / dV
-// turns of a cut key block. Preconditions as above, and: tiles sharing dQ rows share their q,
-// dO, LSE and Delta rows; no two runs' dQ rows overlap (InvalidInput otherwise).
-struct SplitBackwardWork {
+// No item waits for another but for the dK / dV turns of a cut key block, which only items
+// launched earlier hold. Preconditions (InvalidInput otherwise): tiles sharing dK/dV rows of a kv
+// head share their kv rows exactly; tiles sharing dQ rows share their q, dO, LSE and Delta rows
+// and their number; no two runs' dQ rows overlap.
+struct DeterministicBackwardWork {
   std::vector<AttnTile> dkv_tiles;     // one tile per kv head, grouped by unit
   std::vector<AttnWorkItem> dkv_work;  // tile = first tile of its unit, num_tiles = its tiles
   std::vector<AttnTile> dq_tiles;      // the list's tiles grouped by run
   std::vector<AttnWorkItem> dq_work;   // tile = first tile of its run, num_tiles, chunk = q chunk, head = q head
   int32_t num_semaphores = 0;          // the dK / dV turns' int32 semaphores (zeroed by the launcher)
 };
-SplitBackwardWork make_split_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows = 0);
-
-// Rank of a dQ walker (see above); host and device share it. earlier: walkers of earlier blocks at
-// the sub-tile; num_chunks: the block's chunks; partial_chunks: a Partial tile's non-empty chunks
-// at the sub-tile (other kinds ignore it: Full tiles have every chunk there, a causal diagonal
-// tile the chunks c <= sub_tile / 2).
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-inline int deterministic_dq_rank(int earlier, TileKind kind, int num_chunks, int chunk, int sub_tile,
-                                 uint64_t partial_chunks) {
-  if (kind == TileKind::Partial) {
-    const uint64_t later = chunk >= 63 ? 0 : partial_chunks >> (chunk + 1);
-#if defined(__CUDA_ARCH__)
-    return earlier + __popcll(later);
-#else
-    return earlier + __builtin_popcountll(later);
-#endif
-  }
-  int last = num_chunks - 1;  // the block's chunks after `chunk` that walk this sub-tile
-  if (kind == TileKind::CausalDiagonal && sub_tile / 2 < last) last = sub_tile / 2;
-  return earlier + (last > chunk ? last - chunk : 0);
-}
+DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
+                                                           int unit_rows = 0);
 
 struct AttnBackwardParams {
   AttnShape shape;
@@ -326,16 +268,13 @@ struct AttnBackwardParams {
   // Which backward kernel runs (see AttnKernelRoute).
   AttnKernelRoute route = AttnKernelRoute::Auto;
   AttnDqMode dq_mode = AttnDqMode::Bulk;
-  // Deterministic backward: the list and work come from make_deterministic_backward_work, and
-  // `semaphores` holds at least its num_semaphores int32 (device memory; the launch zeroes them
-  // on the stream first). Route Wgmma only (Unsupported otherwise).
+  // Deterministic backward: `list` is make_deterministic_backward_work's dK / dV pass and dq_list its dQ
+  // pass (tiles and work; the masks and cells are list's); `semaphores` holds at least its
+  // num_semaphores int32 (device memory; the launch zeroes them on the stream first). Route Wgmma
+  // only (Unsupported otherwise).
   bool deterministic = false;
   int32_t* semaphores = nullptr;
   int32_t num_semaphores = 0;
-  // Split deterministic backward (with `deterministic`): `list` and `semaphores` as
-  // make_split_backward_work's dK / dV pass, dq_list its dQ pass (tiles and work; the masks and
-  // cells are list's).
-  bool deterministic_split = false;
   AttnTileList dq_list;
 };
 

@@ -1,7 +1,7 @@
 // attention_backward_dq_sm90.cu — the dQ pass of the split deterministic backward (Hopper,
 // sm_90a): dQ = scale * sum_j dS_j K_j with q rows held still and the keys walked, the forward's
 // loop shape, so that every dQ element has one writer and a fixed summation order. Contract:
-// dcp/detail/attention_cuda.h (AttnBackwardParams::dq_list, make_split_backward_work).
+// dcp/detail/attention_cuda.h (AttnBackwardParams::dq_list, make_deterministic_backward_work).
 //
 // Per 128-key sub-tile j of the item's tiles, each consumer warpgroup (64 q rows) computes
 //   S_j = Q K_j^T and dP_j = dO V_j^T          (two SS products, issued together)

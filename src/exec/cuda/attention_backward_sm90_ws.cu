@@ -48,13 +48,11 @@
 // of the consumers' time in the profile: bench/results/kernel_profile_h200.md.) Sub-tiles
 // with fewer rows (the last of a tile), or no tensor map, add dQ with fp32 atomics from registers.
 //
-// Deterministic variant (template flag kDet; the contract in dcp/detail/attention_cuda.h): a work
-// item walks every tile of its unit of a key block and adds its dK / dV once (in turns with the
-// block's other units, if any); the producer puts each step's semaphore and turn (its rank, from
-// the host's order table) into the step's record, and before adding a dQ block a consumer's
-// thread 0 waits until the semaphore reaches that turn. The release of a TMA reduction waits until the step after next
-// (when it has long completed), so no step stalls on a reduction's latency; a walker's
-// successor trails it by a step and a half, once per item.
+// dK / dV pass of the deterministic backward (template flag kDq = false; the contract in
+// dcp/detail/attention_cuda.h): a work item walks every tile of its unit of a key block, computes
+// no dQ (no dS^T tile, no barrier between the consumers, no reductions: the dQ pass,
+// attention_backward_dq_sm90.cu, follows), and adds its dK / dV once, in turns with the block's
+// other units, if any.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -83,11 +81,6 @@ enum : int {  // named barriers
   kBarProducer = 4,  // producer-only votes
 };
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
-enum : int {  // kernel variants
-  kBwDefault = 0,  // dQ, dK, dV by fp32 reductions in arrival order
-  kBwOrdered = 1,  // deterministic: units of key blocks, dQ added in a fixed order behind semaphores
-  kBwDkvOnly = 2,  // deterministic split: units of key blocks, dK and dV only (dQ: the dQ pass)
-};
 
 // The kernel's parameters: the caller's, and the dq tensor map (a __grid_constant__ parameter, so
 // that TMA reads the map from parameter space).
@@ -118,33 +111,23 @@ struct BwStageInfo {
   int32_t qh;      // q head
   int32_t q_rows;  // rows of the sub-tile (64, or fewer at the end of the tile)
   int32_t dq_row;  // dQ row of the sub-tile's first row
-  int32_t sem;     // deterministic: the block's semaphore
-  int32_t target;  // deterministic: 2 x the walker's rank
-  int32_t pad_[3];
+  int32_t pad_[5];
 };
 inline constexpr int kInfoRecords = 4;
 
 
-// Deterministic dQ order (dcp/detail/attention_cuda.h). A walker reads its block's semaphore
-// early in the step (relaxed: the load's latency hides under the step's products) and, at the
-// point of adding, spins with acquire loads only if that value was short of its turn; its
-// additions are issued after the value that allowed them was read (the reductions are performed
-// at the L2 slice that also performed the predecessor's, which completed them before releasing).
-__device__ __forceinline__ int sem_peek(const int32_t* sem) {
-  int v = 0;
-  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(sem) : "memory");
-  return v;
-}
-__device__ __forceinline__ void sem_wait_at_least(const int32_t* sem, int target, int seen) {
+// The dK / dV turns of a cut key block (deterministic backward): a unit waits, with acquire loads,
+// until the chunk's semaphore reaches its turn, adds, and releases the semaphore after its
+// additions are visible.
+__device__ __forceinline__ void sem_wait_at_least(const int32_t* sem, int target) {
+  int seen = 0;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
   while (seen < target) {
     __nanosleep(32);
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
   }
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // later bulk reductions after the read
 }
-// After this thread's additions to the block completed (bulk_wait of their group, or its atomics).
 __device__ __forceinline__ void sem_release(int32_t* sem) {
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");  // completed bulk reductions before the release
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
 }
 
@@ -208,11 +191,9 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
                : "memory");
 }
 
-template <int kD, int kMode>
+template <int kD, bool kDq>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
-  constexpr bool kDet = kMode != kBwDefault;      // items walk units of key blocks; dK / dV added once
-  constexpr bool kOrdered = kMode == kBwOrdered;  // dQ added in the semaphores' order
-  constexpr bool kDq = kMode != kBwDkvOnly;       // dQ computed here (else by the dQ pass)
+  constexpr bool kDet = !kDq;  // the deterministic dK / dV pass: items walk units of key blocks
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)wp;  // built for a target without wgmma: never selected there, fail loudly if run
@@ -332,19 +313,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           info.qh = qh;
           info.q_rows = rows;
           info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
-          if constexpr (kOrdered) {
-            const int u = rq0 / kBwRows;
-            const int32_t* ord = p.list.order + t->order;
-            uint64_t chunks_here = 0;
-            if (t->kind == TileKind::Partial) {
-              const int nsub = (t->q_len + kBwRows - 1) / kBwRows;
-              chunks_here = static_cast<uint32_t>(ord[nsub + 2 * u]) |
-                            (static_cast<uint64_t>(static_cast<uint32_t>(ord[nsub + 2 * u + 1])) << 32);
-            }
-            info.sem = t->dq_sem + u * hq + qh;
-            info.target = 2 * deterministic_dq_rank(ord[u], t->kind, (t->kv_len + kBwKeys - 1) / kBwKeys, w.chunk, u,
-                                                    chunks_here);
-          }
         }
         s_info[j & (kInfoRecords - 1)] = info;
       }
@@ -397,31 +365,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int tq = lane & 3;
   const float scale = p.shape.softmax_scale;
   const float scale_log2 = scale * kLog2e;
-  // Deterministic dQ: the semaphores of this thread's (tw == 0) last two bulk reductions, released
-  // once those complete: the older one at the next step's wait for the staging tile (bulk_wait<1>:
-  // all but the newest group done), so a release costs no stall. Holding them while waiting for
-  // other blocks cannot deadlock: a walker only waits for lower work items, which never wait for
-  // higher ones (except at D = 64, where warpgroup 1 waits for warpgroup 0 of the same step, which
-  // therefore releases at once).
-  int pending_old = -1;
-  int pending_new = -1;
-  auto release_older = [&]() {
-    if (pending_new < 0) return;  // no newer group: bulk_wait<1> would not cover the older
-    if (kOrdered && pending_old >= 0) {
-      bulk_wait<1>();
-      sem_release(p.semaphores + pending_old);
-    }
-    pending_old = pending_new;
-    pending_new = -1;
-  };
-  auto release_all = [&]() {
-    if (kOrdered && (pending_old >= 0 || pending_new >= 0)) {
-      bulk_wait<0>();
-      if (pending_old >= 0) sem_release(p.semaphores + pending_old);
-      if (pending_new >= 0) sem_release(p.semaphores + pending_new);
-      pending_old = pending_new = -1;
-    }
-  };
   unsigned char* s_ds_ptr = smem + Smem::kDs;
   const uint32_t s_ds = base + Smem::kDs;
   const uint32_t s_dqt = base + Smem::kDqT;
@@ -440,12 +383,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const BwStageInfo* info = s_info + (j & (kInfoRecords - 1));
     if (info->end != 0) break;
     const int cls = info->cls;
-    // This walker's turn at the block's semaphore: info->target (+ wg at D = 64, where both
-    // warpgroups add to the same columns and warpgroup 0 goes first).
-    int sem_seen = 0;
-    if constexpr (kOrdered) {
-      if (tw == 0) sem_seen = sem_peek(p.semaphores + info->sem);
-    }
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
     const int ds_buf = buf;
@@ -484,9 +421,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     bw_store_ds(ds_ptr, da, key_lo, tq);  // dS^T into buffer ds_buf
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
-    if constexpr (kOrdered && kD == 128) {
-      if (tw == 0) release_older();  // issued a step and a half ago: complete by now
-    }
     bar_sync_n<kBarDsReady, kConsumerThreads>();
 
     float dq[32];
@@ -510,30 +444,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
       if (tw == 0) {
-        if constexpr (kOrdered) sem_wait_at_least(p.semaphores + info->sem, info->target + (kD == 64 ? wg : 0), sem_seen);
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
         const int row = info->dq_row;
         tma_reduce_add_2d(&wp.dq_map, src, col0, row);
         tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
         bulk_commit();
-        if constexpr (kOrdered) {
-          if constexpr (kD == 64) {  // warpgroup 1 waits for it within this step
-            bulk_wait<0>();
-            sem_release(p.semaphores + info->sem);
-          } else {
-            pending_new = info->sem;
-          }
-        }
       }
     } else {
-      if constexpr (kOrdered) {  // every thread of the warpgroup adds after the turn comes
-        if (tw == 0) sem_wait_at_least(p.semaphores + info->sem, info->target + (kD == 64 ? wg : 0), sem_seen);
-        if (wg == 0) {
-          bar_sync_n<kBarDq0, 128>();
-        } else {
-          bar_sync_n<kBarDq1, 128>();
-        }
-      }
       // Thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31 (box tw & 1), from the tile.
       const int row = tw >> 1;
       if (row < q_rows) {
@@ -546,15 +463,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
         }
       }
-      if constexpr (kOrdered) {  // all of the warpgroup's additions are visible before the release
-        __threadfence();
-        if (wg == 0) {
-          bar_sync_n<kBarDq0, 128>();
-        } else {
-          bar_sync_n<kBarDq1, 128>();
-        }
-        if (tw == 0) sem_release(p.semaphores + info->sem);
-      }
     }
     // dK (the last group) complete: Q, dO, LSE, Delta, the masks and the record of this slot are
     // no longer read, so the producer may refill it.
@@ -563,7 +471,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
-  if (tw == 0) release_all();
 
   const AttnTile* t0 = p.list.tiles + w.tile;
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
@@ -571,7 +478,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   // (each consumer thread's atomics complete and are fenced before thread 0 passes the turn on).
   const bool ordered = kDet && w.dkv_sem >= 0;
   if (ordered) {
-    if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank, sem_peek(p.semaphores + w.dkv_sem));
+    if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank);
     bar_sync_n<kBarDsReady, kConsumerThreads>();
   }
   bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
@@ -586,7 +493,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
-  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, kBwDefault>, kSmem);
+  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, true>, kSmem);
   BwWsParams wp{};
   wp.p = p;
   // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.
@@ -602,11 +509,11 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       encode_tensor_map_2d(wp.do_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, kBwRows);
   wp.tma_qdo = tma_qdo ? 1 : 0;
   if (!p.deterministic) {
-    attention_backward_sm90_ws_kernel<kD, kBwDefault><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
     return;
   }
   if (p.semaphores == nullptr && p.num_semaphores > 0) {
-    raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no semaphores (make_split_backward_work's num_semaphores)");
+    raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no semaphores (make_deterministic_backward_work's num_semaphores)");
   }
   if (p.num_semaphores > 0) {
     if (const cudaError_t e = cudaMemsetAsync(p.semaphores, 0, static_cast<size_t>(p.num_semaphores) * sizeof(int32_t), stream);
@@ -614,17 +521,9 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
     }
   }
-  if (p.deterministic_split) {
-    allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, kBwDkvOnly>, kSmem);
-    attention_backward_sm90_ws_kernel<kD, kBwDkvOnly><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
-    attention_backward_dq_wgmma(p, stream);
-    return;
-  }
-  allow_shared_memory("attention_backward_sm90_ws (deterministic)", attention_backward_sm90_ws_kernel<kD, kBwOrdered>, kSmem);
-  if (p.list.order == nullptr) {
-    raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no order table (make_deterministic_backward_work)");
-  }
-  attention_backward_sm90_ws_kernel<kD, kBwOrdered><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+  allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, false>, kSmem);
+  attention_backward_sm90_ws_kernel<kD, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+  attention_backward_dq_wgmma(p, stream);
 }
 
 }  // namespace

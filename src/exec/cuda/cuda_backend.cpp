@@ -181,16 +181,12 @@ class CudaBackend final : public Backend {
     p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
     if (kernels_.deterministic_backward) {
       p.deterministic = true;
-      p.list.order = d.order;
       p.semaphores = semaphores_;
       p.num_semaphores = d.num_semaphores;
-      if (kernels_.deterministic_split) {
-        p.deterministic_split = true;
-        p.dq_list = list;
-        p.dq_list.tiles = d.dq_tiles;
-        p.dq_list.work = d.dq_work;
-        p.dq_list.num_work = d.num_dq_work;
-      }
+      p.dq_list = list;
+      p.dq_list.tiles = d.dq_tiles;
+      p.dq_list.work = d.dq_work;
+      p.dq_list.num_work = d.num_dq_work;
     }
     cuda::attention_backward(p, stream_);
   }
@@ -308,10 +304,9 @@ class CudaBackend final : public Backend {
     const int32_t* ranges = nullptr;
     const cuda::ZeroRange* zero = nullptr;
     int num_zero = 0;
-    const int32_t* order = nullptr;  // deterministic backward
-    int32_t num_semaphores = 0;
+    int32_t num_semaphores = 0;  // deterministic backward
     const uint8_t* cells = nullptr;  // Partial tiles' cell classes
-    const cuda::AttnTile* dq_tiles = nullptr;  // split deterministic backward: the dQ pass
+    const cuda::AttnTile* dq_tiles = nullptr;  // deterministic backward: the dQ pass
     const cuda::AttnWorkItem* dq_work = nullptr;
     int32_t num_dq_work = 0;
   };
@@ -341,7 +336,7 @@ class CudaBackend final : public Backend {
     return offset == MetaBuilder::kNone ? nullptr : reinterpret_cast<const T*>(device + offset);
   }
   struct HostAttend {
-    size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0, order = MetaBuilder::kNone,
+    size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0,
            cells = MetaBuilder::kNone, dq_tiles = MetaBuilder::kNone, dq_work = MetaBuilder::kNone;
     int32_t num_work = 0;
     int num_zero = 0;
@@ -355,7 +350,6 @@ class CudaBackend final : public Backend {
                           at_offset<int32_t>(device, ranges),
                           at_offset<cuda::ZeroRange>(device, zero),
                           num_zero,
-                          at_offset<int32_t>(device, order),
                           num_semaphores,
                           at_offset<uint8_t>(device, cells),
                           at_offset<cuda::AttnTile>(device, dq_tiles),
@@ -384,7 +378,7 @@ class CudaBackend final : public Backend {
     return cuda::AttnKernelRoute::Auto;
   }
 
-  // The deterministic backward's dQ semaphores: one buffer for every call (calls run in order on
+  // The deterministic backward's dK / dV turns: one semaphore buffer for every call (calls run in order on
   // the compute stream; each launch zeroes what it uses), grown while calls are prepared.
   void reserve_semaphores(int32_t count) {
     if (count <= semaphore_capacity_) return;
@@ -525,20 +519,13 @@ class CudaBackend final : public Backend {
     HostAttend h;
     if (!fwd) {
       cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
-      if (kernels_.deterministic_backward && kernels_.deterministic_split) {
-        cuda::SplitBackwardWork split = cuda::make_split_backward_work(tiles, shape, kernels_.deterministic_unit_rows);
-        tiles = std::move(split.dkv_tiles);
-        work = std::move(split.dkv_work);
-        h.dq_tiles = meta.add(split.dq_tiles);
-        h.dq_work = meta.add(split.dq_work);
-        h.num_dq_work = i32(static_cast<int64_t>(split.dq_work.size()), "work items");
-        h.num_semaphores = split.num_semaphores;
-        reserve_semaphores(split.num_semaphores);
-      } else if (kernels_.deterministic_backward) {
-        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, offsets, ranges, kernels_.deterministic_unit_rows);
-        tiles = std::move(det.tiles);
-        work = std::move(det.work);
-        h.order = meta.add(det.order);
+      if (kernels_.deterministic_backward) {
+        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows);
+        tiles = std::move(det.dkv_tiles);
+        work = std::move(det.dkv_work);
+        h.dq_tiles = meta.add(det.dq_tiles);
+        h.dq_work = meta.add(det.dq_work);
+        h.num_dq_work = i32(static_cast<int64_t>(det.dq_work.size()), "work items");
         h.num_semaphores = det.num_semaphores;
         reserve_semaphores(det.num_semaphores);
       } else {
