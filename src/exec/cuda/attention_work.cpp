@@ -3,7 +3,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <bit>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -72,7 +71,7 @@ void validate(std::span<const AttnTile> tiles, const AttnShape& shape, const cha
 }
 
 // Key blocks (tiles sharing kv rows and dK/dV rows) in order of first appearance, and in each
-// the input tiles per kv head: [block][kv head] -> tiles. The deterministic backwards' dK / dV
+// the input tiles per kv head: [block][kv head] -> tiles. The deterministic backward's dK / dV
 // items walk one head's tiles of one key block. Two key blocks may share dK/dV rows only for
 // disjoint heads (InvalidInput otherwise).
 std::vector<std::vector<std::vector<int>>> key_blocks(std::span<const AttnTile> tiles, int hkv, const char* where) {
