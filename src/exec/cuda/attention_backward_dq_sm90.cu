@@ -1,4 +1,4 @@
-// attention_backward_dq_sm90.cu — the dQ pass of the split deterministic backward (Hopper,
+// attention_backward_dq_sm90.cu — the dQ pass of the deterministic backward (Hopper,
 // sm_90a): dQ = scale * sum_j dS_j K_j with q rows held still and the keys walked, the forward's
 // loop shape, so that every dQ element has one writer and a fixed summation order. Contract:
 // dcp/detail/attention_cuda.h (AttnBackwardParams::dq_list, make_deterministic_backward_work).
@@ -10,7 +10,7 @@
 //   dQ += dS_j K_j                             (RS product, K_j read MN-major as the forward's V)
 // and adds scale * dQ to the dq rows once, at the end of the item. That is three products per
 // sub-tile against the fused kernel's five, two of them repeated from the dK / dV pass: the price
-// of an order that needs no semaphore.
+// of one writer per element, with no CTA waiting for another.
 //
 // CTA: 3 warpgroups. Warpgroup 0 (producer) loads the item's Q and dO once (TMA when the rows of
 // the buffers are known, else cp.async), then walks the item's tiles and their 128-key sub-tiles
