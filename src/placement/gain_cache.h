@@ -101,11 +101,15 @@ class GainCache {
   int32_t best(int32_t v) const { return best_[v]; }
 
  private:
+  // The parts below `own`, then those above it, ascending: the first largest conn wins.
   void rescan(int32_t v, int32_t own) {
     const double* cv = &conn_[static_cast<size_t>(v) * k_];
     int32_t b = own == 0 ? 1 : 0;
-    for (int t = b + 1; t < k_; ++t)
-      if (t != own && cv[t] > cv[b]) b = t;
+    double best = cv[b];
+    for (int t = b + 1; t < own; ++t)
+      if (cv[t] > best) b = t, best = cv[t];
+    for (int t = own == 0 ? 2 : own + 1; t < k_; ++t)
+      if (cv[t] > best) b = t, best = cv[t];
     best_[v] = b;
   }
 
