@@ -130,7 +130,8 @@ struct NetTerm {
 // Candidate scratch of best_move under the hierarchical cost (one per thread).
 struct Scratch {
   std::vector<int32_t> cand;
-  std::vector<uint8_t> touched;  // per part
+  std::vector<uint32_t> touched;  // per part: the stamp of the last evaluation that saw it
+  uint32_t stamp = 0;
   std::vector<NetTerm> terms;    // per net of the evaluated vertex
   std::vector<int32_t> parts;    // ascending per home net: the parts it touches
 };
@@ -376,7 +377,7 @@ class Fm {
   // and capacity checks), without their per-target recomputation.
   double best_move_hierarchical(int32_t v, int32_t& target, Scratch& scratch) const {
     std::vector<int32_t>& cand = scratch.cand;
-    std::vector<uint8_t>& touched = scratch.touched;
+    std::vector<uint32_t>& touched = scratch.touched;
     std::vector<NetTerm>& terms = scratch.terms;
     std::vector<int32_t>& parts = scratch.parts;
     const int32_t from = part_[v];
@@ -429,27 +430,37 @@ class Fm {
       }
     const bool from_fits = d_from <= 0 || !caps_.has_full() ||
                            load_f_[from] + d_from <= caps_.full_memory[from];
+    // The fitting candidate of the highest gain, the lowest part among equals; the capacity
+    // check (a walk over v's nets under a full-memory cap) only for a candidate that would win.
     target = -1;
     double best = 0;
-    for (int32_t b : cand) {
-      if (b == from || touched[b]) continue;
-      touched[b] = 1;
-      if (!fits_hierarchical(v, b, from_fits, terms)) continue;
-      const double g = gain_hierarchical(v, from, b, terms, parts, f);
-      if (target < 0 || g > best || (g == best && b < target)) {
-        target = b;
-        best = g;
-      }
+    if (++scratch.stamp == 0) {  // wrapped: no part may carry a current stamp
+      std::fill(touched.begin(), touched.end(), 0u);
+      scratch.stamp = 1;
     }
-    for (int32_t b : cand) touched[b] = 0;
+    const uint32_t stamp = scratch.stamp;
+    for (int32_t b : cand) {
+      if (b == from || touched[b] == stamp) continue;
+      touched[b] = stamp;
+      if (!fits_owned(v, b)) continue;
+      const double g = gain_hierarchical(v, from, b, terms, parts, f);
+      if (target >= 0 && !(g > best || (g == best && b < target))) continue;
+      if (!fits_full_hierarchical(v, b, from_fits, terms)) continue;
+      target = b;
+      best = g;
+    }
     return best;
   }
 
-  // fits(v, to) with the target-independent part (`from_fits`) given.
-  bool fits_hierarchical(int32_t v, int32_t to, bool from_fits, const std::vector<NetTerm>& terms) const {
-    if (!((s_.compute[v] <= 0 || load_c_[to] + s_.compute[v] <= caps_.compute[to]) &&
-          (s_.memory[v] <= 0 || load_m_[to] + s_.memory[v] <= caps_.memory[to])))
-      return false;
+  // The compute and owned-memory part of fits(v, to).
+  bool fits_owned(int32_t v, int32_t to) const {
+    return (s_.compute[v] <= 0 || load_c_[to] + s_.compute[v] <= caps_.compute[to]) &&
+           (s_.memory[v] <= 0 || load_m_[to] + s_.memory[v] <= caps_.memory[to]);
+  }
+
+  // The full-memory part of fits(v, to), with the target-independent part (`from_fits`) given.
+  bool fits_full_hierarchical(int32_t v, int32_t to, bool from_fits,
+                              const std::vector<NetTerm>& terms) const {
     if (!caps_.has_full()) return true;
     double d_to = s_.memory[v];
     if (!s_.net_held.empty())
