@@ -120,11 +120,11 @@ class GainHeap {
 // candidate target shares, computed once per evaluation.
 struct NetTerm {
   int32_t e;
-  int32_t h;         // part of the net's home (-1: outside the level); unused when home
+  int32_t h;           // part of the net's home (-1: outside the level); unused when home
   int32_t begin, end;  // home: the parts touching the net, in Scratch::parts
-  bool home;         // the evaluated vertex is the net's home
-  bool leaves;       // not home: leaving `from` drops the part from the net
-  double leave;      // not home: the objective that leaving saves (w x f(from, h))
+  bool home;           // the evaluated vertex is the net's home
+  bool leaves;         // not home: leaving `from` drops the part from the net
+  double leave;        // not home: the objective that leaving saves (w x f(from, h))
 };
 
 // Candidate scratch of best_move under the hierarchical cost (one per thread).
@@ -132,8 +132,8 @@ struct Scratch {
   std::vector<int32_t> cand;
   std::vector<uint32_t> touched;  // per part: the stamp of the last evaluation that saw it
   uint32_t stamp = 0;
-  std::vector<NetTerm> terms;    // per net of the evaluated vertex
-  std::vector<int32_t> parts;    // ascending per home net: the parts it touches
+  std::vector<NetTerm> terms;     // per net of the evaluated vertex
+  std::vector<int32_t> parts;     // ascending per home net: the parts it touches
 };
 
 // A pass's set-up evaluates every boundary vertex; above this much work (vertices, each
@@ -443,7 +443,7 @@ class Fm {
       if (b == from || touched[b] == stamp) continue;
       touched[b] = stamp;
       if (!fits_owned(v, b)) continue;
-      const double g = gain_hierarchical(v, from, b, terms, parts, f);
+      const double g = gain_hierarchical(from, b, terms, parts, f);
       if (target >= 0 && !(g > best || (g == best && b < target))) continue;
       if (!fits_full_hierarchical(v, b, from_fits, terms)) continue;
       target = b;
@@ -477,9 +477,8 @@ class Fm {
 
   // move_gain(v, from -> to) under the hierarchical cost from the per-net terms.
   template <class F>
-  double gain_hierarchical(int32_t v, int32_t from, int32_t to, const std::vector<NetTerm>& terms,
+  double gain_hierarchical(int32_t from, int32_t to, const std::vector<NetTerm>& terms,
                            const std::vector<int32_t>& parts, const F& f) const {
-    (void)v;
     double g = 0;
     for (const NetTerm& t : terms) {
       const double w = s_.net_weight[t.e];
