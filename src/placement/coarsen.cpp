@@ -13,7 +13,10 @@ namespace {
 
 // Cluster id of every vertex after one clustering pass; returns the number of clusters.
 // `rep[v]` is the representative (a vertex) of v's cluster; ids are dense in order of first
-// appearance, so the result depends only on the order and the ratings.
+// appearance, so the result depends only on the order and the ratings. kInParts: only vertices
+// of the same part of `part` cluster (the rating loop, the hot loop of coarsening, is compiled
+// once with and once without that test).
+template <bool kInParts>
 int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, double max_c,
                      double max_m, const MultilevelOptions& opts, uint64_t seed,
                      std::vector<int32_t>& cluster_id) {
@@ -23,7 +26,12 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
   std::vector<int32_t> size(static_cast<size_t>(n), 1);
   std::vector<double> wc(s.compute.begin(), s.compute.end()), wm(s.memory.begin(), s.memory.end());
   std::vector<double> score(static_cast<size_t>(n), 0.0);
-  std::vector<int32_t> touched;
+  // Clusters rated for the current vertex (each once: its score was 0 before).
+  std::vector<int32_t> touched(static_cast<size_t>(n));
+  const int32_t* pin = s.pins.data();
+  const int32_t* in_part = kInParts ? part->data() : nullptr;
+  const int32_t* rep_of = rep.data();
+  double* sc_of = score.data();
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   uint64_t rng = seed;
@@ -36,8 +44,8 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
   for (int32_t u : order) {
     if (clusters <= floor_clusters) break;
     if (rep[u] != u || size[u] > 1) continue;  // already clustered: only singletons move
-    touched.clear();
-    const int32_t part_u = part != nullptr ? (*part)[u] : -1;
+    size_t num_touched = 0;
+    const int32_t part_u = kInParts ? in_part[u] : -1;
     for (int64_t i = s.vertex_begin[u]; i < s.vertex_begin[u + 1]; ++i) {
       const int32_t e = s.vertex_nets[i];
       const int64_t pins = s.net_begin[e + 1] - s.net_begin[e];
@@ -52,16 +60,19 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
         hi = std::min(hi, s.vertex_pin[i] + half + 1);
       }
       for (int64_t j = lo; j < hi; ++j) {
-        const int32_t v = s.pins[j];
-        if (v == u || (part != nullptr && (*part)[v] != part_u)) continue;
-        const int32_t c = rep[v];
-        if (score[c] == 0) touched.push_back(c);
-        score[c] += r;
+        const int32_t v = pin[j];
+        if (v == u) continue;
+        if constexpr (kInParts)
+          if (in_part[v] != part_u) continue;
+        const int32_t c = rep_of[v];
+        if (sc_of[c] == 0) touched[num_touched++] = c;
+        sc_of[c] += r;
       }
     }
     int32_t best = -1;
     double best_score = 0;
-    for (int32_t c : touched) {
+    for (size_t t = 0; t < num_touched; ++t) {
+      const int32_t c = touched[t];
       const double sc = score[c];
       score[c] = 0;
       if (c == u) continue;
@@ -170,8 +181,9 @@ std::vector<CoarseLevel> coarsen(const SubHypergraph& s, const PartCaps& caps,
   for (int level = 0; level < opts.max_levels && cur->num_vertices() > limit; ++level) {
     uint64_t st = seed + static_cast<uint64_t>(level);
     const int32_t n = cur->num_vertices();
-    const int32_t nc = cluster_pass(*cur, part != nullptr ? &cur_part : nullptr, max_c, max_m,
-                                    opts, splitmix64(st), ids);
+    const int32_t nc = part != nullptr
+                           ? cluster_pass<true>(*cur, &cur_part, max_c, max_m, opts, splitmix64(st), ids)
+                           : cluster_pass<false>(*cur, nullptr, max_c, max_m, opts, splitmix64(st), ids);
     if (static_cast<double>(n - nc) < opts.min_shrink * n) break;
     CoarseLevel next;
     next.graph = contract(*cur, ids, nc);

@@ -116,10 +116,24 @@ class GainHeap {
   std::vector<int32_t> pos_;  // per vertex: index in items_, -1 when not queued
 };
 
+// One net of a vertex whose moves are being evaluated under the hierarchical cost: what every
+// candidate target shares, computed once per evaluation.
+struct NetTerm {
+  int32_t e;
+  int32_t h;           // part of the net's home (-1: outside the level); unused when home
+  int32_t begin, end;  // home: the parts touching the net, in Scratch::parts
+  bool home;           // the evaluated vertex is the net's home
+  bool leaves;         // not home: leaving `from` drops the part from the net
+  double leave;        // not home: the objective that leaving saves (w x f(from, h))
+};
+
 // Candidate scratch of best_move under the hierarchical cost (one per thread).
 struct Scratch {
   std::vector<int32_t> cand;
-  std::vector<uint8_t> touched;  // per part
+  std::vector<uint32_t> touched;  // per part: the stamp of the last evaluation that saw it
+  uint32_t stamp = 0;
+  std::vector<NetTerm> terms;     // per net of the evaluated vertex
+  std::vector<int32_t> parts;     // ascending per home net: the parts it touches
 };
 
 // A pass's set-up evaluates every boundary vertex; above this much work (vertices, each
@@ -356,41 +370,134 @@ class Fm {
   // Under the hierarchical cost (all devices at once) a vertex may go to the devices of its own
   // node or to the home device of one of its nets (where its data lives); a token block also
   // to any device its nets touch. Gains are evaluated for those candidates only.
+  // What does not depend on the target is gathered once per net (NetTerm): the saving of
+  // leaving `from`, the home part, the parts touching a net whose home v is, and the full-memory
+  // change of `from`; each candidate then replays the per-net terms in net order, the same
+  // floating-point operations in the same order as move_gain and held_delta (so the same gains
+  // and capacity checks), without their per-target recomputation.
   double best_move_hierarchical(int32_t v, int32_t& target, Scratch& scratch) const {
     std::vector<int32_t>& cand = scratch.cand;
-    std::vector<uint8_t>& touched = scratch.touched;
+    std::vector<uint32_t>& touched = scratch.touched;
+    std::vector<NetTerm>& terms = scratch.terms;
+    std::vector<int32_t>& parts = scratch.parts;
     const int32_t from = part_[v];
     cand.clear();
+    terms.clear();
+    parts.clear();
     const int32_t node = s_.part_node[from];
     for (int32_t i = node_parts_begin_[node]; i < node_parts_begin_[node + 1]; ++i)
       if (node_parts_[i] != from) cand.push_back(node_parts_[i]);
+    const double x = s_.node_factor;
+    const int32_t* part_node = s_.part_node.data();
+    auto f = [&](int p, int h) { return h < 0 || part_node[p] == part_node[h] ? 1.0 : x; };
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
       const int32_t hv = s_.net_home[e];
-      if (hv >= 0 && hv != v) {
-        cand.push_back(part_[hv]);
-      } else if (hv == v) {
-        const int32_t* c = &count_[static_cast<size_t>(e) * k_];
+      const int32_t* c = &count_[static_cast<size_t>(e) * k_];
+      NetTerm t{};
+      t.e = e;
+      if (hv != v) {
+        t.h = hv >= 0 ? part_[hv] : -1;
+        if (hv >= 0) cand.push_back(t.h);
+        t.leaves = c[from] == 1 && from != t.h;
+        if (t.leaves) t.leave = s_.net_weight[e] * f(from, t.h);
+      } else {
+        t.home = true;
+        t.h = -1;
+        t.begin = static_cast<int32_t>(parts.size());
         for (int b = 0; b < k_; ++b)
-          if (c[b] > 0) cand.push_back(b);
+          if (c[b] > 0) {
+            cand.push_back(b);
+            parts.push_back(b);
+          }
+        t.end = static_cast<int32_t>(parts.size());
       }
+      terms.push_back(t);
     }
     if (over(v, from))
       for (int b = 0; b < k_; ++b) cand.push_back(b);
+    // Full memory of `from` after the move (independent of the target), as held_delta.
+    double d_from = -s_.memory[v];
+    const bool held = !s_.net_held.empty();
+    if (held && caps_.has_full())
+      for (const NetTerm& t : terms) {
+        const int32_t* c = &count_[static_cast<size_t>(t.e) * k_];
+        if (t.home) {
+          if (c[from] > 1) d_from += s_.net_held[t.e];
+        } else if (c[from] == 1 && from != t.h) {
+          d_from -= s_.net_held[t.e];
+        }
+      }
+    const bool from_fits = d_from <= 0 || !caps_.has_full() ||
+                           load_f_[from] + d_from <= caps_.full_memory[from];
+    // The fitting candidate of the highest gain, the lowest part among equals; the capacity
+    // check (a walk over v's nets under a full-memory cap) only for a candidate that would win.
     target = -1;
     double best = 0;
+    if (++scratch.stamp == 0) {  // wrapped: no part may carry a current stamp
+      std::fill(touched.begin(), touched.end(), 0u);
+      scratch.stamp = 1;
+    }
+    const uint32_t stamp = scratch.stamp;
     for (int32_t b : cand) {
-      if (b == from || touched[b]) continue;
-      touched[b] = 1;
-      if (!fits(v, b)) continue;
-      const double g = move_gain(s_, count_.data(), k_, part_, v, from, b);
-      if (target < 0 || g > best || (g == best && b < target)) {
-        target = b;
-        best = g;
+      if (b == from || touched[b] == stamp) continue;
+      touched[b] = stamp;
+      if (!fits_owned(v, b)) continue;
+      const double g = gain_hierarchical(from, b, terms, parts, f);
+      if (target >= 0 && !(g > best || (g == best && b < target))) continue;
+      if (!fits_full_hierarchical(v, b, from_fits, terms)) continue;
+      target = b;
+      best = g;
+    }
+    return best;
+  }
+
+  // The compute and owned-memory part of fits(v, to).
+  bool fits_owned(int32_t v, int32_t to) const {
+    return (s_.compute[v] <= 0 || load_c_[to] + s_.compute[v] <= caps_.compute[to]) &&
+           (s_.memory[v] <= 0 || load_m_[to] + s_.memory[v] <= caps_.memory[to]);
+  }
+
+  // The full-memory part of fits(v, to), with the target-independent part (`from_fits`) given.
+  bool fits_full_hierarchical(int32_t v, int32_t to, bool from_fits,
+                              const std::vector<NetTerm>& terms) const {
+    if (!caps_.has_full()) return true;
+    double d_to = s_.memory[v];
+    if (!s_.net_held.empty())
+      for (const NetTerm& t : terms) {
+        const int32_t* c = &count_[static_cast<size_t>(t.e) * k_];
+        if (t.home) {
+          if (c[to] > 0) d_to -= s_.net_held[t.e];
+        } else if (c[to] == 0 && to != t.h) {
+          d_to += s_.net_held[t.e];
+        }
+      }
+    return (d_to <= 0 || load_f_[to] + d_to <= caps_.full_memory[to]) && from_fits;
+  }
+
+  // move_gain(v, from -> to) under the hierarchical cost from the per-net terms.
+  template <class F>
+  double gain_hierarchical(int32_t from, int32_t to, const std::vector<NetTerm>& terms,
+                           const std::vector<int32_t>& parts, const F& f) const {
+    double g = 0;
+    for (const NetTerm& t : terms) {
+      const double w = s_.net_weight[t.e];
+      const int32_t* c = &count_[static_cast<size_t>(t.e) * k_];
+      if (!t.home) {
+        if (t.leaves) g += t.leave;
+        if (c[to] == 0 && to != t.h) g -= w * f(to, t.h);
+        continue;
+      }
+      // Every part touching the net, ascending; a part touching it neither before nor after
+      // the move adds no term.
+      for (int32_t i = t.begin; i < t.end; ++i) {
+        const int32_t p = parts[i];
+        const int32_t after = c[p] - (p == from ? 1 : 0) + (p == to ? 1 : 0);
+        if (p != from) g += w * f(p, from);
+        if (after > 0 && p != to) g -= w * f(p, to);
       }
     }
-    for (int32_t b : cand) touched[b] = 0;
-    return best;
+    return g;
   }
 
   // Renews v's entry with its current best move (none when no move fits).

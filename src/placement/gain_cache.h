@@ -57,6 +57,8 @@ class GainCache {
   }
 
   // After v moved from `from` to `to`: `part` and `count` already describe the new state.
+  // Per net, the pin loop runs only for the changes the net has, each in a loop of its own
+  // (the connectivity changes of one pin stay in their order: `from` lowered, then `to` raised).
   void update(const SubHypergraph& s, const std::vector<int32_t>& part,
               const std::vector<int32_t>& count, int32_t v, int32_t from, int32_t to) {
     for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
@@ -64,22 +66,20 @@ class GainCache {
       const double w = s.net_weight[e];
       const int32_t cf = count[static_cast<size_t>(e) * k_ + from];
       const int32_t ct = count[static_cast<size_t>(e) * k_ + to];
-      if (cf == 0 || ct == 1 || cf == 1 || ct == 2) {
-        for (int64_t j = s.net_begin[e]; j < s.net_begin[e + 1]; ++j) {
-          const int32_t u = s.pins[j];
-          double* cu = &conn_[static_cast<size_t>(u) * k_];
-          if (cf == 0) {
-            cu[from] -= w;
-            if (best_[u] == from && u != v) rescan(u, part[u]);
-          }
-          if (ct == 1) {
-            cu[to] += w;
-            const int32_t b = best_[u];
-            if (to != part[u] && (cu[to] > cu[b] || (cu[to] == cu[b] && to < b))) best_[u] = to;
-          }
+      const int32_t* pin = s.pins.data();
+      const int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
+      if (cf == 0 && ct == 1) update_conn<true, true>(pin, lo, hi, part, v, from, to, w);
+      else if (cf == 0) update_conn<true, false>(pin, lo, hi, part, v, from, to, w);
+      else if (ct == 1) update_conn<false, true>(pin, lo, hi, part, v, from, to, w);
+      if (cf == 1 || ct == 2) {
+        const int32_t mine = cf == 1 ? from : -1;  // now the last pin in `from`: leaving frees it
+        const int32_t theirs = ct == 2 ? to : -1;  // no longer alone in `to`
+        for (int64_t j = lo; j < hi; ++j) {
+          const int32_t u = pin[j];
           if (u == v) continue;
-          if (cf == 1 && part[u] == from) benefit_[u] += w;  // now the last pin in `from`
-          if (ct == 2 && part[u] == to) benefit_[u] -= w;    // no longer alone in `to`
+          const int32_t pu = part[u];
+          if (pu == mine) benefit_[u] += w;
+          else if (pu == theirs) benefit_[u] -= w;
         }
       }
       // v itself: alone in `from` before (cf == 0 now) -> alone in `to` (ct == 1 now).
@@ -101,11 +101,35 @@ class GainCache {
   int32_t best(int32_t v) const { return best_[v]; }
 
  private:
+  // A net no longer touching `from` (kLeft) or newly touching `to` (kJoined): every pin's
+  // connectivity to that part changes, and with it possibly its best target.
+  template <bool kLeft, bool kJoined>
+  void update_conn(const int32_t* pin, int64_t lo, int64_t hi, const std::vector<int32_t>& part,
+                   int32_t v, int32_t from, int32_t to, double w) {
+    for (int64_t j = lo; j < hi; ++j) {
+      const int32_t u = pin[j];
+      double* cu = &conn_[static_cast<size_t>(u) * k_];
+      if constexpr (kLeft) {
+        cu[from] -= w;
+        if (best_[u] == from && u != v) rescan(u, part[u]);
+      }
+      if constexpr (kJoined) {
+        cu[to] += w;
+        const int32_t b = best_[u];
+        if (to != part[u] && (cu[to] > cu[b] || (cu[to] == cu[b] && to < b))) best_[u] = to;
+      }
+    }
+  }
+
+  // The parts below `own`, then those above it, ascending: the first largest conn wins.
   void rescan(int32_t v, int32_t own) {
     const double* cv = &conn_[static_cast<size_t>(v) * k_];
     int32_t b = own == 0 ? 1 : 0;
-    for (int t = b + 1; t < k_; ++t)
-      if (t != own && cv[t] > cv[b]) b = t;
+    double best = cv[b];
+    for (int t = b + 1; t < own; ++t)
+      if (cv[t] > best) b = t, best = cv[t];
+    for (int t = own == 0 ? 2 : own + 1; t < k_; ++t)
+      if (cv[t] > best) b = t, best = cv[t];
     best_[v] = b;
   }
 
