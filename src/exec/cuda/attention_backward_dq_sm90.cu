@@ -179,32 +179,8 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
     fence_proxy_async();
     if (dp_params.tma_qdo == 0 || ptid != 0) mbar_arrive(q_full);  // thread 0 of a TMA load arrived with its bytes
 
-    auto classify = [&](const AttnTile& x, int n, uint64_t* masks) -> int {
-      const int kv0 = n * kWgKeys;
-      if (x.kind != TileKind::Partial) return classify_dense<kWgKeys>(x, kv0, r0, rows);
-      const bool cells = list.cells != nullptr && x.cells_begin >= 0;
-      if (cells) {
-        const int cls = classify_from_cells<kWgRows, kWgKeys>(list.cells, x, r0, rows, kv0);
-        if (cls != kMasked) return cls;
-      }
-      const bool row_valid = ptid < rows;
-      bool any = false;
-      bool whole = true;
-#pragma unroll
-      for (int word = 0; word < kMaskWords; ++word) {
-        const int kv_word = kv0 + 64 * word;
-        uint64_t m = 0;
-        if (row_valid && kv_word < x.kv_len) {
-          m = row_key_mask(list.row_offsets, list.ranges, x.range_row_begin + r0 + ptid, kv_word, x.kv_len);
-        }
-        masks[word * kWgRows + ptid] = m;
-        any = any || m != 0;
-        whole = whole && (!row_valid || m == valid_bits(min(max(x.kv_len - kv_word, 0), 64)));
-      }
-      if (cells) return kMasked;
-      if (!bar_any_n<kBarDqProducer, 128>(any)) return kEmpty;
-      const bool all_full = !bar_any_n<kBarDqProducer, 128>(!whole);
-      return all_full && x.kv_len - kv0 >= kWgKeys ? kFull : kMasked;
+    auto classify = [&](const AttnTile& x, int n, uint64_t* masks) {
+      return producer_classify<kBarDqProducer>(list, x, n, r0, rows, ptid, masks);
     };
 
     const int t_end = w.tile + max(1, w.num_tiles);

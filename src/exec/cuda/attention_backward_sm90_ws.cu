@@ -193,7 +193,6 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
 
 template <int kD, bool kDq>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
-  constexpr bool kDet = !kDq;  // the deterministic dK / dV pass: items walk units of key blocks
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)wp;  // built for a target without wgmma: never selected there, fail loudly if run
@@ -248,7 +247,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 
     // The walk: tiles [w.tile, tile_end), each tile's steps in order. The tile is read through a
     // pointer (L1 serves it) rather than copied: this warpgroup runs on 40 registers.
-    const int tile_end = w.tile + (kDet ? w.num_tiles : 1);
+    const int tile_end = w.tile + (kDq ? 1 : w.num_tiles);  // the dK / dV pass walks a unit of tiles
     int ti = w.tile;
     const AttnTile* t = p.list.tiles + ti;
     BwSteps steps(*t, c0, group);
@@ -476,7 +475,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
   // Deterministic: the units of a key block add these rows one after another, in work order
   // (each consumer thread's atomics complete and are fenced before thread 0 passes the turn on).
-  const bool ordered = kDet && w.dkv_sem >= 0;
+  const bool ordered = !kDq && w.dkv_sem >= 0;
   if (ordered) {
     if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank);
     bar_sync_n<kBarDsReady, kConsumerThreads>();

@@ -194,36 +194,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       const int out_row = first.out_begin + r0;
       const int lse_row = (first.lse_begin >= 0 ? first.lse_begin : first.out_begin) + r0;
 
-      // Class of sub-tile n of tile x, uniform over the producer; Partial masks into `masks`
-      // ([word][row]): thread ptid computes both 64-key words of q row ptid.
-      auto classify = [&](const AttnTile& x, int n, uint64_t* masks) -> int {
-        const int kv0 = n * kWgKeys;
-        if (x.kind != TileKind::Partial) return classify_dense<kWgKeys>(x, kv0, r0, rows);
-        // With the host's cells only a Masked sub-tile needs its row masks, and no vote.
-        const bool cells = p.list.cells != nullptr && x.cells_begin >= 0;
-        if (cells) {
-          const int cls = classify_from_cells<kWgRows, kWgKeys>(p.list.cells, x, r0, rows, kv0);
-          if (cls != kMasked) return cls;
-        }
-        const bool row_valid = ptid < rows;
-        uint64_t m[kMaskWords];
-        bool any = false;
-        bool full = true;
-#pragma unroll
-        for (int word = 0; word < kMaskWords; ++word) {
-          const int kv_word = kv0 + 64 * word;
-          m[word] = 0;
-          if (row_valid && kv_word < x.kv_len) {
-            m[word] = row_key_mask(p.list.row_offsets, p.list.ranges, x.range_row_begin + r0 + ptid, kv_word, x.kv_len);
-          }
-          masks[word * kWgRows + ptid] = m[word];
-          any = any || m[word] != 0;
-          full = full && (!row_valid || m[word] == valid_bits(min(max(x.kv_len - kv_word, 0), 64)));
-        }
-        if (cells) return kMasked;
-        if (!bar_any_n<kBarProducer, 128>(any)) return kEmpty;
-        const bool all_full = !bar_any_n<kBarProducer, 128>(!full);
-        return all_full && x.kv_len - kv0 >= kWgKeys ? kFull : kMasked;
+      auto classify = [&](const AttnTile& x, int n, uint64_t* masks) {
+        return producer_classify<kBarProducer>(p.list, x, n, r0, rows, ptid, masks);
       };
 
       bool has_q = false;  // the item's Q is loaded (it has a sub-tile)
