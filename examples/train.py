@@ -393,6 +393,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     log = open(steps_path, "w") if rank == 0 else None
     records: List[Dict[str, float]] = []
+    since_log: List[float] = []  # losses since the last printed line: their mean is printed too
     prof = None
     say(f"[{name}] {world} rank(s) on {device.type}, {cfg.num_params() / 1e6:.0f}M params, {args.tokens} tokens/step, "
         f"mask {args.mask}, {args.steps} steps (+{args.profile_steps} profiled)")
@@ -460,8 +461,11 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
                 log.flush()
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"step {step}: loss {loss_value}")
+            since_log.append(loss_value)
             if step % args.log_every == 0 or step == total_steps - 1:
-                say(f"[{name}] step {step:4d} loss {loss_value:.4f} {rec['step_ms']:8.1f} ms "
+                mean, since_log = sum(since_log) / len(since_log), []
+                say(f"[{name}] step {step:4d} loss {loss_value:.4f} (mean since last line {mean:.4f}) "
+                    f"{rec['step_ms']:8.1f} ms "
                     f"({args.tokens / (t1 - t0) / 1e3:.1f}K tok/s) wait {local.stats.get('waited_ms', 0.0):.2f} ms")
     finally:  # also when a step fails: the next run of the process starts clean
         it.close()  # the planner's lookahead steps are dropped with it
