@@ -112,3 +112,12 @@ def test_flex32_computes_attention_in_fp32_and_returns_the_input_type():
     want = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)[0].transpose(0, 1)
     # fp32 attention rounded once to bf16: within half a bf16 ulp of the fp64 answer (plus fp32 noise).
     assert torch.allclose(got.double(), want, rtol=2 ** -8 + 1e-5, atol=1e-6)
+
+
+def test_logged_loss_is_the_mean_since_the_previous_logged_step():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from plot_train import logged_means
+    steps = [{"step": i, "loss": float(i + 1)} for i in range(8)]
+    # Logged every 3 steps and at the last: steps 0, 3, 6 and 7.
+    assert logged_means(steps, 3) == [(1.0, 0), (3.0, 3), (6.0, 6), (8.0, 7)]
+    assert logged_means(steps, 1) == [(float(i + 1), i) for i in range(8)]
