@@ -55,8 +55,11 @@ if has checks; then
     --dtype bf16 2>&1 | tail -4 | tee -a "$log"
 fi
 if has pytest; then
-  say "package tests on the GPU (every test; the GPU ones included)"
-  (cd /tmp && timeout 300 python3 -m pytest -q -x "$OLDPWD/tests/python" >"$out/pytest.log" 2>&1)
+  # test_train.py trains on CPU ranks only (minutes here, with torch.compile); CI runs it. A test
+  # that stalls gets every thread's stack in the log after 120 s.
+  say "package tests on the GPU (every test but the CPU-rank training of test_train.py)"
+  (cd /tmp && timeout 300 python3 -m pytest -q -x -o faulthandler_timeout=120 --ignore "$OLDPWD/tests/python/test_train.py" \
+    "$OLDPWD/tests/python" >"$out/pytest.log" 2>&1)
   echo "pytest: rc=$?" | tee -a "$log"
   tail -5 "$out/pytest.log" | tee -a "$log"
 fi
