@@ -18,6 +18,7 @@
 #              vs dcp, and dcp with its deterministic backward, causal; first-step gradients of
 #              each against flex32 (FlexAttention in fp32); anchor 128K causal with activation
 #              checkpointing, flex vs dcp, if the time left allows (LONG_128K_S)
+#   anchor     the anchor 64K group of single alone (flex vs dcp on every mask)
 #   loss       the small model's group of single alone (300 steps at lr LOSS_LR, 3e-4)
 #   single128  anchor 128K with checkpointing, flex vs dcp, every mask (16 steps, medians 6-15)
 #   pair       = pair64 pairloss pairtorch pair128 pairflex, in that order (most wanted first):
@@ -212,6 +213,9 @@ for phase in $(expand $phases); do
       else
         say "1 GPU, anchor 128K: not run, out of time (phase single128)"
       fi
+      ;;
+    anchor)
+      run_group "1 GPU, anchor 64K, flex vs dcp" 1 330 $W64 --runs "$(runs_of "flex dcp")"
       ;;
     loss)
       loss_group
