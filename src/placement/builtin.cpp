@@ -77,41 +77,46 @@ class BuiltinPartitioner final : public Partitioner {
                                             InitialStrategy::GroupFirst};
     const InitialStrategy node_order[] = {InitialStrategy::Best, InitialStrategy::SharedBands};
     const bool group_split = !upper && splits_by_group(s, k);
-    // The structured starts (cheap), then every start refined independently: the structured
-    // ones and the multilevel start run at the same time on the pool.
+    // The multilevel start and the structured ones are independent: they run at the same time
+    // on the pool, the multilevel start (the longest piece) from the beginning, beside the
+    // structured starts' construction (cheap, but serial) and then their refinements, each its
+    // own piece.
     std::vector<Result> results;
+    Result multilevel;
     bool deeper_won = false;
-    for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
-      Result r;
-      r.part = structured_initial(
-          s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i]);
-      // SharedBands equals Best when no sequence is cut over 5 or more parts: skip the rerun.
-      if (i > 0 && upper && r.part == results.front().part) continue;
-      results.push_back(std::move(r));
-    }
-    const int num_structured = static_cast<int>(results.size());
     const bool with_multilevel = ml_.enabled && !light;
-    if (with_multilevel) results.emplace_back();
-    run_each(pool_, static_cast<int>(results.size()), [&](int i) {
-      Result& r = results[static_cast<size_t>(i)];
-      if (i < num_structured) {
+    auto run_multilevel = [&] {
+      multilevel.part = partition_multilevel(s, caps, ml_, refine, seed, pool_,
+                                             upper ? ml_.node_deeper_vertices_per_part : 0, &deeper_won);
+      repair_balance(s, caps, multilevel.part);
+      refine_fm(s, caps, refine, seed, multilevel.part, pool_);
+      multilevel.objective = sub_objective(s, multilevel.part, k);
+      multilevel.excess = cap_excess(s, caps, multilevel.part);
+    };
+    auto run_structured = [&] {
+      for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
+        Result r;
+        r.part = structured_initial(
+            s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i]);
+        // SharedBands equals Best when no sequence is cut over 5 or more parts: skip the rerun.
+        if (i > 0 && upper && r.part == results.front().part) continue;
+        results.push_back(std::move(r));
+      }
+      run_each(pool_, static_cast<int>(results.size()), [&](int i) {
+        Result& r = results[static_cast<size_t>(i)];
         repair_balance(s, caps, r.part);
         if (ml_.enabled) refine_multilevel(s, caps, ml_, refine, seed, r.part, pool_);
         else refine_fm(s, caps, refine, seed, r.part, pool_);
-      } else {
-        r.part = partition_multilevel(s, caps, ml_, refine, seed, pool_,
-                                      upper ? ml_.node_deeper_vertices_per_part : 0, &deeper_won);
-        repair_balance(s, caps, r.part);
-        refine_fm(s, caps, refine, seed, r.part, pool_);
-      }
-      r.objective = sub_objective(s, r.part, k);
-      r.excess = cap_excess(s, caps, r.part);
-    });
+        r.objective = sub_objective(s, r.part, k);
+        r.excess = cap_excess(s, caps, r.part);
+      });
+    };
+    if (with_multilevel) run_both(pool_, run_multilevel, run_structured);
+    else run_structured();
     Result structured;
-    for (int i = 0; i < num_structured; ++i)
-      if (results[i].better_than(structured)) structured = std::move(results[i]);
+    for (Result& r : results)
+      if (r.better_than(structured)) structured = std::move(r);
     if (!with_multilevel) return {std::move(structured.part)};
-    Result& multilevel = results.back();
     // A multilevel partition from the deeper hierarchy goes on only as the best one: where it
     // loses to the structured start, it was carried through the device level for nothing
     // (MultilevelOptions::node_deeper_vertices_per_part).

@@ -6,19 +6,30 @@
 #include <numeric>
 
 #include "dcp/error.h"
+#include "placement/task_pool.h"
 
 namespace dcp::placement {
 
 namespace {
+
+// Inside the parts of a partition, a clustering pass of at least this many vertices runs its
+// parts at the same time on the pool; below it the hand-over costs more than it saves.
+constexpr int32_t kParallelClusterVertices = 512;
 
 // Cluster id of every vertex after one clustering pass; returns the number of clusters.
 // `rep[v]` is the representative (a vertex) of v's cluster; ids are dense in order of first
 // appearance, so the result depends only on the order and the ratings. kInParts: only vertices
 // of the same part of `part` cluster (the rating loop, the hot loop of coarsening, is compiled
 // once with and once without that test).
+//
+// kInParts with a pool: a vertex reads and writes only the clusters of its own part, so the
+// parts are clustered at the same time, each visiting its vertices in the pass's order, which
+// is the sequential pass exactly, as long as the pass cannot stop on the cluster count
+// (n / max_shrink) part-way: each visit joins at most one vertex, so that holds for the first
+// n - floor positions of the order (all of them by default); the rest runs in order.
 template <bool kInParts>
 int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, double max_c,
-                     double max_m, const MultilevelOptions& opts, uint64_t seed,
+                     double max_m, const MultilevelOptions& opts, uint64_t seed, TaskPool* pool,
                      std::vector<int32_t>& cluster_id) {
   const int32_t n = s.num_vertices();
   std::vector<int32_t> rep(static_cast<size_t>(n));
@@ -26,24 +37,18 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
   std::vector<int32_t> size(static_cast<size_t>(n), 1);
   std::vector<double> wc(s.compute.begin(), s.compute.end()), wm(s.memory.begin(), s.memory.end());
   std::vector<double> score(static_cast<size_t>(n), 0.0);
-  // Clusters rated for the current vertex (each once: its score was 0 before).
-  std::vector<int32_t> touched(static_cast<size_t>(n));
   const int32_t* pin = s.pins.data();
   const int32_t* in_part = kInParts ? part->data() : nullptr;
-  const int32_t* rep_of = rep.data();
+  int32_t* rep_of = rep.data();
   double* sc_of = score.data();
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   uint64_t rng = seed;
   for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix64(rng) % i]);
-  // A pass stops joining once the clusters are few enough: n / max_shrink (each level then
-  // shrinks by a bounded factor, so every level's refinement moves clusters of a size between
-  // the levels above and below it).
-  int32_t clusters = n;
-  const int32_t floor_clusters = static_cast<int32_t>(n / std::max(1.0, opts.max_shrink));
-  for (int32_t u : order) {
-    if (clusters <= floor_clusters) break;
-    if (rep[u] != u || size[u] > 1) continue;  // already clustered: only singletons move
+  // Visits u: joins it to the best neighbouring cluster, if any; returns whether it joined.
+  // `touched` holds the clusters rated for u (each once: its score was 0 before).
+  auto visit = [&](int32_t u, int32_t* touched) {
+    if (rep_of[u] != u || size[u] > 1) return false;  // already clustered: only singletons move
     size_t num_touched = 0;
     const int32_t part_u = kInParts ? in_part[u] : -1;
     for (int64_t i = s.vertex_begin[u]; i < s.vertex_begin[u + 1]; ++i) {
@@ -88,12 +93,56 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
       best = c;
       best_score = sc;
     }
-    if (best < 0) continue;
-    --clusters;
-    rep[u] = best;
+    if (best < 0) return false;
+    rep_of[u] = best;
     ++size[best];
     wc[best] += wc[u];
     wm[best] += wm[u];
+    return true;
+  };
+  // A pass stops joining once the clusters are few enough: n / max_shrink (each level then
+  // shrinks by a bounded factor, so every level's refinement moves clusters of a size between
+  // the levels above and below it).
+  int32_t clusters = n;
+  const int32_t floor_clusters = static_cast<int32_t>(n / std::max(1.0, opts.max_shrink));
+  size_t next_pos = 0;
+  if constexpr (kInParts) {
+    int k = 0;
+    for (int32_t v = 0; v < n; ++v) k = std::max(k, in_part[v] + 1);
+    std::vector<int32_t> part_size(static_cast<size_t>(k), 0);  // bounds the clusters a part rates
+    for (int32_t v = 0; v < n; ++v) ++part_size[in_part[v]];
+    if (pool != nullptr && pool->threads() > 1 && n >= kParallelClusterVertices && k > 1) {
+      const auto ahead = static_cast<size_t>(n - floor_clusters);  // visited by any order
+      // The vertices of each part in the order of the pass (a counting sort by part).
+      std::vector<int32_t> begin(static_cast<size_t>(k) + 1, 0);
+      for (size_t i = 0; i < ahead; ++i) ++begin[static_cast<size_t>(in_part[order[i]]) + 1];
+      for (int p = 0; p < k; ++p) begin[p + 1] += begin[p];
+      std::vector<int32_t> by_part(ahead);
+      std::vector<int32_t> fill(begin.begin(), begin.end() - 1);
+      for (size_t i = 0; i < ahead; ++i) by_part[fill[in_part[order[i]]]++] = order[i];
+      // Pieces of whole parts with about the same number of vertices each.
+      const int num_pieces = std::min(k, 4 * pool->threads());
+      std::vector<int> piece_begin{0};
+      for (int p = 1; p < k; ++p)
+        if (static_cast<int64_t>(begin[p]) * num_pieces >=
+            static_cast<int64_t>(ahead) * static_cast<int64_t>(piece_begin.size()))
+          piece_begin.push_back(p);
+      piece_begin.push_back(k);
+      std::vector<int32_t> joined(piece_begin.size() - 1, 0);
+      pool->run(static_cast<int>(joined.size()), [&](int i) {
+        const int32_t lo = begin[piece_begin[i]], hi = begin[piece_begin[i + 1]];
+        std::vector<int32_t> touched(static_cast<size_t>(std::accumulate(
+            part_size.begin() + piece_begin[i], part_size.begin() + piece_begin[i + 1], int32_t{0})));
+        for (int32_t j = lo; j < hi; ++j) joined[i] += visit(by_part[j], touched.data()) ? 1 : 0;
+      });
+      for (int32_t j : joined) clusters -= j;
+      next_pos = ahead;
+    }
+  }
+  std::vector<int32_t> touched(static_cast<size_t>(n));
+  for (size_t i = next_pos; i < order.size(); ++i) {
+    if (clusters <= floor_clusters) break;
+    if (visit(order[i], touched.data())) --clusters;
   }
   cluster_id.assign(static_cast<size_t>(n), -1);
   std::vector<int32_t> id_of_rep(static_cast<size_t>(n), -1);
@@ -164,7 +213,7 @@ SubHypergraph contract(const SubHypergraph& s, const std::vector<int32_t>& clust
 
 std::vector<CoarseLevel> coarsen(const SubHypergraph& s, const PartCaps& caps,
                                  const std::vector<int32_t>* part, const MultilevelOptions& opts,
-                                 uint64_t seed) {
+                                 uint64_t seed, TaskPool* pool) {
   std::vector<CoarseLevel> levels;
   const int k = std::max(1, caps.k());
   double cap_c = std::numeric_limits<double>::infinity(), cap_m = cap_c;
@@ -182,8 +231,8 @@ std::vector<CoarseLevel> coarsen(const SubHypergraph& s, const PartCaps& caps,
     uint64_t st = seed + static_cast<uint64_t>(level);
     const int32_t n = cur->num_vertices();
     const int32_t nc = part != nullptr
-                           ? cluster_pass<true>(*cur, &cur_part, max_c, max_m, opts, splitmix64(st), ids)
-                           : cluster_pass<false>(*cur, nullptr, max_c, max_m, opts, splitmix64(st), ids);
+                           ? cluster_pass<true>(*cur, &cur_part, max_c, max_m, opts, splitmix64(st), pool, ids)
+                           : cluster_pass<false>(*cur, nullptr, max_c, max_m, opts, splitmix64(st), nullptr, ids);
     if (static_cast<double>(n - nc) < opts.min_shrink * n) break;
     CoarseLevel next;
     next.graph = contract(*cur, ids, nc);

@@ -9,6 +9,8 @@
 
 namespace dcp::placement {
 
+class TaskPool;
+
 // One coarser level: its hypergraph and the cluster (a vertex of `graph`) of every vertex of the
 // level below it.
 struct CoarseLevel {
@@ -25,8 +27,10 @@ struct CoarseLevel {
 // either. Coarse nets keep one pin per cluster; nets left with one pin are dropped unless they
 // are external (their cost and held bytes still depend on that pin's part). Coarse vertices keep
 // the sequence, head group, row and key block of their first member. Deterministic for a seed.
+// `pool` (may be null): with `part`, the parts of a large level are clustered at the same time;
+// the levels do not depend on it.
 std::vector<CoarseLevel> coarsen(const SubHypergraph& s, const PartCaps& caps,
                                  const std::vector<int32_t>* part, const MultilevelOptions& opts,
-                                 uint64_t seed);
+                                 uint64_t seed, TaskPool* pool = nullptr);
 
 }  // namespace dcp::placement

@@ -14,7 +14,7 @@ void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const Multi
                        const RefineOptions& refine, uint64_t seed, std::vector<int32_t>& part,
                        TaskPool* pool) {
   if (caps.k() <= 1 || s.num_vertices() == 0) return;
-  const std::vector<CoarseLevel> levels = coarsen(s, caps, &part, opts, seed);
+  const std::vector<CoarseLevel> levels = coarsen(s, caps, &part, opts, seed, pool);
   // The partition on every level, finest first (exact: clusters never span parts).
   std::vector<std::vector<int32_t>> parts(levels.size() + 1);
   parts[0] = part;

@@ -167,6 +167,31 @@ TEST(Multilevel, CoarseningKeepsWeightsPartsAndObjective) {
   for (size_t i = 0; i < levels.size(); ++i) EXPECT_EQ(again[i].cluster_of, levels[i].cluster_of);
 }
 
+TEST(Multilevel, CoarseningInsidePartsSameOnEveryThreadCount) {
+  // With a pool, the parts of a large level are clustered at the same time; the hierarchy must
+  // be the sequential one, also where the pass stops on its cluster count (max_shrink) and its
+  // last positions run in order.
+  const Level level = whole_level_with_caps(random_batch(48, 12000, 8, 2, Mask::causal()), 8, 1.1, 1.3);
+  const placement::SubHypergraph& s = level.s;
+  ASSERT_GE(s.num_vertices(), 2048);
+  std::vector<int32_t> part = placement::structured_initial(s, level.caps);
+  placement::repair_balance(s, level.caps, part);
+  for (const double max_shrink : {1e9, 1.6}) {
+    const MultilevelOptions opts{.vertices_per_part = 10, .max_shrink = max_shrink};
+    const std::vector<placement::CoarseLevel> one = placement::coarsen(s, level.caps, &part, opts, 5);
+    ASSERT_GE(one.size(), 1u);
+    for (int threads : {2, 3}) {
+      placement::TaskPool pool(threads);
+      const std::vector<placement::CoarseLevel> many = placement::coarsen(s, level.caps, &part, opts, 5, &pool);
+      ASSERT_EQ(many.size(), one.size()) << threads << " threads, max_shrink " << max_shrink;
+      for (size_t i = 0; i < one.size(); ++i) {
+        EXPECT_EQ(many[i].cluster_of, one[i].cluster_of) << "level " << i << ", " << threads << " threads";
+        EXPECT_EQ(many[i].graph.pins, one[i].graph.pins);
+      }
+    }
+  }
+}
+
 TEST(Multilevel, CoarseningFurtherExtendsTheSameLevels) {
   // partition_multilevel's deeper start relies on this: coarsening to fewer vertices per part
   // builds the same levels as far as the coarser target's hierarchy goes, then more.
