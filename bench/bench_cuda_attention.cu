@@ -13,7 +13,10 @@
 // timed per route side by side (dcp::cuda::AttnKernelRoute): mma, and on sm_90 wgmma-basic,
 // wgmma (the default Hopper kernels), wgmma-cells (the same with the host's cell classes of
 // Partial tiles, make_partial_cells) and wgmma-persistent (cells and the persistent forward, one CTA
-// per SM taking items from a counter: what the CUDA backend runs; its backward is wgmma-cells').
+// per SM taking items from a counter; its backward is wgmma-cells') and wgmma-runs (the same
+// forward over runs: the tiles that share q rows walked by one item into one output, online
+// softmax across them, runs heaviest first: what the CUDA backend runs on a list whose outputs
+// accumulate in place, the plans' default; its backward is wgmma-cells' as well).
 // On sm_90 the deterministic backward (route wgmma: a dK / dV pass, then a dQ pass;
 // make_deterministic_backward_work) is timed too (column wgmma-det; DCP_BENCH_ROUTES selects it
 // by that name).
@@ -110,6 +113,44 @@ ListCase make_case(const std::string& name, int seq, int block, int num_kv_heads
   return c;
 }
 
+// The case's forward as the CUDA backend issues it when outputs accumulate in place: tiles with
+// the same q rows (consecutive in make_case's order) form a run with one output, written by
+// items that walk every tile of the run; runs heaviest first, then 128-row chunks, then heads.
+struct RunsWork {
+  std::vector<AttnTile> tiles;
+  std::vector<AttnWorkItem> work;
+};
+RunsWork make_runs_work(const ListCase& c, int num_q_heads) {
+  RunsWork r{c.tiles, {}};
+  struct Run {
+    double cost;
+    int first, count;
+  };
+  std::vector<Run> runs;
+  for (int i = 0; i < static_cast<int>(r.tiles.size()); ++i) {
+    AttnTile& t = r.tiles[static_cast<size_t>(i)];
+    const double cost = static_cast<double>(t.kv_len) * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
+    if (!runs.empty() && r.tiles[static_cast<size_t>(runs.back().first)].q_begin == t.q_begin) {
+      t.out_begin = r.tiles[static_cast<size_t>(runs.back().first)].out_begin;
+      runs.back().cost += cost;
+      ++runs.back().count;
+    } else {
+      runs.push_back(Run{cost, i, 1});
+    }
+  }
+  std::stable_sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.cost > b.cost; });
+  for (const Run& run : runs) {
+    const AttnTile& t = r.tiles[static_cast<size_t>(run.first)];
+    for (int ch = 0; ch < (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows; ++ch)
+      for (int h = 0; h < num_q_heads; ++h) {
+        AttnWorkItem w{run.first, ch, h, 0};
+        w.num_tiles = run.count;
+        r.work.push_back(w);
+      }
+  }
+  return r;
+}
+
 // True when the environment variable `name` is unset or lists `value` among its comma-separated items.
 bool selected(const char* name, const std::string& value) {
   const char* env = std::getenv(name);
@@ -194,13 +235,15 @@ int main(int argc, char** argv) {
     const char* name;
     bool cells = false;       // the list carries make_partial_cells' classes
     bool persistent = false;  // the forward takes items from a work counter, one CTA per SM
+    bool runs = false;        // the forward walks runs of tiles sharing q rows (make_runs_work)
   };
   std::vector<Route> routes{{AttnKernelRoute::Mma, "mma"}};
   if (major == 9 && minor == 0) {
     routes.push_back({AttnKernelRoute::WgmmaBasic, "wgmma-basic"});
     routes.push_back({AttnKernelRoute::Wgmma, "wgmma"});
     routes.push_back({AttnKernelRoute::Wgmma, "wgmma-cells", true});
-    routes.push_back({AttnKernelRoute::Wgmma, "wgmma-persistent", true, true});  // as the CUDA backend runs it
+    routes.push_back({AttnKernelRoute::Wgmma, "wgmma-persistent", true, true});
+    routes.push_back({AttnKernelRoute::Wgmma, "wgmma-runs", true, true, true});  // as the CUDA backend runs it
   }
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
@@ -241,6 +284,9 @@ int main(int argc, char** argv) {
         const auto fw = make_forward_work(c.tiles, shape);
         const auto bw = make_backward_work(c.tiles, shape);
         const auto bw_cells = make_backward_work(c.tiles, shape, cells);
+        const RunsWork runs = make_runs_work(c, hq);
+        AttnTile* d_run_tiles = upload(runs.tiles);
+        AttnWorkItem* d_run_work = upload(runs.work);
         AttnWorkItem* d_fw = upload(fw);
         AttnWorkItem* d_bw = upload(bw);
         AttnWorkItem* d_bw_cells = upload(bw_cells.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : bw_cells);
@@ -277,8 +323,14 @@ int main(int argc, char** argv) {
           fp.route = r.route;
           fp.list.cells = r.cells ? d_cells : nullptr;
           fp.work_counter = r.persistent ? work_counter : nullptr;
+          fp.list.tiles = r.runs ? d_run_tiles : d_tiles;
+          fp.list.work = r.runs ? d_run_work : d_fw;
+          fp.list.num_work = static_cast<int32_t>(r.runs ? runs.work.size() : fw.size());
           row.fwd_ms.push_back(median_ms([&] { attention_forward(fp, nullptr); }, 2, 7));
         }
+        fp.list.tiles = d_tiles;
+        fp.list.work = d_fw;
+        fp.list.num_work = static_cast<int32_t>(fw.size());
         fp.list.cells = nullptr;
         fp.work_counter = nullptr;
         for (const Route& r : routes) {
@@ -334,6 +386,8 @@ int main(int argc, char** argv) {
         cudaFree(d_off);
         cudaFree(d_rng);
         cudaFree(d_fw);
+        cudaFree(d_run_tiles);
+        cudaFree(d_run_work);
         cudaFree(d_bw);
         cudaFree(d_bw_cells);
         cudaFree(d_cells);

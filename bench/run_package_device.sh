@@ -8,7 +8,7 @@
 #   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
 #   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows;
-#   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent: the backend's kernels with and without the persistent forward);
+#   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place);
 #   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 set -u
@@ -94,8 +94,8 @@ if has det; then  # the deterministic backward: kernel table beside the default,
   done
 fi
 if has kernels; then
-  say "kernel bench, routes ${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent}"
-  DCP_BENCH_ROUTES=${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent} timeout 240 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" \
+  say "kernel bench, routes ${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent,wgmma-runs}"
+  DCP_BENCH_ROUTES=${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent,wgmma-runs} timeout 240 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" \
     2>&1 | tee -a "$log"
 fi
 if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
