@@ -95,6 +95,8 @@ class BuiltinPartitioner final : public Partitioner {
     };
     auto run_structured = [&] {
       for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
+        // SharedBands is Best on fewer than kSharedBandsMinParts parts: not even built there.
+        if (i > 0 && upper && node_order[i] == InitialStrategy::SharedBands && k < kSharedBandsMinParts) continue;
         Result r;
         r.part = structured_initial(
             s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i]);

@@ -347,7 +347,8 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     }
     // Bands shared by 2 or 3 parts at the bottom (light single bands on top), every mix of
     // pairs and triples: they pay off from about 5 parts (fewer: plain row bands win).
-    if (num_rows > 2 && chosen.size() >= 5 && strategy == InitialStrategy::SharedBands) {
+    if (num_rows > 2 && chosen.size() >= static_cast<size_t>(kSharedBandsMinParts) &&
+        strategy == InitialStrategy::SharedBands) {
       tiles_plain.clear();
       for (int32_t v : tiles_row)
         if (s.group[v] >= 0) tiles_plain.push_back(v);

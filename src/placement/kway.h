@@ -139,11 +139,13 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
 // Zigzag: zigzag row runs wherever a sequence has more than two rows. The built-in backend runs
 // all three through repair and FM and keeps the best (a portfolio: FM ends in different local
 // optima from different starts). SharedBands: Best plus bands shared by 2 or 3 parts (cut by key
-// block) at the bottom of a sequence cut over 5 or more parts.
+// block) at the bottom of a sequence cut over kSharedBandsMinParts or more parts (so the same
+// as Best on fewer parts than that).
 // GroupSplit: every tile on the part of its head group (group g on part g * k / G; only where
 // the G head groups divide evenly over the k parts), homes placed afterwards where their nets
 // are: see BuiltinPartitioner for when it runs.
 enum class InitialStrategy { Best, GroupFirst, Zigzag, SharedBands, GroupSplit };
+constexpr int kSharedBandsMinParts = 5;
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
                                         InitialStrategy strategy = InitialStrategy::Best);
 

@@ -1,6 +1,7 @@
 // The fork-join pool of one placement (task_pool.h).
 #include "placement/task_pool.h"
 
+#include <chrono>
 #include <string>
 #include <system_error>
 
@@ -8,15 +9,23 @@
 
 namespace dcp::placement {
 
+namespace {
+
+// The group of the piece this thread is running (null outside pieces): the parent of the groups
+// its run() calls create.
+thread_local const void* current_group = nullptr;
+
+}  // namespace
+
 TaskPool::TaskPool(int threads) {
   try {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
   } catch (const std::system_error& e) {  // a thread could not start: stop and join those that did
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       stop_ = true;
+      notify(lock);
     }
-    cv_.notify_all();
     for (std::thread& t : workers_) t.join();
     raise(ErrorKind::System, "placement: could not start thread " + std::to_string(workers_.size() + 1) +
                                  " of " + std::to_string(threads) + " (PlacementOptions::threads): " + e.what());
@@ -25,35 +34,79 @@ TaskPool::TaskPool(int threads) {
 
 TaskPool::~TaskPool() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     stop_ = true;
+    notify(lock);
   }
-  cv_.notify_all();
   for (std::thread& t : workers_) t.join();
 }
 
 void TaskPool::execute(Piece p, std::unique_lock<std::mutex>& lock) {
   lock.unlock();
   std::exception_ptr error;
+  const void* const outer = current_group;
+  current_group = p.group;
   try {
     (*p.group->fn)(p.index);
   } catch (...) {
     error = std::current_exception();
   }
+  current_group = outer;
   lock.lock();
   if (error) p.group->error[static_cast<size_t>(p.index)] = error;
-  if (--p.group->remaining == 0) cv_.notify_all();
+  if (--p.group->remaining == 0) notify(lock);
+}
+
+bool TaskPool::spin(std::unique_lock<std::mutex>& lock, uint64_t seen) {
+  lock.unlock();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicros);
+  bool changed = false;
+  for (int i = 0; !changed; ++i) {
+    changed = events_.load(std::memory_order_acquire) != seen;
+    if (changed) break;
+    std::this_thread::yield();
+    if (i % 16 == 15 && std::chrono::steady_clock::now() > until) break;
+  }
+  lock.lock();
+  return changed || events_.load(std::memory_order_relaxed) != seen;
+}
+
+void TaskPool::wait_for_event(std::unique_lock<std::mutex>& lock) {
+  const uint64_t seen = events_.load(std::memory_order_relaxed);
+  if (spin(lock, seen)) return;
+  cv_.wait(lock, [&] { return events_.load(std::memory_order_relaxed) != seen; });
 }
 
 void TaskPool::work() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+    if (!stop_ && queue_.empty()) {
+      wait_for_event(lock);
+      continue;
+    }
     if (queue_.empty()) return;  // stopping, nothing left
-    const Piece p = queue_.back();
-    queue_.pop_back();
+    const Piece p = queue_.front();
+    queue_.erase(queue_.begin());
     execute(p, lock);
   }
+}
+
+bool TaskPool::take_nested(const Group* g, Piece& p) {
+  // g's own pieces first, the newest (lowest index) first; then the oldest piece of a nested
+  // group, the closest to g.
+  auto take = [&](size_t i) {
+    p = queue_[i];
+    queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+    return true;
+  };
+  for (size_t i = queue_.size(); i > 0; --i)
+    if (queue_[i - 1].group == g) return take(i - 1);
+  for (size_t i = 0; i < queue_.size(); ++i) {
+    const Group* q = queue_[i].group;
+    while (q != nullptr && q != g) q = q->parent;
+    if (q != nullptr) return take(i);
+  }
+  return false;
 }
 
 void TaskPool::run(int n, const std::function<void(int)>& fn) {
@@ -64,20 +117,18 @@ void TaskPool::run(int n, const std::function<void(int)>& fn) {
   }
   Group g;
   g.fn = &fn;
+  g.parent = static_cast<const Group*>(current_group);
   g.remaining = n;
   g.error.resize(static_cast<size_t>(n));
   std::unique_lock<std::mutex> lock(mu_);
-  // Pushed last to first, so that index 0 is on top: the caller starts with it.
+  // Queued last to first: the caller starts with index 0 (the newest), an idle thread with
+  // index n - 1 (the oldest).
   for (int i = n - 1; i >= 0; --i) queue_.push_back({&g, i});
-  cv_.notify_all();
+  notify(lock);
   while (g.remaining > 0) {
-    if (!queue_.empty()) {
-      const Piece p = queue_.back();
-      queue_.pop_back();
-      execute(p, lock);
-    } else {
-      cv_.wait(lock);
-    }
+    Piece p{};
+    if (take_nested(&g, p)) execute(p, lock);
+    else wait_for_event(lock);
   }
   lock.unlock();
   for (const std::exception_ptr& e : g.error)
