@@ -114,40 +114,25 @@ ListCase make_case(const std::string& name, int seq, int block, int num_kv_heads
 }
 
 // The case's forward as the CUDA backend issues it when outputs accumulate in place: tiles with
-// the same q rows (consecutive in make_case's order) form a run with one output, written by
-// items that walk every tile of the run; runs heaviest first, then 128-row chunks, then heads.
+// the same q rows (consecutive in make_case's order) form a run with one output, written by the
+// items of make_forward_run_work, which walk every tile of their run.
 struct RunsWork {
   std::vector<AttnTile> tiles;
   std::vector<AttnWorkItem> work;
 };
-RunsWork make_runs_work(const ListCase& c, int num_q_heads) {
+RunsWork make_runs_work(const ListCase& c, const AttnShape& shape) {
   RunsWork r{c.tiles, {}};
-  struct Run {
-    double cost;
-    int first, count;
-  };
-  std::vector<Run> runs;
+  std::vector<AttnRun> runs;
   for (int i = 0; i < static_cast<int>(r.tiles.size()); ++i) {
     AttnTile& t = r.tiles[static_cast<size_t>(i)];
-    const double cost = static_cast<double>(t.kv_len) * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
     if (!runs.empty() && r.tiles[static_cast<size_t>(runs.back().first)].q_begin == t.q_begin) {
       t.out_begin = r.tiles[static_cast<size_t>(runs.back().first)].out_begin;
-      runs.back().cost += cost;
       ++runs.back().count;
     } else {
-      runs.push_back(Run{cost, i, 1});
+      runs.push_back(AttnRun{i, 1, false});
     }
   }
-  std::stable_sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.cost > b.cost; });
-  for (const Run& run : runs) {
-    const AttnTile& t = r.tiles[static_cast<size_t>(run.first)];
-    for (int ch = 0; ch < (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows; ++ch)
-      for (int h = 0; h < num_q_heads; ++h) {
-        AttnWorkItem w{run.first, ch, h, 0};
-        w.num_tiles = run.count;
-        r.work.push_back(w);
-      }
-  }
+  r.work = make_forward_run_work(r.tiles, runs, shape);
   return r;
 }
 
@@ -284,7 +269,7 @@ int main(int argc, char** argv) {
         const auto fw = make_forward_work(c.tiles, shape);
         const auto bw = make_backward_work(c.tiles, shape);
         const auto bw_cells = make_backward_work(c.tiles, shape, cells);
-        const RunsWork runs = make_runs_work(c, hq);
+        const RunsWork runs = make_runs_work(c, shape);
         AttnTile* d_run_tiles = upload(runs.tiles);
         AttnWorkItem* d_run_work = upload(runs.work);
         AttnWorkItem* d_fw = upload(fw);

@@ -123,6 +123,20 @@ inline constexpr int kAttnBackwardChunkRows = 128;
 std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, const AttnShape& shape);
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape);
 
+// Forward work over runs of tiles that share q rows and outputs: run r is tiles [first, first +
+// count) of the list, walked by each of its items with one online softmax into one partial
+// (accumulate: starting from the partial already in the outputs). One item per (run, 128-row q
+// chunk, q head); runs heaviest first (keys, half of a causal diagonal tile's), ties in list
+// order, so that a persistent launch ends on light items. Throws InvalidInput on a run outside
+// the list, an empty run, or a run whose tiles read different q rows.
+struct AttnRun {
+  int32_t first = 0;
+  int32_t count = 1;
+  bool accumulate = false;
+};
+std::vector<AttnWorkItem> make_forward_run_work(std::span<const AttnTile> tiles, std::span<const AttnRun> runs,
+                                                const AttnShape& shape);
+
 // Mask-area FLOPs of a tile list (host; Partial tiles count their ranges clipped to the tile).
 double attention_forward_flops(std::span<const AttnTile> tiles, const AttnShape& shape,
                                std::span<const int32_t> row_offsets, std::span<const int32_t> ranges);

@@ -129,6 +129,46 @@ std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, con
   return work;
 }
 
+std::vector<AttnWorkItem> make_forward_run_work(std::span<const AttnTile> tiles, std::span<const AttnRun> runs,
+                                                const AttnShape& shape) {
+  validate(tiles, shape, "make_forward_run_work");
+  std::vector<std::pair<double, std::size_t>> order;  // (cost, run)
+  for (std::size_t r = 0; r < runs.size(); ++r) {
+    const AttnRun& run = runs[r];
+    if (run.count < 1 || run.first < 0 || static_cast<std::size_t>(run.first) + static_cast<std::size_t>(run.count) > tiles.size()) {
+      raise(ErrorKind::InvalidInput, "make_forward_run_work: run " + std::to_string(r) + " (tiles " + std::to_string(run.first) +
+                                         " + " + std::to_string(run.count) + ") is empty or outside the list of " +
+                                         std::to_string(tiles.size()) + " tiles");
+    }
+    const AttnTile& head = tiles[static_cast<std::size_t>(run.first)];
+    double cost = 0.0;
+    for (int32_t i = run.first; i < run.first + run.count; ++i) {
+      const AttnTile& t = tiles[static_cast<std::size_t>(i)];
+      if (t.q_begin != head.q_begin || t.q_len != head.q_len) {
+        raise(ErrorKind::InvalidInput, "make_forward_run_work: tile " + std::to_string(i) + " of run " + std::to_string(r) +
+                                           " reads other q rows than the run's first tile");
+      }
+      cost += static_cast<double>(t.kv_len) * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
+    }
+    order.emplace_back(cost, r);
+  }
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<AttnWorkItem> work;
+  for (const auto& [cost, r] : order) {
+    const AttnRun& run = runs[r];
+    const int chunks = (tiles[static_cast<std::size_t>(run.first)].q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+    for (int c = 0; c < chunks; ++c) {
+      for (int h = 0; h < shape.num_q_heads; ++h) {
+        AttnWorkItem w{run.first, c, h, 0};
+        w.num_tiles = run.count;
+        w.accumulate = run.accumulate ? 1 : 0;
+        work.push_back(w);
+      }
+    }
+  }
+  return work;
+}
+
 std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<const int32_t> row_offsets,
                                         std::span<const int32_t> ranges) {
   std::vector<uint8_t> cells;

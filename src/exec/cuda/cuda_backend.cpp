@@ -456,11 +456,10 @@ class CudaBackend final : public Backend {
       ranges.push_back(i32(r.end, "range"));
     }
     std::vector<cuda::AttnWorkItem> work;
-    std::vector<std::pair<double, size_t>> order;  // (cost, run): heaviest runs first
-    std::vector<int32_t> run_first;
+    std::vector<cuda::AttnRun> run_tiles;  // runs[r] as tiles of `tiles`
     for (size_t r = 0; r < runs.size(); ++r) {
-      run_first.push_back(static_cast<int32_t>(tiles.size()));
-      double cost = 0;
+      run_tiles.push_back(cuda::AttnRun{static_cast<int32_t>(tiles.size()), static_cast<int32_t>(runs[r].size()),
+                                        call.tiles[runs[r][0]].accumulate_q});
       for (size_t i : runs[r]) {
         const AttendTile& t = call.tiles[i];
         if (t.num_q != call.tiles[runs[r][0]].num_q || t.q != call.tiles[runs[r][0]].q)
@@ -492,33 +491,15 @@ class CudaBackend final : public Backend {
             for (int64_t k = 0; k <= t.num_q; ++k)
               offsets.push_back(i32(t.ranges_begin + call.row_offsets[static_cast<size_t>(t.mask + k)], "mask"));
         }
-        cost += static_cast<double>(t.num_kv) * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
         tiles.push_back(c);
       }
-      order.emplace_back(-cost, r);
     }
     std::vector<uint8_t> cells;
     if (kernels_.partial_cells) cells = cuda::make_partial_cells(tiles, offsets, ranges);
-    if (fwd) {
-      std::stable_sort(order.begin(), order.end());
-      for (const auto& [cost, r] : order) {
-        const AttendTile& t = call.tiles[runs[r][0]];
-        const int chunks = static_cast<int>((t.num_q + cuda::kAttnForwardChunkRows - 1) / cuda::kAttnForwardChunkRows);
-        for (int c = 0; c < chunks; ++c)
-          for (int h = 0; h < a.q_heads; ++h) {
-            cuda::AttnWorkItem w;
-            w.tile = run_first[r];
-            w.chunk = c;
-            w.head = h;
-            w.num_tiles = static_cast<int32_t>(runs[r].size());
-            w.accumulate = t.accumulate_q ? 1 : 0;
-            work.push_back(w);
-          }
-      }
-    }
+    const cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
+    if (fwd) work = cuda::make_forward_run_work(tiles, run_tiles, shape);
     HostAttend h;
     if (!fwd) {
-      cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
       if (kernels_.deterministic_backward) {
         cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows);
         tiles = std::move(det.dkv_tiles);
