@@ -49,12 +49,14 @@ if has kernels; then
   say "kernel bench"
   CUDA_VISIBLE_DEVICES=0 timeout ${KBENCH_TIMEOUT:-200} $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"
 fi
-if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K causal-sequence launch of each
+if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K launch of each (NCU_LIST, NCU_BLOCK,
+  # NCU_ROUTE: the list, block size and route profiled; default the causal sequence at B 4096, route wgmma)
   # Full section set plus per-instruction (SASS) stall sampling, as text: the report itself needs ncu to read.
   nd=/tmp/ncu_out; mkdir -p $nd  # tarred into $OUT/ncu.tar (few files may come back)
   for kern in ${NCU_KERNELS:-forward_sm90_ws backward_sm90_ws}; do
     say "ncu: attention_${kern}_kernel"
-    CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=4096 DCP_BENCH_LIST=sequence DCP_BENCH_ROUTES=wgmma \
+    CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=${NCU_BLOCK:-4096} DCP_BENCH_LIST=${NCU_LIST:-sequence} \
+      DCP_BENCH_ROUTES=${NCU_ROUTE:-wgmma} \
       timeout ${NCU_TIMEOUT:-180} ncu --clock-control none --kernel-name regex:"attention_${kern}_kernel" \
       --launch-skip 1 --launch-count 1 --set full --import-source no -f -o /tmp/ncu_$kern \
       $b/bench/bench_cuda_attention >"$nd/ncu_run_$kern.txt" 2>&1
