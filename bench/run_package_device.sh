@@ -8,7 +8,7 @@
 #   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
 #   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows;
-#   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both;
+#   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both (all in kernels.tar);
 #   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 set -u
@@ -105,6 +105,9 @@ if has kernels; then
   say "cuDNN / FlashAttention-2 SDPA on the same shapes (bench/sdpa_reference.py)"
   timeout 180 python3 bench/sdpa_reference.py "$out/sdpa_reference.json" 2>&1 | tee -a "$log"
   kill $smi
+  # One file for the four (the device tool brings back a few files per call).
+  tar -cf "$out/kernels.tar" -C "$out" bench_cuda_attention.json bench_cuda_attention.md sdpa_reference.json clocks.csv && \
+    rm -f "$out"/bench_cuda_attention.json "$out"/bench_cuda_attention.md "$out"/sdpa_reference.json "$out"/clocks.csv
 fi
 if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
   # PLAN_BLOCKS: block sizes (default 2048). PLAN_RUNS: name:flags:environment triples, e.g.
