@@ -1,0 +1,139 @@
+"""The kernel benchmark against cuDNN, read from one device call.
+
+Reads bench_cuda_attention's JSON and bench/sdpa_reference.py's JSON of the same call (the
+kernels phase of bench/run_package_device.sh packs both into kernels.tar) and prints, per list,
+block size and route, forward and backward TFLOP/s with:
+  - full lists: the ratio to cuDNN non-causal at the same S; causal sequences: to cuDNN causal;
+  - every list: the share of the full list's rate at the same S, B and route (the issue's
+    "window and partial lists >= 85 % of the full-tile rate");
+and checks the kernel issue's targets (forward >= 0.95x cuDNN at B >= 2048, >= 0.90x at
+B = 1024; backward >= 0.95x; window and partial >= 85 % of the full rate).
+
+Usage: python3 bench/kernel_ratios.py kernels.tar [--route wgmma-runs] [--json OUT]
+       python3 bench/kernel_ratios.py --bench bench_cuda_attention.json --sdpa sdpa_reference.json
+"""
+import argparse
+import io
+import json
+import sys
+import tarfile
+
+FWD_TARGET = {1024: 0.90}  # other block sizes: 0.95
+BWD_TARGET = 0.95
+SHARE_TARGET = 0.85
+
+
+def load_tar(path):
+    """(bench, sdpa) JSON objects from a kernels.tar."""
+    with tarfile.open(path) as tar:
+        found = {}
+        for member in tar.getmembers():
+            name = member.name.rsplit("/", 1)[-1]
+            if name in ("bench_cuda_attention.json", "sdpa_reference.json"):
+                found[name] = json.load(io.TextIOWrapper(tar.extractfile(member)))
+    missing = {"bench_cuda_attention.json", "sdpa_reference.json"} - found.keys()
+    if missing:
+        raise SystemExit(f"{path}: no {', '.join(sorted(missing))} in the archive")
+    return found["bench_cuda_attention.json"], found["sdpa_reference.json"]
+
+
+def cudnn_rates(sdpa):
+    """{(seq, causal): (fwd, bwd)} of the cuDNN rows."""
+    return {(r["seq"], bool(r["causal"])): (r["fwd_tflops"], r["bwd_tflops"])
+            for r in sdpa["rows"] if r["backend"] == "cudnn"}
+
+
+def routes_of(bench):
+    return sorted({k[len("fwd_"):-len("_tflops")] for r in bench["rows"] for k in r
+                   if k.startswith("fwd_") and k.endswith("_tflops")})
+
+
+def ratios(bench, sdpa, route):
+    """One dict per list row: rates, the ratio to cuDNN where it has a counterpart, the share of
+    the full list's rate, and the targets that apply."""
+    ref = cudnn_rates(sdpa)
+    rows = bench["rows"]
+    full = {(r["seq"], r["block"]): r for r in rows if r["list"] == "full"}
+    out = []
+    for r in rows:
+        fk, bk = f"fwd_{route}_tflops", f"bwd_{route}_tflops"
+        if fk not in r:
+            raise SystemExit(f"route {route} is not in the benchmark (routes: {', '.join(routes_of(bench))})")
+        row = {"seq": r["seq"], "block": r["block"], "list": r["list"], "fwd": r[fk], "bwd": r.get(bk)}
+        causal = {"full": False, "sequence": True}.get(r["list"])
+        if causal is not None and (r["seq"], causal) in ref:
+            cf, cb = ref[(r["seq"], causal)]
+            row["cudnn_fwd"], row["cudnn_bwd"] = cf, cb
+            row["fwd_x"] = r[fk] / cf
+            row["fwd_target"] = FWD_TARGET.get(r["block"], 0.95)
+            if row["bwd"] is not None:
+                row["bwd_x"] = row["bwd"] / cb
+                row["bwd_target"] = BWD_TARGET
+        f = full.get((r["seq"], r["block"]))
+        if f is not None and r["list"] != "full":
+            row["fwd_share"] = r[fk] / f[fk]
+            if row["bwd"] is not None and f.get(bk):
+                row["bwd_share"] = row["bwd"] / f[bk]
+            if r["list"] in ("window", "partial"):
+                row["share_target"] = SHARE_TARGET
+        out.append(row)
+    return out
+
+
+def verdicts(row):
+    """(what, met) pairs of the targets this row carries."""
+    v = []
+    if "fwd_x" in row:
+        v.append((f"fwd {row['fwd_x']:.3f}x >= {row['fwd_target']:.2f}x", row["fwd_x"] >= row["fwd_target"]))
+    if "bwd_x" in row:
+        v.append((f"bwd {row['bwd_x']:.3f}x >= {row['bwd_target']:.2f}x", row["bwd_x"] >= row["bwd_target"]))
+    if "share_target" in row:
+        for side in ("fwd", "bwd"):
+            if f"{side}_share" in row:
+                s = row[f"{side}_share"]
+                v.append((f"{side} {100 * s:.0f} % of full >= {100 * row['share_target']:.0f} %", s >= row["share_target"]))
+    return v
+
+
+def table(rows, route):
+    def cell(x, fmt):
+        return format(x, fmt) if x is not None else "-"
+    lines = [f"route {route}; ratios to cuDNN in the same call (full: non-causal, sequence: causal); share: of the full list's rate",
+             "| S | B | list | fwd TFLOP/s | x cuDNN | share | bwd TFLOP/s | x cuDNN | share | targets |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        v = verdicts(r)
+        tgt = "; ".join(f"{w}: {'met' if ok else 'missed'}" for w, ok in v) or ""
+        lines.append(f"| {r['seq']} | {r['block']} | {r['list']} | {cell(r['fwd'], '.1f')} | {cell(r.get('fwd_x'), '.3f')} | "
+                     f"{cell(r.get('fwd_share'), '.2f')} | {cell(r['bwd'], '.1f')} | {cell(r.get('bwd_x'), '.3f')} | "
+                     f"{cell(r.get('bwd_share'), '.2f')} | {tgt} |")
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tar", nargs="?", help="kernels.tar of run_package_device.sh's kernels phase")
+    ap.add_argument("--bench", help="bench_cuda_attention JSON (instead of the tar)")
+    ap.add_argument("--sdpa", help="sdpa_reference.py JSON (instead of the tar)")
+    ap.add_argument("--route", default="wgmma-runs", help="kernel route to read (default: wgmma-runs, as the executor runs plans)")
+    ap.add_argument("--json", help="write the rows with their ratios here")
+    a = ap.parse_args(argv)
+    if a.tar:
+        bench, sdpa = load_tar(a.tar)
+    elif a.bench and a.sdpa:
+        with open(a.bench) as f:
+            bench = json.load(f)
+        with open(a.sdpa) as f:
+            sdpa = json.load(f)
+    else:
+        ap.error("give kernels.tar, or both --bench and --sdpa")
+    rows = ratios(bench, sdpa, a.route)
+    print(table(rows, a.route))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"route": a.route, "rows": rows}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

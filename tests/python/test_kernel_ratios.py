@@ -1,0 +1,73 @@
+"""bench/kernel_ratios.py: ratios to cuDNN and shares of the full list's rate, from synthetic
+benchmark files, and the errors a wrong input gets."""
+import io
+import json
+import os
+import sys
+import tarfile
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import kernel_ratios  # noqa: E402
+
+
+def bench():
+    rows = []
+    for block, full_fwd in ((1024, 560.0), (2048, 600.0)):
+        for lst, scale in (("full", 1.0), ("sequence", 0.95), ("window", 0.8)):
+            rows.append({"seq": 32768, "block": block, "list": lst, "tiles": 1,
+                         "fwd_wgmma-runs_tflops": full_fwd * scale, "bwd_wgmma-runs_tflops": 450.0 * scale})
+    return {"gpu": "test", "rows": rows}
+
+
+def sdpa():
+    return {"rows": [
+        {"backend": "cudnn", "seq": 32768, "causal": False, "fwd_tflops": 600.0, "bwd_tflops": 500.0},
+        {"backend": "cudnn", "seq": 32768, "causal": True, "fwd_tflops": 570.0, "bwd_tflops": 475.0},
+        {"backend": "fa2", "seq": 32768, "causal": False, "fwd_tflops": 300.0, "bwd_tflops": 250.0}]}
+
+
+def by_key(rows):
+    return {(r["block"], r["list"]): r for r in rows}
+
+
+def test_ratios_shares_and_targets():
+    rows = by_key(kernel_ratios.ratios(bench(), sdpa(), "wgmma-runs"))
+    full1 = rows[(1024, "full")]
+    assert full1["fwd_x"] == pytest.approx(560 / 600)  # cuDNN non-causal, never FA2
+    assert full1["fwd_target"] == 0.90 and rows[(2048, "full")]["fwd_target"] == 0.95
+    seq2 = rows[(2048, "sequence")]
+    assert seq2["fwd_x"] == pytest.approx(570 / 570)  # the causal sequence against cuDNN causal
+    assert seq2["bwd_x"] == pytest.approx(427.5 / 475)
+    win = rows[(1024, "window")]
+    assert "fwd_x" not in win and win["fwd_share"] == pytest.approx(0.8) and win["share_target"] == 0.85
+    assert [ok for _, ok in kernel_ratios.verdicts(full1)] == [True, False]  # fwd 0.93 >= 0.90; bwd 0.90 < 0.95
+    assert [ok for _, ok in kernel_ratios.verdicts(rows[(2048, "full")])] == [True, False]
+    assert [ok for _, ok in kernel_ratios.verdicts(win)] == [False, False]  # 80 % < 85 %
+    assert kernel_ratios.verdicts(rows[(1024, "sequence")])[0][1] is True  # 532 / 570 = 0.933 >= 0.90
+    text = kernel_ratios.table(list(rows.values()), "wgmma-runs")
+    assert "| 32768 | 2048 | full | 600.0 | 1.000 |" in text
+
+
+def test_reads_a_kernels_tar(tmp_path):
+    path = tmp_path / "kernels.tar"
+    with tarfile.open(path, "w") as tar:
+        for name, obj in (("bench_cuda_attention.json", bench()), ("sdpa_reference.json", sdpa())):
+            data = json.dumps(obj).encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    out = tmp_path / "ratios.json"
+    assert kernel_ratios.main([str(path), "--json", str(out)]) == 0
+    assert len(json.loads(out.read_text())["rows"]) == 6
+
+
+def test_bad_inputs(tmp_path):
+    with pytest.raises(SystemExit, match="route nope is not in the benchmark"):
+        kernel_ratios.ratios(bench(), sdpa(), "nope")
+    path = tmp_path / "empty.tar"
+    with tarfile.open(path, "w"):
+        pass
+    with pytest.raises(SystemExit, match="no bench_cuda_attention.json, sdpa_reference.json"):
+        kernel_ratios.load_tar(str(path))
