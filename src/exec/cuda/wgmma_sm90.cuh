@@ -65,19 +65,25 @@ __device__ __forceinline__ uint64_t sw128_desc(uint32_t smem_byte_addr, uint32_t
          (static_cast<uint64_t>((sbo_bytes >> 4) & 0x3FFFU) << 32) | (uint64_t{1} << 62);
 }
 
+// A descriptor moved by `bytes` (a multiple of 16) within shared memory. Only the start-address
+// field (bits 0-13: address / 16) changes, and shared addresses stay below 2^18 bytes, so the
+// field never carries into the next one: one addition instead of rebuilding every field. The
+// tile's own descriptor is then common to all k steps of a product and computed once, which
+// keeps the uniform-datapath work between two wgmma issues small.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 // K-major operand at k step kk (16 columns) of a tile with kTileRows rows; `row0` (a multiple
 // of 8) selects the first M/N row the instruction reads (a warpgroup's 64 q rows).
 template <int kTileRows>
 __device__ __forceinline__ uint64_t desc_k_major(uint32_t tile, int row0, int kk) {
-  const uint32_t addr = tile + static_cast<uint32_t>((kk >> 2) * kTileRows * 128 + row0 * 128 + (kk & 3) * 32);
-  return sw128_desc(addr, 16, kSw128AtomBytes);
+  return desc_add(sw128_desc(tile, 16, kSw128AtomBytes),
+                  static_cast<uint32_t>((kk >> 2) * kTileRows * 128 + row0 * 128 + (kk & 3) * 32));
 }
 
 // MN-major operand at k step kk (16 rows of the tile) of a tile with kTileRows rows.
 template <int kTileRows>
 __device__ __forceinline__ uint64_t desc_mn_major(uint32_t tile, int kk) {
-  const uint32_t addr = tile + static_cast<uint32_t>(kk * 16 * 128);
-  return sw128_desc(addr, kTileRows * 128, kSw128AtomBytes);
+  return desc_add(sw128_desc(tile, kTileRows * 128, kSw128AtomBytes), static_cast<uint32_t>(kk * 16 * 128));
 }
 
 // Orders this thread's earlier register writes (accumulators, A fragments) before the next wgmma.
