@@ -121,10 +121,14 @@ class GainHeap {
 struct NetTerm {
   int32_t e;
   int32_t h;           // part of the net's home (-1: outside the level); unused when home
+  int32_t hn;          // node of h (-1 when h is -1)
   int32_t begin, end;  // home: the parts touching the net, in Scratch::parts
   bool home;           // the evaluated vertex is the net's home
   bool leaves;         // not home: leaving `from` drops the part from the net
   double leave;        // not home: the objective that leaving saves (w x f(from, h))
+  double w;            // the net's weight
+  double held;         // the net's held bytes (0 when not tracked)
+  const int32_t* c;    // the net's pin counts per part
 };
 
 // Candidate scratch of best_move under the hierarchical cost (one per thread).
@@ -390,20 +394,26 @@ class Fm {
     const double x = s_.node_factor;
     const int32_t* part_node = s_.part_node.data();
     auto f = [&](int p, int h) { return h < 0 || part_node[p] == part_node[h] ? 1.0 : x; };
+    const bool held = !s_.net_held.empty();
     for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
       const int32_t e = s_.vertex_nets[i];
       const int32_t hv = s_.net_home[e];
       const int32_t* c = &count_[static_cast<size_t>(e) * k_];
       NetTerm t{};
       t.e = e;
+      t.w = s_.net_weight[e];
+      t.held = held ? s_.net_held[e] : 0.0;
+      t.c = c;
       if (hv != v) {
         t.h = hv >= 0 ? part_[hv] : -1;
+        t.hn = hv >= 0 ? part_node[t.h] : -1;
         if (hv >= 0) cand.push_back(t.h);
         t.leaves = c[from] == 1 && from != t.h;
-        if (t.leaves) t.leave = s_.net_weight[e] * f(from, t.h);
+        if (t.leaves) t.leave = t.w * f(from, t.h);
       } else {
         t.home = true;
         t.h = -1;
+        t.hn = -1;
         t.begin = static_cast<int32_t>(parts.size());
         for (int b = 0; b < k_; ++b)
           if (c[b] > 0) {
@@ -418,14 +428,12 @@ class Fm {
       for (int b = 0; b < k_; ++b) cand.push_back(b);
     // Full memory of `from` after the move (independent of the target), as held_delta.
     double d_from = -s_.memory[v];
-    const bool held = !s_.net_held.empty();
     if (held && caps_.has_full())
       for (const NetTerm& t : terms) {
-        const int32_t* c = &count_[static_cast<size_t>(t.e) * k_];
         if (t.home) {
-          if (c[from] > 1) d_from += s_.net_held[t.e];
-        } else if (c[from] == 1 && from != t.h) {
-          d_from -= s_.net_held[t.e];
+          if (t.c[from] > 1) d_from += t.held;
+        } else if (t.c[from] == 1 && from != t.h) {
+          d_from -= t.held;
         }
       }
     const bool from_fits = d_from <= 0 || !caps_.has_full() ||
@@ -443,7 +451,7 @@ class Fm {
       if (b == from || touched[b] == stamp) continue;
       touched[b] = stamp;
       if (!fits_owned(v, b)) continue;
-      const double g = gain_hierarchical(from, b, terms, parts, f);
+      const double g = gain_hierarchical(from, b, terms, parts, f, x);
       if (target >= 0 && !(g > best || (g == best && b < target))) continue;
       if (!fits_full_hierarchical(v, b, from_fits, terms)) continue;
       target = b;
@@ -465,11 +473,10 @@ class Fm {
     double d_to = s_.memory[v];
     if (!s_.net_held.empty())
       for (const NetTerm& t : terms) {
-        const int32_t* c = &count_[static_cast<size_t>(t.e) * k_];
         if (t.home) {
-          if (c[to] > 0) d_to -= s_.net_held[t.e];
-        } else if (c[to] == 0 && to != t.h) {
-          d_to += s_.net_held[t.e];
+          if (t.c[to] > 0) d_to -= t.held;
+        } else if (t.c[to] == 0 && to != t.h) {
+          d_to += t.held;
         }
       }
     return (d_to <= 0 || load_f_[to] + d_to <= caps_.full_memory[to]) && from_fits;
@@ -478,14 +485,16 @@ class Fm {
   // move_gain(v, from -> to) under the hierarchical cost from the per-net terms.
   template <class F>
   double gain_hierarchical(int32_t from, int32_t to, const std::vector<NetTerm>& terms,
-                           const std::vector<int32_t>& parts, const F& f) const {
+                           const std::vector<int32_t>& parts, const F& f, double x) const {
     double g = 0;
+    const int32_t node_to = s_.part_node[to];
     for (const NetTerm& t : terms) {
-      const double w = s_.net_weight[t.e];
-      const int32_t* c = &count_[static_cast<size_t>(t.e) * k_];
+      const double w = t.w;
+      const int32_t* c = t.c;
       if (!t.home) {
         if (t.leaves) g += t.leave;
-        if (c[to] == 0 && to != t.h) g -= w * f(to, t.h);
+        // w x f(to, h), f from the home's node kept in the term.
+        if (c[to] == 0 && to != t.h) g -= w * (t.hn < 0 || t.hn == node_to ? 1.0 : x);
         continue;
       }
       // Every part touching the net, ascending; a part touching it neither before nor after
