@@ -208,7 +208,15 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
         kept.push_back(std::move(cands[i]));
     return kept;
   };
-  std::vector<std::vector<int32_t>> node_parts = node_candidates(*backend);
+  // Every device as one level (the repairs across nodes and the global refinement) does not
+  // depend on the partition: with several threads it is built beside the node level, where a
+  // thread is often free, instead of on the sequential path after the device level.
+  placement::AllDevices all_devices(table, h, cluster);
+  std::vector<std::vector<int32_t>> node_parts;
+  if (par != nullptr && builtin && num_nodes > 1)
+    placement::run_both(par, [&] { node_parts = node_candidates(*backend); }, [&] { all_devices.get(); });
+  else
+    node_parts = node_candidates(*backend);
   rep.node_level_s = seconds_since(t0);
 
   // Level 2: devices of each node, against the global per-device bounds; then the bounds over
@@ -219,7 +227,6 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   // and none better.) Node candidates, and the nodes of one candidate, are placed at the same
   // time on the pool.
   t0 = Clock::now();
-  placement::AllDevices all_devices(table, h, cluster);
   struct Placed {
     std::vector<int32_t> parts;
     size_t violations = 0;
