@@ -7,7 +7,8 @@
 # A B A B, and one-GPU whole plans (ldc 65536, the four masks, B = $AB_BLOCK) A B, then B A.
 # cuDNN's SDPA follows on the same shapes; the SM clock and power are sampled throughout.
 # Usage (repository root): bench/run_ab_device.sh DEPS_DIR
-# Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout.
+# Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout;
+# `python3 bench/ab_table.py ab.tgz` prints B / A per list and per whole plan.
 set -u
 cd "$(dirname "$0")/.."
 deps=$(realpath "$1")

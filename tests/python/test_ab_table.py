@@ -1,0 +1,60 @@
+"""bench/ab_table.py: B against A from a synthetic run_ab_device.sh archive."""
+import io
+import json
+import os
+import sys
+import tarfile
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+import ab_table  # noqa: E402
+
+
+def kernels(fwd, bwd):
+    return {"rows": [{"seq": 32768, "block": 1024, "list": "full", "tiles": 1,
+                      "fwd_wgmma-runs_tflops": fwd, "bwd_wgmma-cells_tflops": bwd}]}
+
+
+def plan(fwd, bwd):
+    return {"rows": [{"method": "dcp", "fwd_tflops_per_gpu": fwd, "bwd_tflops_per_gpu": bwd}]}
+
+
+def write_tgz(path, files):
+    with tarfile.open(path, "w:gz") as tar:
+        for name, obj in files.items():
+            data = json.dumps(obj).encode()
+            info = tarfile.TarInfo("ab/" + name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def test_means_and_ratios(tmp_path, capsys):
+    path = tmp_path / "ab.tgz"
+    write_tgz(path, {
+        "kernels_A_1.json": kernels(500, 400), "kernels_B_1.json": kernels(520, 420),
+        "kernels_A_2.json": kernels(510, 410), "kernels_B_2.json": kernels(530, 430),
+        "plan_A_lambda_AB.json": plan(500, 400), "plan_B_lambda_AB.json": plan(505, 416),
+        "plan_A_lambda_BA.json": plan(500, 400), "plan_B_lambda_BA.json": plan(515, 416),
+        "sdpa_reference.json": {"rows": [{"backend": "cudnn", "seq": 32768, "causal": False, "fwd_tflops": 600, "bwd_tflops": 540}]},
+        "other.json": {"rows": []}})
+    out = tmp_path / "t.json"
+    assert ab_table.main([str(path), "--json", str(out)]) == 0
+    t = json.loads(out.read_text())
+    (row,) = t["lists"]
+    assert row["fwd_A"] == pytest.approx(505) and row["fwd_B"] == pytest.approx(525)
+    assert row["bwd_B_over_A"] == pytest.approx(425 / 405)
+    (p,) = t["plans"]
+    assert p["mask"] == "lambda" and p["fwd_B_over_A"] == pytest.approx(510 / 500) and p["bwd_B_over_A"] == pytest.approx(1.04)
+    assert "S 32768 non-causal 600.0 / 540.0" in capsys.readouterr().out
+
+
+def test_bad_inputs(tmp_path):
+    path = tmp_path / "empty.tgz"
+    write_tgz(path, {"notes.json": {}})
+    with pytest.raises(SystemExit, match="no kernels_"):
+        ab_table.main([str(path)])
+    path = tmp_path / "ab.tgz"
+    write_tgz(path, {"kernels_A_1.json": kernels(1, 1)})
+    with pytest.raises(SystemExit, match="no fwd_nope_tflops"):
+        ab_table.main([str(path), "--fwd-route", "nope"])
