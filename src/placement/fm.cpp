@@ -119,7 +119,6 @@ class GainHeap {
 // One net of a vertex whose moves are being evaluated under the hierarchical cost: what every
 // candidate target shares, computed once per evaluation.
 struct NetTerm {
-  int32_t e;
   int32_t h;           // part of the net's home (-1: outside the level); unused when home
   int32_t hn;          // node of h (-1 when h is -1)
   int32_t begin, end;  // home: the parts touching the net, in Scratch::parts
@@ -400,7 +399,6 @@ class Fm {
       const int32_t hv = s_.net_home[e];
       const int32_t* c = &count_[static_cast<size_t>(e) * k_];
       NetTerm t{};
-      t.e = e;
       t.w = s_.net_weight[e];
       t.held = held ? s_.net_held[e] : 0.0;
       t.c = c;
