@@ -37,6 +37,16 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
+def compared(row, acc):
+    """`row` with the mean forward and backward rates of A and B ({"A": (fwd list, bwd list),
+    "B": ...}) and B / A."""
+    for i, d in enumerate(("fwd", "bwd")):
+        ma, mb = mean(acc["A"][i]), mean(acc["B"][i])
+        row[f"{d}_A"], row[f"{d}_B"] = ma, mb
+        row[f"{d}_B_over_A"] = mb / ma if ma and mb else None
+    return row
+
+
 def list_rows(files, fwd_route, bwd_route):
     """One row per (S, B, list): mean A and B rates over the runs, and B / A."""
     acc = {}
@@ -53,15 +63,7 @@ def list_rows(files, fwd_route, bwd_route):
             a = acc.setdefault((r["seq"], r["block"], r["list"]), {"A": ([], []), "B": ([], [])})
             a[side][0].append(r[fk])
             a[side][1].append(r[bk])
-    rows = []
-    for (seq, block, lst), a in sorted(acc.items()):
-        row = {"seq": seq, "block": block, "list": lst}
-        for i, d in enumerate(("fwd", "bwd")):
-            ma, mb = mean(a["A"][i]), mean(a["B"][i])
-            row[f"{d}_A"], row[f"{d}_B"] = ma, mb
-            row[f"{d}_B_over_A"] = mb / ma if ma and mb else None
-        rows.append(row)
-    return rows
+    return [compared({"seq": seq, "block": block, "list": lst}, a) for (seq, block, lst), a in sorted(acc.items())]
 
 
 def plan_rows(files):
@@ -75,15 +77,7 @@ def plan_rows(files):
         a = acc.setdefault(m.group(2), {"A": ([], []), "B": ([], [])})
         a[m.group(1)][0].append(r["fwd_tflops_per_gpu"])
         a[m.group(1)][1].append(r["bwd_tflops_per_gpu"])
-    rows = []
-    for mask, a in sorted(acc.items()):
-        row = {"mask": mask}
-        for i, d in enumerate(("fwd", "bwd")):
-            ma, mb = mean(a["A"][i]), mean(a["B"][i])
-            row[f"{d}_A"], row[f"{d}_B"] = ma, mb
-            row[f"{d}_B_over_A"] = mb / ma if ma and mb else None
-        rows.append(row)
-    return rows
+    return [compared({"mask": mask}, a) for mask, a in sorted(acc.items())]
 
 
 def fmt(x, spec):
