@@ -100,7 +100,8 @@ class BuiltinPartitioner final : public Partitioner {
         Result r;
         r.part = structured_initial(
             s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i]);
-        // SharedBands equals Best when no sequence is cut over 5 or more parts: skip the rerun.
+        // SharedBands equals Best when no sequence is cut over kSharedBandsMinParts or more parts:
+        // skip the rerun.
         if (i > 0 && upper && r.part == results.front().part) continue;
         results.push_back(std::move(r));
       }
