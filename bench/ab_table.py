@@ -1,9 +1,10 @@
-"""B against A from one `bench/run_ab_device.sh` call.
+"""Each variant against A from one `bench/run_ab_device.sh` call.
 
 Reads the call's ab.tgz (or its unpacked folder) and prints, per list and block size, the mean
-forward and backward TFLOP/s of A and B over their runs and B / A; then the whole plans (every
-mask, both orders) the same way, and cuDNN's figures of the call. Means over the runs because
-the runs alternate A B A B: a drift of the GPU's clock between runs falls on both sides alike.
+forward and backward TFLOP/s of A and of every other variant (B, C, ...) over their runs, and each
+over A; then the whole plans (every mask, both orders) the same way, and cuDNN's figures of the
+call. Means over the runs because the runs alternate A B A B: a drift of the GPU's clock between
+runs falls on every side alike.
 
 Usage: python3 bench/ab_table.py ab.tgz [--fwd-route wgmma-runs] [--bwd-route wgmma-cells] [--json OUT]
 """
@@ -38,20 +39,25 @@ def mean(xs):
 
 
 def compared(row, acc):
-    """`row` with the mean forward and backward rates of A and B ({"A": (fwd list, bwd list),
-    "B": ...}) and B / A."""
+    """`row` with the mean forward and backward rates of every variant ({"A": (fwd list, bwd list),
+    "B": ...}) and each variant's over A's (fwd_B_over_A, ...)."""
     for i, d in enumerate(("fwd", "bwd")):
-        ma, mb = mean(acc["A"][i]), mean(acc["B"][i])
-        row[f"{d}_A"], row[f"{d}_B"] = ma, mb
-        row[f"{d}_B_over_A"] = mb / ma if ma and mb else None
+        ma = mean(acc.get("A", ([], []))[i])
+        row[f"{d}_A"] = ma
+        for v in sorted(acc):
+            if v == "A":
+                continue
+            mv = mean(acc[v][i])
+            row[f"{d}_{v}"] = mv
+            row[f"{d}_{v}_over_A"] = mv / ma if ma and mv else None
     return row
 
 
 def list_rows(files, fwd_route, bwd_route):
-    """One row per (S, B, list): mean A and B rates over the runs, and B / A."""
+    """One row per (S, B, list): the mean rate of each variant over the runs, and each over A."""
     acc = {}
     for name, obj in files.items():
-        m = re.fullmatch(r"kernels_([AB])_(\d+)\.json", name)
+        m = re.fullmatch(r"kernels_([A-Z])_(\d+)\.json", name)
         if not m:
             continue
         side = m.group(1)
@@ -60,24 +66,29 @@ def list_rows(files, fwd_route, bwd_route):
             if fk not in r or bk not in r:
                 raise SystemExit(f"{name}: no {fk if fk not in r else bk} (routes of the call: "
                                  f"{', '.join(sorted(k[4:-7] for k in r if k.startswith('fwd_') and k.endswith('_tflops')))})")
-            a = acc.setdefault((r["seq"], r["block"], r["list"]), {"A": ([], []), "B": ([], [])})
-            a[side][0].append(r[fk])
-            a[side][1].append(r[bk])
+            a = acc.setdefault((r["seq"], r["block"], r["list"]), {}).setdefault(side, ([], []))
+            a[0].append(r[fk])
+            a[1].append(r[bk])
     return [compared({"seq": seq, "block": block, "list": lst}, a) for (seq, block, lst), a in sorted(acc.items())]
 
 
 def plan_rows(files):
-    """One row per mask: mean A and B whole-plan rates over both orders, and B / A."""
+    """One row per mask: the mean whole-plan rate of each variant over both orders, and each over A."""
     acc = {}
     for name, obj in files.items():
-        m = re.fullmatch(r"plan_([AB])_(.+)_(AB|BA)\.json", name)
+        m = re.fullmatch(r"plan_([A-Z])_(.+)_([A-Z]{2,})\.json", name)
         if not m:
             continue
         r = obj["rows"][0]
-        a = acc.setdefault(m.group(2), {"A": ([], []), "B": ([], [])})
-        a[m.group(1)][0].append(r["fwd_tflops_per_gpu"])
-        a[m.group(1)][1].append(r["bwd_tflops_per_gpu"])
+        a = acc.setdefault(m.group(2), {}).setdefault(m.group(1), ([], []))
+        a[0].append(r["fwd_tflops_per_gpu"])
+        a[1].append(r["bwd_tflops_per_gpu"])
     return [compared({"mask": mask}, a) for mask, a in sorted(acc.items())]
+
+
+def variants_of(rows):
+    """The variants other than A that the rows hold, in order."""
+    return sorted({k.split("_")[1] for r in rows for k in r if k.startswith("fwd_") and k.endswith("_over_A")})
 
 
 def fmt(x, spec):
@@ -94,20 +105,29 @@ def main(argv=None):
     files = read_files(a.call)
     lists, plans = list_rows(files, a.fwd_route, a.bwd_route), plan_rows(files)
     if not lists and not plans:
-        raise SystemExit(f"{a.call}: no kernels_[AB]_N.json or plan_[AB]_MASK_ORDER.json files")
+        raise SystemExit(f"{a.call}: no kernels_V_N.json or plan_V_MASK_ORDER.json files")
+    vs = variants_of(lists + plans)
+
+    def cells(r):
+        out = []
+        for d in ("fwd", "bwd"):
+            out.append(fmt(r[f"{d}_A"], ".1f"))
+            for v in vs:
+                out += [fmt(r.get(f"{d}_{v}"), ".1f"), fmt(r.get(f"{d}_{v}_over_A"), ".3f")]
+        return out
+
+    head = [h for d in ("fwd", "bwd") for h in [f"{d} A"] + [x for v in vs for x in (f"{d} {v}", f"{v} / A")]]
     print(f"lists: forward {a.fwd_route}, backward {a.bwd_route}; TFLOP/s, mean over the runs")
-    print("| S | B | list | fwd A | fwd B | B / A | bwd A | bwd B | B / A |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| S | B | list | " + " | ".join(head) + " |")
+    print("|" + " --- |" * (3 + len(head)))
     for r in lists:
-        print(f"| {r['seq']} | {r['block']} | {r['list']} | {fmt(r['fwd_A'], '.1f')} | {fmt(r['fwd_B'], '.1f')} | "
-              f"{fmt(r['fwd_B_over_A'], '.3f')} | {fmt(r['bwd_A'], '.1f')} | {fmt(r['bwd_B'], '.1f')} | {fmt(r['bwd_B_over_A'], '.3f')} |")
+        print(f"| {r['seq']} | {r['block']} | {r['list']} | " + " | ".join(cells(r)) + " |")
     if plans:
         print("\nwhole one-GPU plans; TFLOP/s, mean over both orders")
-        print("| mask | fwd A | fwd B | B / A | bwd A | bwd B | B / A |")
-        print("| --- | --- | --- | --- | --- | --- | --- |")
+        print("| mask | " + " | ".join(head) + " |")
+        print("|" + " --- |" * (1 + len(head)))
         for r in plans:
-            print(f"| {r['mask']} | {fmt(r['fwd_A'], '.1f')} | {fmt(r['fwd_B'], '.1f')} | {fmt(r['fwd_B_over_A'], '.3f')} | "
-                  f"{fmt(r['bwd_A'], '.1f')} | {fmt(r['bwd_B'], '.1f')} | {fmt(r['bwd_B_over_A'], '.3f')} |")
+            print(f"| {r['mask']} | " + " | ".join(cells(r)) + " |")
     sdpa = files.get("sdpa_reference.json")
     if sdpa:
         print("\ncuDNN in the same call: " + "; ".join(

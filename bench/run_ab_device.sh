@@ -1,14 +1,16 @@
 #!/bin/bash
-# A/B of a kernel change in one device call (one H200): the tree is built twice, A with the CUDA
-# defines $AB_FLAGS_A and B with $AB_FLAGS_B (default: A = -DDCP_AB_OLD, B = none, so a change
-# kept behind `#ifdef DCP_AB_OLD` for the measurement compares against the code it replaces).
-# B is checked (kernel tests against fp64, the whole-plan check on one GPU), then both are timed
-# alternately in the same sustained state: bench_cuda_attention (S = 32768, routes $AB_ROUTES)
-# A B A B, and one-GPU whole plans (ldc 65536, the four masks, B = $AB_BLOCK) A B, then B A.
-# cuDNN's SDPA follows on the same shapes; the SM clock and power are sampled throughout.
+# A/B of a kernel change in one device call (one H200): the tree is built once per variant, A with
+# the CUDA defines $AB_FLAGS_A and B with $AB_FLAGS_B (default: A = -DDCP_AB_OLD, B = none, so a
+# change kept behind `#ifdef DCP_AB_OLD` for the measurement compares against the code it
+# replaces). AB_VARIANTS="A B C" adds a variant C built with $AB_FLAGS_C (two changes against one
+# base in one call). Every variant but A is checked (kernel tests against fp64, the whole-plan check
+# on one GPU), then all are timed alternately in the same sustained state: bench_cuda_attention
+# (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc 65536, the four masks,
+# B = $AB_BLOCK) in the variants' order, then reversed. cuDNN's SDPA follows on the same shapes;
+# the SM clock and power are sampled throughout.
 # Usage (repository root): bench/run_ab_device.sh DEPS_DIR
 # Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout;
-# `python3 bench/ab_table.py ab.tgz` prints B / A per list and per whole plan.
+# `python3 bench/ab_table.py ab.tgz` prints each variant over A per list and per whole plan.
 set -u
 cd "$(dirname "$0")/.."
 deps=$(realpath "$1")
@@ -19,42 +21,58 @@ export NCCL_NVLS_ENABLE=0
 NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/nvidia
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
 say() { echo "== $(date +%T) $*"; }
-flags_a=${AB_FLAGS_A--DDCP_AB_OLD}
-flags_b=${AB_FLAGS_B-}
-say "build A ($flags_a) and B ($flags_b)"
-for v in A B; do
-  f=$flags_a; [ $v = B ] && f=$flags_b
+variants=${AB_VARIANTS:-A B}
+flags_of() {
+  case $1 in
+    A) echo "${AB_FLAGS_A--DDCP_AB_OLD}" ;;
+    B) echo "${AB_FLAGS_B-}" ;;
+    *) local v="AB_FLAGS_$1"; [ -n "${!v+x}" ] || { echo "run_ab_device: AB_FLAGS_$1 is not set" >&2; exit 1; }; echo "${!v}" ;;
+  esac
+}
+for v in $variants; do
+  f=$(flags_of $v) || exit 1
+  say "configure $v ($f)"
   cmake -S . -B /tmp/ab$v -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCP_DEVICE_DEPS_DIR="$deps" -DDCP_ENABLE_BENCH=ON \
     -DNCCL_ROOT="$NCCL_ROOT" -DCMAKE_CUDA_FLAGS="$f" >"$x/cmake_$v.log" 2>&1 || { tail -20 "$x/cmake_$v.log"; exit 1; }
 done
-(ninja -C /tmp/abB -j 10 dcp_cli dcp_exec_cuda_check dcp_test_cuda bench_cuda_attention >"$x/build_B.log" 2>&1 || echo "build B failed") &
-(ninja -C /tmp/abA -j 6 dcp_cli bench_cuda_attention >"$x/build_A.log" 2>&1 || echo "build A failed") &
+nv=$(echo $variants | wc -w)
+jobs=$(( $(nproc) / nv ))
+for v in $variants; do
+  targets="dcp_cli bench_cuda_attention"
+  [ $v = A ] || targets="$targets dcp_exec_cuda_check dcp_test_cuda"
+  (ninja -C /tmp/ab$v -j $jobs $targets >"$x/build_$v.log" 2>&1 || echo "build $v failed") &
+done
 wait
-grep -h -A8 "error" "$x/build_A.log" "$x/build_B.log" | head -40
-say "kernel tests (B)"
-timeout 200 /tmp/abB/tests/cuda/dcp_test_cuda >"$x/kernel_tests.log" 2>&1
-echo "kernel tests: rc=$?"
-grep -E "^\[  (FAILED|PASSED) |Failure" "$x/kernel_tests.log" | head
-say "whole-plan check, one GPU (B)"
-timeout 200 /tmp/abB/tests/cuda/dcp_exec_cuda_check >"$x/exec_check.log" 2>&1
-echo "exec check: rc=$?"
-tail -2 "$x/exec_check.log"
+for v in $variants; do grep -h -A8 "error" "$x/build_$v.log" | head -20; done
+for v in $variants; do
+  [ $v = A ] && continue
+  say "kernel tests ($v)"
+  timeout 200 /tmp/ab$v/tests/cuda/dcp_test_cuda >"$x/kernel_tests_$v.log" 2>&1
+  echo "kernel tests $v: rc=$?"
+  grep -E "^\[  (FAILED|PASSED) |Failure" "$x/kernel_tests_$v.log" | head
+  say "whole-plan check, one GPU ($v)"
+  timeout 200 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_$v.log" 2>&1
+  echo "exec check $v: rc=$?"
+  tail -2 "$x/exec_check_$v.log"
+done
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 >"$x/clocks.csv" 2>&1 &
 smi=$!
 for r in 1 2; do
-  for v in A B; do
+  for v in $variants; do
     say "kernels $v, run $r"
     DCP_BENCH_SEQ=32768 DCP_BENCH_ROUTES=${AB_ROUTES:-wgmma-cells,wgmma-runs} timeout 120 \
       /tmp/ab$v/bench/bench_cuda_attention "$x/kernels_${v}_$r" 2>&1 | tail -16
   done
 done
-for order in "A B" "B A"; do
+reversed=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' ')
+for order in "$variants" "$reversed"; do
+  tag=$(echo $order | tr -d ' ')
   for m in causal lambda causal_blockwise shared_question; do
     for v in $order; do
       say "plan $v $m"
       timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 \
         --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
-        --cluster h200-nvl --nodes 1 --json "$x/plan_${v}_${m}_${order// /}.json" 2>&1 | tail -1
+        --cluster h200-nvl --nodes 1 --json "$x/plan_${v}_${m}_${tag}.json" 2>&1 | tail -1
     done
   done
 done

@@ -1,4 +1,4 @@
-"""bench/ab_table.py: B against A from a synthetic run_ab_device.sh archive."""
+"""bench/ab_table.py: each variant against A from a synthetic run_ab_device.sh archive."""
 import io
 import json
 import os
@@ -52,9 +52,26 @@ def test_means_and_ratios(tmp_path, capsys):
 def test_bad_inputs(tmp_path):
     path = tmp_path / "empty.tgz"
     write_tgz(path, {"notes.json": {}})
-    with pytest.raises(SystemExit, match="no kernels_"):
+    with pytest.raises(SystemExit, match="no kernels_V_N"):
         ab_table.main([str(path)])
     path = tmp_path / "ab.tgz"
     write_tgz(path, {"kernels_A_1.json": kernels(1, 1)})
     with pytest.raises(SystemExit, match="no fwd_nope_tflops"):
         ab_table.main([str(path), "--fwd-route", "nope"])
+
+
+def test_third_variant(tmp_path, capsys):
+    path = tmp_path / "abc.tgz"
+    write_tgz(path, {
+        "kernels_A_1.json": kernels(500, 400), "kernels_B_1.json": kernels(520, 420), "kernels_C_1.json": kernels(480, 440),
+        "plan_A_causal_ABC.json": plan(600, 450), "plan_B_causal_ABC.json": plan(610, 460), "plan_C_causal_ABC.json": plan(600, 470),
+        "plan_A_causal_CBA.json": plan(600, 450), "plan_B_causal_CBA.json": plan(610, 460), "plan_C_causal_CBA.json": plan(600, 480)})
+    out = tmp_path / "t.json"
+    assert ab_table.main([str(path), "--json", str(out)]) == 0
+    t = json.loads(out.read_text())
+    (row,) = t["lists"]
+    assert row["bwd_C_over_A"] == pytest.approx(1.1) and row["fwd_B_over_A"] == pytest.approx(1.04)
+    (p,) = t["plans"]
+    assert p["bwd_C"] == pytest.approx(475) and p["bwd_C_over_A"] == pytest.approx(475 / 450)
+    printed = capsys.readouterr().out
+    assert "| bwd C | C / A |" in printed and "| 32768 | 1024 | full |" in printed
