@@ -1,8 +1,8 @@
 #!/bin/bash
 # A/B of a kernel change in one device call (one H200): the tree is built once per variant, A with
-# the CUDA defines $AB_FLAGS_A and B with $AB_FLAGS_B (default: A = -DDCP_AB_OLD, B = none, so a
-# change kept behind `#ifdef DCP_AB_OLD` for the measurement compares against the code it
-# replaces). AB_VARIANTS="A B C" adds a variant C built with $AB_FLAGS_C (two changes against one
+# the defines $AB_FLAGS_A and B with $AB_FLAGS_B, for CUDA and C++ sources alike (default: A =
+# -DDCP_AB_OLD, B = none, so a change kept behind `#ifdef DCP_AB_OLD` for the measurement compares
+# against the code it replaces). AB_VARIANTS="A B C" adds a variant C built with $AB_FLAGS_C (two changes against one
 # base in one call). Every variant but A is checked (kernel tests against fp64, the whole-plan check
 # on one GPU), then all are timed alternately in the same sustained state: bench_cuda_attention
 # (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc 65536, the four masks,
@@ -33,7 +33,7 @@ for v in $variants; do
   f=$(flags_of $v) || exit 1
   say "configure $v ($f)"
   cmake -S . -B /tmp/ab$v -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCP_DEVICE_DEPS_DIR="$deps" -DDCP_ENABLE_BENCH=ON \
-    -DNCCL_ROOT="$NCCL_ROOT" -DCMAKE_CUDA_FLAGS="$f" >"$x/cmake_$v.log" 2>&1 || { tail -20 "$x/cmake_$v.log"; exit 1; }
+    -DNCCL_ROOT="$NCCL_ROOT" -DCMAKE_CUDA_FLAGS="$f" -DCMAKE_CXX_FLAGS="$f" >"$x/cmake_$v.log" 2>&1 || { tail -20 "$x/cmake_$v.log"; exit 1; }
 done
 nv=$(echo $variants | wc -w)
 jobs=$(( $(nproc) / nv ))
