@@ -320,20 +320,22 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       // when their bytes have landed, so the producer no longer spends the step on 16-byte copies.
       const bool tma = !end && cls != kEmpty && wp.tma_qdo != 0 && rows == kBwRows;
       if (!end && cls != kEmpty) {
-        if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
         const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
         const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
-        if (tma) {
-          if (ptid == 0) {
-            mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * Smem::kQBytes));
+        // The sub-tiles' TMA first, so that its latency runs under the LSE / Delta loads (strided:
+        // one 4-byte element per row and head) rather than after them: the consumers waited for a
+        // filled slot about 6 % of their time with the loads in the other order.
+        if (tma && ptid == 0) {
+          mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * Smem::kQBytes));
 #pragma unroll
-            for (int b = 0; b < kD / 64; ++b) {
-              const auto box = static_cast<uint32_t>(b * kBwRows * 128);
-              tma_load_2d(s_q + boff + box, &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);
-              tma_load_2d(s_do + boff + box, &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
-            }
+          for (int b = 0; b < kD / 64; ++b) {
+            const auto box = static_cast<uint32_t>(b * kBwRows * 128);
+            tma_load_2d(s_q + boff + box, &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);
+            tma_load_2d(s_do + boff + box, &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
           }
-        } else {
+        }
+        if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
+        if (!tma) {
           // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
           const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
           const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
