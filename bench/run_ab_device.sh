@@ -2,12 +2,12 @@
 # A/B of a kernel change in one device call (one H200): the tree is built once per variant, A with
 # the defines $AB_FLAGS_A and B with $AB_FLAGS_B, for CUDA and C++ sources alike (default: A =
 # -DDCP_AB_OLD, B = none, so a change kept behind `#ifdef DCP_AB_OLD` for the measurement compares
-# against the code it replaces). AB_VARIANTS="A B C" adds a variant C built with $AB_FLAGS_C (two changes against one
-# base in one call). Every variant but A is checked (kernel tests against fp64, the whole-plan check
-# on one GPU), then all are timed alternately in the same sustained state: bench_cuda_attention
-# (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc 65536, the four masks,
-# B = $AB_BLOCK) in the variants' order, then reversed. cuDNN's SDPA follows on the same shapes;
-# the SM clock and power are sampled throughout.
+# against the code it replaces). AB_VARIANTS="A B C" adds a variant C built with $AB_FLAGS_C (two
+# changes against one base in one call). Every variant but A is checked (kernel tests against
+# fp64, the whole-plan check on one GPU), then all are timed alternately in the same sustained
+# state: bench_cuda_attention (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc
+# 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed. cuDNN's SDPA follows
+# on the same shapes; the SM clock and power are sampled throughout.
 # Usage (repository root): bench/run_ab_device.sh DEPS_DIR
 # Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout;
 # `python3 bench/ab_table.py ab.tgz` prints each variant over A per list and per whole plan.
