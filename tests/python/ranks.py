@@ -40,6 +40,11 @@ def _entry(rank, world, init_file, fn, args, results):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        # Gloo's init returns on a rank once its own side of the mesh is connected: a function that
+        # needs no collective could let that rank finish and exit while a slower one still connects
+        # to it, which then fails ("connection closed by peer"). Every rank passes this barrier only
+        # after all of them are connected.
+        dist.barrier()
         results.put((rank, "ok", _plain(fn(rank, world, *args))))
     except BaseException:  # report, never hang the parent
         results.put((rank, "error", traceback.format_exc()))
