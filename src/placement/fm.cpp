@@ -557,28 +557,15 @@ class Fm {
   }
 
   void move_counts(int32_t v, int32_t from, int32_t to) {
-    if (!s_.net_held.empty()) {
-      double d_from, d_to;
-      held_delta(s_, count_.data(), k_, part_, v, from, to, d_from, d_to);
-      load_f_[from] += d_from;
-      load_f_[to] += d_to;
-    } else {
+    if (s_.net_held.empty()) {
       load_f_[from] -= s_.memory[v];
       load_f_[to] += s_.memory[v];
-    }
-    if (touch_.empty()) {
-      for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
-        const size_t e = static_cast<size_t>(s_.vertex_nets[i]) * k_;
-        --count_[e + from];
-        ++count_[e + to];
-      }
+      if (touch_.empty()) update_counts<false, false>(v, from, to);
+      else update_counts<false, true>(v, from, to);
+    } else if (touch_.empty()) {
+      update_counts<true, false>(v, from, to);
     } else {
-      for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
-        const int32_t e = s_.vertex_nets[i];
-        const size_t at = static_cast<size_t>(e) * k_;
-        if (--count_[at + from] == 0) clear_touch(e, from);
-        if (++count_[at + to] == 1) set_touch(e, to);
-      }
+      update_counts<true, true>(v, from, to);
     }
     load_c_[from] -= s_.compute[v];
     load_m_[from] -= s_.memory[v];
@@ -586,6 +573,36 @@ class Fm {
     load_m_[to] += s_.memory[v];
     part_[v] = to;
     if (cached_) cache_.update(s_, part_, count_, v, from, to);
+  }
+
+  // The pin counts of v's nets after v moves, in one walk over them; kHeld: with the full-memory
+  // change of `from` and `to` (held_delta's terms from each net's counts before its update, in
+  // the same order); kTouch: with the touched-parts bitsets.
+  template <bool kHeld, bool kTouch>
+  void update_counts(int32_t v, int32_t from, int32_t to) {
+    double d_from = -s_.memory[v], d_to = s_.memory[v];
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      int32_t* c = &count_[static_cast<size_t>(e) * k_];
+      if constexpr (kHeld) {
+        const double held = s_.net_held[e];
+        const int32_t home = s_.net_home[e];
+        if (home == v) {
+          if (c[to] > 0) d_to -= held;
+          if (c[from] > 1) d_from += held;
+        } else {
+          const int32_t hp = home >= 0 ? part_[home] : -1;
+          if (c[from] == 1 && from != hp) d_from -= held;
+          if (c[to] == 0 && to != hp) d_to += held;
+        }
+      }
+      if (--c[from] == 0 && kTouch) clear_touch(e, from);
+      if (++c[to] == 1 && kTouch) set_touch(e, to);
+    }
+    if constexpr (kHeld) {
+      load_f_[from] += d_from;
+      load_f_[to] += d_to;
+    }
   }
 
   // full_loads from the parts each net touches (the same sums in the same order: per part, the
