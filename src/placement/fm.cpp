@@ -14,6 +14,7 @@
 // moves of every pass: after a repair that moved a few vertices of a large level, the passes
 // start where the repair changed the partition instead of at every boundary vertex.
 #include <algorithm>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -119,23 +120,24 @@ class GainHeap {
 // One net of a vertex whose moves are being evaluated under the hierarchical cost: what every
 // candidate target shares, computed once per evaluation.
 struct NetTerm {
+  const int32_t* c;    // the net's pin counts per part
+  double w;            // the net's weight
+  double wx;           // w x node_factor: its cost per part on another node than the home's
+  double leave;        // not home: the objective that leaving saves (w x f(from, h))
+  double held;         // the net's held bytes (0 when not tracked)
   int32_t h;           // part of the net's home (-1: outside the level); unused when home
   int32_t hn;          // node of h (-1 when h is -1)
   int32_t begin, end;  // home: the parts touching the net, in Scratch::parts
   bool home;           // the evaluated vertex is the net's home
   bool leaves;         // not home: leaving `from` drops the part from the net
-  double leave;        // not home: the objective that leaving saves (w x f(from, h))
-  double w;            // the net's weight
-  double held;         // the net's held bytes (0 when not tracked)
-  const int32_t* c;    // the net's pin counts per part
 };
 
 // Candidate scratch of best_move under the hierarchical cost (one per thread).
 struct Scratch {
-  std::vector<int32_t> cand;
+  std::vector<int32_t> cand;      // candidate parts (written by index, grown as needed)
   std::vector<uint32_t> touched;  // per part: the stamp of the last evaluation that saw it
   uint32_t stamp = 0;
-  std::vector<NetTerm> terms;     // per net of the evaluated vertex
+  std::vector<NetTerm> terms;     // per net of the evaluated vertex (grown as needed)
   std::vector<int32_t> parts;     // ascending per home net: the parts it touches
 };
 
@@ -160,7 +162,6 @@ class Fm {
       load_c_[part[v]] += s.compute[v];
       load_m_[part[v]] += s.memory[v];
     }
-    load_f_ = full_loads(s, count_, k_, part);
     scratch_.touched.assign(static_cast<size_t>(k_), 0);
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
     queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
@@ -175,6 +176,13 @@ class Fm {
       node_parts_.resize(static_cast<size_t>(k_));
       std::vector<int32_t> fill(node_parts_begin_.begin(), node_parts_begin_.end() - 1);
       for (int b = 0; b < k_; ++b) node_parts_[fill[s.part_node[b]]++] = b;
+      words_ = (k_ + 63) / 64;
+      touch_.assign(static_cast<size_t>(s.num_nets()) * words_, 0);
+      for (int32_t e = 0; e < s.num_nets(); ++e)
+        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) set_touch(e, part[s.pins[i]]);
+      load_f_ = touched_full_loads();
+    } else {
+      load_f_ = full_loads(s, count_, k_, part);
     }
   }
 
@@ -377,57 +385,75 @@ class Fm {
   // leaving `from`, the home part, the parts touching a net whose home v is, and the full-memory
   // change of `from`; each candidate then replays the per-net terms in net order, the same
   // floating-point operations in the same order as move_gain and held_delta (so the same gains
-  // and capacity checks), without their per-target recomputation.
+  // and capacity checks), without their per-target recomputation. The result, the best gain
+  // among the candidates that fit and the lowest part among equals, does not depend on the order
+  // in which the candidates are visited.
   double best_move_hierarchical(int32_t v, int32_t& target, Scratch& scratch) const {
-    std::vector<int32_t>& cand = scratch.cand;
-    std::vector<uint32_t>& touched = scratch.touched;
-    std::vector<NetTerm>& terms = scratch.terms;
-    std::vector<int32_t>& parts = scratch.parts;
     const int32_t from = part_[v];
-    cand.clear();
-    terms.clear();
+    const int64_t nets_begin = s_.vertex_begin[v];
+    const auto degree = static_cast<size_t>(s_.vertex_begin[v + 1] - nets_begin);
+    if (scratch.terms.size() < degree) scratch.terms.resize(degree);
+    // Candidates: the node's other parts, the homes of v's nets, the parts touching nets whose
+    // home v is, and every part when v's part is over a capacity; at most deg + 2k entries.
+    if (scratch.cand.size() < degree + 2 * static_cast<size_t>(k_))
+      scratch.cand.resize(degree + 2 * static_cast<size_t>(k_));
+    NetTerm* const terms = scratch.terms.data();
+    int32_t* const cand = scratch.cand.data();
+    std::vector<int32_t>& parts = scratch.parts;
     parts.clear();
+    size_t num_cand = 0;
     const int32_t node = s_.part_node[from];
     for (int32_t i = node_parts_begin_[node]; i < node_parts_begin_[node + 1]; ++i)
-      if (node_parts_[i] != from) cand.push_back(node_parts_[i]);
+      if (node_parts_[i] != from) cand[num_cand++] = node_parts_[i];
     const double x = s_.node_factor;
     const int32_t* part_node = s_.part_node.data();
-    auto f = [&](int p, int h) { return h < 0 || part_node[p] == part_node[h] ? 1.0 : x; };
     const bool held = !s_.net_held.empty();
-    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
-      const int32_t e = s_.vertex_nets[i];
+    bool any_home = false;
+    for (size_t i = 0; i < degree; ++i) {
+      const int32_t e = s_.vertex_nets[nets_begin + static_cast<int64_t>(i)];
       const int32_t hv = s_.net_home[e];
       const int32_t* c = &count_[static_cast<size_t>(e) * k_];
-      NetTerm t{};
+      NetTerm& t = terms[i];
       t.w = s_.net_weight[e];
+      t.wx = t.w * x;
       t.held = held ? s_.net_held[e] : 0.0;
       t.c = c;
       if (hv != v) {
+        t.home = false;
         t.h = hv >= 0 ? part_[hv] : -1;
         t.hn = hv >= 0 ? part_node[t.h] : -1;
-        if (hv >= 0) cand.push_back(t.h);
+        if (hv >= 0) cand[num_cand++] = t.h;
         t.leaves = c[from] == 1 && from != t.h;
-        if (t.leaves) t.leave = t.w * f(from, t.h);
+        // w x f(from, h): w x 1 is w exactly, so the product needs no multiplication.
+        if (t.leaves) t.leave = t.hn < 0 || t.hn == node ? t.w : t.wx;
       } else {
+        any_home = true;
         t.home = true;
         t.h = -1;
         t.hn = -1;
         t.begin = static_cast<int32_t>(parts.size());
-        for (int b = 0; b < k_; ++b)
-          if (c[b] > 0) {
-            cand.push_back(b);
-            parts.push_back(b);
-          }
+        const uint64_t* bits = &touch_[static_cast<size_t>(e) * words_];
+        for (int w = 0; w < words_; ++w)
+          for (uint64_t m = bits[w]; m != 0; m &= m - 1)
+            parts.push_back(64 * w + std::countr_zero(m));
         t.end = static_cast<int32_t>(parts.size());
       }
-      terms.push_back(t);
+    }
+    if (any_home) {
+      if (scratch.cand.size() < num_cand + parts.size() + static_cast<size_t>(k_)) {
+        // Too small for the home nets' parts: grow it and build the terms again.
+        scratch.cand.resize(num_cand + parts.size() + static_cast<size_t>(k_));
+        return best_move_hierarchical(v, target, scratch);
+      }
+      for (int32_t b : parts) cand[num_cand++] = b;
     }
     if (over(v, from))
-      for (int b = 0; b < k_; ++b) cand.push_back(b);
+      for (int b = 0; b < k_; ++b) cand[num_cand++] = b;
     // Full memory of `from` after the move (independent of the target), as held_delta.
     double d_from = -s_.memory[v];
     if (held && caps_.has_full())
-      for (const NetTerm& t : terms) {
+      for (size_t i = 0; i < degree; ++i) {
+        const NetTerm& t = terms[i];
         if (t.home) {
           if (t.c[from] > 1) d_from += t.held;
         } else if (t.c[from] == 1 && from != t.h) {
@@ -440,18 +466,22 @@ class Fm {
     // check (a walk over v's nets under a full-memory cap) only for a candidate that would win.
     target = -1;
     double best = 0;
+    std::vector<uint32_t>& touched = scratch.touched;
     if (++scratch.stamp == 0) {  // wrapped: no part may carry a current stamp
       std::fill(touched.begin(), touched.end(), 0u);
       scratch.stamp = 1;
     }
     const uint32_t stamp = scratch.stamp;
-    for (int32_t b : cand) {
-      if (b == from || touched[b] == stamp) continue;
+    touched[from] = stamp;
+    for (size_t j = 0; j < num_cand; ++j) {
+      const int32_t b = cand[j];
+      if (touched[b] == stamp) continue;
       touched[b] = stamp;
       if (!fits_owned(v, b)) continue;
-      const double g = gain_hierarchical(from, b, terms, parts, f, x);
+      const double g = any_home ? gain_hierarchical<true>(from, b, terms, degree, parts, x)
+                                : gain_hierarchical<false>(from, b, terms, degree, parts, x);
       if (target >= 0 && !(g > best || (g == best && b < target))) continue;
-      if (!fits_full_hierarchical(v, b, from_fits, terms)) continue;
+      if (!fits_full_hierarchical(v, b, from_fits, terms, degree)) continue;
       target = b;
       best = g;
     }
@@ -465,12 +495,13 @@ class Fm {
   }
 
   // The full-memory part of fits(v, to), with the target-independent part (`from_fits`) given.
-  bool fits_full_hierarchical(int32_t v, int32_t to, bool from_fits,
-                              const std::vector<NetTerm>& terms) const {
+  bool fits_full_hierarchical(int32_t v, int32_t to, bool from_fits, const NetTerm* terms,
+                              size_t degree) const {
     if (!caps_.has_full()) return true;
     double d_to = s_.memory[v];
     if (!s_.net_held.empty())
-      for (const NetTerm& t : terms) {
+      for (size_t i = 0; i < degree; ++i) {
+        const NetTerm& t = terms[i];
         if (t.home) {
           if (t.c[to] > 0) d_to -= t.held;
         } else if (t.c[to] == 0 && to != t.h) {
@@ -480,28 +511,31 @@ class Fm {
     return (d_to <= 0 || load_f_[to] + d_to <= caps_.full_memory[to]) && from_fits;
   }
 
-  // move_gain(v, from -> to) under the hierarchical cost from the per-net terms.
-  template <class F>
-  double gain_hierarchical(int32_t from, int32_t to, const std::vector<NetTerm>& terms,
-                           const std::vector<int32_t>& parts, const F& f, double x) const {
+  // move_gain(v, from -> to) under the hierarchical cost from the per-net terms (kHome: some
+  // net's home is v). w x f(p, h) is w (f = 1, exact) or the term's w x node_factor.
+  template <bool kHome>
+  double gain_hierarchical(int32_t from, int32_t to, const NetTerm* terms, size_t degree,
+                           const std::vector<int32_t>& parts, double x) const {
     double g = 0;
-    const int32_t node_to = s_.part_node[to];
-    for (const NetTerm& t : terms) {
-      const double w = t.w;
+    const int32_t* part_node = s_.part_node.data();
+    const int32_t node_to = part_node[to];
+    for (size_t i = 0; i < degree; ++i) {
+      const NetTerm& t = terms[i];
       const int32_t* c = t.c;
-      if (!t.home) {
+      if (!kHome || !t.home) {
         if (t.leaves) g += t.leave;
-        // w x f(to, h), f from the home's node kept in the term.
-        if (c[to] == 0 && to != t.h) g -= w * (t.hn < 0 || t.hn == node_to ? 1.0 : x);
+        if (c[to] == 0 && to != t.h) g -= t.hn < 0 || t.hn == node_to ? t.w : t.wx;
         continue;
       }
       // Every part touching the net, ascending; a part touching it neither before nor after
       // the move adds no term.
-      for (int32_t i = t.begin; i < t.end; ++i) {
-        const int32_t p = parts[i];
+      const double w = t.w;
+      const int32_t node_from = part_node[from];
+      for (int32_t j = t.begin; j < t.end; ++j) {
+        const int32_t p = parts[j];
         const int32_t after = c[p] - (p == from ? 1 : 0) + (p == to ? 1 : 0);
-        if (p != from) g += w * f(p, from);
-        if (after > 0 && p != to) g -= w * f(p, to);
+        if (p != from) g += w * (part_node[p] == node_from ? 1.0 : x);
+        if (after > 0 && p != to) g -= w * (part_node[p] == node_to ? 1.0 : x);
       }
     }
     return g;
@@ -523,19 +557,15 @@ class Fm {
   }
 
   void move_counts(int32_t v, int32_t from, int32_t to) {
-    if (!s_.net_held.empty()) {
-      double d_from, d_to;
-      held_delta(s_, count_.data(), k_, part_, v, from, to, d_from, d_to);
-      load_f_[from] += d_from;
-      load_f_[to] += d_to;
-    } else {
+    if (s_.net_held.empty()) {
       load_f_[from] -= s_.memory[v];
       load_f_[to] += s_.memory[v];
-    }
-    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
-      const size_t e = static_cast<size_t>(s_.vertex_nets[i]) * k_;
-      --count_[e + from];
-      ++count_[e + to];
+      if (touch_.empty()) update_counts<false, false>(v, from, to);
+      else update_counts<false, true>(v, from, to);
+    } else if (touch_.empty()) {
+      update_counts<true, false>(v, from, to);
+    } else {
+      update_counts<true, true>(v, from, to);
     }
     load_c_[from] -= s_.compute[v];
     load_m_[from] -= s_.memory[v];
@@ -543,6 +573,61 @@ class Fm {
     load_m_[to] += s_.memory[v];
     part_[v] = to;
     if (cached_) cache_.update(s_, part_, count_, v, from, to);
+  }
+
+  // The pin counts of v's nets after v moves, in one walk over them; kHeld: with the full-memory
+  // change of `from` and `to` (held_delta's terms from each net's counts before its update, in
+  // the same order); kTouch: with the touched-parts bitsets.
+  template <bool kHeld, bool kTouch>
+  void update_counts(int32_t v, int32_t from, int32_t to) {
+    double d_from = -s_.memory[v], d_to = s_.memory[v];
+    for (int64_t i = s_.vertex_begin[v]; i < s_.vertex_begin[v + 1]; ++i) {
+      const int32_t e = s_.vertex_nets[i];
+      int32_t* c = &count_[static_cast<size_t>(e) * k_];
+      if constexpr (kHeld) {
+        const double held = s_.net_held[e];
+        const int32_t home = s_.net_home[e];
+        if (home == v) {
+          if (c[to] > 0) d_to -= held;
+          if (c[from] > 1) d_from += held;
+        } else {
+          const int32_t hp = home >= 0 ? part_[home] : -1;
+          if (c[from] == 1 && from != hp) d_from -= held;
+          if (c[to] == 0 && to != hp) d_to += held;
+        }
+      }
+      if (--c[from] == 0 && kTouch) clear_touch(e, from);
+      if (++c[to] == 1 && kTouch) set_touch(e, to);
+    }
+    if constexpr (kHeld) {
+      load_f_[from] += d_from;
+      load_f_[to] += d_to;
+    }
+  }
+
+  // full_loads from the parts each net touches (the same sums in the same order: per part, the
+  // nets in ascending order), without a scan of every (net, part) pair.
+  std::vector<double> touched_full_loads() const {
+    std::vector<double> f(static_cast<size_t>(k_), 0.0);
+    for (int32_t v = 0; v < s_.num_vertices(); ++v) f[part_[v]] += s_.memory[v];
+    if (s_.net_held.empty()) return f;
+    for (int32_t e = 0; e < s_.num_nets(); ++e) {
+      const int32_t hp = s_.net_home[e] >= 0 ? part_[s_.net_home[e]] : -1;
+      const uint64_t* bits = &touch_[static_cast<size_t>(e) * words_];
+      for (int w = 0; w < words_; ++w)
+        for (uint64_t m = bits[w]; m != 0; m &= m - 1) {
+          const int p = 64 * w + std::countr_zero(m);
+          if (p != hp) f[p] += s_.net_held[e];
+        }
+    }
+    return f;
+  }
+
+  void set_touch(int32_t e, int b) {
+    touch_[static_cast<size_t>(e) * words_ + b / 64] |= uint64_t{1} << (b % 64);
+  }
+  void clear_touch(int32_t e, int b) {
+    touch_[static_cast<size_t>(e) * words_ + b / 64] &= ~(uint64_t{1} << (b % 64));
   }
 
   void move(int32_t v, int32_t from, int32_t to, uint64_t seed) {
@@ -610,6 +695,11 @@ class Fm {
   std::vector<std::pair<int32_t, double>> start_;
   // Parts of each node (hierarchical cost), ascending: node_parts_[node_parts_begin_[n] ...].
   std::vector<int32_t> node_parts_, node_parts_begin_;
+  // Hierarchical cost: the parts each net touches (count > 0), a bitset of words_ words per net
+  // kept with the pin counts, so that a home's move enumerates the parts its nets touch in
+  // ascending order without a scan of all k (k is every device there: up to hundreds).
+  int words_ = 0;
+  std::vector<uint64_t> touch_;
   bool cached_ = false;
   GainCache cache_;
   GainHeap heap_;

@@ -38,22 +38,41 @@ class GainCache {
     conn_.assign(n * static_cast<size_t>(k), 0.0);
     std::vector<int32_t> touched;  // parts of the current net
     touched.reserve(static_cast<size_t>(k));
+    // Per vertex: 1 when one of its nets touches a part other than its own. Every other vertex
+    // has conn(v, t) = 0 for all t != part(v), so its best target is the lowest such part
+    // without a scan of its row (what rescan returns on a row of zeros).
+    std::vector<uint8_t> cut(n, 0);
     for (int32_t e = 0; e < s.num_nets(); ++e) {
       const double w = s.net_weight[e];
       const int32_t* c = &count[static_cast<size_t>(e) * k];
       touched.clear();
       for (int t = 0; t < k; ++t)
         if (c[t] > 0) touched.push_back(t);
-      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+      const int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
+      if (touched.size() == 1) {  // inside one part: only conn(u, part(u)) grows
+        const int32_t t = touched.front();
+        for (int64_t i = lo; i < hi; ++i) {
+          const int32_t u = s.pins[i];
+          total_[u] += w;
+          if (c[t] == 1) benefit_[u] += w;
+          conn_[static_cast<size_t>(u) * k + t] += w;
+        }
+        continue;
+      }
+      for (int64_t i = lo; i < hi; ++i) {
         const int32_t u = s.pins[i];
         total_[u] += w;
         if (c[part[u]] == 1) benefit_[u] += w;
         double* cu = &conn_[static_cast<size_t>(u) * k];
         for (int32_t t : touched) cu[t] += w;
+        cut[u] = 1;
       }
     }
     best_.resize(n);
-    for (size_t v = 0; v < n; ++v) rescan(static_cast<int32_t>(v), part[v]);
+    for (size_t v = 0; v < n; ++v) {
+      if (cut[v]) rescan(static_cast<int32_t>(v), part[v]);
+      else best_[v] = part[v] == 0 ? 1 : 0;
+    }
   }
 
   // After v moved from `from` to `to`: `part` and `count` already describe the new state.
