@@ -1,7 +1,7 @@
 // Host tests of the cell classes of Partial tiles (no GPU needed): every cell's bits equal a
 // brute-force walk over its (row, key) pairs, the cells of one tile sit where cells_begin says,
 // only Partial tiles get cells, the backward work leaves out exactly the chunks with no allowed
-// pair, and rows outside the mask lists are refused with a message.
+// pair and walks each chunk's live sub-tiles, and rows outside the mask lists are refused with a message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -177,6 +177,36 @@ TEST(PartialCells, BackwardWorkDropsExactlyTheEmptyChunks) {
     EXPECT_EQ(k, kept.size()) << "seed " << seed;
     // Without cells nothing is dropped.
     EXPECT_EQ(dcp::cuda::make_backward_work(l.tiles, shape, {}).size(), all.size());
+  }
+}
+
+// Each kept Partial item's sub-tiles [sub_begin, sub_end) are exactly the span of its chunk's
+// allowed pairs: the first and last hold one, none lies outside. Other items keep the whole tile.
+TEST(PartialCells, BackwardWorkWalksTheLiveSubTilesOfEachChunk) {
+  const AttnShape shape{4, 2, 64, 0.125F};
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    List l = random_list(seed);
+    const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+    for (const AttnWorkItem& w : dcp::cuda::make_backward_work(l.tiles, shape, cells)) {
+      const AttnTile& t = l.tiles[static_cast<std::size_t>(w.tile)];
+      const int subs = (t.q_len + 63) / 64;
+      if (t.kind != TileKind::Partial) {
+        EXPECT_TRUE(w.sub_end == -1 || w.sub_end == subs) << "seed " << seed;
+        EXPECT_EQ(w.sub_begin, t.kind == TileKind::CausalDiagonal ? 2 * w.chunk : 0) << "seed " << seed;
+        continue;
+      }
+      int first = -1, last = -1;
+      for (int r = 0; r < t.q_len; ++r) {
+        bool any = false;
+        for (int key = w.chunk * 128; !any && key < std::min(t.kv_len, (w.chunk + 1) * 128); ++key) any = l.allowed(t, r, key);
+        if (!any) continue;
+        if (first < 0) first = r / 64;
+        last = r / 64;
+      }
+      ASSERT_GE(first, 0) << "seed " << seed << ": an item without an allowed pair";
+      EXPECT_EQ(w.sub_begin, first) << "seed " << seed << " tile " << w.tile << " chunk " << w.chunk;
+      EXPECT_EQ(w.sub_end, last + 1) << "seed " << seed << " tile " << w.tile << " chunk " << w.chunk;
+    }
   }
 }
 

@@ -114,6 +114,12 @@ struct AttnWorkItem {
   // item's turn.
   int32_t dkv_sem = -1;
   int32_t dkv_rank = 0;
+  // Backward items of one tile (the warp-specialised kernel; the others walk the whole tile): the
+  // 64-row q sub-tiles [sub_begin, sub_end) hold every allowed pair of the item's keys (sub_end
+  // -1: to the tile's end), so the producer neither visits nor classifies the empty ones around
+  // them (a sliding window's chunk sees a band of the q rows).
+  int32_t sub_begin = 0;
+  int32_t sub_end = -1;
 };
 
 inline constexpr int kAttnForwardChunkRows = 128;
@@ -174,7 +180,8 @@ inline constexpr uint8_t kAttnCellNotFull = 2;
 std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<const int32_t> row_offsets,
                                         std::span<const int32_t> ranges);
 // Backward work as make_backward_work, without the items (128-key chunks) of Partial tiles that
-// have no allowed pair (cells from make_partial_cells for these tiles; empty: every item).
+// have no allowed pair (cells from make_partial_cells for these tiles; empty: every item), and
+// with each Partial item's live q sub-tiles (AttnWorkItem::sub_begin, sub_end) from its cells.
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                              std::span<const uint8_t> cells);
 

@@ -237,12 +237,19 @@ __device__ __forceinline__ int classify_partial(const AttnTile& t, const int32_t
 
 // The steps of a backward work item (keys from c0 of tile t, kv head kvh): step s is q head
 // kvh * group + s / per_head and 64-row q sub-tile first_sub + s % per_head, where a causal
-// diagonal tile starts at the sub-tile of the CTA's first key (the rows above see none of its keys).
+// diagonal tile starts at the sub-tile of the CTA's first key (the rows above see none of its
+// keys). The second form walks only the item's live sub-tiles (AttnWorkItem::sub_begin,
+// sub_end), for an item of this one tile.
 struct BwSteps {
   int first_sub, per_head, num_steps;
   __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group)
       : first_sub(t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0),
         per_head((t.q_len + kRows - 1) / kRows - first_sub),
+        num_steps(per_head * group) {}
+  __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group, const AttnWorkItem& w)
+      : first_sub(max(t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0, w.sub_begin)),
+        per_head(max(0, (w.sub_end >= 0 ? min(w.sub_end, (t.q_len + kRows - 1) / kRows) : (t.q_len + kRows - 1) / kRows) -
+                            first_sub)),
         num_steps(per_head * group) {}
   __device__ __forceinline__ int q_head(int s, int kvh, int group) const { return kvh * group + s / per_head; }
   __device__ __forceinline__ int row0(int s) const { return (first_sub + s % per_head) * kRows; }
