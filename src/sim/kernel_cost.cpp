@@ -35,11 +35,13 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
   }
   // Partial: allowed pairs per sub-tile from the rows' ranges.
   std::vector<int64_t> allowed(static_cast<size_t>(nk));
-  std::vector<char> live(static_cast<size_t>(nk), 0);
+  // Per key sub-tile (column): the first and last q sub-tile with an allowed pair, and how many.
+  std::vector<int64_t> first(static_cast<size_t>(nk), -1), last(static_cast<size_t>(nk), -1), nonempty(static_cast<size_t>(nk), 0);
   std::vector<Range> ranges;
   for (int64_t qi = 0; qi < nq; ++qi) {
     const int64_t r_lo = qi * rows_per, r_hi = std::min(qb.length, r_lo + rows_per);
     std::fill(allowed.begin(), allowed.end(), 0);
+    int64_t row_first = -1, row_last = -1, row_nonempty = 0;  // this row of sub-tiles' key span
     for (int64_t r = r_lo; r < r_hi; ++r) {
       table.tile_row_ranges(t, qb.begin + r, ranges);
       for (const Range& g : ranges) {
@@ -52,11 +54,28 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
       const int64_t a = allowed[static_cast<size_t>(kj)];
       if (a == 0) ++c.empty;
       else (a == (r_hi - r_lo) * keys_per && whole(kj) ? c.full : c.masked) += 1;
-      if (a != 0) live[static_cast<size_t>(kj)] = 1;
+      if (a != 0) {
+        const auto k = static_cast<size_t>(kj);
+        if (first[k] < 0) first[k] = qi;
+        last[k] = qi;
+        ++nonempty[k];
+        if (row_first < 0) row_first = kj;
+        row_last = kj;
+        ++row_nonempty;
+      }
     }
+    // The forward walks a row's sub-tiles from its first to its last allowed one.
+    c.row_dead_empty += nk - row_nonempty - (row_first < 0 ? 0 : row_last - row_first + 1 - row_nonempty);
   }
-  c.live_key_subtiles = std::count(live.begin(), live.end(), 1);
-  c.dead_empty = (nk - c.live_key_subtiles) * nq;
+  // The backward walks a live column's sub-tiles from its first to its last allowed one.
+  int64_t walked_empty = 0;
+  c.live_key_subtiles = 0;
+  for (size_t k = 0; k < static_cast<size_t>(nk); ++k) {
+    if (first[k] < 0) continue;
+    ++c.live_key_subtiles;
+    walked_empty += last[k] - first[k] + 1 - nonempty[k];
+  }
+  c.dead_empty = c.empty - walked_empty;
   return c;
 }
 
@@ -112,7 +131,7 @@ AttendWork AttendCost::work(const Attend& a, Pass pass) {
     w.full += static_cast<double>(c.full);
     (tile.kind == TileKind::Partial ? w.partial_masked : w.diagonal_masked) += static_cast<double>(c.masked);
     if (fwd) {
-      w.empty += static_cast<double>(c.empty);
+      w.empty += static_cast<double>(c.empty - c.row_dead_empty);
       runs.push_back({op.out.space, op.out.index, tile.head_group, tile.q_block});
     } else {
       w.empty += static_cast<double>(c.empty - c.dead_empty);

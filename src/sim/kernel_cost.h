@@ -10,9 +10,10 @@
 //                 64 query rows x 128 keys); one fully allowed costs 1, one mixing allowed and
 //                 masked pairs its mask path's masked cost (masking work, and dense work on
 //                 masked pairs); the kernels stop at a causal-diagonal tile's diagonal, but walk
-//                 every sub-tile of a Partial tile (its class comes from the host's cells), so an
-//                 empty one there costs the empty cost, except in the backward's key chunks
-//                 that have no allowed pair at all, which are not launched;
+//                 the sub-tiles of a Partial tile (their class comes from the host's cells) that
+//                 lie between the first and last allowed pair of their q rows (forward) or key
+//                 chunk (backward; chunks with none are not launched), so an empty one there
+//                 costs the empty cost;
 //               * every CTA work item costs the work-item cost on top (its prologue, pipeline
 //                 fill and output). Forward, an item is 128 query rows of one output: the tiles
 //                 of the Attend that write the same output partial run back to back in one
@@ -41,10 +42,14 @@ struct SubtileCount {
   int64_t masked = 0;  // some allowed, some masked (or keys past a short kv block)
   int64_t empty = 0;   // Partial tiles: visited and classified, then skipped (no allowed pair)
   // Key sub-tiles (columns of the grid) with an allowed pair in some row, and the empty sub-tiles
-  // of the other columns. The backward launches no item for such a column of a Partial tile
-  // (cuda::make_backward_work with cells), so it neither visits those sub-tiles nor pays an item.
+  // the backward does not visit: every one of the other columns (no item is launched for them)
+  // and, in a live column, those before its first or after its last allowed pair (the item walks
+  // only that span: cuda::make_backward_work with cells).
   int64_t live_key_subtiles = 0;
   int64_t dead_empty = 0;
+  // The empty sub-tiles the forward does not visit: those of a row of sub-tiles before its first
+  // or after its last allowed pair (the host's key spans), and every one of a row without any.
+  int64_t row_dead_empty = 0;
 };
 
 // Sub-tiles of `rows_per` query rows x `keys_per` keys of tile t, by class. The count follows

@@ -1,10 +1,12 @@
 // Host tests of the cell classes of Partial tiles (no GPU needed): every cell's bits equal a
 // brute-force walk over its (row, key) pairs, the cells of one tile sit where cells_begin says,
-// only Partial tiles get cells, the backward work leaves out exactly the chunks with no allowed
-// pair and walks each chunk's live sub-tiles, and rows outside the mask lists are refused with a message.
+// only Partial tiles get cells, each q chunk's key span is the span of its allowed pairs, the
+// backward work leaves out exactly the chunks with no allowed pair and walks each chunk's live
+// sub-tiles, and rows outside the mask lists are refused with a message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -127,7 +129,32 @@ TEST(PartialCells, MatchBruteForce) {
               << "seed " << seed << " tile " << ti << " cell (" << u << ", " << c << ")";
         }
     }
-    EXPECT_EQ(cells.size(), expected_size) << "seed " << seed;
+    // Then, 4-byte aligned, the key spans of every tile's 128-row chunks (tiles with the same
+    // cells share them): the first and one past the last 128-key sub-tile with an allowed pair.
+    for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
+      const AttnTile& t = l.tiles[ti];
+      if (t.kind != TileKind::Partial) {
+        EXPECT_EQ(t.spans_begin, -1) << "seed " << seed << " tile " << ti;
+        continue;
+      }
+      ASSERT_GE(t.spans_begin, static_cast<int32_t>(expected_size)) << "seed " << seed << " tile " << ti;
+      ASSERT_EQ(t.spans_begin % 4, 0);
+      const int chunks = (t.q_len + 127) / 128;
+      ASSERT_LE(static_cast<std::size_t>(t.spans_begin) + 8u * static_cast<std::size_t>(chunks), cells.size());
+      for (int k = 0; k < chunks; ++k) {
+        int first = -1, last = -1;
+        for (int r = 128 * k; r < std::min(t.q_len, 128 * (k + 1)); ++r)
+          for (int key = 0; key < t.kv_len; ++key)
+            if (l.allowed(t, r, key)) {
+              if (first < 0 || key / 128 < first) first = key / 128;
+              last = std::max(last, key / 128);
+            }
+        int32_t span[2];
+        std::memcpy(span, cells.data() + t.spans_begin + 8 * k, 8);
+        EXPECT_EQ(span[0], first < 0 ? 0 : first) << "seed " << seed << " tile " << ti << " chunk " << k;
+        EXPECT_EQ(span[1], first < 0 ? 0 : last + 1) << "seed " << seed << " tile " << ti << " chunk " << k;
+      }
+    }
   }
 }
 
@@ -149,7 +176,10 @@ TEST(PartialCells, SharedRowsShareCellsAndAdjacentRangesStayExact) {
   EXPECT_EQ(l.tiles[0].cells_begin, 0);
   EXPECT_EQ(l.tiles[1].cells_begin, 0);
   EXPECT_EQ(l.tiles[2].cells_begin, 2 * 4);
-  EXPECT_EQ(cells.size(), 2u * 4 + 2u * 3);
+  EXPECT_EQ(l.tiles[0].spans_begin, 16);  // after the 14 bytes of cells, aligned
+  EXPECT_EQ(l.tiles[1].spans_begin, 16);
+  EXPECT_EQ(l.tiles[2].spans_begin, 16 + 8);
+  EXPECT_EQ(cells.size(), 16u + 8 + 8);
   for (int u = 0; u < 2; ++u) {
     EXPECT_EQ(cells[static_cast<std::size_t>(u) * 4 + 0] & kAttnCellAny, kAttnCellAny);  // any: exact
     EXPECT_EQ(cells[static_cast<std::size_t>(u) * 4 + 1], kAttnCellAny | kAttnCellNotFull);  // odd rows miss it

@@ -171,8 +171,10 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
         const int64_t keys_per = sim_detail::kSubKeys;
         sim_detail::SubtileCount want;
         const int64_t nq = (qb.length + rows_per - 1) / rows_per;
-        std::vector<int64_t> column_allowed(static_cast<size_t>((kb.length + keys_per - 1) / keys_per), 0);
-        for (int64_t r0 = 0; r0 < qb.length; r0 += rows_per)
+        const auto nk = static_cast<size_t>((kb.length + keys_per - 1) / keys_per);
+        std::vector<int64_t> column_allowed(nk, 0), first_live(nk, -1), last_live(nk, -1), live_rows(nk, 0);
+        for (int64_t r0 = 0; r0 < qb.length; r0 += rows_per) {
+          int64_t row_first = -1, row_last = -1, row_live = 0, row_empty = 0;
           for (int64_t k0 = 0; k0 < kb.length; k0 += keys_per) {
             int64_t allowed = 0, pairs = 0;
             for (int64_t r = r0; r < std::min(qb.length, r0 + rows_per); ++r) {
@@ -184,12 +186,34 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
             if (allowed == pairs) ++want.full;
             else if (allowed > 0) ++want.masked;
             else if (tile.kind == TileKind::Partial) ++want.empty;
-            column_allowed[static_cast<size_t>(k0 / keys_per)] += allowed;
+            const auto col = static_cast<size_t>(k0 / keys_per);
+            column_allowed[col] += allowed;
+            if (allowed > 0) {
+              if (first_live[col] < 0) first_live[col] = r0 / rows_per;
+              last_live[col] = r0 / rows_per;
+              ++live_rows[col];
+              if (row_first < 0) row_first = k0 / keys_per;
+              row_last = k0 / keys_per;
+              ++row_live;
+            } else if (tile.kind == TileKind::Partial) {
+              ++row_empty;
+            }
           }
-        for (const int64_t a : column_allowed) {
+          // A Partial row of sub-tiles is walked (forward) from its first to its last live one.
+          if (tile.kind == TileKind::Partial)
+            want.row_dead_empty += row_first < 0 ? row_empty : row_empty - (row_last - row_first + 1 - row_live);
+        }
+        for (size_t col = 0; col < nk; ++col) {
           // Dense tiles: every column is launched (a causal diagonal's columns all reach the diagonal).
-          if (a > 0 || tile.kind != TileKind::Partial) ++want.live_key_subtiles;
-          else want.dead_empty += nq;
+          if (tile.kind != TileKind::Partial) {
+            ++want.live_key_subtiles;
+          } else if (column_allowed[col] == 0) {
+            want.dead_empty += nq;
+          } else {
+            // A Partial column's item walks its first to its last live sub-tile.
+            ++want.live_key_subtiles;
+            want.dead_empty += nq - (last_live[col] - first_live[col] + 1);
+          }
         }
         const sim_detail::SubtileCount got = sim_detail::count_subtiles(t, tile, rows_per, keys_per);
         EXPECT_EQ(got.full, want.full) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
@@ -197,6 +221,7 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
         EXPECT_EQ(got.empty, want.empty) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.live_key_subtiles, want.live_key_subtiles) << "tile q" << tile.q_block << " kv" << tile.kv_block;
         EXPECT_EQ(got.dead_empty, want.dead_empty) << "tile q" << tile.q_block << " kv" << tile.kv_block;
+        EXPECT_EQ(got.row_dead_empty, want.row_dead_empty) << "tile q" << tile.q_block << " kv" << tile.kv_block;
       }
     }
   }

@@ -88,7 +88,7 @@ struct AttnTile {
   int32_t delta_begin = -1;     // backward: Delta (default q_begin)
   int32_t dq_begin = -1;        // backward: dQ (default q_begin)
   int32_t dkv_begin = -1;       // backward: dK and dV (default kv_begin)
-  int32_t pad2_ = 0;
+  int32_t spans_begin = -1;     // Partial: byte offset of its chunks' key spans in AttnTileList::cells (-1: none)
 };
 
 struct AttnShape {
@@ -169,14 +169,20 @@ struct AttnTileList {
 //                          are not the cell's: the last column is narrower).
 // A sub-tile is empty when none of its cells has Any, and Full when none has NotFull and it spans
 // a whole sub-tile of keys. The kernels that read cells (the warp-specialised Hopper ones) then
-// compute row masks only for the sub-tiles in between; the others ignore them. It sets
-// cells_begin of every Partial tile in `tiles` and returns the bytes for AttnTileList::cells
-// (row_offsets / ranges: the list's masks, as AttnTileList, on the host; InvalidInput on a tile
-// whose rows lie outside them).
+// compute row masks only for the sub-tiles in between; the others ignore them.
+// After the classes (at a 4-byte boundary) come the key spans of each Partial tile's 128-row q
+// chunks (kAttnForwardChunkRows), two int32 per chunk: the first and one past the last 128-key
+// sub-tile with an allowed pair in the chunk's rows (0, 0: none). The forward and the
+// deterministic backward's dQ pass walk a chunk's keys within its span only, so the empty
+// sub-tiles around a band (a sliding window, a causal diagonal) cost nothing.
+// It sets cells_begin and spans_begin (byte offsets) of every Partial tile in `tiles` and returns
+// the bytes for AttnTileList::cells (row_offsets / ranges: the list's masks, as AttnTileList, on
+// the host; InvalidInput on a tile whose rows lie outside them).
 inline constexpr int kAttnCellRows = 64;
 inline constexpr int kAttnCellKeys = 64;
 inline constexpr uint8_t kAttnCellAny = 1;
 inline constexpr uint8_t kAttnCellNotFull = 2;
+inline constexpr int kAttnSpanKeys = 128;  // keys of a span's sub-tiles (the forward's)
 std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<const int32_t> row_offsets,
                                         std::span<const int32_t> ranges);
 // Backward work as make_backward_work, without the items (128-key chunks) of Partial tiles that

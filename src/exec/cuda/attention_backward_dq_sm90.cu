@@ -195,8 +195,9 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
       while (ti < t_end) {
         // A tile of another head group than the item's q head has nothing for it.
         const bool mine = kvh >= x.kv_head_begin && kvh < x.kv_head_end;
-        const int end = mine ? kv_sub_tile_end<kWgKeys>(x, r0, rows) : 0;
-        for (; n < end; ++n) {
+        const int2 span = mine ? kv_sub_tile_span<kWgKeys>(list, x, r0, rows) : make_int2(0, 0);
+        n = max(n, span.x);
+        for (; n < span.y; ++n) {
           cls = classify(x, n, masks);
           if (cls != kEmpty) break;
         }

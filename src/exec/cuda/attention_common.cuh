@@ -194,6 +194,21 @@ __device__ __forceinline__ int kv_sub_tile_end(const AttnTile& t, int r0, int ro
   return t.kind == TileKind::CausalDiagonal ? min(num_sub, (r0 + rows - 1) / kKeys + 1) : num_sub;
 }
 
+// Sub-tiles [first, end) of kKeys keys that a chunk of q rows [r0, r0 + rows) walks: those up to
+// kv_sub_tile_end, narrowed for a Partial tile to the key span that make_partial_cells stored for
+// the chunk (kKeys = kAttnSpanKeys, r0 a multiple of kAttnForwardChunkRows), so that the empty
+// sub-tiles around its allowed pairs are neither visited nor classified.
+template <int kKeys>
+__device__ __forceinline__ int2 kv_sub_tile_span(const AttnTileList& list, const AttnTile& t, int r0, int rows) {
+  static_assert(kKeys == kAttnSpanKeys, "spans count sub-tiles of kAttnSpanKeys keys");
+  const int end = kv_sub_tile_end<kKeys>(t, r0, rows);
+  if (t.kind == TileKind::Partial && list.cells != nullptr && t.spans_begin >= 0) {
+    const int* span = reinterpret_cast<const int*>(list.cells + t.spans_begin) + 2 * (r0 / kAttnForwardChunkRows);
+    return make_int2(span[0], min(span[1], end));
+  }
+  return make_int2(0, end);
+}
+
 // Class of the Full or CausalDiagonal sub-tile [kv0, kv0 + kKeys). Keys past kv_len load as
 // zeros (score 0, not -inf), so a short sub-tile is always masked.
 template <int kKeys>

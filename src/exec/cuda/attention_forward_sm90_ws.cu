@@ -218,8 +218,9 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         int cls = kEmpty;
         while (ti < t_end) {
           if (x.kind == TileKind::Partial) wait_slot();
-          const int end = kv_sub_tile_end<kWgKeys>(x, r0, rows);
-          for (; n < end; ++n) {
+          const int2 span = kv_sub_tile_span<kWgKeys>(p.list, x, r0, rows);
+          n = max(n, span.x);
+          for (; n < span.y; ++n) {
             cls = classify(x, n, masks);
             if (cls != kEmpty) break;
           }
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
           s_record[slot] = FwsRecord{item, ti, n, cls, kStep, w.head, r0, rows, out_row, lse_row, w.accumulate, 0};
           // The next item is fetched once at most two sub-tiles of this one are left, so that
           // its index is at hand when they are done, without claiming it long before.
-          if (fetched < 0 && ti == t_end - 1 && n + 3 > kv_sub_tile_end<kWgKeys>(x, r0, rows)) fetched = fetch(it + 1);
+          if (fetched < 0 && ti == t_end - 1 && n + 3 > kv_sub_tile_span<kWgKeys>(p.list, x, r0, rows).y) fetched = fetch(it + 1);
         }
         const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
         const bool tma = fp.tma_kv != 0 && kv_rows == kWgKeys;

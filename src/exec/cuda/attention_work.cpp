@@ -3,6 +3,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -228,6 +229,43 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
         row_cells[c] = static_cast<uint8_t>((n_touched > 0 ? kAttnCellAny : 0) | (n_whole < rows ? kAttnCellNotFull : 0));
       }
     }
+  }
+  // The key spans of each 128-row chunk, from the cells: a chunk is kAttnForwardChunkRows /
+  // kAttnCellRows cell rows, a span sub-tile kAttnSpanKeys / kAttnCellKeys cell columns.
+  static_assert(kAttnForwardChunkRows % kAttnCellRows == 0 && kAttnSpanKeys % kAttnCellKeys == 0);
+  constexpr int kRowsPer = kAttnForwardChunkRows / kAttnCellRows, kColsPer = kAttnSpanKeys / kAttnCellKeys;
+  cells.resize((cells.size() + 3) / 4 * 4, 0);
+  std::map<int32_t, int32_t> spans_of;  // cells_begin -> spans_begin
+  for (AttnTile& t : tiles) {
+    if (t.kind != TileKind::Partial || t.cells_begin < 0) continue;
+    if (const auto it = spans_of.find(t.cells_begin); it != spans_of.end()) {
+      t.spans_begin = it->second;
+      continue;
+    }
+    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+    const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
+    const int chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+    std::vector<int32_t> spans(2 * static_cast<std::size_t>(chunks), 0);
+    for (int k = 0; k < chunks; ++k) {
+      int first = -1, last = -1;
+      for (int u = k * kRowsPer; u < std::min(cell_rows, (k + 1) * kRowsPer); ++u)
+        for (int c = 0; c < cols; ++c)
+          if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + c] & kAttnCellAny) != 0) {
+            if (first < 0 || c / kColsPer < first) first = c / kColsPer;
+            last = std::max(last, c / kColsPer);
+          }
+      if (first >= 0) {
+        spans[2 * static_cast<std::size_t>(k)] = first;
+        spans[2 * static_cast<std::size_t>(k) + 1] = last + 1;
+      }
+    }
+    const std::size_t at = cells.size();
+    if (at + spans.size() * 4 > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
+      raise(ErrorKind::Unsupported, "make_partial_cells: more than 2^31 bytes of cells in one list");
+    t.spans_begin = static_cast<int32_t>(at);
+    spans_of.emplace(t.cells_begin, t.spans_begin);
+    cells.resize(at + spans.size() * 4);
+    std::memcpy(cells.data() + at, spans.data(), spans.size() * 4);
   }
   return cells;
 }
