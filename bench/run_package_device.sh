@@ -7,7 +7,8 @@
 #   phases: build checks pytest op bench det kernels plans (default: all but det, kernels and plans); results and
 #   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
-#   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows;
+#   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows,
+#   in det.tar;
 #   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both (all in kernels.tar);
 #   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
@@ -92,6 +93,9 @@ if has det; then  # the deterministic backward: kernel table beside the default,
         --warmup 2 --method dcp --cluster h200-nvl --nodes 1 --json "$out/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
     done
   done
+  # One file for them all (the device tool brings back at most 8 files per call).
+  (cd "$out" && tar -cf det.tar exec_check_det.log exec_check_det_units.log dcp_bench_*.json && \
+    rm -f exec_check_det.log exec_check_det_units.log dcp_bench_*.json)
 fi
 if has kernels; then
   # The H200 runs these kernels at its power limit (about 690 W), where the SM clock settles
