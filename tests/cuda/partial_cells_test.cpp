@@ -1,8 +1,8 @@
 // Host tests of the cell classes of Partial tiles (no GPU needed): every cell's bits equal a
 // brute-force walk over its (row, key) pairs, the cells of one tile sit where cells_begin says,
-// only Partial tiles get cells, each q chunk's key span is the span of its allowed pairs, the
-// backward work leaves out exactly the chunks with no allowed pair and walks each chunk's live
-// sub-tiles, and rows outside the mask lists are refused with a message.
+// only Partial tiles get cells, each q chunk's key span and each key chunk's row span is the span
+// of its allowed pairs, the backward work leaves out exactly the chunks with no allowed pair, and
+// rows outside the mask lists are refused with a message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,8 +129,9 @@ TEST(PartialCells, MatchBruteForce) {
               << "seed " << seed << " tile " << ti << " cell (" << u << ", " << c << ")";
         }
     }
-    // Then, 4-byte aligned, the key spans of every tile's 128-row chunks (tiles with the same
-    // cells share them): the first and one past the last 128-key sub-tile with an allowed pair.
+    // Then, 4-byte aligned, the spans of every tile (tiles with the same cells share them): first
+    // the key spans of its 128-row chunks, the first and one past the last 128-key sub-tile with
+    // an allowed pair.
     for (std::size_t ti = 0; ti < l.tiles.size(); ++ti) {
       const AttnTile& t = l.tiles[ti];
       if (t.kind != TileKind::Partial) {
@@ -154,6 +155,23 @@ TEST(PartialCells, MatchBruteForce) {
         EXPECT_EQ(span[0], first < 0 ? 0 : first) << "seed " << seed << " tile " << ti << " chunk " << k;
         EXPECT_EQ(span[1], first < 0 ? 0 : last + 1) << "seed " << seed << " tile " << ti << " chunk " << k;
       }
+      // Then the row spans of its 128-key chunks: the first and one past the last 64-row q
+      // sub-tile with an allowed pair among the chunk's keys.
+      const int key_chunks = (t.kv_len + 127) / 128;
+      ASSERT_LE(static_cast<std::size_t>(t.spans_begin) + 8u * static_cast<std::size_t>(chunks + key_chunks), cells.size());
+      for (int k = 0; k < key_chunks; ++k) {
+        int first = -1, last = -1;
+        for (int r = 0; r < t.q_len; ++r)
+          for (int key = 128 * k; key < std::min(t.kv_len, 128 * (k + 1)); ++key)
+            if (l.allowed(t, r, key)) {
+              if (first < 0) first = r / 64;
+              last = r / 64;
+            }
+        int32_t span[2];
+        std::memcpy(span, cells.data() + t.spans_begin + 8 * (chunks + k), 8);
+        EXPECT_EQ(span[0], first < 0 ? 0 : first) << "seed " << seed << " tile " << ti << " key chunk " << k;
+        EXPECT_EQ(span[1], first < 0 ? 0 : last + 1) << "seed " << seed << " tile " << ti << " key chunk " << k;
+      }
     }
   }
 }
@@ -176,10 +194,11 @@ TEST(PartialCells, SharedRowsShareCellsAndAdjacentRangesStayExact) {
   EXPECT_EQ(l.tiles[0].cells_begin, 0);
   EXPECT_EQ(l.tiles[1].cells_begin, 0);
   EXPECT_EQ(l.tiles[2].cells_begin, 2 * 4);
-  EXPECT_EQ(l.tiles[0].spans_begin, 16);  // after the 14 bytes of cells, aligned
+  // After the 14 bytes of cells, aligned: one q chunk and two key chunks each.
+  EXPECT_EQ(l.tiles[0].spans_begin, 16);
   EXPECT_EQ(l.tiles[1].spans_begin, 16);
-  EXPECT_EQ(l.tiles[2].spans_begin, 16 + 8);
-  EXPECT_EQ(cells.size(), 16u + 8 + 8);
+  EXPECT_EQ(l.tiles[2].spans_begin, 16 + 24);
+  EXPECT_EQ(cells.size(), 16u + 24 + 24);
   for (int u = 0; u < 2; ++u) {
     EXPECT_EQ(cells[static_cast<std::size_t>(u) * 4 + 0] & kAttnCellAny, kAttnCellAny);  // any: exact
     EXPECT_EQ(cells[static_cast<std::size_t>(u) * 4 + 1], kAttnCellAny | kAttnCellNotFull);  // odd rows miss it
@@ -207,36 +226,6 @@ TEST(PartialCells, BackwardWorkDropsExactlyTheEmptyChunks) {
     EXPECT_EQ(k, kept.size()) << "seed " << seed;
     // Without cells nothing is dropped.
     EXPECT_EQ(dcp::cuda::make_backward_work(l.tiles, shape, {}).size(), all.size());
-  }
-}
-
-// Each kept Partial item's sub-tiles [sub_begin, sub_end) are exactly the span of its chunk's
-// allowed pairs: the first and last hold one, none lies outside. Other items keep the whole tile.
-TEST(PartialCells, BackwardWorkWalksTheLiveSubTilesOfEachChunk) {
-  const AttnShape shape{4, 2, 64, 0.125F};
-  for (uint64_t seed = 1; seed <= 60; ++seed) {
-    List l = random_list(seed);
-    const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
-    for (const AttnWorkItem& w : dcp::cuda::make_backward_work(l.tiles, shape, cells)) {
-      const AttnTile& t = l.tiles[static_cast<std::size_t>(w.tile)];
-      const int subs = (t.q_len + 63) / 64;
-      if (t.kind != TileKind::Partial) {
-        EXPECT_TRUE(w.sub_end == -1 || w.sub_end == subs) << "seed " << seed;
-        EXPECT_EQ(w.sub_begin, t.kind == TileKind::CausalDiagonal ? 2 * w.chunk : 0) << "seed " << seed;
-        continue;
-      }
-      int first = -1, last = -1;
-      for (int r = 0; r < t.q_len; ++r) {
-        bool any = false;
-        for (int key = w.chunk * 128; !any && key < std::min(t.kv_len, (w.chunk + 1) * 128); ++key) any = l.allowed(t, r, key);
-        if (!any) continue;
-        if (first < 0) first = r / 64;
-        last = r / 64;
-      }
-      ASSERT_GE(first, 0) << "seed " << seed << ": an item without an allowed pair";
-      EXPECT_EQ(w.sub_begin, first) << "seed " << seed << " tile " << w.tile << " chunk " << w.chunk;
-      EXPECT_EQ(w.sub_end, last + 1) << "seed " << seed << " tile " << w.tile << " chunk " << w.chunk;
-    }
   }
 }
 

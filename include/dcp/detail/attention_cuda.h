@@ -114,12 +114,6 @@ struct AttnWorkItem {
   // item's turn.
   int32_t dkv_sem = -1;
   int32_t dkv_rank = 0;
-  // Backward items of one tile (the warp-specialised kernel; the others walk the whole tile): the
-  // 64-row q sub-tiles [sub_begin, sub_end) hold every allowed pair of the item's keys (sub_end
-  // -1: to the tile's end), so the producer neither visits nor classifies the empty ones around
-  // them (a sliding window's chunk sees a band of the q rows).
-  int32_t sub_begin = 0;
-  int32_t sub_end = -1;
 };
 
 inline constexpr int kAttnForwardChunkRows = 128;
@@ -170,11 +164,14 @@ struct AttnTileList {
 // A sub-tile is empty when none of its cells has Any, and Full when none has NotFull and it spans
 // a whole sub-tile of keys. The kernels that read cells (the warp-specialised Hopper ones) then
 // compute row masks only for the sub-tiles in between; the others ignore them.
-// After the classes (at a 4-byte boundary) come the key spans of each Partial tile's 128-row q
-// chunks (kAttnForwardChunkRows), two int32 per chunk: the first and one past the last 128-key
-// sub-tile with an allowed pair in the chunk's rows (0, 0: none). The forward and the
-// deterministic backward's dQ pass walk a chunk's keys within its span only, so the empty
-// sub-tiles around a band (a sliding window, a causal diagonal) cost nothing.
+// After the classes (at a 4-byte boundary) come each Partial tile's spans, two int32 each: first
+// the key spans of its 128-row q chunks (kAttnForwardChunkRows): the first and one past the last
+// 128-key sub-tile with an allowed pair in the chunk's rows; then the row spans of its 128-key
+// chunks (kAttnBackwardChunkRows): the first and one past the last 64-row q sub-tile with an
+// allowed pair among the chunk's keys ((0, 0): none). The forward and the deterministic
+// backward's dQ pass walk a q chunk's keys within its span, the backward's items a key chunk's
+// rows within its span (and the deterministic dK / dV pass skips the tiles where it is empty), so
+// the empty sub-tiles around a band (a sliding window, a causal diagonal) cost nothing.
 // It sets cells_begin and spans_begin (byte offsets) of every Partial tile in `tiles` and returns
 // the bytes for AttnTileList::cells (row_offsets / ranges: the list's masks, as AttnTileList, on
 // the host; InvalidInput on a tile whose rows lie outside them).
@@ -186,8 +183,7 @@ inline constexpr int kAttnSpanKeys = 128;  // keys of a span's sub-tiles (the fo
 std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<const int32_t> row_offsets,
                                         std::span<const int32_t> ranges);
 // Backward work as make_backward_work, without the items (128-key chunks) of Partial tiles that
-// have no allowed pair (cells from make_partial_cells for these tiles; empty: every item), and
-// with each Partial item's live q sub-tiles (AttnWorkItem::sub_begin, sub_end) from its cells.
+// have no allowed pair (cells from make_partial_cells for these tiles; empty: every item).
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                              std::span<const uint8_t> cells);
 

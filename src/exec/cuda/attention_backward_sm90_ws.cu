@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const int tile_end = w.tile + (kDq ? 1 : w.num_tiles);  // the dK / dV pass walks a unit of tiles
     int ti = w.tile;
     const AttnTile* t = p.list.tiles + ti;
-    BwSteps steps = kDq ? BwSteps(*t, c0, group, w) : BwSteps(*t, c0, group);
+    BwSteps steps(*t, c0, group, p.list);
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
     auto classify = [&](int step, int slot) -> int {
@@ -291,7 +291,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
             break;
           }
           t = p.list.tiles + ti;
+#ifdef DCP_AB_OLD
           steps = BwSteps(*t, c0, group);
+#else
+          steps = BwSteps(*t, c0, group, p.list);
+#endif
           step = 0;
           continue;
         }

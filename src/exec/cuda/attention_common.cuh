@@ -253,19 +253,24 @@ __device__ __forceinline__ int classify_partial(const AttnTile& t, const int32_t
 // The steps of a backward work item (keys from c0 of tile t, kv head kvh): step s is q head
 // kvh * group + s / per_head and 64-row q sub-tile first_sub + s % per_head, where a causal
 // diagonal tile starts at the sub-tile of the CTA's first key (the rows above see none of its
-// keys). The second form walks only the item's live sub-tiles (AttnWorkItem::sub_begin,
-// sub_end), for an item of this one tile.
+// keys). The second form walks only the key chunk's row span that make_partial_cells stored for
+// a Partial tile (c0 a multiple of kAttnBackwardChunkRows): none of the tile when it is empty.
 struct BwSteps {
   int first_sub, per_head, num_steps;
   __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group)
       : first_sub(t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0),
         per_head((t.q_len + kRows - 1) / kRows - first_sub),
         num_steps(per_head * group) {}
-  __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group, const AttnWorkItem& w)
-      : first_sub(max(t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0, w.sub_begin)),
-        per_head(max(0, (w.sub_end >= 0 ? min(w.sub_end, (t.q_len + kRows - 1) / kRows) : (t.q_len + kRows - 1) / kRows) -
-                            first_sub)),
-        num_steps(per_head * group) {}
+  __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group, const AttnTileList& list) : BwSteps(t, c0, group) {
+    static_assert(kRows == kAttnCellRows, "a row span counts 64-row q sub-tiles");
+    if (t.kind == TileKind::Partial && list.cells != nullptr && t.spans_begin >= 0) {
+      const int q_chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+      const int* span = reinterpret_cast<const int*>(list.cells + t.spans_begin) + 2 * (q_chunks + c0 / kAttnBackwardChunkRows);
+      first_sub = span[0];
+      per_head = span[1] - span[0];
+      num_steps = per_head * group;
+    }
+  }
   __device__ __forceinline__ int q_head(int s, int kvh, int group) const { return kvh * group + s / per_head; }
   __device__ __forceinline__ int row0(int s) const { return (first_sub + s % per_head) * kRows; }
 };

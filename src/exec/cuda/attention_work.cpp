@@ -230,10 +230,13 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
       }
     }
   }
-  // The key spans of each 128-row chunk, from the cells: a chunk is kAttnForwardChunkRows /
-  // kAttnCellRows cell rows, a span sub-tile kAttnSpanKeys / kAttnCellKeys cell columns.
-  static_assert(kAttnForwardChunkRows % kAttnCellRows == 0 && kAttnSpanKeys % kAttnCellKeys == 0);
+  // The spans, from the cells: a q chunk is kAttnForwardChunkRows / kAttnCellRows cell rows and a
+  // key sub-tile kAttnSpanKeys / kAttnCellKeys cell columns; a key chunk is
+  // kAttnBackwardChunkRows / kAttnCellKeys cell columns and a q sub-tile one cell row.
+  static_assert(kAttnForwardChunkRows % kAttnCellRows == 0 && kAttnSpanKeys % kAttnCellKeys == 0 &&
+                kAttnBackwardChunkRows % kAttnCellKeys == 0);
   constexpr int kRowsPer = kAttnForwardChunkRows / kAttnCellRows, kColsPer = kAttnSpanKeys / kAttnCellKeys;
+  constexpr int kKeyChunkCols = kAttnBackwardChunkRows / kAttnCellKeys;
   cells.resize((cells.size() + 3) / 4 * 4, 0);
   std::map<int32_t, int32_t> spans_of;  // cells_begin -> spans_begin
   for (AttnTile& t : tiles) {
@@ -245,7 +248,8 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
     const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
     const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
     const int chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
-    std::vector<int32_t> spans(2 * static_cast<std::size_t>(chunks), 0);
+    const int key_chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
+    std::vector<int32_t> spans(2 * static_cast<std::size_t>(chunks + key_chunks), 0);
     for (int k = 0; k < chunks; ++k) {
       int first = -1, last = -1;
       for (int u = k * kRowsPer; u < std::min(cell_rows, (k + 1) * kRowsPer); ++u)
@@ -257,6 +261,19 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
       if (first >= 0) {
         spans[2 * static_cast<std::size_t>(k)] = first;
         spans[2 * static_cast<std::size_t>(k) + 1] = last + 1;
+      }
+    }
+    for (int k = 0; k < key_chunks; ++k) {
+      int first = -1, last = -1;
+      for (int u = 0; u < cell_rows; ++u)
+        for (int c = k * kKeyChunkCols; c < std::min(cols, (k + 1) * kKeyChunkCols); ++c)
+          if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + c] & kAttnCellAny) != 0) {
+            if (first < 0) first = u;
+            last = u;
+          }
+      if (first >= 0) {
+        spans[2 * static_cast<std::size_t>(chunks + k)] = first;
+        spans[2 * static_cast<std::size_t>(chunks + k) + 1] = last + 1;
       }
     }
     const std::size_t at = cells.size();
@@ -273,41 +290,32 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                              std::span<const uint8_t> cells) {
   validate(tiles, shape, "make_backward_work");
-  constexpr int kSubRows = 64;  // the kernel's q sub-tile (kBwRows) and the cells' rows
-  static_assert(kAttnCellRows == kSubRows, "a q sub-tile is one row of cells");
+  // Whether a Partial tile's 128-key chunk c has an allowed pair: one of its cell columns
+  // 2 c, 2 c + 1 has a key in some cell row.
+  auto live = [&](const AttnTile& t, std::size_t i, int c) {
+    if (cells.empty() || t.kind != TileKind::Partial || t.cells_begin < 0) return true;
+    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+    const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
+    if (static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(cols) * cell_rows > cells.size())
+      raise(ErrorKind::InvalidInput, "make_backward_work: tile " + std::to_string(i) + " has cells past the end of the cell list");
+    const int c0 = c * (kAttnBackwardChunkRows / kAttnCellKeys);
+    const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
+    for (int u = 0; u < cell_rows; ++u)
+      for (int col = c0; col < c1; ++col)
+        if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + col] & kAttnCellAny) != 0)
+          return true;
+    return false;
+  };
   std::vector<AttnWorkItem> work;
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     const AttnTile& t = tiles[i];
     if (t.q_len == 0) continue;
     const int chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
-    const int subs = (t.q_len + kSubRows - 1) / kSubRows;
-    const bool with_cells = !cells.empty() && t.kind == TileKind::Partial && t.cells_begin >= 0;
-    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
-    if (with_cells && static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(cols) * subs > cells.size())
-      raise(ErrorKind::InvalidInput, "make_backward_work: tile " + std::to_string(i) + " has cells past the end of the cell list");
     // Causal: early key chunks see the most query rows.
     for (int c = 0; c < chunks; ++c) {
-      int first = t.kind == TileKind::CausalDiagonal ? c * kAttnBackwardChunkRows / kSubRows : 0;
-      int end = subs;
-      if (with_cells) {
-        // Live sub-tiles: a cell of the chunk's columns 2 c, 2 c + 1 has an allowed pair.
-        const int c0 = c * (kAttnBackwardChunkRows / kAttnCellKeys);
-        const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
-        auto live = [&](int u) {
-          for (int col = c0; col < c1; ++col)
-            if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + col] & kAttnCellAny) != 0)
-              return true;
-          return false;
-        };
-        while (first < subs && !live(first)) ++first;
-        if (first == subs) continue;  // no allowed pair: no item
-        while (!live(end - 1)) --end;
-      }
+      if (!live(t, i, c)) continue;
       for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) {
-        AttnWorkItem w{static_cast<int32_t>(i), c, h, 0};
-        w.sub_begin = first;
-        w.sub_end = end;
-        work.push_back(w);
+        work.push_back(AttnWorkItem{static_cast<int32_t>(i), c, h, 0});
       }
     }
   }
