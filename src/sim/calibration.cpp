@@ -76,8 +76,9 @@ void Calibration::validate(const std::string& where) const {
 Calibration measured_h200_calibration() {
   // bench/fit_calibration's output for the persistent forward (item boundaries without a drain),
   // the backward with cell classes of Partial tiles, both walking only the spans of allowed pairs,
-  // wgmma descriptors built once per product, and plans with outputs in place (sources and fit errors in
-  // data/calibration/h200_measured_subtiles.json, which a test keeps equal to these values).
+  // wgmma descriptors built once per product, and plans with outputs in place (sources and fit
+  // errors in data/calibration/h200_measured_subtiles.json, which a test keeps equal to these
+  // values).
   Calibration c;
   c.name = "h200-measured-subtiles";
   c.subtile_model = true;

@@ -88,7 +88,7 @@ struct AttnTile {
   int32_t delta_begin = -1;     // backward: Delta (default q_begin)
   int32_t dq_begin = -1;        // backward: dQ (default q_begin)
   int32_t dkv_begin = -1;       // backward: dK and dV (default kv_begin)
-  int32_t spans_begin = -1;     // Partial: byte offset of its chunks' key spans in AttnTileList::cells (-1: none)
+  int32_t spans_begin = -1;     // Partial: byte offset of its spans in AttnTileList::cells (-1: none, see below)
 };
 
 struct AttnShape {

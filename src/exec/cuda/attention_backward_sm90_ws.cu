@@ -291,11 +291,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
             break;
           }
           t = p.list.tiles + ti;
-#ifdef DCP_AB_OLD
-          steps = BwSteps(*t, c0, group);
-#else
           steps = BwSteps(*t, c0, group, p.list);
-#endif
           step = 0;
           continue;
         }
