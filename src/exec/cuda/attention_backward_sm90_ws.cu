@@ -251,6 +251,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     int ti = w.tile;
     const AttnTile* t = p.list.tiles + ti;
     BwSteps steps(*t, c0, group, p.list);
+    if constexpr (kDq) steps.stagger(w.chunk);
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
     auto classify = [&](int step, int slot) -> int {
@@ -292,6 +293,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           }
           t = p.list.tiles + ti;
           steps = BwSteps(*t, c0, group, p.list);
+          if constexpr (kDq) steps.stagger(w.chunk);
           step = 0;
           continue;
         }

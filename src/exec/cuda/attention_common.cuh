@@ -255,12 +255,18 @@ __device__ __forceinline__ int classify_partial(const AttnTile& t, const int32_t
 // diagonal tile starts at the sub-tile of the CTA's first key (the rows above see none of its
 // keys). The second form walks only the key chunk's row span that make_partial_cells stored for
 // a Partial tile (c0 a multiple of kAttnBackwardChunkRows): none of the tile when it is empty.
+// stagger() makes the walk start part-way and wrap around (the same steps, another order).
 struct BwSteps {
   int first_sub, per_head, num_steps;
+  int rot = 0;  // the walk starts at step rot (stagger)
+  int chunks;   // 128-key chunks of the tile
+  bool partial;
   __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group)
       : first_sub(t.kind == TileKind::CausalDiagonal ? c0 / kRows : 0),
         per_head((t.q_len + kRows - 1) / kRows - first_sub),
-        num_steps(per_head * group) {}
+        num_steps(per_head * group),
+        chunks((t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows),
+        partial(t.kind == TileKind::Partial) {}
   __device__ __forceinline__ BwSteps(const AttnTile& t, int c0, int group, const AttnTileList& list) : BwSteps(t, c0, group) {
     static_assert(kRows == kAttnCellRows, "a row span counts 64-row q sub-tiles");
     if (t.kind == TileKind::Partial && list.cells != nullptr && t.spans_begin >= 0) {
@@ -271,8 +277,22 @@ struct BwSteps {
       num_steps = per_head * group;
     }
   }
-  __device__ __forceinline__ int q_head(int s, int kvh, int group) const { return kvh * group + s / per_head; }
-  __device__ __forceinline__ int row0(int s) const { return (first_sub + s % per_head) * kRows; }
+  // Where the walk starts (step rot, wrapping around). The chunks of a Partial tile whose spans
+  // start on its first row but end on different rows (a band's upper edge) start evenly spread
+  // over their walks: walked in step from the first row they ran 7-9 % slower on sliding-window
+  // lists at B >= 2048 (bench/results/cuda_attention_h200.md). Full tiles keep the walk in step,
+  // where their chunks share each Q / dO sub-tile in L2 (a spread walk lost 2-4 % there).
+  __device__ __forceinline__ void stagger(int chunk) {
+    if (partial && first_sub == 0 && num_steps > 0) {
+      rot = static_cast<int>(static_cast<int64_t>(chunk) * num_steps / chunks) % num_steps;
+    }
+  }
+  __device__ __forceinline__ int at(int s) const {
+    const int u = s + rot;
+    return u >= num_steps ? u - num_steps : u;
+  }
+  __device__ __forceinline__ int q_head(int s, int kvh, int group) const { return kvh * group + at(s) / per_head; }
+  __device__ __forceinline__ int row0(int s) const { return (first_sub + at(s) % per_head) * kRows; }
 };
 
 // Class of a Full or CausalDiagonal step. Keys past kv_len are masked too: their zero rows would
