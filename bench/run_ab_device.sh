@@ -6,8 +6,9 @@
 # changes against one base in one call). Every variant but A is checked (kernel tests against
 # fp64, the whole-plan check on one GPU), then all are timed alternately in the same sustained
 # state: bench_cuda_attention (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc
-# 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed. cuDNN's SDPA follows
-# on the same shapes; the SM clock and power are sampled throughout.
+# 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed (AB_PLANS=0: none).
+# cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
+# throughout.
 # Usage (repository root): bench/run_ab_device.sh DEPS_DIR
 # Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout;
 # `python3 bench/ab_table.py ab.tgz` prints each variant over A per list and per whole plan.
@@ -65,7 +66,8 @@ for r in 1 2; do
   done
 done
 reversed=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' ')
-for order in "$variants" "$reversed"; do
+[ "${AB_PLANS:-1}" = 0 ] && reversed="" variants_plans="" || variants_plans=$variants
+for order in ${variants_plans:+"$variants_plans"} ${reversed:+"$reversed"}; do
   tag=$(echo $order | tr -d ' ')
   for m in causal lambda causal_blockwise shared_question; do
     for v in $order; do
@@ -76,8 +78,10 @@ for order in "$variants" "$reversed"; do
     done
   done
 done
-say "cuDNN SDPA"
-timeout 120 python3 bench/sdpa_reference.py "$x/sdpa_reference.json" 2>&1 | grep cudnn
+if [ "${AB_SDPA:-1}" != 0 ]; then
+  say "cuDNN SDPA"
+  timeout 120 python3 bench/sdpa_reference.py "$x/sdpa_reference.json" 2>&1 | grep cudnn
+fi
 kill $smi
 tar -czf "$out/ab.tgz" -C "$out" ab && rm -rf "$x"
 say done
