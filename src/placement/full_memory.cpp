@@ -178,9 +178,27 @@ void refine_globally(const PlacementHypergraph& h, const Cluster& cluster,
   else
     refine(all, caps, opts, all_devices_refine(h, opts), pool, trial);
   PlacementReport before, after;
-  if (check_balance(h, trial, cluster, opts, after).size() <=
-      check_balance(h, parts, cluster, opts, before).size())
-    parts = std::move(trial);
+  const size_t v_before = check_balance(h, parts, cluster, opts, before).size();
+  size_t v_trial = check_balance(h, trial, cluster, opts, after).size();
+  // FM bounds full memory against the mean before it, but the copies it removes lower that mean,
+  // so a device it left near its cap can end over the bound at the new mean: on the 48
+  // comparison instances (placement seeds 1-3) about one global refinement in five, often after
+  // winning several per cent. Such a trial is repaired under the bound at its own mean, as the
+  // cross-node repair does (two rounds: the repair lowers the mean again), and kept only when it
+  // then adds no violation and still lowers the objective. Measured there: ours / best feasible
+  // Mt-KaHyPar 0.975 / 0.972 / 0.991 -> 0.972 / 0.969 / 0.990, no instance newly above 1.3.
+  bool repaired = false;
+  for (int round = 0; round < 2 && v_trial > v_before; ++round) {
+    PartCaps at_mean = caps;
+    at_mean.full_memory.assign(num_dev, (1 + opts.eps_memory * opts.full_memory_target_first) *
+                                            mean_of(full_memory_bytes(h, trial, num_dev)));
+    repair_balance(all, at_mean, trial);
+    v_trial = check_balance(h, trial, cluster, opts, after).size();
+    repaired = true;
+  }
+  if (v_trial > v_before) return;
+  if (repaired && !(sub_objective(all, trial, num_dev) < sub_objective(all, parts, num_dev))) return;
+  parts = std::move(trial);
 }
 
 }  // namespace
