@@ -146,6 +146,8 @@ dcp::PlacementOptions options_from(const std::string& set) {
     else if (k == "refine.idle_moves_share") po.refine.idle_moves_share = v;
     else if (k == "refine.idle_moves_min") po.refine.idle_moves_min = static_cast<int>(v);
     else if (k == "refine.idle_moves_max") po.refine.idle_moves_max = static_cast<int>(v);
+    else if (k == "refine.idle_moves_share_all_devices") po.refine.idle_moves_share_all_devices = v;
+    else if (k == "refine.idle_moves_min_all_devices") po.refine.idle_moves_min_all_devices = static_cast<int>(v);
     else dcp::raise(dcp::ErrorKind::InvalidInput, "--set: unknown option " + k);
   }
   po.validate();

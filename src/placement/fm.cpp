@@ -721,11 +721,14 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& o
   // level: measured after the cross-node repair (as full_memory.cpp), 4.5 % fewer instructions
   // per placement for the same objective on average (+0.1 %), the same instance-runs above 1.3.
   const int32_t region = around != nullptr ? fm.region_size() : s.num_vertices();
+  // FM over all devices (the hierarchical cost) has its own idle limit and threshold
+  // (RefineOptions).
+  const bool all = s.hierarchical();
+  const int idle_min = all ? opts.idle_moves_min_all_devices : opts.idle_moves_min;
   const int max_idle = std::clamp(
-      static_cast<int>(opts.idle_moves_share * region), opts.idle_moves_min,
-      opts.idle_moves_max);
-  // FM over all devices (the hierarchical cost) has its own threshold (RefineOptions).
-  const double min_gain = s.hierarchical() ? opts.min_pass_gain_all_devices : opts.min_pass_gain;
+      static_cast<int>((all ? opts.idle_moves_share_all_devices : opts.idle_moves_share) * region),
+      idle_min, opts.idle_moves_max);
+  const double min_gain = all ? opts.min_pass_gain_all_devices : opts.min_pass_gain;
   double objective = min_gain > 0 ? sub_objective(s, part, caps.k()) : 0.0;
   for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);

@@ -20,19 +20,27 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const PlacementOptions
     refine_fm(s, caps, refine_opts, opts.seed, part, pool);
 }
 
-// The global refinement over all devices stops at min_pass_gain_all_devices, except on the light
-// path (RefineOptions::min_pass_gain_all_devices).
+// The levels' FM stopping rules for FM over all devices (RefineOptions).
+void level_stopping(RefineOptions& r) {
+  r.min_pass_gain_all_devices = r.min_pass_gain;
+  r.idle_moves_share_all_devices = r.idle_moves_share;
+  r.idle_moves_min_all_devices = r.idle_moves_min;
+}
+
+// The global refinement over all devices stops by its own rules (min_pass_gain_all_devices,
+// idle_moves_*_all_devices), except on the light path, where it is what meets the full-memory
+// bound (RefineOptions::min_pass_gain_all_devices).
 RefineOptions all_devices_refine(const PlacementHypergraph& h, const PlacementOptions& opts) {
   RefineOptions r = opts.refine;
-  if (is_large(h, opts)) r.min_pass_gain_all_devices = r.min_pass_gain;
+  if (is_large(h, opts)) level_stopping(r);
   return r;
 }
 
-// FM over all devices after the cross-node full-memory repair keeps min_pass_gain: it is what
+// FM over all devices after the cross-node full-memory repair keeps the levels' rules: it is what
 // wins back the repair's cost under the bound, and stopping it early left bounds violated.
 RefineOptions bound_refine(const PlacementOptions& opts) {
   RefineOptions r = opts.refine;
-  r.min_pass_gain_all_devices = r.min_pass_gain;
+  level_stopping(r);
   return r;
 }
 

@@ -222,9 +222,11 @@ void PlacementOptions::validate() const {
     bad("refine.passes must be >= 0 (got " + std::to_string(refine.passes) + ")");
   if (!(refine.min_pass_gain >= 0) || !(refine.min_pass_gain_all_devices >= 0) ||
       !(refine.idle_moves_share > 0) || refine.idle_moves_min < 1 ||
-      refine.idle_moves_max < refine.idle_moves_min)
-    bad("refine: min_pass_gain >= 0, min_pass_gain_all_devices >= 0, idle_moves_share > 0 and "
-        "1 <= idle_moves_min <= idle_moves_max are required");
+      refine.idle_moves_max < refine.idle_moves_min || !(refine.idle_moves_share_all_devices > 0) ||
+      refine.idle_moves_min_all_devices < 1 || refine.idle_moves_max < refine.idle_moves_min_all_devices)
+    bad("refine: min_pass_gain >= 0, min_pass_gain_all_devices >= 0, idle_moves_share > 0, "
+        "idle_moves_share_all_devices > 0, 1 <= idle_moves_min <= idle_moves_max and "
+        "1 <= idle_moves_min_all_devices <= idle_moves_max are required");
   if (multilevel.node_deeper_vertices_per_part < 0)
     bad("multilevel.node_deeper_vertices_per_part must be >= 0, 0 = none (got " +
         std::to_string(multilevel.node_deeper_vertices_per_part) + ")");
