@@ -452,6 +452,24 @@ TEST(Multilevel, TaskPoolRunsEveryPieceNestedAndRethrowsTheFirstError) {
   EXPECT_THROW(bad.validate(), Error);
 }
 
+TEST(Multilevel, RefineStoppingRulesOutOfRangeAreRefusedByName) {
+  auto expect_refused = [](const char* what, auto change) {
+    PlacementOptions o;
+    EXPECT_NO_THROW(o.validate());
+    change(o.refine);
+    try {
+      o.validate();
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_refused("idle_moves_share_all_devices", [](RefineOptions& r) { r.idle_moves_share_all_devices = 0; });
+  expect_refused("idle_moves_min_all_devices", [](RefineOptions& r) { r.idle_moves_min_all_devices = 0; });
+  expect_refused("idle_moves_min_all_devices", [](RefineOptions& r) { r.idle_moves_min_all_devices = r.idle_moves_max + 1; });
+  expect_refused("idle_moves_share", [](RefineOptions& r) { r.idle_moves_share = -1; });
+}
+
 TEST(Multilevel, EveryBoundHoldsOnMultiNodeBatches) {
   uint64_t seed = 90;
   int balanced = 0, total = 0;
