@@ -8,7 +8,7 @@
 #   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
 #   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows,
-#   in det.tar;
+#   in det.tar; the kernel table's routes and lengths: $DET_ROUTES, $DET_SEQ);
 #   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both (all in kernels.tar);
 #   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
@@ -31,7 +31,7 @@ if has build; then
   python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' | tee -a "$log"
   # The wheel comes back in $OUT: a later call installs it (pip install --no-deps) without building.
   rm -rf /tmp/wheels
-  bench_flag=""; has kernels && bench_flag="-C cmake.define.DCP_ENABLE_BENCH=ON"  # bench_cuda_attention
+  bench_flag=""; { has kernels || has det; } && bench_flag="-C cmake.define.DCP_ENABLE_BENCH=ON"  # bench_cuda_attention
   CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip wheel --no-build-isolation --no-deps -v -w /tmp/wheels . \
     -C build-dir=$b -C cmake.define.DCP_DEVICE_DEPS_DIR="$deps" -C cmake.define.NCCL_ROOT="$NCCL_ROOT" \
     -C cmake.define.DCP_ENABLE_TOOLS=ON -C cmake.define.DCP_ENABLE_TESTS=ON $bench_flag >"$out/build.log" 2>&1 \
@@ -76,8 +76,9 @@ if has bench; then
     --json "$out/dcp_bench.json" 2>&1 | tail -12 | tee -a "$log"
 fi
 if has det; then  # the deterministic backward: kernel table beside the default, whole plans, repeatability
-  say "kernel bench: every route and the deterministic backward"
-  timeout 200 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tail -32 | tee -a "$log"
+  say "kernel bench: the default backward and the deterministic one"
+  DCP_BENCH_ROUTES=${DET_ROUTES:-wgmma-cells,wgmma-det} DCP_BENCH_SEQ=${DET_SEQ:-32768} timeout 200 \
+    $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tail -32 | tee -a "$log"
   say "whole-plan check, 1 GPU, deterministic backward (gradients bitwise equal over 3 steps)"
   DCP_ATTN_DETERMINISTIC=1 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det.log" 2>&1
   echo "exec check (deterministic): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det.log") configs bitwise equal" | tee -a "$log"
