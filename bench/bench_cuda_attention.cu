@@ -17,9 +17,10 @@
 // forward over runs: the tiles that share q rows walked by one item into one output, online
 // softmax across them, runs heaviest first: what the CUDA backend runs on a list whose outputs
 // accumulate in place, the plans' default; its backward is wgmma-cells' as well).
-// On sm_90 the deterministic backward (route wgmma: a dK / dV pass, then a dQ pass;
-// make_deterministic_backward_work) is timed too (column wgmma-det; DCP_BENCH_ROUTES selects it
-// by that name).
+// On sm_90 the deterministic backward is timed too, both methods (route wgmma; DCP_BENCH_ROUTES
+// selects them by the name wgmma-det): split, a dK / dV pass then a dQ pass
+// (make_deterministic_backward_work; column wgmma-det), and ordered, one pass with turns
+// (make_ordered_backward_work; column wgmma-ordered).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -239,13 +240,14 @@ int main(int argc, char** argv) {
     int tiles;
     double flops;                       // forward mask-area FLOPs (backward: 2.5x)
     std::vector<double> fwd_ms, bwd_ms;  // per route
-    double det_ms = 0;                   // deterministic backward (with_det)
+    double det_ms = 0;                   // deterministic backward, split (with_det)
+    double ord_ms = 0;                   // deterministic backward, ordered (with_det)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
-  if (with_det) std::printf(" %18s", "bwd wgmma-det TF/s");
+  if (with_det) std::printf(" %18s %18s", "bwd wgmma-det TF/s", "bwd wgmma-ord TF/s");
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
@@ -356,12 +358,33 @@ int main(int argc, char** argv) {
           cudaFree(d_dkv_work);
           cudaFree(d_dq_tiles);
           cudaFree(d_dq_work);
+          const OrderedBackwardWork ord = make_ordered_backward_work(c.tiles, shape, cells);
+          if (ord.num_semaphores > semaphore_capacity) {
+            cudaFree(semaphores);
+            ck(cudaMalloc(&semaphores, static_cast<size_t>(ord.num_semaphores) * 4), "malloc semaphores");
+            semaphore_capacity = ord.num_semaphores;
+          }
+          AttnWorkItem* d_ord_work = upload(ord.work);
+          int32_t* d_turns = upload(ord.dq_turns.empty() ? std::vector<int32_t>{0} : ord.dq_turns);
+          AttnBackwardParams op = bp;
+          op.list.cells = d_cells;
+          op.list.work = d_ord_work;
+          op.list.num_work = static_cast<int32_t>(ord.work.size());
+          op.route = AttnKernelRoute::Wgmma;
+          op.deterministic = true;
+          op.ordered = true;
+          op.dq_turns = d_turns;
+          op.semaphores = semaphores;
+          op.num_semaphores = ord.num_semaphores;
+          row.ord_ms = median_ms([&] { attention_backward(op, nullptr); }, 1, 5);
+          cudaFree(d_ord_work);
+          cudaFree(d_turns);
         }
         ck(cudaGetLastError(), "kernels");
         std::printf("%-6d %-5d %-9s %6d", seq, block, name, row.tiles);
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
-        if (with_det) std::printf(" %18.1f", 2.5 * flops / (row.det_ms * 1e9));
+        if (with_det) std::printf(" %18.1f %18.1f", 2.5 * flops / (row.det_ms * 1e9), 2.5 * flops / (row.ord_ms * 1e9));
         std::printf("\n");
         rows.push_back(row);
         std::fflush(stdout);
@@ -401,8 +424,8 @@ int main(int argc, char** argv) {
         rule += "---|---|";
       }
     if (with_det) {
-      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma |");
-      rule += "---|---|---|";
+      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma | bwd wgmma-ordered ms | bwd wgmma-ordered TFLOP/s | ordered / wgmma |");
+      rule += "---|---|---|---|---|---|";
     }
     std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -426,6 +449,10 @@ int main(int argc, char** argv) {
           if (routes[ri].route == AttnKernelRoute::Wgmma) base_ms = r.bwd_ms[ri];
         std::fprintf(m, " %.3f | %.1f | %s |", r.det_ms, tflops,
                      base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-");
+        const double ord_tflops = 2.5 * r.flops / (r.ord_ms * 1e9);
+        std::fprintf(j, ", \"bwd_wgmma-ordered_ms\": %.4f, \"bwd_wgmma-ordered_tflops\": %.1f", r.ord_ms, ord_tflops);
+        std::fprintf(m, " %.3f | %.1f | %s |", r.ord_ms, ord_tflops,
+                     base_ms > 0 ? (std::to_string(base_ms / r.ord_ms).substr(0, 5) + "x").c_str() : "-");
       }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
       std::fprintf(m, "\n");

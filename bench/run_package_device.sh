@@ -6,9 +6,10 @@
 # Usage (repository root): bench/run_package_device.sh DEPS_DIR [phases...]
 #   phases: build checks pytest op bench det kernels plans (default: all but det, kernels and plans); results and
 #   logs in $OUT (or /tmp/dcp_out)
-#   (det: the kernel table with the deterministic backward beside the default, its whole-plan
-#   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows,
-#   in det.tar;
+#   (det: the kernel table with the deterministic backward, both methods, beside the default, their
+#   whole-plan checks, and `dcp bench` of one-GPU plans without it, with each method, and split on
+#   units of 4096 rows ($DET_RUNS: name:DCP_ATTN_DETERMINISTIC:units entries; $DET_CHECKS: the
+#   methods checked, default "split ordered"; $DET_ROUTES, $DET_SEQ: the kernel table's), in det.tar;
 #   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both (all in kernels.tar);
 #   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
@@ -31,7 +32,7 @@ if has build; then
   python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' | tee -a "$log"
   # The wheel comes back in $OUT: a later call installs it (pip install --no-deps) without building.
   rm -rf /tmp/wheels
-  bench_flag=""; has kernels && bench_flag="-C cmake.define.DCP_ENABLE_BENCH=ON"  # bench_cuda_attention
+  bench_flag=""; { has kernels || has det; } && bench_flag="-C cmake.define.DCP_ENABLE_BENCH=ON"  # bench_cuda_attention
   CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip wheel --no-build-isolation --no-deps -v -w /tmp/wheels . \
     -C build-dir=$b -C cmake.define.DCP_DEVICE_DEPS_DIR="$deps" -C cmake.define.NCCL_ROOT="$NCCL_ROOT" \
     -C cmake.define.DCP_ENABLE_TOOLS=ON -C cmake.define.DCP_ENABLE_TESTS=ON $bench_flag >"$out/build.log" 2>&1 \
@@ -76,16 +77,21 @@ if has bench; then
     --json "$out/dcp_bench.json" 2>&1 | tail -12 | tee -a "$log"
 fi
 if has det; then  # the deterministic backward: kernel table beside the default, whole plans, repeatability
-  say "kernel bench: every route and the deterministic backward"
-  timeout 200 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tail -32 | tee -a "$log"
-  say "whole-plan check, 1 GPU, deterministic backward (gradients bitwise equal over 3 steps)"
-  DCP_ATTN_DETERMINISTIC=1 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det.log" 2>&1
-  echo "exec check (deterministic): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det.log") configs bitwise equal" | tee -a "$log"
-  DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_UNIT_ROWS=256 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_units.log" 2>&1
-  echo "exec check (deterministic, units of 256 rows): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_units.log") configs bitwise equal" | tee -a "$log"
+  say "kernel bench: the default backward and the deterministic one, both methods"
+  DCP_BENCH_ROUTES=${DET_ROUTES:-wgmma-cells,wgmma-det} DCP_BENCH_SEQ=${DET_SEQ:-32768} timeout 200 \
+    $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tail -32 | tee -a "$log"
+  say "whole-plan check, 1 GPU, deterministic backward, both methods (gradients bitwise equal over 3 steps)"
+  if [[ " ${DET_CHECKS:-split ordered} " == *" split "* ]]; then
+    DCP_ATTN_DETERMINISTIC=split DCP_ATTN_DETERMINISTIC_UNIT_ROWS=256 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_units.log" 2>&1
+    echo "exec check (deterministic, split, units of 256 rows): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_units.log") configs bitwise equal" | tee -a "$log"
+  fi
+  for method in ${DET_CHECKS:-split ordered}; do
+    DCP_ATTN_DETERMINISTIC=$method timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_$method.log" 2>&1
+    echo "exec check (deterministic, $method): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_$method.log") configs bitwise equal" | tee -a "$log"
+  done
   for m in causal lambda causal_blockwise shared_question; do
     # name:DCP_ATTN_DETERMINISTIC:DCP_ATTN_DETERMINISTIC_UNIT_ROWS
-    for run in default:0:0 det:1:0 units:1:4096; do
+    for run in ${DET_RUNS:-default:0:0 det:split:0 ordered:ordered:0 units:split:4096}; do
       IFS=: read -r name det rows <<<"$run"
       say "dcp bench ldc 65536 $m, $name"
       DCP_ATTN_DETERMINISTIC=$det DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$rows timeout 120 $b/dcp bench --profile ldc --seed 1 \
@@ -94,8 +100,7 @@ if has det; then  # the deterministic backward: kernel table beside the default,
     done
   done
   # One file for them all (the device tool brings back at most 8 files per call).
-  (cd "$out" && tar -cf det.tar exec_check_det.log exec_check_det_units.log dcp_bench_*.json && \
-    rm -f exec_check_det.log exec_check_det_units.log dcp_bench_*.json)
+  (cd "$out" && tar -cf det.tar exec_check_det_*.log dcp_bench_*.json && rm -f exec_check_det_*.log dcp_bench_*.json)
 fi
 if has kernels; then
   # The H200 runs these kernels at its power limit (about 690 W), where the SM clock settles

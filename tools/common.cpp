@@ -170,7 +170,7 @@ CudaKernelOptions kernel_options_from_environment() {
   k.forward = parse_kernel_route(env("DCP_ATTN_FORWARD"), "DCP_ATTN_FORWARD");
   k.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
   k.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
-  k.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
+  parse_deterministic(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC", k);
   k.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   if (const std::string cells = env("DCP_ATTN_PARTIAL_CELLS"); !cells.empty())
     k.partial_cells = parse_switch(cells, "DCP_ATTN_PARTIAL_CELLS");

@@ -27,8 +27,15 @@ namespace dcp {
 enum class KernelRoute { Auto, Mma, Wgmma, WgmmaBasic };
 // How the WgmmaBasic backward adds dQ to memory (the other routes ignore it).
 enum class DqReduction { Bulk, Atomic };
+// How the deterministic backward fixes its summation order (both give bitwise repeatable
+// gradients; the contracts in dcp/detail/attention_cuda.h):
+//   Ordered  one pass, as the default backward; every addition into dQ, dK and dV waits for its
+//            turn in work order behind a semaphore (an item waits only for items launched before it).
+//   Split    two passes with one writer per element: dK / dV, then dQ, which recomputes S and dP.
+enum class DeterministicMethod { Ordered, Split };
 const char* to_string(KernelRoute route);    // "auto", "mma", "wgmma", "wgmma-basic"
 const char* to_string(DqReduction dq);       // "bulk", "atomic"
+const char* to_string(DeterministicMethod m);  // "ordered", "split"
 // Throws InvalidInput naming `where` (a flag or variable) and the accepted spellings.
 KernelRoute parse_kernel_route(const std::string& s, const std::string& where);
 DqReduction parse_dq_reduction(const std::string& s, const std::string& where);
@@ -36,6 +43,10 @@ DqReduction parse_dq_reduction(const std::string& s, const std::string& where);
 bool parse_switch(const std::string& s, const std::string& where);
 // A count of rows >= 0 ("" -> 0), e.g. CudaKernelOptions::deterministic_unit_rows.
 int parse_row_count(const std::string& s, const std::string& where);
+struct CudaKernelOptions;
+// The deterministic backward's setting: a switch (on: the default method) or a method's name,
+// which turns it on. Sets deterministic_backward and deterministic_method of `k`.
+void parse_deterministic(const std::string& s, const std::string& where, CudaKernelOptions& k);
 
 struct CudaKernelOptions {
   KernelRoute forward = KernelRoute::Auto;
@@ -43,10 +54,10 @@ struct CudaKernelOptions {
   DqReduction dq = DqReduction::Bulk;
   // dQ, dK and dV bitwise identical run to run (no order-dependent float reductions; the
   // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
-  // other routes. Costs a second pass over the tiles for dQ, which recomputes S and dP
-  // (0.76-0.92x the default backward's speed on whole plans: bench/results/cuda_attention_h200.md).
+  // other routes. Its speed against the default: bench/results/cuda_attention_h200.md.
   bool deterministic_backward = false;
-  // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
+  DeterministicMethod deterministic_method = DeterministicMethod::Split;
+  // The split method's dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
   // key blocks; > 0, a key block's tiles cut into units of at most this many q rows.
   int deterministic_unit_rows = 0;
   // Classify the sub-tiles of Partial tiles once on the host (cuda::make_partial_cells) instead

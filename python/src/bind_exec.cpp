@@ -194,7 +194,7 @@ void bind_exec(nb::module_& m) {
         o.kernels.forward = parse_kernel_route(forward, "forward kernel");
         o.kernels.backward = parse_kernel_route(backward, "backward kernel");
         o.kernels.dq = parse_dq_reduction(dq, "dq reduction");
-        o.kernels.deterministic_backward = parse_switch(deterministic, "deterministic (DCP_ATTN_DETERMINISTIC)");
+        parse_deterministic(deterministic, "deterministic (DCP_ATTN_DETERMINISTIC)", o.kernels);
         owned->backend = make_cuda_backend(o);
         return std::shared_ptr<Backend>(owned, owned->backend.get());
       },

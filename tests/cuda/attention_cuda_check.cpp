@@ -286,15 +286,34 @@ CaseResult run_case(const CaseConfig& cfg) {
     d_delta.upload(h_delta);
     // The deterministic backward runs two lists of its own: the dK / dV pass's (one tile per kv
     // head, by key block) and the dQ pass's.
+    // The ordered method runs the default's list with turns, counted over the sub-tiles that the
+    // cells keep (so its tiles carry cells).
+    const bool split = cfg.deterministic_backward && !cfg.det_ordered;
+    const bool ordered = cfg.deterministic_backward && cfg.det_ordered;
     DeterministicBackwardWork det;
-    if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
-    const std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.dkv_work : make_backward_work(tiles, shape);
+    OrderedBackwardWork ord;
+    std::vector<AttnTile> otiles = tiles;
+    std::vector<uint8_t> ocells;
+    if (split) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
+    if (ordered) {
+      ocells = make_partial_cells(otiles, row_offsets, ranges);
+      ord = make_ordered_backward_work(otiles, shape, ocells);
+    }
+    const std::vector<AttnWorkItem> bwork = split ? det.dkv_work : ordered ? ord.work : make_backward_work(tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
     DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.dkv_tiles.size(), 1)), d_dq_tiles(std::max<std::size_t>(det.dq_tiles.size(), 1));
     DevBuf<AttnWorkItem> d_dq_work(std::max<std::size_t>(det.dq_work.size(), 1));
-    DevBuf<int32_t> d_sems(static_cast<std::size_t>(std::max(det.num_semaphores, 1)));
-    if (cfg.deterministic_backward) {
+    DevBuf<int32_t> d_sems(static_cast<std::size_t>(std::max({det.num_semaphores, ord.num_semaphores, 1})));
+    DevBuf<AttnTile> d_otiles(std::max<std::size_t>(otiles.size(), 1));
+    DevBuf<uint8_t> d_ocells(std::max<std::size_t>(ocells.size(), 1));
+    DevBuf<int32_t> d_turns(std::max<std::size_t>(ord.dq_turns.size(), 1));
+    if (ordered) {
+      d_otiles.upload(otiles);
+      if (!ocells.empty()) d_ocells.upload(ocells);
+      if (!ord.dq_turns.empty()) d_turns.upload(ord.dq_turns);
+    }
+    if (split) {
       d_btiles.upload(det.dkv_tiles);
       d_dq_tiles.upload(det.dq_tiles);
       d_dq_work.upload(det.dq_work);
@@ -305,9 +324,17 @@ CaseResult run_case(const CaseConfig& cfg) {
     d_dv.fill(0);
     AttnBackwardParams bp;
     bp.shape = shape;
-    bp.list = AttnTileList{cfg.deterministic_backward ? d_btiles.ptr : d_tiles.ptr, d_bwork.ptr,
+    bp.list = AttnTileList{split ? d_btiles.ptr : ordered ? d_otiles.ptr : d_tiles.ptr, d_bwork.ptr,
                            static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
-    if (cfg.deterministic_backward) {
+    if (ordered) {
+      bp.list.cells = ocells.empty() ? nullptr : d_ocells.ptr;
+      bp.deterministic = true;
+      bp.ordered = true;
+      bp.dq_turns = d_turns.ptr;
+      bp.semaphores = d_sems.ptr;
+      bp.num_semaphores = ord.num_semaphores;
+    }
+    if (split) {
       bp.deterministic = true;
       bp.semaphores = d_sems.ptr;
       bp.num_semaphores = det.num_semaphores;
@@ -382,7 +409,7 @@ std::string describe(const CaseConfig& c, const CaseResult& r) {
                 route_name(c.forward_route), route_name(c.backward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
                 r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
                 r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
-                c.deterministic_backward ? 1 : 0, r.repeat_bitwise ? 1 : 0, r.error.c_str());
+                c.deterministic_backward ? (c.det_ordered ? 2 : 1) : 0, r.repeat_bitwise ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!passed(r) && !r.first_mismatch.empty()) text += "\n    first forward mismatch: " + r.first_mismatch;
   if (!passed(r) && !r.first_bwd_mismatch.empty()) text += "\n    first gradient mismatch: " + r.first_bwd_mismatch;

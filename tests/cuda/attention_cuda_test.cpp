@@ -47,8 +47,8 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   }
 }
 
-// The deterministic backward (Hopper, route wgmma): against fp64 like the default, and four runs
-// bitwise identical. Lists of up to 8 blocks of up to 420 tokens, so that dQ rows meet the tiles
+// The deterministic backward (Hopper, route wgmma), both methods: against fp64 like the default,
+// and four runs bitwise identical. Lists of up to 8 blocks of up to 420 tokens, so that dQ rows meet the tiles
 // of many key blocks and head groups, and full and short sub-tiles both occur; units of one tile
 // and of a few, so that several items take turns at the same dK / dV rows.
 TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
@@ -63,9 +63,13 @@ TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
     cfg.max_block_len = seed == 1 ? 160 : seed == 2 ? 300 : 420;
     cfg.deterministic_backward = true;
     cfg.det_unit_rows = seed == 2 ? 1 : seed == 3 ? 600 : 0;  // cut units: dK/dV in turns
-    const auto r = dcp::cuda::check::run_case(cfg);
-    ASSERT_TRUE(r.ran);
-    EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
+    for (const bool ordered : {false, true}) {
+      if (ordered && s.dim != 128) continue;  // the ordered method serves head_dim 128
+      cfg.det_ordered = ordered;
+      const auto r = dcp::cuda::check::run_case(cfg);
+      ASSERT_TRUE(r.ran);
+      EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
+    }
   }
 }
 

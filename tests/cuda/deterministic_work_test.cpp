@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <string>
@@ -232,6 +233,128 @@ TEST(DeterministicBackwardWork, RefusesListsWithSharedRowsThatDisagree) {
   moved.q_begin = 300;
   moved.dq_begin = 0;
   refused({tile(0, 100, 100, 100, TileKind::Full), moved}, "reads other q");
+}
+
+// Whether rows [r0, r0 + 64) and keys [c0, c0 + 128) of tile t hold an allowed pair, from the
+// mask itself (per row and key): the steps a backward item computes.
+bool step_has_pair(const List& l, const AttnTile& t, int r0, int c0) {
+  const int r1 = std::min(t.q_len, r0 + kSub), c1 = std::min(t.kv_len, c0 + kChunk);
+  for (int r = r0; r < r1; ++r) {
+    if (t.kind == TileKind::Full) return true;
+    if (t.kind == TileKind::CausalDiagonal) {
+      if (r >= c0) return true;  // keys [0, r + 1)
+      continue;
+    }
+    const auto ri = static_cast<size_t>(t.range_row_begin + r);
+    for (int32_t q = l.row_offsets[ri]; q < l.row_offsets[ri + 1]; ++q) {
+      const int b = std::max(l.ranges[2 * static_cast<size_t>(q)], c0), e = std::min(l.ranges[2 * static_cast<size_t>(q) + 1], c1);
+      if (b < e) return true;
+    }
+  }
+  return false;
+}
+
+// The ordered method's list: the default backward's items (in an order of its own); every (run, q head,
+// 64-row sub-tile, column half) semaphore its own; an item's turn at each sub-tile it computes
+// (found from the mask, not from the cells) is the number of items before it that compute it,
+// and the walk the kernel takes (from the key chunk's row span) covers every such sub-tile; the
+// items sharing a key chunk's dK / dV rows take turns 0, 1, ... in work order.
+void check_ordered(List l, const AttnShape& shape, uint64_t seed) {
+  const int hq = shape.num_q_heads, group = hq / shape.num_kv_heads;
+  const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+  const dcp::cuda::OrderedBackwardWork ord = dcp::cuda::make_ordered_backward_work(l.tiles, shape, cells);
+  auto items_of = [](const std::vector<dcp::cuda::AttnWorkItem>& work) {
+    std::vector<std::tuple<int, int, int>> v;
+    for (const auto& w : work) v.emplace_back(w.tile, w.chunk, w.head);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  ASSERT_EQ(items_of(ord.work), items_of(dcp::cuda::make_backward_work(l.tiles, shape, cells)))
+      << "not the default backward's items, seed " << seed;
+  std::map<std::tuple<int, int, int>, int> computed;                  // (dQ row of the sub-tile, q head, half) -> items so far
+  std::map<std::tuple<int, int, int>, int> sem_of;                    // the same -> semaphore
+  std::map<int, std::tuple<int, int, int>> owner;                     // semaphore -> (dQ row, q head, half)
+  std::map<std::tuple<int, int, int>, std::vector<size_t>> dkv_items;  // (dK/dV row, chunk, kv head) -> items
+  for (size_t k = 0; k < ord.work.size(); ++k) {
+    const dcp::cuda::AttnWorkItem& w = ord.work[k];
+    const AttnTile& t = l.tiles[static_cast<size_t>(w.tile)];
+    const int c0 = w.chunk * kChunk;
+    const int subs = (t.q_len + kSub - 1) / kSub;
+    int first = t.kind == TileKind::CausalDiagonal ? c0 / kSub : 0, count = std::max(0, subs - first);
+    if (t.kind == TileKind::Partial) {  // the row span the kernel walks
+      const int q_chunks = (t.q_len + dcp::cuda::kAttnForwardChunkRows - 1) / dcp::cuda::kAttnForwardChunkRows;
+      int32_t span[2];
+      std::memcpy(span, cells.data() + t.spans_begin + 8 * static_cast<size_t>(q_chunks + w.chunk), sizeof span);
+      first = span[0];
+      count = span[1] - span[0];
+    }
+    dkv_items[{dkv_row(t) + c0, w.chunk, w.head}].push_back(k);
+    for (int s = 0; s < subs; ++s) {
+      if (!step_has_pair(l, t, s * kSub, c0)) continue;
+      ASSERT_TRUE(s >= first && s < first + count) << "a computed sub-tile outside the walk, seed " << seed;
+      const int32_t turn = ord.dq_turns.at(static_cast<size_t>(w.dq_turns + s - first));
+      for (int qh = w.head * group; qh < (w.head + 1) * group; ++qh) {
+        for (int half = 0; half < 2; ++half) {
+          const auto key = std::make_tuple(dq_row(t) + s * kSub, qh, half);
+          EXPECT_EQ(turn, computed[key]++) << "turn out of work order, seed " << seed;
+          const int sem = w.dq_sem + (qh * subs + s) * 2 + half;
+          ASSERT_TRUE(sem >= 0 && sem < ord.num_semaphores) << "seed " << seed;
+          const auto [it, fresh] = sem_of.emplace(key, sem);
+          EXPECT_EQ(it->second, sem) << "one sub-tile, two semaphores, seed " << seed;
+          const auto [ot, ofresh] = owner.emplace(sem, key);
+          EXPECT_TRUE(ot->second == key) << "two sub-tiles share a semaphore, seed " << seed;
+        }
+      }
+    }
+  }
+  for (const auto& [key, items] : dkv_items) {
+    if (items.size() == 1) {
+      EXPECT_LT(ord.work[items[0]].dkv_sem, 0) << "seed " << seed;
+      continue;
+    }
+    const int sem = ord.work[items[0]].dkv_sem;
+    EXPECT_TRUE(sem >= 0 && sem < ord.num_semaphores && owner.count(sem) == 0) << "seed " << seed;
+    for (size_t r = 0; r < items.size(); ++r) {
+      EXPECT_EQ(ord.work[items[r]].dkv_sem, sem) << "seed " << seed;
+      EXPECT_EQ(ord.work[items[r]].dkv_rank, static_cast<int>(r)) << "seed " << seed;
+    }
+  }
+}
+
+TEST(OrderedBackwardWork, TurnsFollowWorkOrder) {
+  const int shapes[][2] = {{8, 8}, {8, 2}, {8, 1}, {32, 8}};
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rand rng(seed);
+    const auto& sh = shapes[seed % 4];
+    const AttnShape shape{sh[0], sh[1], 128, 0.1F};
+    check_ordered(random_list(rng, shape.num_kv_heads), shape, seed);
+    if (HasFatalFailure()) return;
+  }
+}
+
+TEST(OrderedBackwardWork, RefusesPartialTilesWithoutCellsAndSharedRowsThatDisagree) {
+  const AttnShape shape{8, 2, 128, 0.1F};
+  auto tile = [](int q, int nq, int kv, int nkv, TileKind kind) { return tile_of(q, nq, kv, nkv, kind, 0, 2); };
+  auto refused = [&](const std::vector<AttnTile>& tiles, const std::string& words) {
+    try {
+      (void)dcp::cuda::make_ordered_backward_work(tiles, shape, {});
+    } catch (const dcp::Error& e) {
+      EXPECT_EQ(e.kind(), dcp::ErrorKind::InvalidInput);
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted a list that should be refused (" << words << ")";
+  };
+  refused({tile(0, 100, 0, 100, TileKind::Partial)}, "has no cells");
+  refused({tile(0, 100, 0, 100, TileKind::Full), tile(50, 100, 100, 100, TileKind::Full)}, "overlap");
+  refused({tile(0, 100, 0, 150, TileKind::Full), tile(100, 100, 100, 100, TileKind::Full)}, "share dK/dV rows");
+  try {
+    (void)dcp::cuda::make_ordered_backward_work(std::vector<AttnTile>{tile(0, 100, 0, 100, TileKind::Full)},
+                                                AttnShape{8, 2, 64, 0.1F}, {});
+    ADD_FAILURE() << "the ordered method accepted head_dim 64";
+  } catch (const dcp::Error& e) {
+    EXPECT_EQ(e.kind(), dcp::ErrorKind::Unsupported);
+  }
 }
 
 // Only the warp-specialised Hopper kernels have the deterministic passes: other routes refuse

@@ -38,4 +38,25 @@ TEST(KernelOptions, SpellingsRoundTripAndBadValuesNameTheirSource) {
   expect_refused([] { (void)dcp::parse_row_count("4k", "DCP_ATTN_DETERMINISTIC_UNIT_ROWS"); }, "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
 }
 
+// The deterministic backward: a switch keeps the configured method; a method's name turns it on.
+TEST(KernelOptions, DeterministicTakesASwitchOrAMethod) {
+  for (const dcp::DeterministicMethod m : {dcp::DeterministicMethod::Ordered, dcp::DeterministicMethod::Split}) {
+    dcp::CudaKernelOptions k;
+    dcp::parse_deterministic(dcp::to_string(m), "X", k);
+    EXPECT_TRUE(k.deterministic_backward);
+    EXPECT_EQ(k.deterministic_method, m);
+  }
+  dcp::CudaKernelOptions k;
+  const dcp::DeterministicMethod method = k.deterministic_method;
+  dcp::parse_deterministic("on", "X", k);
+  EXPECT_TRUE(k.deterministic_backward);
+  EXPECT_EQ(k.deterministic_method, method);
+  dcp::parse_deterministic("", "X", k);
+  EXPECT_FALSE(k.deterministic_backward);
+  expect_refused([] {
+    dcp::CudaKernelOptions o;
+    dcp::parse_deterministic("sorted", "DCP_ATTN_DETERMINISTIC", o);
+  }, "DCP_ATTN_DETERMINISTIC");
+}
+
 }  // namespace

@@ -114,6 +114,10 @@ struct AttnWorkItem {
   // item's turn.
   int32_t dkv_sem = -1;
   int32_t dkv_rank = 0;
+  // Ordered deterministic backward (make_ordered_backward_work): the first of its dQ run's
+  // semaphores, and where its turns start in AttnBackwardParams::dq_turns.
+  int32_t dq_sem = -1;
+  int32_t dq_turns = 0;
 };
 
 inline constexpr int kAttnForwardChunkRows = 128;
@@ -264,6 +268,30 @@ struct DeterministicBackwardWork {
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                                            int unit_rows = 0);
 
+// The ordered deterministic backward: one pass, the default backward's items in the default's
+// order (make_backward_work with cells), each adding its dQ and its dK / dV in turns, so that every
+// gradient element is summed in work order whichever CTA gets there first:
+//   dQ: each 64-row q sub-tile of a run (tiles sharing dQ rows), q head and 64-column half has a
+//     semaphore; an item that computes the sub-tile waits until it reaches the item's turn (the
+//     number of items before it in work order that compute that sub-tile), adds by one TMA
+//     reduction, and raises it once the reduction has completed.
+//   dK / dV: the items sharing a key chunk's rows and kv head (tiles of one key block) add their
+//     rows at the end of the item in work order (AttnWorkItem::dkv_sem / dkv_rank).
+// The turns count only the steps the kernel computes: the sub-tiles of a key chunk's row span
+// whose cells have an allowed pair, so every Partial tile needs its cells (InvalidInput without).
+// An item waits only for items before it in work order, which the in-order launch of a grid's
+// CTAs has started (as the dK / dV turns of the split method). Preconditions as for
+// make_deterministic_backward_work.
+struct OrderedBackwardWork {
+  std::vector<AttnWorkItem> work;  // make_backward_work's, with dq_sem, dq_turns, dkv_sem, dkv_rank
+  // Per item, the turn of each sub-tile of its key chunk's row span (for every q head of its
+  // group; -1 where the kernel skips the sub-tile). Items with the same turns share them.
+  std::vector<int32_t> dq_turns;
+  int32_t num_semaphores = 0;  // int32 semaphores, zeroed by the launcher
+};
+OrderedBackwardWork make_ordered_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
+                                               std::span<const uint8_t> cells);
+
 struct AttnBackwardParams {
   AttnShape shape;
   AttnTileList list;                     // work from make_backward_work
@@ -299,6 +327,11 @@ struct AttnBackwardParams {
   int32_t* semaphores = nullptr;
   int32_t num_semaphores = 0;
   AttnTileList dq_list;
+  // With deterministic: the ordered method instead (make_ordered_backward_work): `list` is its
+  // work, dq_turns its turns (device memory), semaphores at least its num_semaphores; dq_list is
+  // not read.
+  bool ordered = false;
+  const int32_t* dq_turns = nullptr;
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);

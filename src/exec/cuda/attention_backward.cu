@@ -308,6 +308,8 @@ AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
   const AttnKernelRoute route = attention_backward_route(params);
+  if (params.ordered && !params.deterministic)
+    raise(ErrorKind::InvalidInput, "attention_backward: the ordered method is a deterministic backward (set deterministic)");
   if (params.deterministic && route != AttnKernelRoute::Wgmma) {
     raise(ErrorKind::Unsupported, "attention_backward: the deterministic backward runs on the warp-specialised Hopper "
                                   "kernel only (route wgmma on an sm_90 device), not on route " +

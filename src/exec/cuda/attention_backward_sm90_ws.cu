@@ -53,6 +53,15 @@
 // no dQ (no dS^T tile, no barrier between the consumers, no reductions: the dQ pass,
 // attention_backward_dq_sm90.cu, follows), and adds its dK / dV once, in turns with the block's
 // other units, if any.
+//
+// Ordered deterministic backward (template flag kOrdered; make_ordered_backward_work): the
+// default's items and products, every chunk walking from its span's first row (a spread start
+// would make a chunk wait at each sub-tile until the chunk before it had wrapped around to it).
+// Thread 0 of each consumer warpgroup issues its half of a sub-tile's dQ reduction only once the
+// half's semaphore has reached the item's turn, and raises it a step later, when the reduction
+// has completed (where the default waits for the tile to be read before reusing it); the atomic
+// route (short sub-tiles) waits before its barrier and raises after a fence. dK / dV are added at
+// the end in turns, as the dK / dV pass's units.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -111,7 +120,9 @@ struct BwStageInfo {
   int32_t qh;      // q head
   int32_t q_rows;  // rows of the sub-tile (64, or fewer at the end of the tile)
   int32_t dq_row;  // dQ row of the sub-tile's first row
-  int32_t pad_[5];
+  int32_t dq_sem;   // ordered: the sub-tile's semaphore for its q head (+ the warpgroup's half)
+  int32_t dq_turn;  // ordered: this item's turn there
+  int32_t pad_[3];
 };
 inline constexpr int kInfoRecords = 4;
 
@@ -130,6 +141,10 @@ __device__ __forceinline__ void sem_wait_at_least(const int32_t* sem, int target
 __device__ __forceinline__ void sem_release(int32_t* sem) {
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
 }
+// Orders this thread's generic-proxy accesses (the semaphores) with its async-proxy ones (the TMA
+// reductions into dQ) in global memory: after a completed reduction, before the release that
+// passes the turn on; after the acquire that takes the turn, before the reduction.
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;\n" ::: "memory"); }
 
 template <int kD>
 struct BwWsSmem {
@@ -191,8 +206,9 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
                : "memory");
 }
 
-template <int kD, bool kDq>
+template <int kD, bool kDq, bool kOrdered>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
+  static_assert(kDq || !kOrdered, "the ordered backward adds dQ");
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)wp;  // built for a target without wgmma: never selected there, fail loudly if run
@@ -251,7 +267,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     int ti = w.tile;
     const AttnTile* t = p.list.tiles + ti;
     BwSteps steps(*t, c0, group, p.list);
-    if constexpr (kDq) steps.stagger(w.chunk);
+    if constexpr (kDq && !kOrdered) steps.stagger(w.chunk);  // ordered: turns follow the walk
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
     auto classify = [&](int step, int slot) -> int {
@@ -293,7 +309,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           }
           t = p.list.tiles + ti;
           steps = BwSteps(*t, c0, group, p.list);
-          if constexpr (kDq) steps.stagger(w.chunk);
+          if constexpr (kDq && !kOrdered) steps.stagger(w.chunk);  // ordered: turns follow the walk
           step = 0;
           continue;
         }
@@ -314,6 +330,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           info.qh = qh;
           info.q_rows = rows;
           info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
+          if constexpr (kOrdered) {
+            const int sub = rq0 / kBwRows;
+            info.dq_sem = w.dq_sem + (qh * ((t->q_len + kBwRows - 1) / kBwRows) + sub) * 2;
+            info.dq_turn = p.dq_turns[w.dq_turns + sub - steps.first_sub];
+          }
         }
         s_info[j & (kInfoRecords - 1)] = info;
       }
@@ -379,6 +400,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   zero(dv);
   const int row_lo = warp_in_wg * 16 + g;  // accumulator row of e < 2 (dQ: q row)
   const int key_lo = wg * 64 + row_lo;     // CTA-local key of accumulator rows e < 2
+  auto bar_wg = [&]() {
+    if (wg == 0) {
+      bar_sync_n<kBarDq0, 128>();
+    } else {
+      bar_sync_n<kBarDq1, 128>();
+    }
+  };
+  // Ordered: the semaphore whose turn this warpgroup's thread 0 passes on once its last TMA
+  // reduction has completed (-1: none), a step later, where it waits for that reduction anyway
+  // before reusing the tile, so the wait costs no more than the default's read wait.
+  int32_t pending = -1;
 
   for (int j = 0;; ++j) {
     const int buf = j & 1;
@@ -423,7 +455,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     }
     bw_store_ds(ds_ptr, da, key_lo, tq);  // dS^T into buffer ds_buf
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
-    bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
+    if constexpr (kOrdered) {
+      bulk_wait<0>();  // the last step's reduction is complete: its turn passes on
+      if (pending >= 0) {
+        fence_proxy_async_global();
+        sem_release(p.semaphores + pending);
+        pending = -1;
+      }
+    } else {
+      bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
+    }
     bar_sync_n<kBarDsReady, kConsumerThreads>();
 
     float dq[32];
@@ -440,18 +481,26 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
     bw_write_dq_boxes(tile, dq, row_lo, tq, scale);
     fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
-    if (wg == 0) {
-      bar_sync_n<kBarDq0, 128>();
-    } else {
-      bar_sync_n<kBarDq1, 128>();
+    const bool tma_step = wp.tma_dq != 0 && q_rows == kBwRows;
+    // Ordered: thread 0 of the warpgroup waits for the turn of its half of the sub-tile; on the
+    // atomic route before the barrier, so that no thread adds early, else after it, so that the
+    // other warps go on to release the ring slot meanwhile.
+    if constexpr (kOrdered) {
+      if (!tma_step && tw == 0) sem_wait_at_least(p.semaphores + info->dq_sem + wg, info->dq_turn);
     }
-    if (wp.tma_dq != 0 && q_rows == kBwRows) {
+    bar_wg();
+    if (tma_step) {
       if (tw == 0) {
+        if constexpr (kOrdered) {
+          sem_wait_at_least(p.semaphores + info->dq_sem + wg, info->dq_turn);
+          fence_proxy_async_global();
+        }
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
         const int row = info->dq_row;
         tma_reduce_add_2d(&wp.dq_map, src, col0, row);
         tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
         bulk_commit();
+        if constexpr (kOrdered) pending = info->dq_sem + wg;
       }
     } else {
       // Thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31 (box tw & 1), from the tile.
@@ -466,6 +515,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
         }
       }
+      if constexpr (kOrdered) {  // every thread's additions done and visible, then the turn passes
+        __threadfence();
+        bar_wg();
+        if (tw == 0) sem_release(p.semaphores + info->dq_sem + wg);
+      }
     }
     // dK (the last group) complete: Q, dO, LSE, Delta, the masks and the record of this slot are
     // no longer read, so the producer may refill it.
@@ -474,12 +528,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
+  if (kOrdered && pending >= 0) {
+    fence_proxy_async_global();
+    sem_release(p.semaphores + pending);
+  }
 
   const AttnTile* t0 = p.list.tiles + w.tile;
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
   // Deterministic: the units of a key block add these rows one after another, in work order
   // (each consumer thread's atomics complete and are fenced before thread 0 passes the turn on).
-  const bool ordered = !kDq && w.dkv_sem >= 0;
+  const bool ordered = (!kDq || kOrdered) && w.dkv_sem >= 0;
   if (ordered) {
     if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank);
     bar_sync_n<kBarDsReady, kConsumerThreads>();
@@ -496,7 +554,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
-  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, true>, kSmem);
+  allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, true, false>, kSmem);
   BwWsParams wp{};
   wp.p = p;
   // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.
@@ -512,7 +570,7 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       encode_tensor_map_2d(wp.do_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, kBwRows);
   wp.tma_qdo = tma_qdo ? 1 : 0;
   if (!p.deterministic) {
-    attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    attention_backward_sm90_ws_kernel<kD, true, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
     return;
   }
   if (p.semaphores == nullptr && p.num_semaphores > 0) {
@@ -524,8 +582,14 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
     }
   }
-  allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, false>, kSmem);
-  attention_backward_sm90_ws_kernel<kD, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+  if (p.ordered) {
+    if (p.dq_turns == nullptr) raise(ErrorKind::InvalidInput, "attention_backward (ordered): no dq_turns (make_ordered_backward_work)");
+    allow_shared_memory("attention_backward_sm90_ws (ordered)", attention_backward_sm90_ws_kernel<kD, true, true>, kSmem);
+    attention_backward_sm90_ws_kernel<kD, true, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    return;
+  }
+  allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, false, false>, kSmem);
+  attention_backward_sm90_ws_kernel<kD, false, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
   attention_backward_dq_wgmma(p, stream);
 }
 

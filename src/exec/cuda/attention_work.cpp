@@ -110,6 +110,42 @@ std::vector<std::vector<std::vector<int>>> key_blocks(std::span<const AttnTile> 
   return members;
 }
 
+
+int dq_row0(const AttnTile& t) { return t.dq_begin >= 0 ? t.dq_begin : t.q_begin; }
+
+// Runs of tiles sharing dQ rows, by first dQ row, each in list order. Tiles of a run read the
+// same q, dO, LSE and Delta rows, as many of them; no two runs' rows overlap (InvalidInput
+// otherwise): the deterministic backwards sum a run's dQ rows as one.
+std::map<int, std::vector<int>> dq_runs(std::span<const AttnTile> tiles, const char* where) {
+  std::map<int, std::vector<int>> runs;
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    const AttnTile& t = tiles[i];
+    if (t.q_len == 0 || t.kv_len == 0) continue;
+    auto& run = runs[dq_row0(t)];
+    if (!run.empty()) {
+      const AttnTile& f = tiles[static_cast<std::size_t>(run[0])];
+      auto row_or = [](int32_t r, int32_t d) { return r >= 0 ? r : d; };
+      if (t.q_len != f.q_len || t.q_begin != f.q_begin || row_or(t.dout_begin, t.q_begin) != row_or(f.dout_begin, f.q_begin) ||
+          row_or(t.lse_begin, t.q_begin) != row_or(f.lse_begin, f.q_begin) ||
+          row_or(t.delta_begin, t.q_begin) != row_or(f.delta_begin, f.q_begin)) {
+        raise(ErrorKind::InvalidInput, std::string(where) + ": tile " + std::to_string(i) + " writes the dQ rows of tile " +
+                                           std::to_string(run[0]) + " from row " + std::to_string(dq_row0(t)) +
+                                           " but reads other q, dO, LSE or Delta rows, or another number of them");
+      }
+    }
+    run.push_back(static_cast<int>(i));
+  }
+  int64_t prev_end = std::numeric_limits<int64_t>::min();
+  for (const auto& [row, run] : runs) {
+    if (row < prev_end) {
+      raise(ErrorKind::InvalidInput, std::string(where) + ": the dQ rows of tile " + std::to_string(run[0]) + " (from row " +
+                                         std::to_string(row) + ") overlap those of an earlier tile (ending at row " +
+                                         std::to_string(prev_end) + ")");
+    }
+    prev_end = int64_t{row} + tiles[static_cast<std::size_t>(run[0])].q_len;
+  }
+  return runs;
+}
 }  // namespace
 
 std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, const AttnShape& shape) {
@@ -332,7 +368,6 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   const int hq = shape.num_q_heads;
   const int hkv = shape.num_kv_heads;
   const int group = hq / hkv;
-  auto dq_row0 = [](const AttnTile& t) { return t.dq_begin >= 0 ? t.dq_begin : t.q_begin; };
   // Work of a tile for one head, in key rows x q rows (a causal diagonal tile: half).
   auto area = [](const AttnTile& t, int keys) {
     return static_cast<double>(keys) * t.q_len * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
@@ -397,39 +432,15 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
     raise(ErrorKind::InvalidInput, std::string(where) + ": too many key blocks cut into units");
   out.num_semaphores = static_cast<int32_t>(turn_keys);
 
-  // dQ pass: runs of tiles sharing dQ rows, in list order; their rows must not overlap.
-  std::map<int, std::vector<int>> runs;  // first dQ row -> tiles
-  for (std::size_t i = 0; i < tiles.size(); ++i) {
-    const AttnTile& t = tiles[i];
-    if (t.q_len == 0 || t.kv_len == 0) continue;
-    auto& run = runs[dq_row0(t)];
-    if (!run.empty()) {
-      const AttnTile& f = tiles[static_cast<std::size_t>(run[0])];
-      auto row_or = [](int32_t r, int32_t d) { return r >= 0 ? r : d; };
-      if (t.q_len != f.q_len || t.q_begin != f.q_begin || row_or(t.dout_begin, t.q_begin) != row_or(f.dout_begin, f.q_begin) ||
-          row_or(t.lse_begin, t.q_begin) != row_or(f.lse_begin, f.q_begin) ||
-          row_or(t.delta_begin, t.q_begin) != row_or(f.delta_begin, f.q_begin)) {
-        raise(ErrorKind::InvalidInput, std::string(where) + ": tile " + std::to_string(i) + " writes the dQ rows of tile " +
-                                           std::to_string(run[0]) + " from row " + std::to_string(dq_row0(t)) +
-                                           " but reads other q, dO, LSE or Delta rows, or another number of them");
-      }
-    }
-    run.push_back(static_cast<int>(i));
-  }
+  // dQ pass: one item per (run of tiles sharing dQ rows, 128-row q chunk, q head).
+  const std::map<int, std::vector<int>> runs = dq_runs(tiles, where);
   struct DqItem {
     double cost;
     AttnWorkItem w;
   };
   std::vector<DqItem> dq_items;
-  int64_t prev_end = std::numeric_limits<int64_t>::min();
   for (const auto& [row, run] : runs) {
     const AttnTile& f = tiles[static_cast<std::size_t>(run[0])];
-    if (row < prev_end) {
-      raise(ErrorKind::InvalidInput, std::string(where) + ": the dQ rows of tile " + std::to_string(run[0]) + " (from row " +
-                                         std::to_string(row) + ") overlap those of an earlier tile (ending at row " +
-                                         std::to_string(prev_end) + ")");
-    }
-    prev_end = int64_t{row} + f.q_len;
     const auto first = static_cast<int32_t>(out.dq_tiles.size());
     std::vector<double> head_cost(static_cast<std::size_t>(hkv), 0.0);
     for (const int i : run) {
@@ -450,6 +461,129 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   }
   std::stable_sort(dq_items.begin(), dq_items.end(), [](const DqItem& a, const DqItem& b) { return a.cost > b.cost; });
   for (const DqItem& it : dq_items) out.dq_work.push_back(it.w);
+  return out;
+}
+
+OrderedBackwardWork make_ordered_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
+                                               std::span<const uint8_t> cells) {
+  const char* where = "make_ordered_backward_work";
+  validate(tiles, shape, where);
+  const int hq = shape.num_q_heads;
+  const int hkv = shape.num_kv_heads;
+  const int group = hq / hkv;
+  if (shape.head_dim != 128) {
+    raise(ErrorKind::Unsupported, std::string(where) + ": head_dim 128 only (at 64 both consumer warpgroups add to the same dQ "
+                                                       "columns; the split method serves it)");
+  }
+  const std::map<int, std::vector<int>> runs = dq_runs(tiles, where);
+  (void)key_blocks(tiles, hkv, where);  // tiles that share dK / dV rows share their keys
+  OrderedBackwardWork out;
+  out.work = make_backward_work(tiles, shape, cells);
+  // Work order. The items that add to the same dQ rows wait for each other in this order, and so
+  // do those adding to the same dK / dV rows, so neither may sit close together: launched side by
+  // side they would walk in lock step, each a step behind the one before. By key chunk, kv head,
+  // then the tiles' diagonals (dQ run rank minus key block rank) and key blocks: two tiles of one
+  // dQ run or of one key block lie on different diagonals, a diagonal's length apart.
+  {
+    auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
+    std::map<int, int> run_rank, block_rank;
+    for (const auto& [row, run] : runs) run_rank.emplace(row, static_cast<int>(run_rank.size()));
+    for (const AttnTile& t : tiles) block_rank.emplace(dkv_row0(t), 0);
+    int rank = 0;
+    for (auto& [row, r] : block_rank) r = rank++;
+    auto key = [&](const AttnWorkItem& w) {
+      const AttnTile& t = tiles[static_cast<std::size_t>(w.tile)];
+      const int r = run_rank.at(dq_row0(t)), k = block_rank.at(dkv_row0(t));
+      return std::make_tuple(w.chunk, w.head, r - k, k, w.tile);
+    };
+    std::stable_sort(out.work.begin(), out.work.end(), [&](const AttnWorkItem& a, const AttnWorkItem& b) { return key(a) < key(b); });
+  }
+  auto subs = [](const AttnTile& t) { return (t.q_len + kAttnCellRows - 1) / kAttnCellRows; };
+
+  // dQ semaphores of a run: [q head][64-row sub-tile][64-column half]. A turn is the same for every
+  // q head of a kv head's group (they see the same items), so it is counted once per kv head, at
+  // the index of the group's first q head and half 0.
+  std::map<int, int64_t> run_sem;
+  int64_t num_sems = 0;
+  for (const auto& [row, run] : runs) {
+    run_sem[row] = num_sems;
+    num_sems += int64_t{hq} * subs(tiles[static_cast<std::size_t>(run[0])]) * 2;
+  }
+  std::vector<int32_t> counted(static_cast<std::size_t>(num_sems), 0);
+
+  // The steps an item computes, as the backward kernel walks them (BwSteps, classify_from_cells):
+  // sub-tiles [first, first + count) of its key chunk's row span, less the Partial ones whose two
+  // cells have no allowed pair.
+  std::vector<int32_t> turns;
+  std::map<std::pair<int, int>, std::pair<int32_t, int32_t>> shared;  // (tile, chunk) -> (offset, count) last stored
+  for (AttnWorkItem& w : out.work) {
+    const AttnTile& t = tiles[static_cast<std::size_t>(w.tile)];
+    const int c0 = w.chunk * kAttnBackwardChunkRows;
+    int first = t.kind == TileKind::CausalDiagonal ? c0 / kAttnCellRows : 0;
+    int count = std::max(0, subs(t) - first);
+    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+    if (t.kind == TileKind::Partial) {
+      if (t.cells_begin < 0 || t.spans_begin < 0 || cells.empty())
+        raise(ErrorKind::InvalidInput, std::string(where) + ": Partial tile " + std::to_string(w.tile) +
+                                           " has no cells (make_partial_cells): the turns count the sub-tiles the kernel computes");
+      const int q_chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+      const std::size_t at = static_cast<std::size_t>(t.spans_begin) + 8 * static_cast<std::size_t>(q_chunks + w.chunk);
+      if (at + 8 > cells.size())
+        raise(ErrorKind::InvalidInput, std::string(where) + ": tile " + std::to_string(w.tile) + " has spans past the end of the cell list");
+      int32_t span[2];
+      std::memcpy(span, cells.data() + at, sizeof span);
+      first = span[0];
+      count = span[1] - span[0];
+    }
+    const int64_t base = run_sem.at(dq_row0(t)) + int64_t{w.head} * group * subs(t) * 2;
+    std::vector<int32_t> mine(static_cast<std::size_t>(count), -1);
+    for (int k = 0; k < count; ++k) {
+      const int s = first + k;
+      if (t.kind == TileKind::Partial) {
+        const uint8_t* row = cells.data() + t.cells_begin + static_cast<std::size_t>(s) * cols;
+        const int col = w.chunk * (kAttnBackwardChunkRows / kAttnCellKeys);
+        const bool any = ((row[col] | (col + 1 < cols ? row[col + 1] : 0)) & kAttnCellAny) != 0;
+        if (!any) continue;
+      }
+      mine[static_cast<std::size_t>(k)] = counted[static_cast<std::size_t>(base + int64_t{s} * 2)]++;
+    }
+    const auto key = std::make_pair(w.tile, w.chunk);
+    const auto it = shared.find(key);
+    if (it != shared.end() && it->second.second == count &&
+        std::equal(mine.begin(), mine.end(), turns.begin() + it->second.first)) {
+      w.dq_turns = it->second.first;
+    } else {
+      if (turns.size() + mine.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
+        raise(ErrorKind::Unsupported, std::string(where) + ": more than 2^31 turns in one list");
+      w.dq_turns = static_cast<int32_t>(turns.size());
+      shared[key] = {w.dq_turns, count};
+      turns.insert(turns.end(), mine.begin(), mine.end());
+    }
+    w.dq_sem = static_cast<int32_t>(run_sem.at(dq_row0(t)));
+  }
+  out.dq_turns = std::move(turns);
+
+  // dK / dV: the items adding to one key chunk's rows of one kv head take turns in work order
+  // (an item alone at its rows needs none).
+  auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
+  struct Turns {
+    int items = 0;
+    int32_t sem = -1;
+    int32_t next = 0;
+  };
+  std::map<std::tuple<int, int, int>, Turns> dkv;  // (first dK / dV row, key chunk, kv head)
+  for (const AttnWorkItem& w : out.work) ++dkv[{dkv_row0(tiles[static_cast<std::size_t>(w.tile)]), w.chunk, w.head}].items;
+  for (auto& [key, v] : dkv)
+    if (v.items > 1) v.sem = static_cast<int32_t>(std::min<int64_t>(num_sems++, std::numeric_limits<int32_t>::max()));
+  for (AttnWorkItem& w : out.work) {
+    Turns& v = dkv.at({dkv_row0(tiles[static_cast<std::size_t>(w.tile)]), w.chunk, w.head});
+    if (v.sem < 0) continue;
+    w.dkv_sem = v.sem;
+    w.dkv_rank = v.next++;
+  }
+  if (num_sems > std::numeric_limits<int32_t>::max())
+    raise(ErrorKind::Unsupported, std::string(where) + ": more than 2^31 semaphores in one list");
+  out.num_semaphores = static_cast<int32_t>(num_sems);
   return out;
 }
 

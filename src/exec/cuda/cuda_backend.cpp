@@ -183,6 +183,8 @@ class CudaBackend final : public Backend {
       p.deterministic = true;
       p.semaphores = semaphores_;
       p.num_semaphores = d.num_semaphores;
+      p.ordered = kernels_.deterministic_method == DeterministicMethod::Ordered && a.head_dim == 128;
+      p.dq_turns = d.dq_turns;
       p.dq_list = list;
       p.dq_list.tiles = d.dq_tiles;
       p.dq_list.work = d.dq_work;
@@ -309,6 +311,7 @@ class CudaBackend final : public Backend {
     const cuda::AttnTile* dq_tiles = nullptr;  // deterministic backward: the dQ pass
     const cuda::AttnWorkItem* dq_work = nullptr;
     int32_t num_dq_work = 0;
+    const int32_t* dq_turns = nullptr;  // deterministic backward, ordered
   };
   struct DeviceMerge {
     const cuda::MergeSegment* segments = nullptr;
@@ -337,7 +340,8 @@ class CudaBackend final : public Backend {
   }
   struct HostAttend {
     size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0,
-           cells = MetaBuilder::kNone, dq_tiles = MetaBuilder::kNone, dq_work = MetaBuilder::kNone;
+           cells = MetaBuilder::kNone, dq_tiles = MetaBuilder::kNone, dq_work = MetaBuilder::kNone,
+           dq_turns = MetaBuilder::kNone;
     int32_t num_work = 0;
     int num_zero = 0;
     int32_t num_semaphores = 0;
@@ -354,7 +358,8 @@ class CudaBackend final : public Backend {
                           at_offset<uint8_t>(device, cells),
                           at_offset<cuda::AttnTile>(device, dq_tiles),
                           at_offset<cuda::AttnWorkItem>(device, dq_work),
-                          num_dq_work};
+                          num_dq_work,
+                          at_offset<int32_t>(device, dq_turns)};
     }
   };
   struct HostMerge {
@@ -495,12 +500,22 @@ class CudaBackend final : public Backend {
       }
     }
     std::vector<uint8_t> cells;
-    if (kernels_.partial_cells) cells = cuda::make_partial_cells(tiles, offsets, ranges);
+    // The ordered deterministic backward counts its turns over the sub-tiles the cells keep. It
+    // serves head_dim 128; at 64 the split method runs.
+    const bool ordered = !fwd && kernels_.deterministic_backward &&
+                         kernels_.deterministic_method == DeterministicMethod::Ordered && a.head_dim == 128;
+    if (kernels_.partial_cells || ordered) cells = cuda::make_partial_cells(tiles, offsets, ranges);
     const cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
     if (fwd) work = cuda::make_forward_run_work(tiles, run_tiles, shape);
     HostAttend h;
     if (!fwd) {
-      if (kernels_.deterministic_backward) {
+      if (ordered) {
+        cuda::OrderedBackwardWork ord = cuda::make_ordered_backward_work(tiles, shape, cells);
+        work = std::move(ord.work);
+        h.dq_turns = meta.add(ord.dq_turns);
+        h.num_semaphores = ord.num_semaphores;
+        reserve_semaphores(ord.num_semaphores);
+      } else if (kernels_.deterministic_backward) {
         cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows);
         tiles = std::move(det.dkv_tiles);
         work = std::move(det.dkv_work);

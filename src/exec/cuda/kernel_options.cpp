@@ -20,6 +20,8 @@ const char* to_string(KernelRoute route) {
 
 const char* to_string(DqReduction dq) { return dq == DqReduction::Atomic ? "atomic" : "bulk"; }
 
+const char* to_string(DeterministicMethod m) { return m == DeterministicMethod::Split ? "split" : "ordered"; }
+
 KernelRoute parse_kernel_route(const std::string& s, const std::string& where) {
   for (KernelRoute r : {KernelRoute::Auto, KernelRoute::Mma, KernelRoute::Wgmma, KernelRoute::WgmmaBasic})
     if (s == to_string(r)) return r;
@@ -40,6 +42,21 @@ int parse_row_count(const std::string& s, const std::string& where) {
   if (ec != std::errc() || end != s.data() + s.size() || v < 0)
     raise(ErrorKind::InvalidInput, where + ": expected a count of rows >= 0, got '" + s + "'");
   return v;
+}
+
+void parse_deterministic(const std::string& s, const std::string& where, CudaKernelOptions& k) {
+  for (DeterministicMethod m : {DeterministicMethod::Ordered, DeterministicMethod::Split}) {
+    if (s == to_string(m)) {
+      k.deterministic_backward = true;
+      k.deterministic_method = m;
+      return;
+    }
+  }
+  if (s.empty() || s == "0" || s == "off" || s == "false" || s == "1" || s == "on" || s == "true") {
+    k.deterministic_backward = parse_switch(s, where);
+    return;
+  }
+  raise(ErrorKind::InvalidInput, where + ": expected 0, 1, on, off, true, false, ordered or split, got '" + s + "'");
 }
 
 DqReduction parse_dq_reduction(const std::string& s, const std::string& where) {
