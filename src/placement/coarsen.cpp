@@ -188,6 +188,15 @@ SubHypergraph contract(const SubHypergraph& s, const std::vector<int32_t>& clust
   }
   const bool held = !s.net_held.empty();
   std::vector<int32_t> stamp(nc, -1);
+  // At most the finer level's nets and pins.
+  c.net_begin.reserve(static_cast<size_t>(s.num_nets()) + 1);
+  c.pins.reserve(s.pins.size());
+  c.net_weight.reserve(static_cast<size_t>(s.num_nets()));
+  c.net_external.reserve(static_cast<size_t>(s.num_nets()));
+  if (held) {
+    c.net_held.reserve(static_cast<size_t>(s.num_nets()));
+    c.net_home.reserve(static_cast<size_t>(s.num_nets()));
+  }
   c.net_begin.push_back(0);
   for (int32_t e = 0; e < s.num_nets(); ++e) {
     const size_t first = c.pins.size();
