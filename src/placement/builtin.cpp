@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "placement/kway.h"
+#include "placement/memo.h"
 #include "placement/multilevel.h"
 #include "placement/task_pool.h"
 
@@ -87,7 +88,8 @@ class BuiltinPartitioner final : public Partitioner {
     const bool with_multilevel = ml_.enabled && !light;
     auto run_multilevel = [&] {
       multilevel.part = partition_multilevel(s, caps, ml_, refine, seed, pool_,
-                                             upper ? ml_.node_deeper_vertices_per_part : 0, &deeper_won);
+                                             upper ? ml_.node_deeper_vertices_per_part : 0, &deeper_won,
+                                             &memo_);
       repair_balance(s, caps, multilevel.part);
       refine_fm(s, caps, refine, seed, multilevel.part, pool_);
       multilevel.objective = sub_objective(s, multilevel.part, k);
@@ -98,7 +100,7 @@ class BuiltinPartitioner final : public Partitioner {
         // SharedBands is Best on fewer than kSharedBandsMinParts parts: not even built there.
         if (i > 0 && upper && node_order[i] == InitialStrategy::SharedBands && k < kSharedBandsMinParts) continue;
         Result r;
-        r.part = structured_initial(
+        r.part = memo_.structured(
             s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i]);
         // SharedBands equals Best when no sequence is cut over kSharedBandsMinParts or more parts:
         // skip the rerun.
@@ -133,6 +135,9 @@ class BuiltinPartitioner final : public Partitioner {
   MultilevelOptions ml_;
   bool light_;
   TaskPool* pool_;
+  // The full-memory repair's fresh partition of a node repeats the device level's call on the
+  // same hypergraph: its coarsening and structured starts are kept here (memo.h).
+  mutable PortfolioMemo memo_;
 };
 
 }  // namespace

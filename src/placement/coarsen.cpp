@@ -58,21 +58,25 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
       const double r = s.net_weight[e] / static_cast<double>(pins - 1);
       // A large net is rated only against the pins near u in its pin order (table order: the
       // neighbours of a tile in its row or column), which bounds the work per vertex.
+      const int64_t at = s.vertex_pin[i];  // u's own pin (a net holds a vertex once): skipped
       int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
       if (pins > opts.max_rated_net_pins) {
         const int64_t half = opts.max_rated_net_pins / 2;
-        lo = std::max(lo, s.vertex_pin[i] - half);
-        hi = std::min(hi, s.vertex_pin[i] + half + 1);
+        lo = std::max(lo, at - half);
+        hi = std::min(hi, at + half + 1);
       }
-      for (int64_t j = lo; j < hi; ++j) {
-        const int32_t v = pin[j];
-        if (v == u) continue;
-        if constexpr (kInParts)
-          if (in_part[v] != part_u) continue;
-        const int32_t c = rep_of[v];
-        if (sc_of[c] == 0) touched[num_touched++] = c;
-        sc_of[c] += r;
-      }
+      auto rate = [&](int64_t from, int64_t to) {
+        for (int64_t j = from; j < to; ++j) {
+          const int32_t v = pin[j];
+          if constexpr (kInParts)
+            if (in_part[v] != part_u) continue;
+          const int32_t c = rep_of[v];
+          if (sc_of[c] == 0) touched[num_touched++] = c;
+          sc_of[c] += r;
+        }
+      };
+      rate(lo, at);
+      rate(at + 1, hi);
     }
     int32_t best = -1;
     double best_score = 0;
@@ -184,6 +188,15 @@ SubHypergraph contract(const SubHypergraph& s, const std::vector<int32_t>& clust
   }
   const bool held = !s.net_held.empty();
   std::vector<int32_t> stamp(nc, -1);
+  // At most the finer level's nets and pins.
+  c.net_begin.reserve(static_cast<size_t>(s.num_nets()) + 1);
+  c.pins.reserve(s.pins.size());
+  c.net_weight.reserve(static_cast<size_t>(s.num_nets()));
+  c.net_external.reserve(static_cast<size_t>(s.num_nets()));
+  if (held) {
+    c.net_held.reserve(static_cast<size_t>(s.num_nets()));
+    c.net_home.reserve(static_cast<size_t>(s.num_nets()));
+  }
   c.net_begin.push_back(0);
   for (int32_t e = 0; e < s.num_nets(); ++e) {
     const size_t first = c.pins.size();

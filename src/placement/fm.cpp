@@ -166,7 +166,10 @@ class Fm {
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
     queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
     cached_ = !s.hierarchical();
-    if (cached_) cache_.init(s, k_, part, count_);
+    if (cached_) {
+      load_f_ = load_m_;  // full_loads: owned memory first, then the held copies net by net
+      cache_.init(s, k_, part, count_, &objective_, &load_f_);
+    }
     if (s.hierarchical()) {
       int32_t num_nodes = 0;
       for (int b = 0; b < k_; ++b) num_nodes = std::max(num_nodes, s.part_node[b] + 1);
@@ -181,10 +184,12 @@ class Fm {
       for (int32_t e = 0; e < s.num_nets(); ++e)
         for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) set_touch(e, part[s.pins[i]]);
       load_f_ = touched_full_loads();
-    } else {
-      load_f_ = full_loads(s, count_, k_, part);
+      objective_ = sub_objective(s, part, k_);
     }
   }
+
+  // The objective of the partition the refinement started from (sub_objective).
+  double objective() const { return objective_; }
 
   // Restricts the set-up of every pass to the vertices near `around` (each one and the pins of
   // its nets); every pass widens the region by the vertices it moved.
@@ -701,6 +706,7 @@ class Fm {
   int words_ = 0;
   std::vector<uint64_t> touch_;
   bool cached_ = false;
+  double objective_ = 0;
   GainCache cache_;
   GainHeap heap_;
   std::vector<std::pair<int32_t, int32_t>> moves_;  // of the current pass: (vertex, from)
@@ -729,7 +735,7 @@ void refine(const SubHypergraph& s, const PartCaps& caps, const RefineOptions& o
       static_cast<int>((all ? opts.idle_moves_share_all_devices : opts.idle_moves_share) * region),
       idle_min, opts.idle_moves_max);
   const double min_gain = all ? opts.min_pass_gain_all_devices : opts.min_pass_gain;
-  double objective = min_gain > 0 ? sub_objective(s, part, caps.k()) : 0.0;
+  double objective = fm.objective();
   for (int p = 0; p < opts.passes; ++p) {
     uint64_t st = seed + static_cast<uint64_t>(p);
     const double gain = fm.pass(splitmix64(st), max_idle, pool);

@@ -29,8 +29,14 @@ namespace dcp::placement {
 class GainCache {
  public:
   // Pre: k >= 2; count[e * k + p] = pins of net e in part p under `part`.
+  // The walk over the parts each net touches also gives, where asked for, the level's objective
+  // (`objective`) and its full memory per part (`full`, holding each part's owned memory on
+  // entry), summed in the order of sub_objective and full_loads, so to the same values.
   void init(const SubHypergraph& s, int k, const std::vector<int32_t>& part,
-            const std::vector<int32_t>& count) {
+            const std::vector<int32_t>& count, double* objective = nullptr,
+            std::vector<double>* full = nullptr) {
+    if (objective != nullptr) *objective = 0;
+    const bool held = full != nullptr && !s.net_held.empty();
     k_ = k;
     const auto n = static_cast<size_t>(s.num_vertices());
     benefit_.assign(n, 0.0);
@@ -48,6 +54,15 @@ class GainCache {
       touched.clear();
       for (int t = 0; t < k; ++t)
         if (c[t] > 0) touched.push_back(t);
+      if (objective != nullptr) {
+        const int32_t parts = (s.net_external[e] ? 1 : 0) + static_cast<int32_t>(touched.size());
+        if (parts > 1) *objective += s.net_weight[e] * (parts - 1);
+      }
+      if (held) {
+        const int32_t hp = s.net_home[e] >= 0 ? part[s.net_home[e]] : -1;
+        for (int32_t t : touched)
+          if (t != hp) (*full)[static_cast<size_t>(t)] += s.net_held[e];
+      }
       const int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
       if (touched.size() == 1) {  // inside one part: only conn(u, part(u)) grows
         const int32_t t = touched.front();

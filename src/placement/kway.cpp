@@ -139,11 +139,21 @@ CapExcess cap_excess(const SubHypergraph& s, const PartCaps& caps, const std::ve
   CapExcess x;
   for (int p = 0; p < k; ++p) x.hard += over(c[p], caps.compute[p]) + over(m[p], caps.memory[p]);
   if (caps.has_full()) {
-    std::vector<int32_t> count(static_cast<size_t>(s.num_nets()) * k, 0);
-    for (int32_t e = 0; e < s.num_nets(); ++e)
-      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
-        ++count[static_cast<size_t>(e) * k + part[s.pins[i]]];
-    const std::vector<double> f = full_loads(s, count, k, part);
+    // full_loads: owned memory, then each net's held bytes on every part it touches but its
+    // home's, net by net (a part is seen once per net: the stamp of the last net that touched it).
+    std::vector<double> f = m;
+    if (!s.net_held.empty()) {
+      std::vector<int32_t> seen(static_cast<size_t>(k), -1);
+      for (int32_t e = 0; e < s.num_nets(); ++e) {
+        const int32_t hp = s.net_home[e] >= 0 ? part[s.net_home[e]] : -1;
+        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+          const int32_t p = part[s.pins[i]];
+          if (seen[p] == e) continue;
+          seen[p] = e;
+          if (p != hp) f[p] += s.net_held[e];
+        }
+      }
+    }
     for (int p = 0; p < k; ++p) x.full += over(f[p], caps.full_memory[p]);
   }
   return x;

@@ -11,6 +11,11 @@ SubHypergraph make_sub(const BlockTable& table, const PlacementHypergraph& h,
   SubHypergraph s;
   const int32_t nv = h.num_vertices();
   std::vector<int32_t> local(static_cast<size_t>(nv), -1);
+  size_t count = static_cast<size_t>(nv);
+  if (which >= 0) count = static_cast<size_t>(std::count(level_part.begin(), level_part.end(), which));
+  for (auto* v : {&s.global, &s.seq, &s.group, &s.row, &s.col}) v->reserve(count);
+  s.compute.reserve(count);
+  s.memory.reserve(count);
   for (int32_t v = 0; v < nv; ++v) {
     if (which >= 0 && level_part[v] != which) continue;
     local[v] = static_cast<int32_t>(s.global.size());

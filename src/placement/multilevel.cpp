@@ -4,8 +4,10 @@
 #include "placement/multilevel.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "placement/coarsen.h"
+#include "placement/memo.h"
 #include "placement/task_pool.h"
 
 namespace dcp::placement {
@@ -33,14 +35,18 @@ void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const Multi
 std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps& caps,
                                           const MultilevelOptions& opts,
                                           const RefineOptions& refine, uint64_t seed,
-                                          TaskPool* pool, int deeper_vertices_per_part, bool* deeper_won) {
+                                          TaskPool* pool, int deeper_vertices_per_part, bool* deeper_won,
+                                          PortfolioMemo* memo) {
   const int k = caps.k();
   if (deeper_won != nullptr) *deeper_won = false;
   if (k <= 1) return std::vector<int32_t>(static_cast<size_t>(s.num_vertices()), 0);
   const bool deeper = deeper_vertices_per_part > 0 && deeper_vertices_per_part < opts.vertices_per_part;
   MultilevelOptions coarsen_opts = opts;
   if (deeper) coarsen_opts.vertices_per_part = deeper_vertices_per_part;
-  const std::vector<CoarseLevel> levels = coarsen(s, caps, nullptr, coarsen_opts, seed);
+  const std::shared_ptr<const std::vector<CoarseLevel>> built =
+      memo != nullptr ? memo->coarsening(s, caps, coarsen_opts, seed)
+                      : std::make_shared<const std::vector<CoarseLevel>>(coarsen(s, caps, nullptr, coarsen_opts, seed));
+  const std::vector<CoarseLevel>& levels = *built;
   auto graph = [&](size_t i) -> const SubHypergraph& { return i == 0 ? s : levels[i - 1].graph; };
   // Coarsening is the same up to the first level within vertices_per_part (each level's
   // clustering depends on its seed and the level above only), so that level is the coarsest

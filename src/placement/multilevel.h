@@ -8,6 +8,10 @@
 #include "placement/kway.h"
 
 namespace dcp::placement {
+class PortfolioMemo;
+}
+
+namespace dcp::placement {
 
 // The V-cycle: coarsens s inside the parts of `part`, projects `part` onto the coarsest level,
 // and runs k-way FM on every level from the coarsest back to s itself. FM never increases the
@@ -24,13 +28,14 @@ void refine_multilevel(const SubHypergraph& s, const PartCaps& caps, const Multi
 // (below opts.vertices_per_part; 0 = none) coarsening goes on to that many vertices per part,
 // and a second start from there competes with the first on the level above s
 // (MultilevelOptions::node_deeper_vertices_per_part); `deeper_won` (may be null) is set when
-// the second start's partition went on.
+// the second start's partition went on. `memo` (may be null) keeps the free coarsening for a
+// later call on the same hypergraph (memo.h); the result does not depend on it.
 std::vector<int32_t> partition_multilevel(const SubHypergraph& s, const PartCaps& caps,
                                           const MultilevelOptions& opts,
                                           const RefineOptions& refine, uint64_t seed,
                                           TaskPool* pool = nullptr,
                                           int deeper_vertices_per_part = 0,
-                                          bool* deeper_won = nullptr);
+                                          bool* deeper_won = nullptr, PortfolioMemo* memo = nullptr);
 
 // Flat starts for a small (coarsest) hypergraph, which has lost the tile geometry but keeps each
 // cluster's first member's sequence, query row and key block: vertices in order of (sequence,

@@ -20,17 +20,26 @@ struct State {
 
   State(const SubHypergraph& sub, int num_parts, const std::vector<int32_t>& p)
       : s(sub), k(num_parts), part(p) {
-    count.assign(static_cast<size_t>(s.num_nets()) * k, 0);
-    for (int32_t e = 0; e < s.num_nets(); ++e)
-      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
-        ++count[static_cast<size_t>(e) * k + part[s.pins[i]]];
     load_c.assign(k, 0.0);
     load_m.assign(k, 0.0);
     for (int32_t v = 0; v < s.num_vertices(); ++v) {
       load_c[part[v]] += s.compute[v];
       load_m[part[v]] += s.memory[v];
     }
-    load_f = full_loads(s, count, k, part);
+    // Full memory (full_loads) with the pin counts: owned memory first, then each net's held
+    // bytes on every part it touches but its home's, added when the part's first pin is counted
+    // (net by net, so each part's sum runs in full_loads' order).
+    load_f = load_m;
+    const bool held = !s.net_held.empty();
+    count.assign(static_cast<size_t>(s.num_nets()) * k, 0);
+    for (int32_t e = 0; e < s.num_nets(); ++e) {
+      int32_t* c = &count[static_cast<size_t>(e) * k];
+      const int32_t hp = held && s.net_home[e] >= 0 ? part[s.net_home[e]] : -1;
+      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+        const int32_t q = part[s.pins[i]];
+        if (++c[q] == 1 && held && q != hp) load_f[q] += s.net_held[e];
+      }
+    }
     gain_scratch.assign(k, 0.0);
   }
 

@@ -16,6 +16,7 @@
 #include "placement/fixtures.h"
 #include "placement/gain_cache.h"
 #include "placement/kway.h"
+#include "placement/memo.h"
 #include "placement/multilevel.h"
 #include "placement/task_pool.h"
 
@@ -205,6 +206,45 @@ TEST(Multilevel, CoarseningFurtherExtendsTheSameLevels) {
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(b[i].cluster_of, a[i].cluster_of) << "level " << i;
     EXPECT_EQ(b[i].graph.num_vertices(), a[i].graph.num_vertices()) << "level " << i;
+  }
+}
+
+TEST(Multilevel, PortfolioMemoGivesTheResultsOfDirectCalls) {
+  // The memo serves a second call with equal inputs (the full-memory repair's fresh partition of
+  // a node the device level partitioned) and builds anew for any difference.
+  const Level level = whole_level_with_caps(random_batch(61, 8000, 4, 2, Mask::causal()), 4, 1.1, 1.3);
+  const placement::SubHypergraph& s = level.s;
+  const MultilevelOptions opts{};
+  placement::PortfolioMemo memo;
+  const auto first = memo.coarsening(s, level.caps, opts, 5);
+  const std::vector<placement::CoarseLevel> direct = placement::coarsen(s, level.caps, nullptr, opts, 5);
+  ASSERT_EQ(first->size(), direct.size());
+  for (size_t i = 0; i < direct.size(); ++i) {
+    EXPECT_EQ((*first)[i].cluster_of, direct[i].cluster_of) << "level " << i;
+    EXPECT_EQ((*first)[i].graph.pins, direct[i].graph.pins) << "level " << i;
+  }
+  // Equal inputs (a copy of the level, a full-memory cap added): the same levels, not rebuilt.
+  const placement::SubHypergraph copy = s;
+  placement::PartCaps with_full = level.caps;
+  with_full.full_memory.assign(level.caps.memory.size(), 1e30);
+  EXPECT_EQ(memo.coarsening(copy, with_full, opts, 5), first);
+  // Another seed, other caps, other options or another hypergraph: built anew, as a direct call.
+  EXPECT_NE(memo.coarsening(s, level.caps, opts, 6), first);
+  placement::PartCaps tighter = level.caps;
+  tighter.compute[0] *= 0.5;
+  const auto other_caps = memo.coarsening(s, tighter, opts, 5);
+  EXPECT_NE(other_caps, first);
+  EXPECT_EQ(other_caps->front().cluster_of, placement::coarsen(s, tighter, nullptr, opts, 5).front().cluster_of);
+  EXPECT_NE(memo.coarsening(s, level.caps, MultilevelOptions{.vertices_per_part = 20}, 5), first);
+  placement::SubHypergraph changed = s;
+  changed.net_weight[0] *= 2;
+  EXPECT_NE(memo.coarsening(changed, level.caps, opts, 5), first);
+  // Structured starts: equal to direct calls, whatever was asked before.
+  for (placement::InitialStrategy st : {placement::InitialStrategy::Best, placement::InitialStrategy::Zigzag}) {
+    const std::vector<int32_t> want = placement::structured_initial(s, level.caps, st);
+    EXPECT_EQ(memo.structured(s, level.caps, st), want);
+    EXPECT_EQ(memo.structured(copy, with_full, st), want);
+    EXPECT_EQ(memo.structured(s, tighter, st), placement::structured_initial(s, tighter, st));
   }
 }
 

@@ -1,0 +1,101 @@
+// The portfolio's memo (memo.h).
+#include "placement/memo.h"
+
+#include <utility>
+
+namespace dcp::placement {
+
+namespace {
+
+// Every field, the incidence included: equal hypergraphs give equal coarsenings and starts.
+bool same_hypergraph(const SubHypergraph& a, const SubHypergraph& b) {
+  return a.global == b.global && a.compute == b.compute && a.memory == b.memory &&
+         a.anchor == b.anchor && a.seq == b.seq && a.group == b.group && a.row == b.row &&
+         a.col == b.col && a.sub_parts == b.sub_parts && a.net_begin == b.net_begin &&
+         a.pins == b.pins && a.net_weight == b.net_weight && a.net_external == b.net_external &&
+         a.net_held == b.net_held && a.net_home == b.net_home && a.vertex_begin == b.vertex_begin &&
+         a.vertex_nets == b.vertex_nets && a.vertex_pin == b.vertex_pin &&
+         a.part_node == b.part_node && a.node_factor == b.node_factor;
+}
+
+// The options coarsen() reads.
+bool same_coarsening(const MultilevelOptions& a, const MultilevelOptions& b) {
+  return a.vertices_per_part == b.vertices_per_part &&
+         a.cluster_compute_share == b.cluster_compute_share &&
+         a.cluster_memory_share == b.cluster_memory_share && a.min_shrink == b.min_shrink &&
+         a.max_shrink == b.max_shrink && a.max_rated_net_pins == b.max_rated_net_pins &&
+         a.max_levels == b.max_levels;
+}
+
+}  // namespace
+
+struct PortfolioMemo::Entry {
+  SubHypergraph input;
+  struct Coarsening {
+    std::vector<double> compute, memory;  // the caps (coarsen reads their smallest values)
+    MultilevelOptions opts;
+    uint64_t seed;
+    std::shared_ptr<const std::vector<CoarseLevel>> levels;
+  };
+  struct Start {
+    std::vector<double> compute, memory;
+    InitialStrategy strategy;
+    std::vector<int32_t> part;
+  };
+  std::vector<Coarsening> coarsenings;
+  std::vector<Start> starts;
+};
+
+PortfolioMemo::PortfolioMemo() = default;
+PortfolioMemo::~PortfolioMemo() = default;
+
+PortfolioMemo::Entry& PortfolioMemo::entry(const SubHypergraph& s) {
+  for (const std::unique_ptr<Entry>& e : entries_)
+    if (same_hypergraph(e->input, s)) return *e;
+  entries_.push_back(std::make_unique<Entry>());
+  entries_.back()->input = s;
+  return *entries_.back();
+}
+
+std::shared_ptr<const std::vector<CoarseLevel>> PortfolioMemo::coarsening(const SubHypergraph& s,
+                                                                          const PartCaps& caps,
+                                                                          const MultilevelOptions& opts,
+                                                                          uint64_t seed) {
+  auto find = [&](Entry& e) -> std::shared_ptr<const std::vector<CoarseLevel>> {
+    for (const Entry::Coarsening& c : e.coarsenings)
+      if (c.seed == seed && c.compute == caps.compute && c.memory == caps.memory &&
+          same_coarsening(c.opts, opts))
+        return c.levels;
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto levels = find(entry(s))) return levels;
+  }
+  auto levels = std::make_shared<const std::vector<CoarseLevel>>(coarsen(s, caps, nullptr, opts, seed));
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entry(s);
+  if (auto built = find(e)) return built;  // another thread built the same levels meanwhile
+  e.coarsenings.push_back({caps.compute, caps.memory, opts, seed, levels});
+  return levels;
+}
+
+std::vector<int32_t> PortfolioMemo::structured(const SubHypergraph& s, const PartCaps& caps,
+                                               InitialStrategy strategy) {
+  auto find = [&](const Entry& e) -> const std::vector<int32_t>* {
+    for (const Entry::Start& st : e.starts)
+      if (st.strategy == strategy && st.compute == caps.compute && st.memory == caps.memory) return &st.part;
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (const std::vector<int32_t>* part = find(entry(s))) return *part;
+  }
+  std::vector<int32_t> part = structured_initial(s, caps, strategy);
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entry(s);
+  if (find(e) == nullptr) e.starts.push_back({caps.compute, caps.memory, strategy, part});
+  return part;
+}
+
+}  // namespace dcp::placement
