@@ -240,12 +240,13 @@ int main(int argc, char** argv) {
     double flops;                       // forward mask-area FLOPs (backward: 2.5x)
     std::vector<double> fwd_ms, bwd_ms;  // per route
     double det_ms = 0;                   // deterministic backward (with_det)
+    double det_dkv_ms = 0;               // its dK / dV pass alone (the dQ pass is the rest)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
-  if (with_det) std::printf(" %18s", "bwd wgmma-det TF/s");
+  if (with_det) std::printf(" %18s %9s", "bwd wgmma-det TF/s", "dK/dV %");
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
@@ -352,6 +353,8 @@ int main(int argc, char** argv) {
           dp.semaphores = semaphores;
           dp.num_semaphores = det.num_semaphores;
           row.det_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
+          dp.dq_list.num_work = 0;  // the dK / dV pass alone
+          row.det_dkv_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
           cudaFree(d_dkv_tiles);
           cudaFree(d_dkv_work);
           cudaFree(d_dq_tiles);
@@ -361,7 +364,7 @@ int main(int argc, char** argv) {
         std::printf("%-6d %-5d %-9s %6d", seq, block, name, row.tiles);
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
-        if (with_det) std::printf(" %18.1f", 2.5 * flops / (row.det_ms * 1e9));
+        if (with_det) std::printf(" %18.1f %9.0f", 2.5 * flops / (row.det_ms * 1e9), 100.0 * row.det_dkv_ms / row.det_ms);
         std::printf("\n");
         rows.push_back(row);
         std::fflush(stdout);
@@ -401,8 +404,8 @@ int main(int argc, char** argv) {
         rule += "---|---|";
       }
     if (with_det) {
-      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma |");
-      rule += "---|---|---|";
+      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma | det dK / dV pass ms |");
+      rule += "---|---|---|---|";
     }
     std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -420,12 +423,13 @@ int main(int argc, char** argv) {
         }
       if (with_det) {
         const double tflops = 2.5 * r.flops / (r.det_ms * 1e9);
-        std::fprintf(j, ", \"bwd_wgmma-det_ms\": %.4f, \"bwd_wgmma-det_tflops\": %.1f", r.det_ms, tflops);
+        std::fprintf(j, ", \"bwd_wgmma-det_ms\": %.4f, \"bwd_wgmma-det_tflops\": %.1f, \"bwd_wgmma-det-dkv_ms\": %.4f", r.det_ms,
+                     tflops, r.det_dkv_ms);
         double base_ms = 0;
         for (size_t ri = 0; ri < routes.size(); ++ri)
           if (routes[ri].route == AttnKernelRoute::Wgmma) base_ms = r.bwd_ms[ri];
-        std::fprintf(m, " %.3f | %.1f | %s |", r.det_ms, tflops,
-                     base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-");
+        std::fprintf(m, " %.3f | %.1f | %s | %.3f |", r.det_ms, tflops,
+                     base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-", r.det_dkv_ms);
       }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
       std::fprintf(m, "\n");

@@ -50,21 +50,26 @@ if has kernels; then
   CUDA_VISIBLE_DEVICES=0 timeout ${KBENCH_TIMEOUT:-200} $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tee -a "$log"
 fi
 if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K launch of each (NCU_LIST, NCU_BLOCK,
-  # NCU_ROUTE: the list, block size and route profiled; default the causal sequence at B 4096, route wgmma)
+  # NCU_ROUTE: the lists (space-separated), block size and route profiled; default the causal sequence
+  # at B 4096, route wgmma; wgmma-det profiles the deterministic backward's two passes, kernels
+  # backward_sm90_ws (dK / dV) and backward_dq_sm90).
   # Full section set plus per-instruction (SASS) stall sampling, as text: the report itself needs ncu to read.
   nd=/tmp/ncu_out; mkdir -p $nd  # tarred into $OUT/ncu.tar (few files may come back)
-  for kern in ${NCU_KERNELS:-forward_sm90_ws backward_sm90_ws}; do
-    say "ncu: attention_${kern}_kernel"
-    CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=${NCU_BLOCK:-4096} DCP_BENCH_LIST=${NCU_LIST:-sequence} \
-      DCP_BENCH_ROUTES=${NCU_ROUTE:-wgmma} \
-      timeout ${NCU_TIMEOUT:-180} ncu --clock-control none --kernel-name regex:"attention_${kern}_kernel" \
-      --launch-skip 1 --launch-count 1 --set full --import-source no -f -o /tmp/ncu_$kern \
-      $b/bench/bench_cuda_attention >"$nd/ncu_run_$kern.txt" 2>&1
-    ncu --import /tmp/ncu_$kern.ncu-rep --page details >"$nd/ncu_$kern.txt" 2>&1
-    ncu --import /tmp/ncu_$kern.ncu-rep --page source --print-source sass --csv >/tmp/ncu_src_$kern.csv 2>&1
-    gzip -c /tmp/ncu_src_$kern.csv >"$nd/ncu_src_$kern.csv.gz"
-    grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory" \
-      "$nd/ncu_$kern.txt" | head -20 | tee -a "$log"
+  for list in ${NCU_LIST:-sequence}; do
+    for kern in ${NCU_KERNELS:-forward_sm90_ws backward_sm90_ws}; do
+      name=${kern}_${list}_b${NCU_BLOCK:-4096}
+      say "ncu: attention_${kern}_kernel, $list list, B ${NCU_BLOCK:-4096}"
+      CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=${NCU_BLOCK:-4096} DCP_BENCH_LIST=$list \
+        DCP_BENCH_ROUTES=${NCU_ROUTE:-wgmma} \
+        timeout ${NCU_TIMEOUT:-180} ncu --clock-control none --kernel-name regex:"attention_${kern}_kernel" \
+        --launch-skip 1 --launch-count 1 --set full --import-source no -f -o /tmp/ncu_$name \
+        $b/bench/bench_cuda_attention >"$nd/ncu_run_$name.txt" 2>&1
+      ncu --import /tmp/ncu_$name.ncu-rep --page details >"$nd/ncu_$name.txt" 2>&1
+      ncu --import /tmp/ncu_$name.ncu-rep --page source --print-source sass --csv >/tmp/ncu_src_$name.csv 2>&1
+      gzip -c /tmp/ncu_src_$name.csv >"$nd/ncu_src_$name.csv.gz"
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Registers Per|Achieved Occupancy|Issue Slots Busy|Shared Memory" \
+        "$nd/ncu_$name.txt" | head -20 | tee -a "$log"
+    done
   done
   tar -cf "$out/ncu.tar" -C $nd .
 fi
