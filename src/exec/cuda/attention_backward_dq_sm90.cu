@@ -313,7 +313,10 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
   }
   if (wg == 0) bar_sync_n<kBarDqTurn0, 256>();  // warpgroup 1's last pass
 
-  // scale * dQ onto the dq rows (this item is their only writer in the launch).
+  // scale * dQ onto the dq rows. This item is their only writer in the launch, so each element
+  // takes exactly one addition and the result does not depend on timing: the additions go as
+  // fire-and-forget reductions rather than loads and stores, whose loads the compiler would
+  // serialise behind each store (one memory latency per pair of columns).
   const int dq_row0 = (first.dq_begin >= 0 ? first.dq_begin : first.q_begin) + r0;
   const float scale = p.shape.softmax_scale;
 #pragma unroll
@@ -323,9 +326,7 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
     float* out = p.dq + (static_cast<int64_t>(dq_row0 + row) * hq + w.head) * kD + 2 * th.tq;
 #pragma unroll
     for (int jb = 0; jb < kD / 8; ++jb) {
-      float2* at = reinterpret_cast<float2*>(out + 8 * jb);
-      const float2 old = *at;
-      *at = make_float2(fmaf(dq[4 * jb + 2 * r], scale, old.x), fmaf(dq[4 * jb + 2 * r + 1], scale, old.y));
+      atomicAdd(reinterpret_cast<float2*>(out + 8 * jb), make_float2(dq[4 * jb + 2 * r] * scale, dq[4 * jb + 2 * r + 1] * scale));
     }
   }
 #endif

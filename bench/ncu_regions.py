@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""Where a kernel's warps spend their time, by code region, from Nsight Compute's SASS source page.
+
+Input: the CSV of `ncu --import REPORT --page source --print-source sass --csv` (plain or .gz; the
+ncu phase of bench/run_exec_device.sh writes ncu_src_<kernel>_<list>_b<B>.csv.gz). Each SASS
+instruction carries its warp-state samples. The instructions are cut into regions at the ones
+that separate the phases of a tensor-core loop (HGMMA issues, their waits, barriers, memory
+fences, mbarrier operations), and each region's share of all samples is printed with its first
+and last instruction, so that "issue of S and dP", "softmax", "waiting for the other warpgroup"
+read off directly. With --top N the N instructions with the most samples follow, with their
+largest stall reasons where the CSV has per-reason columns.
+
+Usage: bench/ncu_regions.py FILE [FILE...] [--min-share 0.5] [--top 20]
+"""
+import argparse
+import csv
+import gzip
+import io
+import re
+import sys
+
+# Instructions that end a region: the loop's synchronisation and tensor-core points.
+CUT = re.compile(r"\b(HGMMA|WARPGROUP\.DEPBAR|WARPGROUP\.ARRIVE|BAR\.|BAR\b|MEMBAR|FENCE|SYNCS|UTMALDG|UTMAREDG|UBLKCP|UBLKRED|EXIT|BRA\.U\.ANY|WARPSYNC)")
+
+
+def read_rows(path):
+    raw = gzip.open(path, "rb").read() if path.endswith(".gz") else open(path, "rb").read()
+    text = raw.decode("utf-8", errors="replace")
+    # ncu may print lines before the CSV header (the kernel's name): start at the header.
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"#"') or '"Source"' in line), 0)
+    return list(csv.DictReader(io.StringIO("\n".join(lines[start:]))))
+
+
+def number(x):
+    try:
+        return float(str(x).replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--min-share", type=float, default=0.5, help="regions below this share (%%) are folded")
+    ap.add_argument("--top", type=int, default=0, help="also list the N instructions with the most samples")
+    args = ap.parse_args()
+    for path in args.files:
+        rows = read_rows(path)
+        if not rows:
+            print(f"{path}: no rows", file=sys.stderr)
+            continue
+        cols = list(rows[0].keys())
+        src = next((c for c in cols if c.strip() == "Source"), None)
+        samples = next((c for c in cols if c.startswith("Warp Stall Sampling (All")), None)
+        if src is None or samples is None:
+            print(f"{path}: no Source / Warp Stall Sampling columns (have: {', '.join(cols[:12])} ...)", file=sys.stderr)
+            continue
+        reasons = [c for c in cols if c.startswith("stall_") or c.startswith("Stall ")]
+        total = sum(number(r[samples]) for r in rows) or 1.0
+        print(f"## {path}: {len(rows)} instructions, {total:.0f} samples")
+        region, acc, first = [], 0.0, None
+        out = []
+        for i, r in enumerate(rows):
+            s = number(r[samples])
+            if first is None:
+                first = i
+            acc += s
+            if CUT.search(r[src]) or i == len(rows) - 1:
+                out.append((first, i, acc))
+                first, acc = None, 0.0
+        folded = 0.0
+        print(f"{'share %':>8}  {'instr':>11}  region (first .. last instruction)")
+        for a, z, s in out:
+            share = 100.0 * s / total
+            if share < args.min_share:
+                folded += share
+                continue
+            print(f"{share:8.1f}  {a:5d}-{z:5d}  {rows[a][src].strip()[:60]}  ..  {rows[z][src].strip()[:60]}")
+        print(f"{folded:8.1f}  (regions under {args.min_share} % each)")
+        if args.top > 0:
+            print(f"\ntop {args.top} instructions")
+            for i in sorted(range(len(rows)), key=lambda k: -number(rows[k][samples]))[: args.top]:
+                r = rows[i]
+                why = sorted(((number(r[c]), c) for c in reasons), reverse=True)[:3]
+                whys = ", ".join(f"{c.replace('stall_', '')} {v:.0f}" for v, c in why if v > 0)
+                print(f"{100.0 * number(r[samples]) / total:6.2f} %  {i:5d}  {r[src].strip()[:70]}  {whys}")
+        print()
+
+
+if __name__ == "__main__":
+    main()
