@@ -178,20 +178,21 @@ size_t count_tiles(const SubHypergraph& s, const std::vector<int32_t>& verts) {
 void place_homes(const SubHypergraph& s, const std::vector<int32_t>& homes,
                  const std::vector<int>& parts, const PartCaps& caps, Loads& l,
                  std::vector<int32_t>& part, std::vector<double>& score) {
+  // Per net of a home: the parts its other pins are in, marked with the net's visit number, in
+  // one walk over the pins (not one per part of `parts`).
+  std::vector<int64_t> seen(static_cast<size_t>(caps.k()), -1);
+  int64_t visit = 0;
   for (int32_t h : homes) {
-    // Bytes saved by p: the weights of the nets that already touch p.
+    // Bytes saved by p: the weights of the nets that already touch p, summed in net order.
     for (int p : parts) score[p] = 0;
-    for (int64_t i = s.vertex_begin[h]; i < s.vertex_begin[h + 1]; ++i) {
+    for (int64_t i = s.vertex_begin[h]; i < s.vertex_begin[h + 1]; ++i, ++visit) {
       const int32_t e = s.vertex_nets[i];
-      for (int p : parts) {
-        for (int64_t k = s.net_begin[e]; k < s.net_begin[e + 1]; ++k) {
-          const int32_t u = s.pins[k];
-          if (u != h && part[u] == p) {
-            score[p] += s.net_weight[e];
-            break;
-          }
-        }
+      for (int64_t k = s.net_begin[e]; k < s.net_begin[e + 1]; ++k) {
+        const int32_t u = s.pins[k];
+        if (u != h && part[u] >= 0) seen[static_cast<size_t>(part[u])] = visit;
       }
+      for (int p : parts)
+        if (seen[static_cast<size_t>(p)] == visit) score[p] += s.net_weight[e];
     }
     int best = -1;
     for (int p : parts) {
