@@ -1,5 +1,6 @@
 // Row-band cuts of one sequence: filling parts in order, the cheapest band ends by dynamic
 // programming, bands shared by several parts, and the homes placed after their tiles.
+#include <algorithm>
 #include <limits>
 
 #include "placement/initial_internal.h"
@@ -148,6 +149,7 @@ void fill_shared_bands(const SubHypergraph& s, const std::vector<int32_t>& tiles
                        const PartCaps& caps, Loads& l, std::vector<int32_t>& part,
                        std::vector<int32_t>& run) {
   size_t i = 0, first = 0;
+  std::vector<int32_t> at, by_col;  // the counting sort's bucket starts and output
   for (size_t u = 0; u < sizes.size() && i < tiles.size(); ++u) {
     const std::vector<int> unit(parts.begin() + static_cast<std::ptrdiff_t>(first),
                                 parts.begin() + static_cast<std::ptrdiff_t>(first) + sizes[u]);
@@ -160,11 +162,22 @@ void fill_shared_bands(const SubHypergraph& s, const std::vector<int32_t>& tiles
       acc += s.compute[tiles[i]];
       run.push_back(tiles[i]);
     }
-    if (unit.size() > 1)
-      std::stable_sort(run.begin(), run.end(), [&](int32_t a, int32_t b) {
-        if (s.col[a] != s.col[b]) return s.col[a] < s.col[b];
-        return s.row[a] < s.row[b];
-      });
+    if (unit.size() > 1 && !run.empty()) {
+      // Column-major inside a shared band: by (key block, row), ties in tile order. `tiles` is
+      // in (row, head group, key block) order, so a stable counting sort by key block alone
+      // gives exactly that order, in linear time (the key blocks are few).
+      int32_t lo = s.col[run.front()], hi = lo;
+      for (int32_t v : run) {
+        lo = std::min(lo, s.col[v]);
+        hi = std::max(hi, s.col[v]);
+      }
+      at.assign(static_cast<size_t>(hi - lo) + 2, 0);
+      for (int32_t v : run) ++at[static_cast<size_t>(s.col[v] - lo) + 1];
+      for (size_t c = 1; c < at.size(); ++c) at[c] += at[c - 1];
+      by_col.resize(run.size());
+      for (int32_t v : run) by_col[static_cast<size_t>(at[static_cast<size_t>(s.col[v] - lo)]++)] = v;
+      run.swap(by_col);
+    }
     fill(s, run, unit, caps, l, part);
   }
   // Whatever no part could hold goes to the last part (callers repair).
