@@ -50,8 +50,9 @@ void move_gains(const SubHypergraph& s, const int32_t* count, int k,
       const double w = s.net_weight[e];
       const int32_t* c = count + static_cast<size_t>(e) * k;
       if (c[from] == 1) leave += w;
-      for (int b = 0; b < k; ++b)
-        if (c[b] == 0) gain[b] -= w;
+      // Without a branch per part (x - 0.0 == x: the same gains).
+      double* g = gain.data();
+      for (int b = 0; b < k; ++b) g[b] -= c[b] == 0 ? w : 0.0;
     }
     for (int b = 0; b < k; ++b) gain[b] = b == from ? 0.0 : gain[b] + leave;
     return;
