@@ -164,6 +164,7 @@ class Fm {
     }
     scratch_.touched.assign(static_cast<size_t>(k_), 0);
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
+    renewed_.assign(static_cast<size_t>(s.num_vertices()), 0);
     queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
     cached_ = !s.hierarchical();
     if (cached_) {
@@ -637,6 +638,12 @@ class Fm {
 
   void move(int32_t v, int32_t from, int32_t to, uint64_t seed) {
     move_counts(v, from, to);
+    // A pin of several of v's nets is renewed once: nothing a renewal reads changes between
+    // them, so a second one would set the same entry again.
+    if (++renewal_ == 0) {  // wrapped: no vertex may carry a current stamp
+      std::fill(renewed_.begin(), renewed_.end(), 0u);
+      renewal_ = 1;
+    }
     // Under a full-memory cap a move also changes which moves of the pins of v's nets fit (the
     // copies a part holds), which no gain change shows: their entries are all renewed then.
     // Lazy there, 1M-token batches were left with a violated bound (bench_placement --only
@@ -658,8 +665,9 @@ class Fm {
       if (!all && !in_from && !in_to) continue;
       for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) {
         const int32_t u = s_.pins[j];
-        if (locked_[u] || u == v) continue;
+        if (locked_[u] || u == v || renewed_[u] == renewal_) continue;
         if (!all && !((in_from && part_[u] == from) || (in_to && part_[u] == to))) continue;
+        renewed_[u] = renewal_;
         push(u, seed);
       }
     }
@@ -682,10 +690,13 @@ class Fm {
       if (ct != 1 && cf != 1) continue;
       for (int64_t j = s_.net_begin[e]; j < s_.net_begin[e + 1]; ++j) {
         const int32_t u = s_.pins[j];
-        if (locked_[u] || u == v) continue;
+        if (locked_[u] || u == v || renewed_[u] == renewal_) continue;
         const bool rose = (cf == 1 && part_[u] == from) ||
                           (ct == 1 && cache_.gain(u, to) > queued_[u] + tiny);
-        if (rose) push(u, seed);
+        if (rose) {
+          renewed_[u] = renewal_;
+          push(u, seed);
+        }
       }
     }
   }
@@ -715,6 +726,8 @@ class Fm {
   static constexpr double kNone = -1e300;
   std::vector<double> queued_;
   std::vector<uint8_t> locked_;
+  std::vector<uint32_t> renewed_;  // per vertex: the move (renewal_) that last renewed its entry
+  uint32_t renewal_ = 0;
   std::vector<uint8_t> active_;  // per vertex: in the set-up of a pass (empty: every vertex)
 };
 
