@@ -21,7 +21,8 @@ namespace dcp::placement {
 using namespace initial;
 
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
-                                        InitialStrategy strategy) {
+                                        InitialStrategy strategy, bool* shared_bands_apply) {
+  if (shared_bands_apply != nullptr) *shared_bands_apply = false;
   const int k = caps.k();
   const int32_t n = s.num_vertices();
   std::vector<int32_t> part(static_cast<size_t>(n), -1);
@@ -346,9 +347,11 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       }
     }
     // Bands shared by 2 or 3 parts at the bottom (light single bands on top), every mix of
-    // pairs and triples: they pay off from about 5 parts (fewer: plain row bands win).
-    if (num_rows > 2 && chosen.size() >= static_cast<size_t>(kSharedBandsMinParts) &&
-        strategy == InitialStrategy::SharedBands) {
+    // pairs and triples: they pay off from about 5 parts (fewer: plain row bands win). Every
+    // other choice above is the same for Best and SharedBands.
+    const bool shared_bands = num_rows > 2 && chosen.size() >= static_cast<size_t>(kSharedBandsMinParts);
+    if (shared_bands && shared_bands_apply != nullptr) *shared_bands_apply = true;
+    if (shared_bands && strategy == InitialStrategy::SharedBands) {
       tiles_plain.clear();
       for (int32_t v : tiles_row)
         if (s.group[v] >= 0) tiles_plain.push_back(v);

@@ -146,8 +146,12 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
 // are: see BuiltinPartitioner for when it runs.
 enum class InitialStrategy { Best, GroupFirst, Zigzag, SharedBands, GroupSplit };
 constexpr int kSharedBandsMinParts = 5;
+// `shared_bands_apply` (may be null) is set to whether a sequence was cut over
+// kSharedBandsMinParts or more parts in more than two rows, where SharedBands tries its shared
+// bands: from a Best run that saw none, SharedBands would make the same placement.
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
-                                        InitialStrategy strategy = InitialStrategy::Best);
+                                        InitialStrategy strategy = InitialStrategy::Best,
+                                        bool* shared_bands_apply = nullptr);
 
 // k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
 // the best prefix) that keep both capacities; never increases the objective. `pool` (may be

@@ -41,6 +41,7 @@ struct PortfolioMemo::Entry {
     std::vector<double> compute, memory;
     InitialStrategy strategy;
     std::vector<int32_t> part;
+    bool shared_bands_apply;
   };
   std::vector<Coarsening> coarsenings;
   std::vector<Start> starts;
@@ -81,20 +82,25 @@ std::shared_ptr<const std::vector<CoarseLevel>> PortfolioMemo::coarsening(const 
 }
 
 std::vector<int32_t> PortfolioMemo::structured(const SubHypergraph& s, const PartCaps& caps,
-                                               InitialStrategy strategy) {
-  auto find = [&](const Entry& e) -> const std::vector<int32_t>* {
+                                               InitialStrategy strategy, bool* shared_bands_apply) {
+  auto find = [&](const Entry& e) -> const Entry::Start* {
     for (const Entry::Start& st : e.starts)
-      if (st.strategy == strategy && st.compute == caps.compute && st.memory == caps.memory) return &st.part;
+      if (st.strategy == strategy && st.compute == caps.compute && st.memory == caps.memory) return &st;
     return nullptr;
   };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const std::vector<int32_t>* part = find(entry(s))) return *part;
+    if (const Entry::Start* st = find(entry(s))) {
+      if (shared_bands_apply != nullptr) *shared_bands_apply = st->shared_bands_apply;
+      return st->part;
+    }
   }
-  std::vector<int32_t> part = structured_initial(s, caps, strategy);
+  bool apply = false;
+  std::vector<int32_t> part = structured_initial(s, caps, strategy, &apply);
+  if (shared_bands_apply != nullptr) *shared_bands_apply = apply;
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = entry(s);
-  if (find(e) == nullptr) e.starts.push_back({caps.compute, caps.memory, strategy, part});
+  if (find(e) == nullptr) e.starts.push_back({caps.compute, caps.memory, strategy, part, apply});
   return part;
 }
 

@@ -33,8 +33,9 @@ class PortfolioMemo {
   // coarsen(s, caps, nullptr, opts, seed): the levels of the free coarsening.
   std::shared_ptr<const std::vector<CoarseLevel>> coarsening(const SubHypergraph& s, const PartCaps& caps,
                                                              const MultilevelOptions& opts, uint64_t seed);
-  // structured_initial(s, caps, strategy).
-  std::vector<int32_t> structured(const SubHypergraph& s, const PartCaps& caps, InitialStrategy strategy);
+  // structured_initial(s, caps, strategy, shared_bands_apply).
+  std::vector<int32_t> structured(const SubHypergraph& s, const PartCaps& caps, InitialStrategy strategy,
+                                  bool* shared_bands_apply = nullptr);
 
  private:
   struct Entry;
