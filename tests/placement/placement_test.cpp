@@ -577,6 +577,36 @@ TEST(Placement, SharedBandsCandidateOnOneLongSequence) {
   }
 }
 
+TEST(Placement, SharedBandsEqualsBestWhereBestReportsNoWideCut) {
+  // Best reports whether it cut a sequence over kSharedBandsMinParts or more parts in more than
+  // two rows (where SharedBands tries shared bands; the portfolio builds SharedBands only then):
+  // one long causal sequence over 2..8 parts is such a cut exactly from 5 parts on, and where
+  // Best reports none, SharedBands makes the same placement; a batch of short sequences that
+  // fit whole is never cut.
+  for (int k = 2; k <= 8; ++k) {
+    for (const bool short_ones : {false, true}) {
+      Batch batch;
+      batch.shape.q_heads = 4;
+      batch.shape.kv_heads = 2;
+      batch.shape.head_dim = 64;
+      if (short_ones) {
+        for (int i = 0; i < 4 * k; ++i)
+          batch.sequences.push_back(Sequence{.length = 300, .mask = Mask::causal(), .id = ""});
+      } else {
+        batch.sequences.push_back(Sequence{.length = 3000 + 200 * k, .mask = Mask::causal(), .id = ""});
+      }
+      const Level level = whole_level_with_caps(batch, k, 1.1, 1.5, 2);
+      bool apply = !short_ones && k < placement::kSharedBandsMinParts;  // set to the opposite of the expectation
+      const auto best = placement::structured_initial(level.s, level.caps, placement::InitialStrategy::Best, &apply);
+      EXPECT_EQ(apply, !short_ones && k >= placement::kSharedBandsMinParts) << "k=" << k << " short=" << short_ones;
+      if (!apply) {
+        EXPECT_EQ(placement::structured_initial(level.s, level.caps, placement::InitialStrategy::SharedBands), best)
+            << "k=" << k << " short=" << short_ones;
+      }
+    }
+  }
+}
+
 TEST(Placement, EightNodesOneLongSequencePlacedOnceBalancedAndCounted) {
   // The dry-run shape in small: 8 nodes x 2 devices, one long causal sequence and a few short
   // ones; the node level tries shared bands (8 parts) and the auto node compute factor (0.75).
