@@ -96,14 +96,12 @@ class BuiltinPartitioner final : public Partitioner {
       multilevel.excess = cap_excess(s, caps, multilevel.part);
     };
     auto run_structured = [&] {
-      // Whether the Best start cut a sequence where SharedBands tries shared bands: where it
-      // did not, SharedBands would make the same placement, so it is not built.
+      // Whether the Best start (i = 0) cut a sequence where SharedBands tries shared bands (over
+      // kSharedBandsMinParts or more parts, so never on fewer parts): where it did not,
+      // SharedBands would make the same placement, so it is not built.
       bool shared_bands_apply = true;
       for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
-        // SharedBands is Best on fewer than kSharedBandsMinParts parts: not even built there.
-        if (i > 0 && upper && node_order[i] == InitialStrategy::SharedBands &&
-            (k < kSharedBandsMinParts || !shared_bands_apply))
-          continue;
+        if (i > 0 && upper && node_order[i] == InitialStrategy::SharedBands && !shared_bands_apply) continue;
         Result r;
         r.part = memo_.structured(
             s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i],
