@@ -59,7 +59,7 @@ def main():
         reasons = [c for c in cols if c.startswith("stall_") or c.startswith("Stall ")]
         total = sum(number(r[samples]) for r in rows) or 1.0
         print(f"## {path}: {len(rows)} instructions, {total:.0f} samples")
-        region, acc, first = [], 0.0, None
+        acc, first = 0.0, None
         out = []
         for i, r in enumerate(rows):
             s = number(r[samples])
