@@ -105,7 +105,7 @@ class MpiSession {
   MpiSession& operator=(const MpiSession&) = delete;
 
  private:
-  bool owns_ = false;
+  [[maybe_unused]] bool owns_ = false;  // unused in a build without MPI
 };
 
 // A comm over a duplicate of MPI_COMM_WORLD. Pre: MPI initialised. Throws Unsupported when built
