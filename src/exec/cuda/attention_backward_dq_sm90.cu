@@ -54,6 +54,8 @@ struct DqRecord {
   int32_t n;     // 128-key sub-tile of the tile
   int32_t cls;   // kFull or kMasked
   int32_t end;   // 1: the walk is over (nothing else is valid)
+  int32_t kind;  // TileKind of the tile, and its keys: what a masked sub-tile's mask needs
+  int32_t kv_len;
 };
 
 struct DqParams {
@@ -206,11 +208,11 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
         n = 0;
       }
       if (ti >= t_end) {
-        if (ptid == 0) s_record[slot] = DqRecord{0, 0, 0, 1};
+        if (ptid == 0) s_record[slot] = DqRecord{0, 0, 0, 1, 0, 0};
         mbar_arrive(full(slot));
         break;
       }
-      if (ptid == 0) s_record[slot] = DqRecord{ti, n, cls, 0};
+      if (ptid == 0) s_record[slot] = DqRecord{ti, n, cls, 0, static_cast<int32_t>(x.kind), x.kv_len};
       const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
       const bool tma = dp_params.tma_kv != 0 && kv_rows == kWgKeys;
       const int kv_row = x.kv_begin + n * kWgKeys;
@@ -292,7 +294,8 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
     wgmma_wait<1>();  // S done; dP may still run
     fence_regs(s);
     if (rec.cls == kMasked) {
-      fw_mask_scores(s, list.tiles[rec.tile], s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys, r0, th);
+      fw_mask_scores(s, static_cast<TileKind>(rec.kind), rec.kv_len, s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys,
+                     r0, th);
     }
 #pragma unroll
     for (int i = 0; i < kWgKeys / 2; ++i) s[i] = exp2_ftz(fmaf(s[i], scale_log2, -lse2[(i >> 1) & 1]));

@@ -66,18 +66,25 @@ __device__ __forceinline__ void bw_probabilities_step(float (&st)[32], const flo
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * tq);
+    // A thread's two keys, key_lo and key_lo + 8, lie in one 64-key word (key_lo % 64 < 56): one
+    // load per column, shifted so that bit 0 is key_lo's and bit 8 key_lo + 8's.
+    uint32_t bits[2] = {~0U, ~0U};
+    if constexpr (kMaskedStep) {
+      if (kind == TileKind::Partial) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          bits[b] = static_cast<uint32_t>(masks[(key_lo >> 6) * kBwRows + 8 * j + 2 * tq + b] >> (key_lo & 63));
+        }
+      }
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float pv = exp2_ftz(fmaf(st[4 * j + e], scale_log2, -((e & 1) != 0 ? l2.y : l2.x)));
       if constexpr (kMaskedStep) {
         const int key = key_lo + 8 * (e >> 1);
         const int col = 8 * j + 2 * tq + (e & 1);
-        bool ok = key < keys;
-        if (kind == TileKind::Partial) {
-          ok = ok && ((masks[(key >> 6) * kBwRows + col] >> (key & 63)) & 1U) != 0;
-        } else if (kind == TileKind::CausalDiagonal) {
-          ok = ok && c0 + key <= rq0 + col;
-        }
+        bool ok = key < keys && ((bits[e & 1] >> (8 * (e >> 1))) & 1U) != 0;
+        if (kind == TileKind::CausalDiagonal) ok = ok && c0 + key <= rq0 + col;
         pv = ok ? pv : 0.0F;
       }
       st[4 * j + e] = pv;

@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kWgThreads, 1) attention_forward_sm90_kernel(c
     wgmma_wait<0>();
     fence_regs(s);
 
-    if (cls == kMasked) fw_mask_scores(s, ct, s_mask + buf * kMaskWords * kWgRows, n * kWgKeys, r0, th);
+    if (cls == kMasked) fw_mask_scores(s, ct.kind, ct.kv_len, s_mask + buf * kMaskWords * kWgRows, n * kWgKeys, r0, th);
     float alpha[2];
     fw_softmax(s, m_row, l_row, alpha, scale_log2);
     fw_rescale<kD>(o, alpha);

@@ -98,19 +98,45 @@ __device__ __forceinline__ void fw_load_partial(const AttnForwardParams& p, cons
   fw_load_partial_o<kD>(p, out, th, has, o);
 }
 
-// Masked sub-tile (keys kv0 .. kv0 + 127 of tile t, CTA rows from tile row r0): disallowed
-// scores become -inf. Partial: bits from `masks` ([word][row], classify_partial's layout).
-__device__ __forceinline__ void fw_mask_scores(float (&s)[kWgKeys / 2], const AttnTile& t, const uint64_t* masks, int kv0,
-                                               int r0, const FwThread& th) {
+// Masked sub-tile (keys kv0 .. kv0 + 127 of a tile of kind `kind` with kv_len keys, CTA rows from
+// tile row r0): disallowed scores become -inf. Partial: bits from `masks` ([word][row],
+// classify_partial's layout). A thread holds columns 8 j + 2 tq + b (j < 16, b < 2) of two rows,
+// so each row's word is shifted once by 2 tq and every element then tests a constant bit; a dense
+// kind allows a prefix of the keys per row, so each element is one comparison with a per-row limit.
+// The kernels pass kind and kv_len from their ring's record in shared memory, which keeps a global
+// load of the tile off the consumers' critical path.
+__device__ __forceinline__ void fw_mask_scores(float (&s)[kWgKeys / 2], TileKind kind, int kv_len, const uint64_t* masks,
+                                               int kv0, int r0, const FwThread& th) {
+  if (kind == TileKind::Partial) {
 #pragma unroll
-  for (int j = 0; j < kWgKeys / 8; ++j) {
+    for (int r = 0; r < 2; ++r) {
+      const int row = th.row(r);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = th.row(e >> 1);
-      const int col = j * 8 + 2 * th.tq + (e & 1);
-      const bool ok = t.kind == TileKind::Partial ? ((masks[(col >> 6) * kWgRows + row] >> (col & 63)) & 1U) != 0
-                                                  : dense_key_allowed(t.kind, kv0 + col, t.kv_len, r0 + row);
-      if (!ok) s[4 * j + e] = -INFINITY;
+      for (int w = 0; w < kMaskWords; ++w) {
+        const uint64_t bits = masks[w * kWgRows + row] >> (2 * th.tq);
+        const uint32_t half[2] = {static_cast<uint32_t>(bits), static_cast<uint32_t>(bits >> 32)};
+#pragma unroll
+        for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            if (((half[jj >> 2] >> (8 * (jj & 3) + b)) & 1U) == 0) s[4 * (8 * w + jj) + 2 * r + b] = -INFINITY;
+          }
+        }
+      }
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q_row = r0 + th.row(r);
+      const int keys = kind == TileKind::CausalDiagonal ? min(kv_len, q_row + 1) : kv_len;
+      const int limit = keys - kv0 - 2 * th.tq;  // allowed: 8 j + b < limit
+#pragma unroll
+      for (int j = 0; j < kWgKeys / 8; ++j) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          if (8 * j + b >= limit) s[4 * j + 2 * r + b] = -INFINITY;
+        }
+      }
     }
   }
 }

@@ -80,7 +80,8 @@ struct FwsRecord {
   int32_t out_row;  // O row and LSE row of item row 0
   int32_t lse_row;
   int32_t accumulate;
-  int32_t pad_;
+  int32_t kind;    // TileKind of the tile, and its keys: what a masked sub-tile's mask needs
+  int32_t kv_len;
 };
 
 template <int kD>
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       if (item >= p.list.num_work) {
         const int slot = j & 1;
         if (j >= 2) mbar_wait(k_empty(slot), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-        if (ptid == 0) s_record[slot] = FwsRecord{item, 0, 0, 0, kAllDone, 0, 0, 0, 0, 0, 0, 0};
+        if (ptid == 0) s_record[slot] = FwsRecord{item, 0, 0, 0, kAllDone, 0, 0, 0, 0, 0, 0, 0, 0};
         mbar_arrive(k_full(slot));
         return;
       }
@@ -259,7 +260,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         }
         wait_slot();
         if (ptid == 0) {
-          s_record[slot] = FwsRecord{item, ti, n, cls, kStep, w.head, r0, rows, out_row, lse_row, w.accumulate, 0};
+          s_record[slot] = FwsRecord{item, ti, n, cls, kStep, w.head, r0, rows, out_row, lse_row,
+                                     w.accumulate, static_cast<int32_t>(x.kind), x.kv_len};
           // The next item is fetched once at most two sub-tiles of this one are left, so that
           // its index is at hand when they are done, without claiming it long before.
           if (fetched < 0 && ti == t_end - 1 && n + 3 > kv_sub_tile_span<kWgKeys>(p.list, x, r0, rows).y) fetched = fetch(it + 1);
@@ -433,8 +435,10 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         partial[1] = m_row[1] != -INFINITY;
       }
     }
-    if (rec.cls == kMasked) {  // the tile (kind, kv_len) is read only here
-      fw_mask_scores(s, p.list.tiles[rec.tile], s_mask + slot * kMaskWords * kWgRows, rec.n * kWgKeys, r0, th);
+    if (rec.cls == kMasked) {
+      const FwsRecord& masked = s_record[slot];
+      fw_mask_scores(s, static_cast<TileKind>(masked.kind), masked.kv_len, s_mask + slot * kMaskWords * kWgRows,
+                     rec.n * kWgKeys, r0, th);
     }
     float alpha[2];
     fw_softmax(s, m_row, l_row, alpha, scale_log2);
