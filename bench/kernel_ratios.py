@@ -11,6 +11,8 @@ B = 1024; backward >= 0.95x; window and partial >= 85 % of the full rate).
 
 Usage: python3 bench/kernel_ratios.py kernels.tar [--route wgmma-runs] [--json OUT]
        python3 bench/kernel_ratios.py --bench bench_cuda_attention.json --sdpa sdpa_reference.json
+       python3 bench/kernel_ratios.py --bench F --sdpa F   (F: a recorded bench/results/kernels_h200_*.json
+                                                           that holds both)
 """
 import argparse
 import io
@@ -125,6 +127,8 @@ def main(argv=None):
             bench = json.load(f)
         with open(a.sdpa) as f:
             sdpa = json.load(f)
+        # A recorded table (bench/results/kernels_h200_*.json) carries both under one file.
+        sdpa = sdpa.get("sdpa_reference", sdpa)
     else:
         ap.error("give kernels.tar, or both --bench and --sdpa")
     rows = ratios(bench, sdpa, a.route)
