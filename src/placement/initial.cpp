@@ -11,6 +11,7 @@
 // intra-node Q traffic, since head groups share no KV set. The candidates are costed on the
 // sequence's own nets (nets never cross sequences), so trying several is cheap and exact.
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 #include <numeric>
 
@@ -49,16 +50,27 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     place_homes(s, homes, all, caps, l, part, score);
     return part;
   }
-  // Vertices by (sequence, query row, token block before tiles, head group, key block).
+  // Vertices by (sequence, query row, token block before tiles, head group, key block, id): a
+  // total order, sorted on packed keys (two words and the id, compared in place) rather than
+  // through four lookups per comparison.
   std::vector<int32_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-    if (s.seq[a] != s.seq[b]) return s.seq[a] < s.seq[b];
-    if (s.row[a] != s.row[b]) return s.row[a] < s.row[b];
-    if (s.group[a] != s.group[b]) return s.group[a] < s.group[b];
-    if (s.col[a] != s.col[b]) return s.col[a] < s.col[b];
-    return a < b;
-  });
+  {
+    // Signed order as unsigned order: the sign bit flipped.
+    auto bits = [](int32_t x) { return static_cast<uint64_t>(static_cast<uint32_t>(x) ^ 0x80000000u); };
+    struct Key {
+      uint64_t hi, lo;
+      int32_t v;
+    };
+    std::vector<Key> keys(static_cast<size_t>(n));
+    for (int32_t v = 0; v < n; ++v)
+      keys[v] = {bits(s.seq[v]) << 32 | bits(s.row[v]), bits(s.group[v]) << 32 | bits(s.col[v]), v};
+    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
+      if (a.hi != b.hi) return a.hi < b.hi;
+      if (a.lo != b.lo) return a.lo < b.lo;
+      return a.v < b.v;
+    });
+    for (int32_t i = 0; i < n; ++i) order[i] = keys[i].v;
+  }
   struct Seq {
     size_t begin, end;
     double c = 0, m = 0;
