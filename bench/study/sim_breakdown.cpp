@@ -11,7 +11,7 @@
 // Usage: sim_breakdown [--mask M] [--scale S] [--batches N] [--stages N] [--calibration FILE]
 //                      [--blocks 1024,2048] [--eps 0.02,0.05] [--trace PREFIX] [--baselines 0|1]
 //                      [--tail 0|1] [--far-first 0|1] [--relay1 0|1] [--last-share X] [--level 0|1]
-//                      (ScheduleOptions of every plan)
+//                      (ScheduleOptions of every plan) [--split-sink 0|1] (BlockOptions::split_sink)
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -112,7 +112,7 @@ void report(const char* label, const dcp::Plan& plan, const dcp::SimResult& r, c
 int main(int argc, char** argv) {
   using namespace dcp;
   std::string mask = "lambda", calib_path = "data/calibration/a100.json";
-  bool tail = true, far_first = false, baselines = true, relay1 = true, level = false;
+  bool tail = true, far_first = false, baselines = true, relay1 = true, level = false, split_sink = false;
   double last_share = 1.0;
   std::string trace_path;  // prefix of Chrome traces of the DCP candidates
   double scale = 4;
@@ -135,6 +135,7 @@ int main(int argc, char** argv) {
     else if (a == "--relay1") relay1 = v != "0";
     else if (a == "--last-share") last_share = std::stod(v);
     else if (a == "--level") level = v != "0";
+    else if (a == "--split-sink") split_sink = v != "0";
     else {
       fmt::print(stderr, "unknown option {}\n", a);
       return 2;
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
     for (int64_t block : blocks) {
       BlockOptions bo;
       bo.block_size = block;
+      bo.split_sink = split_sink;
       const BlockTable table = build_block_table(batch, bo);
       for (double e : eps) {
         PlacementOptions pl;

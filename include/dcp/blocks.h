@@ -21,6 +21,12 @@ struct BlockOptions {
   // (q_heads / kv_heads). Smaller values split a KV head's query heads over several groups
   // (finer); larger multiples of the GQA ratio put several KV heads in one group (coarser).
   int q_heads_per_group = 0;
+  // Give the sink of a sequence (the keys [0, s) that rows read at any distance: lambda's sink,
+  // causal-blockwise's sink blocks) a token block of its own when s < B; the next block ends at
+  // B as before. The far rows' tiles then read those s keys, not a whole block of B: every
+  // device that computes such a tile receives s keys' KV (and in backward returns a dKV partial
+  // of s rows) instead of B. The table then counts as custom cuts (block_size 0).
+  bool split_sink = false;
   void validate(const AttentionShape& shape) const;  // throws InvalidInput naming the option
 };
 
@@ -107,7 +113,8 @@ struct BlockTable {
 // the tiles costs, never more than the table's own tile count allows.
 void check_tiles_against_masks(const BlockTable& table);
 
-// Uniform token blocks of opts.block_size; tiles and areas by interval arithmetic.
+// Uniform token blocks of opts.block_size (but for a split sink); tiles and areas by interval
+// arithmetic.
 BlockTable build_block_table(const Batch& batch, const BlockOptions& opts);
 
 // Custom cuts: cuts[s] are the block boundaries of sequence s, strictly increasing, starting at

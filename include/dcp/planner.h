@@ -1,7 +1,7 @@
 // dcp/planner.h — the whole planning pipeline for one batch, with a cost-model search.
 //
-// Batch -> BlockTable -> DCP Placement -> Plan for each candidate (block size B, compute
-// tolerance eps_c, and schedule options); every candidate plan is simulated (sim.h) and the
+// Batch -> BlockTable -> DCP Placement -> Plan for each candidate (block size B with or
+// without a split sink, compute tolerance eps_c, and schedule options); every candidate plan is simulated (sim.h) and the
 // fastest predicted one (forward + backward) is kept. The search is what a data loader would
 // run ahead of training: each candidate costs a few milliseconds, so a 3 x 3 grid of
 // placements (x 8 schedules each) stays within a few seconds.
@@ -60,12 +60,19 @@ struct PlannerOptions {
   // at scale 4 fell from 24.98 to 22.85 ms and lambda from 2.53 to 2.31; twice the schedules
   // per placement took the search from 169–1498 to 264–1992 ms per batch (placement dominates).
   std::vector<bool> level_stage_compute{false, true};
+  // BlockOptions::split_sink candidates, crossed with block_sizes (a split that cuts no
+  // sequence, as on masks without a sink, is not planned twice). Measured on the paper
+  // micro-benchmark (bench/results/plan_sim.md): lambda's 131072-token sequence at scale 4
+  // moved 100-210 MB inter-node per candidate, mostly KV of the sink's block to every device and
+  // its dKV partials back; with the sink in a 64-token block of its own 57-83 MB.
+  std::vector<bool> split_sink{false, true};
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
 };
 
 struct PlanCandidate {
   int64_t block_size = 0;
+  bool split_sink = false;  // BlockOptions::split_sink (and it cut a sequence)
   double eps_compute = 0;
   bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
   double last_round_share = 1.0;

@@ -171,6 +171,16 @@ bool sequence_geometry(const Mask& mask, int64_t length, const std::vector<int64
   return true;
 }
 
+// The keys [0, s) that rows read at any distance from them (an attention sink); 0 where the
+// mask has none.
+int64_t sink_tokens(const Mask& mask) {
+  switch (mask.kind) {
+    case MaskKind::Lambda: return mask.sink;
+    case MaskKind::CausalBlockwise: return mask.block * mask.sink_blocks;
+    default: return 0;
+  }
+}
+
 void check_sequences(const Batch& batch) {
   for (size_t i = 0; i < batch.sequences.size(); ++i) {
     const Sequence& seq = batch.sequences[i];
@@ -298,14 +308,20 @@ BlockTable build_block_table(const Batch& batch, const BlockOptions& opts) {
   opts.validate(batch.shape);
   check_sequences(batch);
   std::vector<std::vector<int64_t>> cuts(batch.sequences.size());
+  bool uniform = true;
   for (size_t s = 0; s < cuts.size(); ++s) {
     const int64_t len = batch.sequences[s].length;
     auto& c = cuts[s];
-    c.reserve(static_cast<size_t>((len - 1) / opts.block_size + 2));
+    c.reserve(static_cast<size_t>((len - 1) / opts.block_size + 3));
     for (int64_t b = 0; b < len; b += opts.block_size) c.push_back(b);
     c.push_back(len);
+    const int64_t sink = opts.split_sink ? sink_tokens(batch.sequences[s].mask) : 0;
+    if (sink > 0 && sink < std::min(opts.block_size, len)) {
+      c.insert(c.begin() + 1, sink);
+      uniform = false;
+    }
   }
-  return build(batch, make_groups(batch.shape, opts.q_heads_per_group), opts.block_size, cuts);
+  return build(batch, make_groups(batch.shape, opts.q_heads_per_group), uniform ? opts.block_size : 0, cuts);
 }
 
 BlockTable build_block_table_with_cuts(const Batch& batch, const BlockOptions& opts,

@@ -22,6 +22,7 @@ void PlannerOptions::validate() const {
   if (max_tiles_per_device < 0)
     raise(ErrorKind::InvalidInput, "planner: max_tiles_per_device must be >= 0 (got " +
                                        std::to_string(max_tiles_per_device) + ")");
+  if (split_sink.empty()) raise(ErrorKind::InvalidInput, "planner: split_sink needs at least one candidate");
   if (far_outputs_first.empty() || last_round_share.empty() || level_stage_compute.empty())
     raise(ErrorKind::InvalidInput,
           "planner: the schedule candidates (far_outputs_first, last_round_share, level_stage_compute) need "
@@ -63,55 +64,65 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
   const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
   for (int64_t block : opts.block_sizes) {
-    BlockOptions bo;
-    bo.block_size = block;
-    bo.q_heads_per_group = opts.q_heads_per_group;
-    bo.validate(batch.shape);
-    const auto t_table = Clock::now();
-    BlockTable table = build_block_table(batch, bo);
-    const double table_s = seconds_since(t_table);
-    if (opts.max_tiles_per_device > 0 && block != coarsest && std::ssize(table.tiles) > tile_budget) {
-      best.skipped_block_sizes.push_back(block);
-      continue;
-    }
-    for (double eps : opts.eps_compute) {
-      const auto t0 = Clock::now();
-      PlacementOptions po = opts.placement;
-      po.eps_compute = eps;
-      if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(calibration);
-      const DcpPlacement placed = place_dcp(table, cluster, po);
-      const double placement_s = seconds_since(t0);
-      // The tile orders of the schedule share the placement: only plan and simulation repeat.
-      for (const auto& [far_first, share, level] : schedule_variants) {
-        const auto t_plan = Clock::now();
-        PlanOptions plan_opts = opts.plan;
-        plan_opts.schedule.far_outputs_first = far_first;
-        plan_opts.schedule.last_round_share = share;
-        plan_opts.schedule.level_stage_compute = level;
-        Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
-        PlanCandidate c;
-        c.block_size = block;
-        c.eps_compute = eps;
-        c.far_outputs_first = far_first;
-        c.last_round_share = share;
-        c.level_stage_compute = level;
-        c.planning_s = table_s + placement_s + seconds_since(t_plan);
-        c.balanced = placed.report.balanced();
-        SimOptions so;
-        so.calibration = calibration;
-        SimResult sim = simulate(plan, cluster, so);
-        c.predicted_s = sim.total_s();
-        tried.push_back(c);
-        // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
-        const bool better = !have || (c.balanced && !best.chosen.balanced) ||
-                            (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
-        if (better) {
-          best.table = table;
-          best.placement = placed;
-          best.plan = std::move(plan);
-          best.predicted = std::move(sim);
-          best.chosen = c;
-          have = true;
+    bool planned_unsplit = false;
+    for (bool split : opts.split_sink) {
+      BlockOptions bo;
+      bo.block_size = block;
+      bo.q_heads_per_group = opts.q_heads_per_group;
+      bo.split_sink = split;
+      bo.validate(batch.shape);
+      const auto t_table = Clock::now();
+      BlockTable table = build_block_table(batch, bo);
+      const double table_s = seconds_since(t_table);
+      // A split that cut nothing gives the unsplit table: plan it once.
+      const bool cut = table.block_size == 0;
+      if (!cut && planned_unsplit) continue;
+      planned_unsplit |= !cut;
+      if (opts.max_tiles_per_device > 0 && block != coarsest && std::ssize(table.tiles) > tile_budget) {
+        if (best.skipped_block_sizes.empty() || best.skipped_block_sizes.back() != block)
+          best.skipped_block_sizes.push_back(block);
+        continue;
+      }
+      for (double eps : opts.eps_compute) {
+        const auto t0 = Clock::now();
+        PlacementOptions po = opts.placement;
+        po.eps_compute = eps;
+        if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(calibration);
+        const DcpPlacement placed = place_dcp(table, cluster, po);
+        const double placement_s = seconds_since(t0);
+        // The tile orders of the schedule share the placement: only plan and simulation repeat.
+        for (const auto& [far_first, share, level] : schedule_variants) {
+          const auto t_plan = Clock::now();
+          PlanOptions plan_opts = opts.plan;
+          plan_opts.schedule.far_outputs_first = far_first;
+          plan_opts.schedule.last_round_share = share;
+          plan_opts.schedule.level_stage_compute = level;
+          Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
+          PlanCandidate c;
+          c.block_size = block;
+          c.split_sink = cut;
+          c.eps_compute = eps;
+          c.far_outputs_first = far_first;
+          c.last_round_share = share;
+          c.level_stage_compute = level;
+          c.planning_s = table_s + placement_s + seconds_since(t_plan);
+          c.balanced = placed.report.balanced();
+          SimOptions so;
+          so.calibration = calibration;
+          SimResult sim = simulate(plan, cluster, so);
+          c.predicted_s = sim.total_s();
+          tried.push_back(c);
+          // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
+          const bool better = !have || (c.balanced && !best.chosen.balanced) ||
+                              (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
+          if (better) {
+            best.table = table;
+            best.placement = placed;
+            best.plan = std::move(plan);
+            best.predicted = std::move(sim);
+            best.chosen = c;
+            have = true;
+          }
         }
       }
     }

@@ -146,6 +146,42 @@ TEST(BlockTable, CustomCutsMatchBruteForce) {
   }
 }
 
+// split_sink: a sink shorter than B gets a block of its own, the next block ends at B, the
+// tiles stay exact; masks without a sink (or a sink of B or more) keep the uniform cut.
+TEST(BlockTable, SplitSinkCutsTheSinkAndStaysExact) {
+  Rng rng(0xb10c0006);
+  int split_seen = 0;
+  for (int rep = 0; rep < 200; ++rep) {
+    const Batch batch = random_batch(rng);
+    BlockOptions opts;
+    opts.block_size = 16 * rng.uniform(1, 8);
+    opts.split_sink = true;
+    SCOPED_TRACE("rep " + std::to_string(rep) + " B=" + std::to_string(opts.block_size));
+    const BlockTable t = build_block_table(batch, opts);
+    bool any_cut = false;
+    for (size_t s = 0; s < batch.sequences.size(); ++s) {
+      const Sequence& seq = batch.sequences[s];
+      const int64_t sink = seq.mask.kind == MaskKind::Lambda            ? seq.mask.sink
+                           : seq.mask.kind == MaskKind::CausalBlockwise ? seq.mask.block * seq.mask.sink_blocks
+                                                                        : 0;
+      const bool cut = sink > 0 && sink < std::min(opts.block_size, seq.length);
+      any_cut = any_cut || cut;
+      const TokenBlock& first = t.token_blocks[static_cast<size_t>(t.seq_first_block[s])];
+      EXPECT_EQ(first.length, cut ? sink : std::min(opts.block_size, seq.length));
+      if (cut) {
+        const TokenBlock& second = t.token_blocks[static_cast<size_t>(t.seq_first_block[s]) + 1];
+        EXPECT_EQ(second.begin, sink);
+        EXPECT_EQ(second.begin + second.length, std::min(opts.block_size, seq.length));
+      }
+    }
+    split_seen += any_cut ? 1 : 0;
+    EXPECT_EQ(t.block_size, any_cut ? 0 : opts.block_size);
+    check_against_brute_force(batch, t);
+    EXPECT_NO_THROW(check_tiles_against_masks(t));
+  }
+  EXPECT_GT(split_seen, 20);
+}
+
 TEST(BlockTable, LongSequencesAddUp) {
   // Without a brute force at this size: tiles per group partition the mask area, and causal
   // counts are known in closed form.

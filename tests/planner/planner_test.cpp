@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <string>
 
 #include "dcp/error.h"
 #include "dcp/planner.h"
@@ -31,8 +32,14 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   for (const char* mask : {"causal", "lambda", "shared_question"}) {
     SCOPED_TRACE(mask);
     const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
-    // B x eps x (leveling x share x order) schedules, all schedules tried on the same placement.
-    ASSERT_EQ(p.candidates.size(), 48u);
+    // B x eps x (leveling x share x order) schedules, all schedules tried on the same placement;
+    // lambda's sink (64 tokens, below every B) is also tried in a block of its own.
+    const bool has_sink = std::string(mask) == "lambda";
+    ASSERT_EQ(p.candidates.size(), has_sink ? 96u : 48u);
+    for (const auto& c : p.candidates) EXPECT_TRUE(!c.split_sink || has_sink);
+    if (has_sink) {
+      EXPECT_TRUE(std::any_of(p.candidates.begin(), p.candidates.end(), [](const auto& c) { return c.split_sink; }));
+    }
     for (size_t i = 0; i < p.candidates.size(); i += 8) {
       for (size_t k = 0; k < 8; ++k) {
         EXPECT_EQ(p.candidates[i + k].far_outputs_first, k % 2 == 1);
@@ -51,7 +58,7 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
         EXPECT_LE(p.chosen.predicted_s, c.predicted_s) << "B=" << c.block_size << " eps=" << c.eps_compute;
       }
     }
-    EXPECT_EQ(p.table.block_size, p.chosen.block_size);
+    EXPECT_EQ(p.table.block_size, p.chosen.split_sink ? 0 : p.chosen.block_size);
     EXPECT_DOUBLE_EQ(p.predicted.total_s(), p.chosen.predicted_s);
     EXPECT_TRUE(validate_plan(p.plan).empty());
     // The kept plan is the one the simulator measured.
@@ -195,6 +202,10 @@ TEST(Planner, RejectsEmptyOrBadCandidates) {
   opts.far_outputs_first = {false};
   opts.level_stage_compute = {};
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.level_stage_compute = {false};
+  opts.split_sink = {};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.split_sink = {false};
   opts.level_stage_compute = {false};
   for (double share : {0.0, -0.5, 1.5}) {
     opts.last_round_share = {share};
