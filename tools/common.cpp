@@ -69,6 +69,8 @@ void add_block_options(CLI::App* app, BlockOptions& opts) {
       ->check(int_range(16, kMaxBatchTokens));
   app->add_option("--q-heads-per-group", opts.q_heads_per_group,
                   "Query heads per head group (default: the query heads of one KV head)");
+  app->add_flag("--split-sink", opts.split_sink,
+                "DCP: a sink shorter than B (lambda, causal_blockwise) gets a token block of its own");
 }
 
 namespace {
