@@ -133,9 +133,10 @@ Plan make_plan(const std::string& method, const Batch& batch, const BenchArgs& a
     search.plan = popts;
     search.calibration = calibration;
     PlannedBatch pb = plan_batch(batch, cluster, search);
-    chosen = fmt::format("B {} eps {:g} far-first {} last-round share {:g} leveling {} (search {:.0f} ms)",
-                         pb.chosen.block_size, pb.chosen.eps_compute, pb.chosen.far_outputs_first ? "on" : "off",
-                         pb.chosen.last_round_share, pb.chosen.level_stage_compute ? "on" : "off", pb.search_s * 1e3);
+    chosen = fmt::format("B {}{} eps {:g} far-first {} last-round share {:g} leveling {} stages {} (search {:.0f} ms)",
+                         pb.chosen.block_size, pb.chosen.split_sink ? " (split sink)" : "", pb.chosen.eps_compute,
+                         pb.chosen.far_outputs_first ? "on" : "off", pb.chosen.last_round_share,
+                         pb.chosen.level_stage_compute ? "on" : "off", pb.chosen.num_comm_stages, pb.search_s * 1e3);
     return std::move(pb.plan);
   }
   PlacementOptions placement = args.placement;

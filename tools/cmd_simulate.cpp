@@ -100,10 +100,11 @@ int run_simulate(const SimulateArgs& args) {
         placed.violations = std::move(pb.placement.report.violations);
         plan = std::move(pb.plan);
         t.plan_ms += pb.search_s * 1e3;
-        t.choices.push_back(fmt::format("batch {}: planner chose B={} eps_compute={} far_outputs_first={} "
-                                        "last_round_share={} level_stage_compute={}",
-                                        b, pb.chosen.block_size, pb.chosen.eps_compute, pb.chosen.far_outputs_first,
-                                        pb.chosen.last_round_share, pb.chosen.level_stage_compute));
+        t.choices.push_back(fmt::format("batch {}: planner chose B={} split_sink={} eps_compute={} far_outputs_first={} "
+                                        "last_round_share={} level_stage_compute={} stages={}",
+                                        b, pb.chosen.block_size, pb.chosen.split_sink, pb.chosen.eps_compute,
+                                        pb.chosen.far_outputs_first, pb.chosen.last_round_share,
+                                        pb.chosen.level_stage_compute, pb.chosen.num_comm_stages));
       } else {
         placed = place_method(methods[m], batches[b], in.blocks, cluster, in.placement);
         const auto t0 = std::chrono::steady_clock::now();

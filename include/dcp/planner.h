@@ -66,6 +66,11 @@ struct PlannerOptions {
   // moved 100-210 MB inter-node per candidate, mostly KV of the sink's block to every device and
   // its dKV partials back; with the sink in a 64-token block of its own 57-83 MB.
   std::vector<bool> split_sink{false, true};
+  // ScheduleOptions::num_comm_stages candidates, crossed with the schedule lists above; empty:
+  // plan.schedule's alone. Each costs a plan and a simulation per schedule and placement, no
+  // placement. Measured on the paper micro-benchmark (bench/results/plan_sim.md): lambda's
+  // sequence at scale 4 (split sink) 2.02 ms at 4 stages, 1.93 at 3.
+  std::vector<int> num_comm_stages{};
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
 };
@@ -77,6 +82,7 @@ struct PlanCandidate {
   bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
   double last_round_share = 1.0;
   bool level_stage_compute = false;
+  int num_comm_stages = 0;
   double predicted_s = 0;   // simulated forward + backward
   bool balanced = true;     // the placement met every bound
   double planning_s = 0;    // block table + placement + plan (simulation excluded)

@@ -32,6 +32,11 @@ void PlannerOptions::validate() const {
     p.schedule.last_round_share = share;
     p.validate();
   }
+  for (int stages : num_comm_stages) {
+    PlanOptions p = plan;
+    p.schedule.num_comm_stages = stages;
+    p.validate();
+  }
   for (double e : eps_compute)
     if (!(e >= 0)) raise(ErrorKind::InvalidInput, "planner: --eps-compute must be >= 0 (got " + std::to_string(e) + ")");
   placement.validate();
@@ -56,10 +61,13 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   const auto t_search = Clock::now();
   PlannedBatch best;
   bool have = false;
-  std::vector<std::tuple<bool, double, bool>> schedule_variants;
-  for (bool level : opts.level_stage_compute)
-    for (double share : opts.last_round_share)
-      for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share, level);
+  std::vector<std::tuple<bool, double, bool, int>> schedule_variants;
+  const std::vector<int> stage_counts =
+      opts.num_comm_stages.empty() ? std::vector<int>{opts.plan.schedule.num_comm_stages} : opts.num_comm_stages;
+  for (int stages : stage_counts)
+    for (bool level : opts.level_stage_compute)
+      for (double share : opts.last_round_share)
+        for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share, level, stages);
   std::vector<PlanCandidate> tried;
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
   const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
@@ -91,12 +99,13 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
         const DcpPlacement placed = place_dcp(table, cluster, po);
         const double placement_s = seconds_since(t0);
         // The tile orders of the schedule share the placement: only plan and simulation repeat.
-        for (const auto& [far_first, share, level] : schedule_variants) {
+        for (const auto& [far_first, share, level, stages] : schedule_variants) {
           const auto t_plan = Clock::now();
           PlanOptions plan_opts = opts.plan;
           plan_opts.schedule.far_outputs_first = far_first;
           plan_opts.schedule.last_round_share = share;
           plan_opts.schedule.level_stage_compute = level;
+          plan_opts.schedule.num_comm_stages = stages;
           Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
           PlanCandidate c;
           c.block_size = block;
@@ -105,6 +114,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           c.far_outputs_first = far_first;
           c.last_round_share = share;
           c.level_stage_compute = level;
+          c.num_comm_stages = stages;
           c.planning_s = table_s + placement_s + seconds_since(t_plan);
           c.balanced = placed.report.balanced();
           SimOptions so;

@@ -185,6 +185,33 @@ TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
   EXPECT_EQ(plan_batch(batch, cluster, opts).candidates.size(), 3u);
 }
 
+// Stage counts cross the other schedule candidates; without a list, plan.schedule's count alone.
+TEST(Planner, TriesEveryStageCount) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.block_sizes = {512};
+  opts.calibration = calibration_from_cluster(cluster);
+  opts.far_outputs_first = {false};
+  opts.last_round_share = {1.0};
+  opts.level_stage_compute = {false, true};
+  opts.num_comm_stages = {4, 3};
+  const PlannedBatch p = plan_batch(small_batch("causal"), cluster, opts);
+  ASSERT_EQ(p.candidates.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(p.candidates[i].num_comm_stages, i < 2 ? 4 : 3);
+    EXPECT_EQ(p.candidates[i].level_stage_compute, i % 2 == 1);
+  }
+  EXPECT_EQ(p.plan.header.options.schedule.num_comm_stages, p.chosen.num_comm_stages);
+  EXPECT_TRUE(validate_plan(p.plan).empty());
+  opts.num_comm_stages = {};
+  opts.plan.schedule.num_comm_stages = 2;
+  const PlannedBatch q = plan_batch(small_batch("causal"), cluster, opts);
+  ASSERT_EQ(q.candidates.size(), 2u);
+  for (const auto& c : q.candidates) EXPECT_EQ(c.num_comm_stages, 2);
+  opts.num_comm_stages = {0};
+  EXPECT_THROW(plan_batch(small_batch("causal"), cluster, opts), Error);
+}
+
 TEST(Planner, RejectsEmptyOrBadCandidates) {
   const Cluster cluster = cluster_preset("a100-p4d", 1);
   const Batch batch = small_batch("causal");
