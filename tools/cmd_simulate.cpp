@@ -251,8 +251,8 @@ void register_simulate(CLI::App& app, Runner& runner) {
   sub->add_option("--trace", args->trace, "Write the Chrome/Perfetto trace of DCP's plan of the first batch");
   sub->add_flag("--search", args->search,
                 "DCP: let the planner pick the block size, compute tolerance and schedule by simulated "
-                "time (candidates: --search-blocks x --search-eps, each planned with the planner's 4 "
-                "schedules; plan ms then includes the search)");
+                "time (candidates: --search-blocks (on sink masks each also with the sink split) x "
+                "--search-eps, each planned with the planner's 8 schedules; plan ms then includes the search)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
   sub->add_flag("--validate", args->validate, "Also validate every plan (symbolic execution) before simulating");
