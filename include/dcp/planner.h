@@ -1,8 +1,8 @@
 // dcp/planner.h — the whole planning pipeline for one batch, with a cost-model search.
 //
 // Batch -> BlockTable -> DCP Placement -> Plan for each candidate (block size B with or
-// without a split sink, compute tolerance eps_c, and schedule options); every candidate plan is simulated (sim.h) and the
-// fastest predicted one (forward + backward) is kept. The search is what a data loader would
+// without a split sink, compute tolerance eps_c, and schedule options); every candidate plan is
+// simulated (sim.h) and the fastest predicted one (forward + backward) is kept. The search is what a data loader would
 // run ahead of training: each candidate costs a few milliseconds, so a 3 x 3 grid of
 // placements (x 8 schedules each) stays within a few seconds.
 // Deterministic: candidates are tried in a fixed order and ties keep the earlier one.
