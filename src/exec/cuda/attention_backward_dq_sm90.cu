@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
     fence_proxy_async();
     if (dp_params.tma_qdo == 0 || ptid != 0) mbar_arrive(q_full);  // thread 0 of a TMA load arrived with its bytes
 
-    auto classify = [&](const AttnTile& x, int n, uint64_t* masks) {
-      return producer_classify<kBarDqProducer>(list, x, n, r0, rows, ptid, masks);
+    auto classify = [&](const AttnTile& x, int n, uint64_t (&m)[kMaskWords]) {
+      return producer_classify<kBarDqProducer>(list, x, n, r0, rows, ptid, m);
     };
 
     const int t_end = w.tile + max(1, w.num_tiles);
@@ -191,8 +191,8 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
     int n = 0;
     for (int j = 0;; ++j) {
       const int slot = j & 1;
-      if (j >= 2) mbar_wait(empty(slot), static_cast<uint32_t>(((j >> 1) - 1) & 1));
       uint64_t* masks = s_mask + slot * kMaskWords * kWgRows;
+      uint64_t row_masks[kMaskWords];
       int cls = kEmpty;
       while (ti < t_end) {
         // A tile of another head group than the item's q head has nothing for it.
@@ -200,18 +200,22 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
         const int2 span = mine ? kv_sub_tile_span<kWgKeys>(list, x, r0, rows) : make_int2(0, 0);
         n = max(n, span.x);
         for (; n < span.y; ++n) {
-          cls = classify(x, n, masks);
+          cls = classify(x, n, row_masks);
           if (cls != kEmpty) break;
         }
         if (cls != kEmpty) break;
         if (++ti < t_end) x = list.tiles[ti];
         n = 0;
       }
+      // The slot is waited for once the sub-tile is classified: the masks' loads of the rows'
+      // ranges run while the consumers still read it.
+      if (j >= 2) mbar_wait(empty(slot), static_cast<uint32_t>(((j >> 1) - 1) & 1));
       if (ti >= t_end) {
         if (ptid == 0) s_record[slot] = DqRecord{0, 0, 0, 1, 0, 0};
         mbar_arrive(full(slot));
         break;
       }
+      if (cls == kMasked && x.kind == TileKind::Partial) producer_store_masks(masks, row_masks, ptid);
       if (ptid == 0) s_record[slot] = DqRecord{ti, n, cls, 0, static_cast<int32_t>(x.kind), x.kv_len};
       const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
       const bool tma = dp_params.tma_kv != 0 && kv_rows == kWgKeys;

@@ -216,11 +216,13 @@ __device__ __forceinline__ void fw_store_output(const AttnForwardParams& p, cons
 // Class of 128-key sub-tile n of tile x for the q rows [r0, r0 + rows) of a producer warpgroup's
 // item (the forward and the deterministic backward's dQ pass), uniform over the warpgroup. A
 // Partial sub-tile is classified by the host's cells when the list has them, and only a Masked one
-// gets its row masks (thread ptid writes both 64-key words of q row ptid into masks[word][row]);
-// without cells, by votes over those masks on named barrier kBar of the 128 producer threads.
+// gets its row masks (thread ptid computes both 64-key words of q row ptid into m); without cells,
+// by votes over those masks on named barrier kBar of the 128 producer threads. The masks stay in
+// registers (producer_store_masks writes them into a ring slot): their global loads of the rows'
+// ranges then run before the producer waits for the slot, not after.
 template <int kBar>
 __device__ __forceinline__ int producer_classify(const AttnTileList& list, const AttnTile& x, int n, int r0, int rows,
-                                                 int ptid, uint64_t* masks) {
+                                                 int ptid, uint64_t (&m)[kMaskWords]) {
   const int kv0 = n * kWgKeys;
   if (x.kind != TileKind::Partial) return classify_dense<kWgKeys>(x, kv0, r0, rows);
   const bool cells = list.cells != nullptr && x.cells_begin >= 0;
@@ -234,18 +236,23 @@ __device__ __forceinline__ int producer_classify(const AttnTileList& list, const
 #pragma unroll
   for (int word = 0; word < kMaskWords; ++word) {
     const int kv_word = kv0 + 64 * word;
-    uint64_t m = 0;
+    m[word] = 0;
     if (row_valid && kv_word < x.kv_len) {
-      m = row_key_mask(list.row_offsets, list.ranges, x.range_row_begin + r0 + ptid, kv_word, x.kv_len);
+      m[word] = row_key_mask(list.row_offsets, list.ranges, x.range_row_begin + r0 + ptid, kv_word, x.kv_len);
     }
-    masks[word * kWgRows + ptid] = m;
-    any = any || m != 0;
-    full = full && (!row_valid || m == valid_bits(min(max(x.kv_len - kv_word, 0), 64)));
+    any = any || m[word] != 0;
+    full = full && (!row_valid || m[word] == valid_bits(min(max(x.kv_len - kv_word, 0), 64)));
   }
   if (cells) return kMasked;
   if (!bar_any_n<kBar, 128>(any)) return kEmpty;
   const bool all_full = !bar_any_n<kBar, 128>(!full);
   return all_full && x.kv_len - kv0 >= kWgKeys ? kFull : kMasked;
+}
+
+// A Masked Partial sub-tile's row masks (producer_classify's m) into a ring slot's masks[word][row].
+__device__ __forceinline__ void producer_store_masks(uint64_t* masks, const uint64_t (&m)[kMaskWords], int ptid) {
+#pragma unroll
+  for (int word = 0; word < kMaskWords; ++word) masks[word * kWgRows + ptid] = m[word];
 }
 
 // Keeps the packed P registers (the A operand of an in-flight wgmma) alive and unmodified until

@@ -195,8 +195,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       const int out_row = first.out_begin + r0;
       const int lse_row = (first.lse_begin >= 0 ? first.lse_begin : first.out_begin) + r0;
 
-      auto classify = [&](const AttnTile& x, int n, uint64_t* masks) {
-        return producer_classify<kBarProducer>(p.list, x, n, r0, rows, ptid, masks);
+      auto classify = [&](const AttnTile& x, int n, uint64_t (&m)[kMaskWords]) {
+        return producer_classify<kBarProducer>(p.list, x, n, r0, rows, ptid, m);
       };
 
       bool has_q = false;  // the item's Q is loaded (it has a sub-tile)
@@ -206,23 +206,24 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       for (;; ++j) {
         const int slot = j & 1;
         const auto phase = static_cast<uint32_t>(((j >> 1) - 1) & 1);  // of the release of iteration j - 2
-        // Slot j is waited for only where it is written (a Partial tile's masks, then the record
-        // and K), so that the end of an item, the next item's descriptors and its Q load come
-        // while the consumers still read the slot. (An item with no sub-tile left leaves
-        // iteration j to the next item, which waits for the same, completed, phase again.)
+        // Slot j is waited for only where it is written (a Partial sub-tile's masks, then the
+        // record and K), so that the classification of the sub-tile, the end of an item, the next
+        // item's descriptors and its Q load come while the consumers still read the slot. (An
+        // item with no sub-tile left leaves iteration j to the next item, which waits for the
+        // same, completed, phase again.)
         bool slot_free = j < 2;
         auto wait_slot = [&]() {
           if (!slot_free) mbar_wait(k_empty(slot), phase);
           slot_free = true;
         };
         uint64_t* masks = s_mask + slot * kMaskWords * kWgRows;
+        uint64_t row_masks[kMaskWords];
         int cls = kEmpty;
         while (ti < t_end) {
-          if (x.kind == TileKind::Partial) wait_slot();
           const int2 span = kv_sub_tile_span<kWgKeys>(p.list, x, r0, rows);
           n = max(n, span.x);
           for (; n < span.y; ++n) {
-            cls = classify(x, n, masks);
+            cls = classify(x, n, row_masks);
             if (cls != kEmpty) break;
           }
           if (cls != kEmpty) break;
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
           has_q = true;
         }
         wait_slot();
+        if (cls == kMasked && x.kind == TileKind::Partial) producer_store_masks(masks, row_masks, ptid);
         if (ptid == 0) {
           s_record[slot] = FwsRecord{item, ti, n, cls, kStep, w.head, r0, rows, out_row, lse_row,
                                      w.accumulate, static_cast<int32_t>(x.kind), x.kv_len};
