@@ -23,9 +23,9 @@ struct BlockOptions {
   int q_heads_per_group = 0;
   // Give the sink of a sequence (the keys [0, s) that rows read at any distance: lambda's sink,
   // causal-blockwise's sink blocks) a token block of its own when s < B; the next block ends at
-  // B as before. The far rows' tiles then read those s keys, not a whole block of B: every
-  // device that computes such a tile receives s keys' KV (and in backward returns a dKV partial
-  // of s rows) instead of B. The table then counts as custom cuts (block_size 0).
+  // B, as in the uniform cut. The far rows' tiles then read those s keys, not a whole block of
+  // B: every device that computes such a tile receives s keys' KV (and in backward returns a
+  // dKV partial of s rows) instead of B. The table then counts as custom cuts (block_size 0).
   bool split_sink = false;
   void validate(const AttentionShape& shape) const;  // throws InvalidInput naming the option
 };
