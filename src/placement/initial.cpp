@@ -21,6 +21,60 @@ namespace dcp::placement {
 
 using namespace initial;
 
+namespace {
+
+// The vertices by (sequence, query row, head group, key block, id), a total order: a token block
+// (head group -1) before its row's tiles. The keys are small integers (block, group and sequence
+// ids), so four stable counting passes, least significant key first, starting from the ids in
+// ascending order, give that order in linear time; keys spread over a range much wider than the
+// level fall back to a comparison sort on packed keys (the same order).
+std::vector<int32_t> vertex_order(const SubHypergraph& s) {
+  const int32_t n = s.num_vertices();
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  if (n == 0) return order;
+  const std::vector<int32_t>* keys[] = {&s.col, &s.group, &s.row, &s.seq};  // least significant first
+  bool counting = true;
+  int32_t lo[4], hi[4];
+  for (int j = 0; j < 4; ++j) {
+    const auto [mn, mx] = std::minmax_element(keys[j]->begin(), keys[j]->end());
+    lo[j] = *mn;
+    hi[j] = *mx;
+    counting = counting && static_cast<int64_t>(hi[j]) - lo[j] <= 4 * static_cast<int64_t>(n) + 1024;
+  }
+  if (counting) {
+    std::iota(order.begin(), order.end(), 0);
+    std::vector<int32_t> next(static_cast<size_t>(n)), count;
+    for (int j = 0; j < 4; ++j) {
+      const int32_t* key = keys[j]->data();
+      const int32_t base = lo[j];
+      count.assign(static_cast<size_t>(hi[j] - base) + 2, 0);
+      for (int32_t v = 0; v < n; ++v) ++count[static_cast<size_t>(key[v] - base) + 1];
+      for (size_t b = 1; b < count.size(); ++b) count[b] += count[b - 1];
+      for (int32_t v : order) next[static_cast<size_t>(count[static_cast<size_t>(key[v] - base)]++)] = v;
+      order.swap(next);
+    }
+    return order;
+  }
+  // Signed order as unsigned order: the sign bit flipped.
+  auto bits = [](int32_t x) { return static_cast<uint64_t>(static_cast<uint32_t>(x) ^ 0x80000000u); };
+  struct Key {
+    uint64_t hi, lo;
+    int32_t v;
+  };
+  std::vector<Key> packed(static_cast<size_t>(n));
+  for (int32_t v = 0; v < n; ++v)
+    packed[v] = {bits(s.seq[v]) << 32 | bits(s.row[v]), bits(s.group[v]) << 32 | bits(s.col[v]), v};
+  std::sort(packed.begin(), packed.end(), [](const Key& a, const Key& b) {
+    if (a.hi != b.hi) return a.hi < b.hi;
+    if (a.lo != b.lo) return a.lo < b.lo;
+    return a.v < b.v;
+  });
+  for (int32_t i = 0; i < n; ++i) order[i] = packed[i].v;
+  return order;
+}
+
+}  // namespace
+
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
                                         InitialStrategy strategy, bool* shared_bands_apply) {
   if (shared_bands_apply != nullptr) *shared_bands_apply = false;
@@ -50,27 +104,8 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     place_homes(s, homes, all, caps, l, part, score);
     return part;
   }
-  // Vertices by (sequence, query row, token block before tiles, head group, key block, id): a
-  // total order, sorted on packed keys (two words and the id, compared in place) rather than
-  // through four lookups per comparison.
-  std::vector<int32_t> order(static_cast<size_t>(n));
-  {
-    // Signed order as unsigned order: the sign bit flipped.
-    auto bits = [](int32_t x) { return static_cast<uint64_t>(static_cast<uint32_t>(x) ^ 0x80000000u); };
-    struct Key {
-      uint64_t hi, lo;
-      int32_t v;
-    };
-    std::vector<Key> keys(static_cast<size_t>(n));
-    for (int32_t v = 0; v < n; ++v)
-      keys[v] = {bits(s.seq[v]) << 32 | bits(s.row[v]), bits(s.group[v]) << 32 | bits(s.col[v]), v};
-    std::sort(keys.begin(), keys.end(), [](const Key& a, const Key& b) {
-      if (a.hi != b.hi) return a.hi < b.hi;
-      if (a.lo != b.lo) return a.lo < b.lo;
-      return a.v < b.v;
-    });
-    for (int32_t i = 0; i < n; ++i) order[i] = keys[i].v;
-  }
+  // Vertices by (sequence, query row, token block before tiles, head group, key block, id).
+  const std::vector<int32_t> order = vertex_order(s);
   struct Seq {
     size_t begin, end;
     double c = 0, m = 0;
