@@ -100,12 +100,19 @@ class BuiltinPartitioner final : public Partitioner {
       // kSharedBandsMinParts or more parts, so never on fewer parts): where it did not,
       // SharedBands would make the same placement, so it is not built.
       bool shared_bands_apply = true;
+      // Where both Best and SharedBands run, they are built together (they share every cut up
+      // to the first sequence a shared band wins).
+      const bool both = upper && starts >= 2;
+      std::vector<int32_t> shared;
       for (int i = 0; i < starts + (group_split ? 1 : 0); ++i) {
         if (i > 0 && upper && node_order[i] == InitialStrategy::SharedBands && !shared_bands_apply) continue;
         Result r;
-        r.part = memo_.structured(
-            s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i],
-            i == 0 ? &shared_bands_apply : nullptr);
+        if (both && i == 0) r.part = memo_.best_and_shared(s, caps, shared, &shared_bands_apply);
+        else if (both && i == 1) r.part = std::move(shared);
+        else
+          r.part = memo_.structured(
+              s, caps, i == starts ? InitialStrategy::GroupSplit : upper ? node_order[i] : device_order[i],
+              i == 0 ? &shared_bands_apply : nullptr);
         // SharedBands equals Best where its shared bands lost on every sequence: skip the rerun.
         if (i > 0 && upper && r.part == results.front().part) continue;
         results.push_back(std::move(r));

@@ -75,17 +75,22 @@ std::vector<int32_t> vertex_order(const SubHypergraph& s) {
 
 }  // namespace
 
-std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
-                                        InitialStrategy strategy, bool* shared_bands_apply) {
+namespace {
+
+// structured_initial; with `shared` (strategy Best only) also SharedBands's start into *shared
+// and its shared_bands_apply into *shared_apply.
+std::vector<int32_t> structured(const SubHypergraph& s, const PartCaps& caps, InitialStrategy requested,
+                                bool* shared_bands_apply, std::vector<int32_t>* shared, bool* shared_apply) {
   if (shared_bands_apply != nullptr) *shared_bands_apply = false;
   const int k = caps.k();
   const int32_t n = s.num_vertices();
-  std::vector<int32_t> part(static_cast<size_t>(n), -1);
+  std::vector<int32_t> placed(static_cast<size_t>(n), -1);
   if (k <= 1) {
-    std::fill(part.begin(), part.end(), 0);
-    return part;
+    std::fill(placed.begin(), placed.end(), 0);
+    if (shared != nullptr) *shared = placed, *shared_apply = false;
+    return placed;
   }
-  if (strategy == InitialStrategy::GroupSplit) {
+  if (requested == InitialStrategy::GroupSplit) {
     // Head group g's tiles on part g * k / G, homes where their nets already are.
     int32_t num_groups = 0;
     for (int32_t v = 0; v < n; ++v) num_groups = std::max(num_groups, s.group[v] + 1);
@@ -93,7 +98,7 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     std::vector<int32_t> homes;
     for (int32_t v = 0; v < n; ++v) {
       if (s.group[v] < 0) homes.push_back(v);
-      else put(s, v, static_cast<int>(static_cast<int64_t>(s.group[v]) * k / num_groups), l, part);
+      else put(s, v, static_cast<int>(static_cast<int64_t>(s.group[v]) * k / num_groups), l, placed);
     }
     // Heaviest first, so the coarse blocks that fill a part's memory are placed while it has room.
     std::stable_sort(homes.begin(), homes.end(),
@@ -101,8 +106,8 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     std::vector<int> all(static_cast<size_t>(k));
     std::iota(all.begin(), all.end(), 0);
     std::vector<double> score(static_cast<size_t>(k), 0.0);
-    place_homes(s, homes, all, caps, l, part, score);
-    return part;
+    place_homes(s, homes, all, caps, l, placed, score);
+    return placed;
   }
   // Vertices by (sequence, query row, token block before tiles, head group, key block, id).
   const std::vector<int32_t> order = vertex_order(s);
@@ -134,8 +139,9 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
   std::stable_sort(seq_order.begin(), seq_order.end(),
                    [&](size_t a, size_t b) { return size_of(seqs[a]) > size_of(seqs[b]); });
 
-  Loads l{std::vector<double>(static_cast<size_t>(k), 0.0), std::vector<double>(static_cast<size_t>(k), 0.0)};
+  Loads loads{std::vector<double>(static_cast<size_t>(k), 0.0), std::vector<double>(static_cast<size_t>(k), 0.0)};
   Scratch sc;
+  int32_t cuts = 0;  // sequences cut so far: the stamp of each one's nets in sc.net_stamp
   sc.net_stamp.assign(static_cast<size_t>(s.num_nets()), -1);
   sc.part_stamp.assign(static_cast<size_t>(k), 0);
   std::vector<double> score(static_cast<size_t>(k), 0.0);
@@ -158,7 +164,18 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     rest_c[i - 1] = rest_c[i] + seqs[seq_order[i]].c;
     rest_m[i - 1] = rest_m[i] + seqs[seq_order[i]].m;
   }
-  for (size_t pos = 0; pos < seq_order.size(); ++pos) {
+  // Best's winner of a sequence, kept by a SharedBands cut before its shared bands are tried
+  // (every candidate before them is Best's, in Best's order), and whether a shared band won.
+  struct Fork {
+    std::vector<int32_t> best_part;
+    Loads best_l;
+    bool diverged = false;
+  };
+  // Places the sequence at position `pos` of seq_order on top of loads `l` and `part` (each
+  // candidate only reads the sequence's own nets and the loads).
+  int64_t wins = 0;  // candidates that became their sequence's best so far
+  auto cut_sequence = [&](size_t pos, InitialStrategy strategy, Loads& l, std::vector<int32_t>& part,
+                          bool* apply, Fork* fork) {
     const size_t qi = seq_order[pos];
     const Seq& q = seqs[qi];
     const double c_r = rest_c[pos], m_r = rest_m[pos];
@@ -183,7 +200,7 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     }
     if (best >= 0) {
       for (size_t i = q.begin; i < q.end; ++i) put(s, order[i], best, l, part);
-      continue;
+      return;
     }
     // Split over the fewest parts (most room first) that hold the sequence while keeping room
     // for the rest: the rest goes first to the parts left out, and what they cannot take is
@@ -221,7 +238,7 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     }
     // Nets of the sequence, for costing the candidates.
     nets.clear();
-    const int32_t stamp = static_cast<int32_t>(qi);
+    const int32_t stamp = cuts++;
     for (size_t i = q.begin; i < q.end; ++i) {
       const int32_t v = order[i];
       for (int64_t j = s.vertex_begin[v]; j < s.vertex_begin[v + 1]; ++j) {
@@ -297,6 +314,7 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
       const bool better = best_part.empty() || over < best_over - 1e-3 ||
                           (over <= best_over + 1e-3 && cost < best_cost);
       if (better) {
+        ++wins;
         best_cost = cost;
         best_over = over;
         best_part.assign(tiles_row.size(), 0);
@@ -397,8 +415,13 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
     // pairs and triples: they pay off from about 5 parts (fewer: plain row bands win). Every
     // other choice above is the same for Best and SharedBands.
     const bool shared_bands = num_rows > 2 && chosen.size() >= static_cast<size_t>(kSharedBandsMinParts);
-    if (shared_bands && shared_bands_apply != nullptr) *shared_bands_apply = true;
+    if (shared_bands && apply != nullptr) *apply = true;
     if (shared_bands && strategy == InitialStrategy::SharedBands) {
+      if (fork != nullptr) {
+        fork->best_part = best_part;
+        fork->best_l = best_l;
+      }
+      const int64_t wins_before = wins;
       tiles_plain.clear();
       for (int32_t v : tiles_row)
         if (s.group[v] >= 0) tiles_plain.push_back(v);
@@ -411,11 +434,56 @@ std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& 
           band_sizes.insert(band_sizes.end(), static_cast<size_t>(triples), 3);
           consider(4, ascending);
         }
+      if (fork != nullptr) fork->diverged = wins != wins_before;
     }
     for (size_t i = 0; i < tiles_row.size(); ++i) part[tiles_row[i]] = best_part[i];
     l = best_l;
+  };
+  if (shared == nullptr) {
+    for (size_t pos = 0; pos < seq_order.size(); ++pos)
+      cut_sequence(pos, requested, loads, placed, shared_bands_apply, nullptr);
+    return placed;
   }
-  return part;
+  // Best and SharedBands at once: SharedBands tries every cut Best does, in the same order, and
+  // then its shared bands, so while no shared band wins a sequence both place it alike and one
+  // SharedBands run, keeping Best's winner aside, makes both. From the first sequence a shared
+  // band wins, each strategy goes on alone from its own placement and loads.
+  Fork fork;
+  bool common_apply = false;
+  size_t pos = 0;
+  while (pos < seq_order.size() && !fork.diverged)
+    cut_sequence(pos++, InitialStrategy::SharedBands, loads, placed, &common_apply, &fork);
+  bool best_apply = common_apply;
+  *shared_apply = common_apply;
+  std::vector<int32_t> best_placed = placed;
+  if (fork.diverged) {
+    // Best's placement of the diverging sequence (tiles_row still holds it): its winner before
+    // the shared bands, with the loads it left.
+    for (size_t i = 0; i < tiles_row.size(); ++i) best_placed[tiles_row[i]] = fork.best_part[i];
+    Loads best_loads = fork.best_l;
+    for (; pos < seq_order.size(); ++pos) {
+      cut_sequence(pos, InitialStrategy::Best, best_loads, best_placed, &best_apply, nullptr);
+      cut_sequence(pos, InitialStrategy::SharedBands, loads, placed, shared_apply, nullptr);
+    }
+  }
+  if (shared_bands_apply != nullptr) *shared_bands_apply = best_apply;
+  *shared = std::move(placed);
+  return best_placed;
+}
+
+}  // namespace
+
+std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
+                                        InitialStrategy strategy, bool* shared_bands_apply) {
+  return structured(s, caps, strategy, shared_bands_apply, nullptr, nullptr);
+}
+
+std::vector<int32_t> structured_best_and_shared(const SubHypergraph& s, const PartCaps& caps,
+                                                std::vector<int32_t>& shared, bool* best_apply,
+                                                bool* shared_apply) {
+  bool unused = false;
+  return structured(s, caps, InitialStrategy::Best, best_apply, &shared,
+                    shared_apply != nullptr ? shared_apply : &unused);
 }
 
 }  // namespace dcp::placement

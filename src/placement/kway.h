@@ -152,6 +152,12 @@ constexpr int kSharedBandsMinParts = 5;
 std::vector<int32_t> structured_initial(const SubHypergraph& s, const PartCaps& caps,
                                         InitialStrategy strategy = InitialStrategy::Best,
                                         bool* shared_bands_apply = nullptr);
+// The Best and the SharedBands starts at once (returns Best's, SharedBands's into `shared`, and
+// each one's shared_bands_apply where not null), the same as two structured_initial calls:
+// they share every cut up to the first sequence where a shared band wins.
+std::vector<int32_t> structured_best_and_shared(const SubHypergraph& s, const PartCaps& caps,
+                                                std::vector<int32_t>& shared, bool* best_apply = nullptr,
+                                                bool* shared_apply = nullptr);
 
 // k-way FM passes (best exact gain first, negative gains allowed inside a pass, rollback to
 // the best prefix) that keep both capacities; never increases the objective. `pool` (may be

@@ -104,4 +104,34 @@ std::vector<int32_t> PortfolioMemo::structured(const SubHypergraph& s, const Par
   return part;
 }
 
+std::vector<int32_t> PortfolioMemo::best_and_shared(const SubHypergraph& s, const PartCaps& caps,
+                                                    std::vector<int32_t>& shared, bool* best_apply) {
+  auto find = [&](const Entry& e, InitialStrategy strategy) -> const Entry::Start* {
+    for (const Entry::Start& st : e.starts)
+      if (st.strategy == strategy && st.compute == caps.compute && st.memory == caps.memory) return &st;
+    return nullptr;
+  };
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Entry& e = entry(s);
+    const Entry::Start* best = find(e, InitialStrategy::Best);
+    const Entry::Start* other = find(e, InitialStrategy::SharedBands);
+    if (best != nullptr && other != nullptr) {
+      if (best_apply != nullptr) *best_apply = best->shared_bands_apply;
+      shared = other->part;
+      return best->part;
+    }
+  }
+  bool apply_best = false, apply_shared = false;
+  std::vector<int32_t> part = structured_best_and_shared(s, caps, shared, &apply_best, &apply_shared);
+  if (best_apply != nullptr) *best_apply = apply_best;
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry& e = entry(s);
+  if (find(e, InitialStrategy::Best) == nullptr)
+    e.starts.push_back({caps.compute, caps.memory, InitialStrategy::Best, part, apply_best});
+  if (find(e, InitialStrategy::SharedBands) == nullptr)
+    e.starts.push_back({caps.compute, caps.memory, InitialStrategy::SharedBands, shared, apply_shared});
+  return part;
+}
+
 }  // namespace dcp::placement

@@ -36,6 +36,10 @@ class PortfolioMemo {
   // structured_initial(s, caps, strategy, shared_bands_apply).
   std::vector<int32_t> structured(const SubHypergraph& s, const PartCaps& caps, InitialStrategy strategy,
                                   bool* shared_bands_apply = nullptr);
+  // structured_best_and_shared(s, caps, shared, best_apply): both starts, each kept as its
+  // strategy's structured() result.
+  std::vector<int32_t> best_and_shared(const SubHypergraph& s, const PartCaps& caps,
+                                       std::vector<int32_t>& shared, bool* best_apply = nullptr);
 
  private:
   struct Entry;

@@ -607,6 +607,36 @@ TEST(Placement, SharedBandsEqualsBestWhereBestReportsNoWideCut) {
   }
 }
 
+TEST(Placement, BestAndSharedBandsBuiltTogetherEqualTheirOwnRuns) {
+  // structured_best_and_shared shares Best's cuts with SharedBands up to the first sequence a
+  // shared band wins, then runs each on its own: both placements and both shared-bands flags
+  // equal separate structured_initial calls, on batches where a long sequence is cut over many
+  // parts (a shared band can win there) followed by shorter ones.
+  int diverged = 0;
+  for (int k : {2, 5, 6, 8}) {
+    for (uint64_t seed : {3u, 4u}) {
+      Batch batch = random_batch(seed, 1500 * static_cast<int64_t>(k), 4, 2, Mask::causal());
+      batch.sequences.insert(batch.sequences.begin(),
+                             Sequence{.length = 3000 + 200 * k, .mask = Mask::causal(), .id = ""});
+      const Level level = whole_level_with_caps(batch, k, 1.1, 1.5, 2);
+      bool apply_best = false, apply_shared = false;
+      const auto best = placement::structured_initial(level.s, level.caps, placement::InitialStrategy::Best, &apply_best);
+      const auto shared =
+          placement::structured_initial(level.s, level.caps, placement::InitialStrategy::SharedBands, &apply_shared);
+      std::vector<int32_t> shared_together;
+      bool together_best = !apply_best, together_shared = !apply_shared;
+      const auto best_together = placement::structured_best_and_shared(level.s, level.caps, shared_together,
+                                                                       &together_best, &together_shared);
+      EXPECT_EQ(best_together, best) << "k=" << k << " seed=" << seed;
+      EXPECT_EQ(shared_together, shared) << "k=" << k << " seed=" << seed;
+      EXPECT_EQ(together_best, apply_best) << "k=" << k << " seed=" << seed;
+      EXPECT_EQ(together_shared, apply_shared) << "k=" << k << " seed=" << seed;
+      diverged += best != shared ? 1 : 0;
+    }
+  }
+  EXPECT_GT(diverged, 0);  // some batch took the path where the two go on apart
+}
+
 TEST(Placement, EightNodesOneLongSequencePlacedOnceBalancedAndCounted) {
   // The dry-run shape in small: 8 nodes x 2 devices, one long causal sequence and a few short
   // ones; the node level tries shared bands (8 parts) and the auto node compute factor (0.75).
