@@ -16,6 +16,16 @@ inline bool is_large(const PlacementHypergraph& h, const PlacementOptions& opts)
   return opts.large_vertices > 0 && h.num_vertices() > opts.large_vertices;
 }
 
+// The nets of build_placement_hypergraph's numbering: token block b holds nets
+// b * nets_per_block + j (its head groups' Q sides, then its KV sets); a tile is a pin of the
+// Q-side net of its query block and head group and the KV-side net of its key block and KV set.
+inline int32_t tile_q_net(const PlacementHypergraph& h, const Tile& t) {
+  return t.q_block * h.nets_per_block + t.head_group;
+}
+inline int32_t tile_kv_net(const BlockTable& table, const PlacementHypergraph& h, const Tile& t) {
+  return t.kv_block * h.nets_per_block + h.num_head_groups + table.groups.kv_set(t.head_group);
+}
+
 // The sub-hypergraph of the vertices with level_part[v] == which (all of them when which < 0),
 // with the tile geometry. Nets keep their pins inside; a net whose home lies outside is
 // external. Net weight: bytes x inter_weight at the node level (which < 0: every cut byte

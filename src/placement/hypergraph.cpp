@@ -5,6 +5,7 @@
 
 #include "dcp/error.h"
 #include "dcp/partition.h"
+#include "placement/driver.h"
 
 namespace dcp {
 
@@ -76,10 +77,8 @@ PlacementHypergraph build_placement_hypergraph(const BlockTable& table, const Ti
   h.held_fwd_bytes.resize(static_cast<size_t>(num_nets));
   h.held_bwd_bytes.resize(static_cast<size_t>(num_nets));
 
-  auto q_net = [&](const Tile& t) { return t.q_block * h.nets_per_block + t.head_group; };
-  auto kv_net = [&](const Tile& t) {
-    return t.kv_block * h.nets_per_block + num_groups + table.groups.kv_set(t.head_group);
-  };
+  auto q_net = [&](const Tile& t) { return placement::tile_q_net(h, t); };
+  auto kv_net = [&](const Tile& t) { return placement::tile_kv_net(table, h, t); };
 
   std::vector<int64_t> count(static_cast<size_t>(num_nets) + 1, 1);  // the home pin
   for (const Tile& t : table.tiles) {

@@ -38,7 +38,23 @@ SubHypergraph make_sub(const BlockTable& table, const PlacementHypergraph& h,
   }
   s.anchor.assign(s.global.size(), -1);
   s.net_begin.push_back(0);
+  // The nets with a pin here (a part's vertices touch a small share of the nets, whose pins are
+  // all that need walking): its token blocks' nets and its tiles' two nets each.
+  std::vector<uint8_t> has_pin(static_cast<size_t>(h.num_nets()), static_cast<uint8_t>(which < 0 ? 1 : 0));
+  if (which >= 0) {
+    for (const int32_t v : s.global) {
+      if (v < h.num_tiles) {
+        const Tile& t = table.tiles[v];
+        has_pin[static_cast<size_t>(tile_q_net(h, t))] = 1;
+        has_pin[static_cast<size_t>(tile_kv_net(table, h, t))] = 1;
+      } else {
+        const int32_t first_net = (v - h.num_tiles) * h.nets_per_block;
+        std::fill_n(has_pin.begin() + first_net, h.nets_per_block, uint8_t{1});
+      }
+    }
+  }
   for (int32_t e = 0; e < h.num_nets(); ++e) {
+    if (!has_pin[static_cast<size_t>(e)]) continue;
     const int32_t home = h.pins[h.net_begin[e]];
     const size_t first = s.pins.size();
     for (int64_t i = h.net_begin[e]; i < h.net_begin[e + 1]; ++i)
