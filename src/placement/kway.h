@@ -97,6 +97,25 @@ inline void held_delta(const SubHypergraph& s, const int32_t* count, int k,
   }
 }
 
+// held_delta's d_to alone (the same terms in the same order, so the same value): where one
+// vertex is checked against several targets, its d_from is the same for all of them.
+inline double held_enter(const SubHypergraph& s, const int32_t* count, int k,
+                         const std::vector<int32_t>& part, int32_t v, int32_t to) {
+  double d_to = s.memory[v];
+  if (s.net_held.empty()) return d_to;
+  for (int64_t i = s.vertex_begin[v]; i < s.vertex_begin[v + 1]; ++i) {
+    const int32_t e = s.vertex_nets[i];
+    const int32_t* c = count + static_cast<size_t>(e) * k;
+    const int32_t home = s.net_home[e];
+    if (home == v) {
+      if (c[to] > 0) d_to -= s.net_held[e];
+    } else if (c[to] == 0 && to != (home >= 0 ? part[home] : -1)) {
+      d_to += s.net_held[e];
+    }
+  }
+  return d_to;
+}
+
 double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k);
 
 // How far `part` is over the capacities: the sum over parts of the excess as a share of the
