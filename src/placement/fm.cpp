@@ -30,7 +30,10 @@ namespace {
 
 // The pass's priority queue: at most one entry per vertex (its best move's gain and a seeded
 // tie-break), addressable, so that a renewed gain updates the vertex's entry in place instead
-// of leaving stale copies behind. The top is the largest (gain, tie).
+// of leaving stale copies behind. The top is the largest (gain, tie). The tie-breaks of one
+// pass are distinct (a bijective mix of distinct vertex ids), so the order is total and the
+// top does not depend on the heap's shape: a 4-ary heap, half as deep as a binary one, moves
+// half as many entries per update.
 class GainHeap {
  public:
   void reset(int32_t num_vertices) {
@@ -45,7 +48,7 @@ class GainHeap {
     items_.push_back({gain, tie, v});
   }
   void heapify() {
-    for (size_t i = items_.size() / 2; i > 0; --i) down(i - 1);
+    for (size_t i = (items_.size() + kArity - 2) / kArity; i > 0; --i) down(i - 1);
   }
   // Inserts v or changes its key.
   void set(int32_t v, double gain, uint64_t tie) {
@@ -77,6 +80,7 @@ class GainHeap {
   void pop() { erase(items_.front().v); }
 
  private:
+  static constexpr size_t kArity = 4;
   struct Item {
     double gain;
     uint64_t tie;
@@ -94,7 +98,7 @@ class GainHeap {
   void up(size_t i) {
     const Item it = items_[i];
     while (i > 0) {
-      const size_t parent = (i - 1) / 2;
+      const size_t parent = (i - 1) / kArity;
       if (!before(items_[parent], it)) break;
       place(i, items_[parent]);
       i = parent;
@@ -105,9 +109,12 @@ class GainHeap {
     const Item it = items_[i];
     const size_t n = items_.size();
     for (;;) {
-      size_t child = 2 * i + 1;
-      if (child >= n) break;
-      if (child + 1 < n && before(items_[child], items_[child + 1])) ++child;
+      const size_t first = kArity * i + 1;
+      if (first >= n) break;
+      size_t child = first;
+      const size_t last = std::min(first + kArity, n);
+      for (size_t c = first + 1; c < last; ++c)
+        if (before(items_[child], items_[c])) child = c;
       if (!before(it, items_[child])) break;
       place(i, items_[child]);
       i = child;
