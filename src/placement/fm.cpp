@@ -39,6 +39,7 @@ class GainHeap {
   void reset(int32_t num_vertices) {
     pos_.assign(static_cast<size_t>(num_vertices), -1);
     items_.clear();
+    items_.reserve(static_cast<size_t>(num_vertices));  // at most one entry per vertex: no regrowth
   }
   bool empty() const { return items_.empty(); }
   bool contains(int32_t v) const { return pos_[v] >= 0; }
@@ -287,6 +288,7 @@ class Fm {
   void setup(TaskPool* pool) {
     const int32_t n = s_.num_vertices();
     start_.clear();
+    start_.reserve(static_cast<size_t>(n));  // at most one entry per vertex: no regrowth
     const int64_t work = static_cast<int64_t>(n) * (cached_ ? 1 : kHierarchicalSetupCost);
     const int chunks = pool == nullptr || work < kParallelSetupWork ? 1 : 2 * pool->threads();
     if (chunks == 1) {
