@@ -12,6 +12,9 @@
 //                      [--blocks 1024,2048] [--eps 0.02,0.05] [--trace PREFIX] [--baselines 0|1]
 //                      [--tail 0|1] [--far-first 0|1] [--relay1 0|1] [--last-share X] [--level 0|1]
 //                      (ScheduleOptions of every plan) [--split-sink 0|1] (BlockOptions::split_sink)
+//                      [--search 0|1] (also the planner's choice with bench_sim_paper's candidates,
+//                      its breakdown and the best candidate of each B x split x eps)
+//                      [--search-eps 0.02,0.05,0.1] [--search-stages 4,3] (its candidates)
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -113,6 +116,10 @@ int main(int argc, char** argv) {
   using namespace dcp;
   std::string mask = "lambda", calib_path = "data/calibration/a100.json";
   bool tail = true, far_first = false, baselines = true, relay1 = true, level = false, split_sink = false;
+  bool search = false;
+  std::vector<double> search_eps{0.02, 0.05, 0.1};
+  std::vector<int> search_stages{4, 3};
+  uint64_t search_seed = 1;
   double last_share = 1.0;
   std::string trace_path;  // prefix of Chrome traces of the DCP candidates
   double scale = 4;
@@ -136,6 +143,10 @@ int main(int argc, char** argv) {
     else if (a == "--last-share") last_share = std::stod(v);
     else if (a == "--level") level = v != "0";
     else if (a == "--split-sink") split_sink = v != "0";
+    else if (a == "--search") search = v != "0";
+    else if (a == "--search-eps") search_eps = parse_list<double>(v);
+    else if (a == "--search-stages") search_stages = parse_list<int>(v);
+    else if (a == "--search-seed") search_seed = static_cast<uint64_t>(std::stoull(v));
     else {
       fmt::print(stderr, "unknown option {}\n", a);
       return 2;
@@ -165,6 +176,36 @@ int main(int argc, char** argv) {
       PlacedBatch pb = make_baseline(kind, batch, bo, cluster);
       const Plan plan = build_plan(pb.table, pb.placement, cluster, plan_opts);
       report(to_string(kind), plan, simulate(plan, cluster, so), so.calibration);
+    }
+    if (search) {
+      PlannerOptions popt;
+      popt.block_sizes = {512, 1024, 2048, 4096};
+      popt.eps_compute = search_eps;
+      popt.num_comm_stages = search_stages;
+      popt.placement.seed = search_seed;
+      popt.calibration = so.calibration;
+      const PlannedBatch planned = plan_batch(batch, cluster, popt);
+      const PlanCandidate& c = planned.chosen;
+      const std::string label =
+          fmt::format("planner: B={}{} eps={} stages={} far_first={} share={} level={} (search {:.0f} ms)", c.block_size,
+                      c.split_sink ? " split" : "", c.eps_compute, c.num_comm_stages, c.far_outputs_first ? 1 : 0,
+                      c.last_round_share, c.level_stage_compute ? 1 : 0, planned.search_s * 1e3);
+      report(label.c_str(), planned.plan, planned.predicted, so.calibration);
+      // The best schedule of each placement (B x split x eps), in the order tried.
+      for (size_t i = 0; i < planned.candidates.size();) {
+        size_t j = i;
+        double best_ms = 1e30;
+        while (j < planned.candidates.size() && planned.candidates[j].block_size == planned.candidates[i].block_size &&
+               planned.candidates[j].split_sink == planned.candidates[i].split_sink &&
+               planned.candidates[j].eps_compute == planned.candidates[i].eps_compute) {
+          best_ms = std::min(best_ms, planned.candidates[j].predicted_s * 1e3);
+          ++j;
+        }
+        fmt::print("    candidate B={}{} eps={}: best {:.2f} ms{}\n", planned.candidates[i].block_size,
+                   planned.candidates[i].split_sink ? " split" : "", planned.candidates[i].eps_compute, best_ms,
+                   planned.candidates[i].balanced ? "" : " (unbalanced)");
+        i = j;
+      }
     }
     for (int64_t block : blocks) {
       BlockOptions bo;
