@@ -15,9 +15,7 @@
 // start where the repair changed the partition instead of at every boundary vertex.
 #include <algorithm>
 #include <bit>
-#include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "placement/gain_cache.h"
@@ -339,22 +337,16 @@ class Fm {
 
   bool full_over(int p) const { return caps_.has_full() && load_f_[p] > caps_.full_memory[p]; }
 
-  // `leave` (may be null) caches v's full-memory change of its own part across the checks of
-  // one evaluation (the state does not change in between): NaN until the first check sets it.
-  bool fits(int32_t v, int b, double* leave = nullptr) const {
+  // `leave` caches v's full-memory change of its own part across the checks of one evaluation
+  // (the state does not change in between): kLeaveUnknown until the first check sets it.
+  bool fits(int32_t v, int b, double& leave) const {
     if (!((s_.compute[v] <= 0 || load_c_[b] + s_.compute[v] <= caps_.compute[b]) &&
           (s_.memory[v] <= 0 || load_m_[b] + s_.memory[v] <= caps_.memory[b])))
       return false;
     if (!caps_.has_full()) return true;
     const int32_t from = part_[v];
     double d_from, d_to;
-    if (leave != nullptr && !std::isnan(*leave)) {
-      d_from = *leave;
-      d_to = held_enter(s_, count_.data(), k_, part_, v, b);
-    } else {
-      held_delta(s_, count_.data(), k_, part_, v, from, b, d_from, d_to);
-      if (leave != nullptr) *leave = d_from;
-    }
+    held_delta_to(s_, count_.data(), k_, part_, v, b, leave, d_from, d_to);
     return (d_to <= 0 || load_f_[b] + d_to <= caps_.full_memory[b]) &&
            (d_from <= 0 || load_f_[from] + d_from <= caps_.full_memory[from]);
   }
@@ -375,9 +367,9 @@ class Fm {
     // fits; only when it does not are the others checked in order.
     const int32_t first = cache_.best(v);
     const bool touching = conn[first] > 0;
-    double leave = std::numeric_limits<double>::quiet_NaN();
+    double leave = kLeaveUnknown;
     if (touching || over(v, from)) {
-      if (fits(v, first, &leave)) {
+      if (fits(v, first, leave)) {
         target = first;
         return base + conn[first];
       }
@@ -391,7 +383,7 @@ class Fm {
     for (int b = 0; b < k_; ++b) {
       if (b == from || b == first || !(conn[b] > 0 || any)) continue;
       const double g = base + conn[b];
-      if ((target >= 0 && !(g > best)) || !fits(v, b, &leave)) continue;
+      if ((target >= 0 && !(g > best)) || !fits(v, b, leave)) continue;
       target = b;
       best = g;
     }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -114,6 +115,20 @@ inline double held_enter(const SubHypergraph& s, const int32_t* count, int k,
     }
   }
   return d_to;
+}
+
+// held_delta for one of several targets of v in an unchanged state: `leave` carries d_from from
+// the first call (kLeaveUnknown before it), so the later targets walk only d_to's terms.
+inline constexpr double kLeaveUnknown = std::numeric_limits<double>::quiet_NaN();
+inline void held_delta_to(const SubHypergraph& s, const int32_t* count, int k, const std::vector<int32_t>& part,
+                          int32_t v, int32_t to, double& leave, double& d_from, double& d_to) {
+  if (std::isnan(leave)) {
+    held_delta(s, count, k, part, v, part[v], to, d_from, d_to);
+    leave = d_from;
+  } else {
+    d_from = leave;
+    d_to = held_enter(s, count, k, part, v, to);
+  }
 }
 
 double sub_objective(const SubHypergraph& s, const std::vector<int32_t>& part, int k);

@@ -1,8 +1,6 @@
 // Balance repair: moves vertices out of parts over a capacity, cheapest objective increase
 // first; parts over their full-memory bound also shed whole remote groups.
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <tuple>
 
 #include "placement/kway.h"
@@ -68,9 +66,9 @@ struct State {
     part_out[v] = to;
   }
 
-  // `leave` (may be null) caches v's full-memory change of its own part across the calls of
-  // one vertex in an unchanged state: NaN until the first call that needs it sets it.
-  bool fits(int32_t v, int b, const PartCaps& caps, double* leave = nullptr) const {
+  // `leave` caches v's full-memory change of its own part across the calls of one vertex in an
+  // unchanged state: kLeaveUnknown until the first call that needs it sets it.
+  bool fits(int32_t v, int b, const PartCaps& caps, double& leave) const {
     // A resource the vertex does not carry cannot block it (a tile may enter a part whose
     // memory is over its bound).
     if (!((s.compute[v] <= 0 || load_c[b] + s.compute[v] <= caps.compute[b]) &&
@@ -79,13 +77,7 @@ struct State {
     if (!caps.has_full()) return true;
     const int32_t from = part[v];
     double d_from, d_to;
-    if (leave != nullptr && !std::isnan(*leave)) {
-      d_from = *leave;
-      d_to = held_enter(s, count.data(), k, part, v, b);
-    } else {
-      held_delta(s, count.data(), k, part, v, from, b, d_from, d_to);
-      if (leave != nullptr) *leave = d_from;
-    }
+    held_delta_to(s, count.data(), k, part, v, b, leave, d_from, d_to);
     return (d_to <= 0 || load_f[b] + d_to <= caps.full_memory[b]) &&
            (d_from <= 0 || load_f[from] + d_from <= caps.full_memory[from]);
   }
@@ -145,7 +137,7 @@ bool shed_remote_groups(const SubHypergraph& s, const PartCaps& caps, State& st,
             --left;
           }
         for (int32_t u : pins) {
-          if (!st.fits(u, target, caps)) continue;
+          if (double leave = kLeaveUnknown; !st.fits(u, target, caps, leave)) continue;
           st.move(u, p, target, part);
           moved_any = true;
         }
@@ -209,10 +201,10 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
       if (!needs_move(v, p)) continue;
       st.gains(v, p);
       int32_t best = -1;
-      double leave = std::numeric_limits<double>::quiet_NaN();
+      double leave = kLeaveUnknown;
       for (int b = 0; b < k; ++b) {
         if (b == p || (best >= 0 && !(st.gain_scratch[b] > st.gain_scratch[best])) ||
-            !st.fits(v, b, caps, &leave))
+            !st.fits(v, b, caps, leave))
           continue;
         best = b;
       }
@@ -225,7 +217,7 @@ bool repair_balance(const SubHypergraph& s, const PartCaps& caps, std::vector<in
     int moved = 0;
     for (const auto& [g, v, b] : cand) {
       const int32_t p = part[v];
-      if (!needs_move(v, p) || !st.fits(v, b, caps)) continue;
+      if (double leave = kLeaveUnknown; !needs_move(v, p) || !st.fits(v, b, caps, leave)) continue;
       st.move(v, p, b, part);
       ++moved;
     }
