@@ -27,10 +27,11 @@ namespace {
 // (head group -1) before its row's tiles. The keys are small integers (block, group and sequence
 // ids), so four stable counting passes, least significant key first, starting from the ids in
 // ascending order, give that order in linear time; keys spread over a range much wider than the
-// level fall back to a comparison sort on packed keys (the same order).
+// level fall back to a comparison sort (the same order).
 std::vector<int32_t> vertex_order(const SubHypergraph& s) {
   const int32_t n = s.num_vertices();
   std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
   if (n == 0) return order;
   const std::vector<int32_t>* keys[] = {&s.col, &s.group, &s.row, &s.seq};  // least significant first
   bool counting = true;
@@ -42,7 +43,6 @@ std::vector<int32_t> vertex_order(const SubHypergraph& s) {
     counting = counting && static_cast<int64_t>(hi[j]) - lo[j] <= 4 * static_cast<int64_t>(n) + 1024;
   }
   if (counting) {
-    std::iota(order.begin(), order.end(), 0);
     std::vector<int32_t> next(static_cast<size_t>(n)), count;
     for (int j = 0; j < 4; ++j) {
       const int32_t* key = keys[j]->data();
@@ -55,27 +55,15 @@ std::vector<int32_t> vertex_order(const SubHypergraph& s) {
     }
     return order;
   }
-  // Signed order as unsigned order: the sign bit flipped.
-  auto bits = [](int32_t x) { return static_cast<uint64_t>(static_cast<uint32_t>(x) ^ 0x80000000u); };
-  struct Key {
-    uint64_t hi, lo;
-    int32_t v;
-  };
-  std::vector<Key> packed(static_cast<size_t>(n));
-  for (int32_t v = 0; v < n; ++v)
-    packed[v] = {bits(s.seq[v]) << 32 | bits(s.row[v]), bits(s.group[v]) << 32 | bits(s.col[v]), v};
-  std::sort(packed.begin(), packed.end(), [](const Key& a, const Key& b) {
-    if (a.hi != b.hi) return a.hi < b.hi;
-    if (a.lo != b.lo) return a.lo < b.lo;
-    return a.v < b.v;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (s.seq[a] != s.seq[b]) return s.seq[a] < s.seq[b];
+    if (s.row[a] != s.row[b]) return s.row[a] < s.row[b];
+    if (s.group[a] != s.group[b]) return s.group[a] < s.group[b];
+    if (s.col[a] != s.col[b]) return s.col[a] < s.col[b];
+    return a < b;
   });
-  for (int32_t i = 0; i < n; ++i) order[i] = packed[i].v;
   return order;
 }
-
-}  // namespace
-
-namespace {
 
 // structured_initial; with `shared` (strategy Best only) also SharedBands's start into *shared
 // and its shared_bands_apply into *shared_apply.

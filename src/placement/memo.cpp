@@ -27,6 +27,14 @@ bool same_coarsening(const MultilevelOptions& a, const MultilevelOptions& b) {
          a.max_levels == b.max_levels;
 }
 
+// The start of `strategy` under caps' compute and memory bounds in memo entry e, or null.
+template <typename Entry>
+auto find_start(const Entry& e, InitialStrategy strategy, const PartCaps& caps) {
+  for (const auto& st : e.starts)
+    if (st.strategy == strategy && st.compute == caps.compute && st.memory == caps.memory) return &st;
+  return static_cast<decltype(&e.starts.front())>(nullptr);
+}
+
 }  // namespace
 
 struct PortfolioMemo::Entry {
@@ -83,14 +91,9 @@ std::shared_ptr<const std::vector<CoarseLevel>> PortfolioMemo::coarsening(const 
 
 std::vector<int32_t> PortfolioMemo::structured(const SubHypergraph& s, const PartCaps& caps,
                                                InitialStrategy strategy, bool* shared_bands_apply) {
-  auto find = [&](const Entry& e) -> const Entry::Start* {
-    for (const Entry::Start& st : e.starts)
-      if (st.strategy == strategy && st.compute == caps.compute && st.memory == caps.memory) return &st;
-    return nullptr;
-  };
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const Entry::Start* st = find(entry(s))) {
+    if (const Entry::Start* st = find_start(entry(s), strategy, caps)) {
       if (shared_bands_apply != nullptr) *shared_bands_apply = st->shared_bands_apply;
       return st->part;
     }
@@ -100,22 +103,17 @@ std::vector<int32_t> PortfolioMemo::structured(const SubHypergraph& s, const Par
   if (shared_bands_apply != nullptr) *shared_bands_apply = apply;
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = entry(s);
-  if (find(e) == nullptr) e.starts.push_back({caps.compute, caps.memory, strategy, part, apply});
+  if (find_start(e, strategy, caps) == nullptr) e.starts.push_back({caps.compute, caps.memory, strategy, part, apply});
   return part;
 }
 
 std::vector<int32_t> PortfolioMemo::best_and_shared(const SubHypergraph& s, const PartCaps& caps,
                                                     std::vector<int32_t>& shared, bool* best_apply) {
-  auto find = [&](const Entry& e, InitialStrategy strategy) -> const Entry::Start* {
-    for (const Entry::Start& st : e.starts)
-      if (st.strategy == strategy && st.compute == caps.compute && st.memory == caps.memory) return &st;
-    return nullptr;
-  };
   {
     std::lock_guard<std::mutex> lock(mu_);
     const Entry& e = entry(s);
-    const Entry::Start* best = find(e, InitialStrategy::Best);
-    const Entry::Start* other = find(e, InitialStrategy::SharedBands);
+    const Entry::Start* best = find_start(e, InitialStrategy::Best, caps);
+    const Entry::Start* other = find_start(e, InitialStrategy::SharedBands, caps);
     if (best != nullptr && other != nullptr) {
       if (best_apply != nullptr) *best_apply = best->shared_bands_apply;
       shared = other->part;
@@ -127,9 +125,9 @@ std::vector<int32_t> PortfolioMemo::best_and_shared(const SubHypergraph& s, cons
   if (best_apply != nullptr) *best_apply = apply_best;
   std::lock_guard<std::mutex> lock(mu_);
   Entry& e = entry(s);
-  if (find(e, InitialStrategy::Best) == nullptr)
+  if (find_start(e, InitialStrategy::Best, caps) == nullptr)
     e.starts.push_back({caps.compute, caps.memory, InitialStrategy::Best, part, apply_best});
-  if (find(e, InitialStrategy::SharedBands) == nullptr)
+  if (find_start(e, InitialStrategy::SharedBands, caps) == nullptr)
     e.starts.push_back({caps.compute, caps.memory, InitialStrategy::SharedBands, shared, apply_shared});
   return part;
 }
