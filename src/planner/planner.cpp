@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <tuple>
 
 #include "dcp/error.h"
 
@@ -61,13 +60,21 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   const auto t_search = Clock::now();
   PlannedBatch best;
   bool have = false;
-  std::vector<std::tuple<bool, double, bool, int>> schedule_variants;
+  // The schedules tried on every placement: plan.schedule with each combination of the candidates.
+  std::vector<ScheduleOptions> schedule_variants;
   const std::vector<int> stage_counts =
       opts.num_comm_stages.empty() ? std::vector<int>{opts.plan.schedule.num_comm_stages} : opts.num_comm_stages;
   for (int stages : stage_counts)
     for (bool level : opts.level_stage_compute)
       for (double share : opts.last_round_share)
-        for (bool far_first : opts.far_outputs_first) schedule_variants.emplace_back(far_first, share, level, stages);
+        for (bool far_first : opts.far_outputs_first) {
+          ScheduleOptions so = opts.plan.schedule;
+          so.far_outputs_first = far_first;
+          so.last_round_share = share;
+          so.level_stage_compute = level;
+          so.num_comm_stages = stages;
+          schedule_variants.push_back(so);
+        }
   std::vector<PlanCandidate> tried;
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
   const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
@@ -99,22 +106,19 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
         const DcpPlacement placed = place_dcp(table, cluster, po);
         const double placement_s = seconds_since(t0);
         // The tile orders of the schedule share the placement: only plan and simulation repeat.
-        for (const auto& [far_first, share, level, stages] : schedule_variants) {
+        for (const ScheduleOptions& schedule : schedule_variants) {
           const auto t_plan = Clock::now();
           PlanOptions plan_opts = opts.plan;
-          plan_opts.schedule.far_outputs_first = far_first;
-          plan_opts.schedule.last_round_share = share;
-          plan_opts.schedule.level_stage_compute = level;
-          plan_opts.schedule.num_comm_stages = stages;
+          plan_opts.schedule = schedule;
           Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
           PlanCandidate c;
           c.block_size = block;
           c.split_sink = cut;
           c.eps_compute = eps;
-          c.far_outputs_first = far_first;
-          c.last_round_share = share;
-          c.level_stage_compute = level;
-          c.num_comm_stages = stages;
+          c.far_outputs_first = schedule.far_outputs_first;
+          c.last_round_share = schedule.last_round_share;
+          c.level_stage_compute = schedule.level_stage_compute;
+          c.num_comm_stages = schedule.num_comm_stages;
           c.planning_s = table_s + placement_s + seconds_since(t_plan);
           c.balanced = placed.report.balanced();
           SimOptions so;
