@@ -60,12 +60,12 @@ __device__ __forceinline__ void bw_issue_st_dpt(float (&st)[32], float (&dpt)[32
 // Two loop bodies, chosen once per step: a full step is one FFMA and one MUFU.EX2 per element,
 // with no per-element test (a per-element `cls` test compiled to a branch per element).
 template <bool kMaskedStep>
-__device__ __forceinline__ void bw_probabilities_step(float (&st)[32], const float* lse2, const uint64_t* masks,
+__device__ __forceinline__ void bw_probabilities_step(float (&st)[32], const float2 (&lse2)[8], const uint64_t* masks,
                                                       TileKind kind, int keys, int c0, int rq0, int key_lo, int tq,
                                                       float scale_log2) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const float2 l2 = *reinterpret_cast<const float2*>(lse2 + 8 * j + 2 * tq);
+    const float2 l2 = lse2[j];
     // A thread's two keys, key_lo and key_lo + 8, lie in one 64-key word (key_lo % 64 < 56): one
     // load per column, shifted so that bit 0 is key_lo's and bit 8 key_lo + 8's.
     uint32_t bits[2] = {~0U, ~0U};
@@ -92,7 +92,7 @@ __device__ __forceinline__ void bw_probabilities_step(float (&st)[32], const flo
   }
 }
 
-__device__ __forceinline__ void bw_probabilities(float (&st)[32], const float* lse2, const uint64_t* masks, int cls,
+__device__ __forceinline__ void bw_probabilities(float (&st)[32], const float2 (&lse2)[8], const uint64_t* masks, int cls,
                                                  TileKind kind, int keys, int c0, int rq0, int key_lo, int tq,
                                                  float scale_log2) {
   if (cls == kMasked) {
@@ -102,11 +102,20 @@ __device__ __forceinline__ void bw_probabilities(float (&st)[32], const float* l
   }
 }
 
-// dpt (dP^T) becomes dS^T = P^T (dP^T - Delta), Delta per column.
-__device__ __forceinline__ void bw_ds(float (&dpt)[32], const float (&pt)[32], const float* delta, int tq) {
+// A thread's 16 per-column values (columns 8 j + 2 tq, + 1) of a sub-tile's 64 (LSE log2e or
+// Delta, in shared memory). The kernels load them before they wait for the product that needs them,
+// so that the shared-memory latency (long while the tensor cores stream their operands from the
+// same memory) runs under the product rather than after it.
+__device__ __forceinline__ void bw_load_cols(const float* v, int tq, float2 (&out)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) out[j] = *reinterpret_cast<const float2*>(v + 8 * j + 2 * tq);
+}
+
+// dpt (dP^T) becomes dS^T = P^T (dP^T - Delta), Delta per column (bw_load_cols).
+__device__ __forceinline__ void bw_ds(float (&dpt)[32], const float (&pt)[32], const float2 (&delta)[8]) {
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const float2 d2 = *reinterpret_cast<const float2*>(delta + 8 * j + 2 * tq);
+    const float2 d2 = delta[j];
 #pragma unroll
     for (int e = 0; e < 4; ++e) dpt[4 * j + e] = pt[4 * j + e] * (dpt[4 * j + e] - ((e & 1) != 0 ? d2.y : d2.x));
   }
@@ -166,12 +175,15 @@ __device__ __forceinline__ void bw_sub_tile_dv_dk(float (&dv)[kD / 2], float (&d
   float st[32];
   float dpt[32];
   bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
+  float2 cols[8];
+  bw_load_cols(lse2, tq, cols);
   wgmma_wait<1>();
   fence_regs(st);
-  bw_probabilities(st, lse2, masks, cls, kind, keys, c0, rq0, key_lo, tq, scale_log2);
+  bw_probabilities(st, cols, masks, cls, kind, keys, c0, rq0, key_lo, tq, scale_log2);
+  bw_load_cols(delta, tq, cols);
   wgmma_wait<0>();
   fence_regs(dpt);
-  bw_ds(dpt, st, delta, tq);
+  bw_ds(dpt, st, cols);
   uint32_t pa[4][4];
   uint32_t da[4][4];
   bw_pack_fragment(pa, st);

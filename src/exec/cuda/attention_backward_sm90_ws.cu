@@ -386,6 +386,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const BwStageInfo* info = s_info + (j & (kInfoRecords - 1));
     if (info->end != 0) break;
     const int cls = info->cls;
+    const auto kind = static_cast<TileKind>(info->kind);
+    const int rq0 = info->rq0;
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
     const int ds_buf = buf;
@@ -400,13 +402,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     float st[32];
     float dpt[32];
     bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
+    float2 cols[8];  // LSE, then Delta: loaded before the wait for the product that needs them
+    bw_load_cols(lse_b, tq, cols);
     wgmma_wait<1>();
     fence_regs(st);
-    bw_probabilities(st, lse_b, s_mask + buf * 2 * kBwRows, cls, static_cast<TileKind>(info->kind), keys, c0, info->rq0,
-                     key_lo, tq, scale_log2);
+    bw_probabilities(st, cols, s_mask + buf * 2 * kBwRows, cls, kind, keys, c0, rq0, key_lo, tq, scale_log2);
+    bw_load_cols(delta_b, tq, cols);
     wgmma_wait<0>();
     fence_regs(dpt);
-    bw_ds(dpt, st, delta_b, tq);
+    bw_ds(dpt, st, cols);
     uint32_t pa[4][4];
     bw_pack_fragment(pa, st);
     bw_issue_rs<kD>(dv, pa, dob);

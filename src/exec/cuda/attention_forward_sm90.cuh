@@ -265,14 +265,18 @@ __device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[kN][4]) {
   }
 }
 
+// O += P V over one sub-tile; fresh: O = P V (O's registers hold nothing of the item yet and are
+// not read, so an item's start needs neither zeroed nor rescaled accumulators).
 template <int kD>
-__device__ __forceinline__ void issue_pv(float (&o)[kD / 2], const uint32_t (&pa)[kWgKeys / 16][4], uint32_t vb) {
+__device__ __forceinline__ void issue_pv(float (&o)[kD / 2], const uint32_t (&pa)[kWgKeys / 16][4], uint32_t vb,
+                                         bool fresh = false) {
 #pragma unroll
   for (int kk = 0; kk < kWgKeys / 16; ++kk) {
+    const int scale_d = kk == 0 && fresh ? 0 : 1;
     if constexpr (kD == 128) {
-      wgmma_m64n128k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
+      wgmma_m64n128k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk), scale_d);
     } else {
-      wgmma_m64n64k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk));
+      wgmma_m64n64k16_rs(o, pa[kk], desc_mn_major<kWgKeys>(vb, kk), scale_d);
     }
   }
   wgmma_commit();

@@ -362,6 +362,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   float m_row[2] = {-INFINITY, -INFINITY};
   float l_row[2] = {0.0F, 0.0F};
   int32_t cur = -1;
+  bool fresh = true;  // o holds nothing of item cur yet: its first P V overwrites o
   FwOutput out{0, 0, 0, 0};
   int r0 = 0;
   int qs = 0;  // Q slot of item cur
@@ -407,7 +408,10 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       wgmma_m64n128k16_ss(s, desc_k_major<kWgRows>(s_qi, wg * 64, kk), desc_k_major<kWgKeys>(kb, 0, kk), kk > 0 ? 1 : 0);
     }
     wgmma_commit();
-    if constexpr (kPending) issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>((slot ^ 1) * Smem::kKvBytes));
+    if constexpr (kPending) {
+      issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>((slot ^ 1) * Smem::kKvBytes), fresh);
+      fresh = false;
+    }
     turn_pass();
 
     if constexpr (kPending) {
@@ -453,11 +457,18 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     }
     if constexpr (kBegin) {
       if constexpr (kPending) fw_store_output<kD>(p, out_prev, th, o, m_prev, l_prev);
+      // A new item's O starts from its first P V, unless it accumulates onto a partial: then from
+      // that partial (zero in rows without one), rescaled as any running O.
+      fresh = accumulate == 0;
+      if (!fresh) {
 #pragma unroll
-      for (int i = 0; i < kD / 2; ++i) o[i] = 0.0F;
-      if (accumulate != 0) fw_load_partial_o<kD>(p, out, th, partial, o);
+        for (int i = 0; i < kD / 2; ++i) o[i] = 0.0F;
+        fw_load_partial_o<kD>(p, out, th, partial, o);
+        fw_rescale<kD>(o, alpha);
+      }
+    } else {
+      fw_rescale<kD>(o, alpha);
     }
-    fw_rescale<kD>(o, alpha);
     fw_pack_p(pa, s);
     ++j;
     mbar_wait(k_full(j & 1), static_cast<uint32_t>((j >> 1) & 1));
@@ -478,7 +489,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     mbar_wait(v_full(last), static_cast<uint32_t>(((j - 1) >> 1) & 1));
     turn_sync();
     wgmma_fence();
-    issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>(last * Smem::kKvBytes));
+    issue_pv<kD>(o, pa, s_v + static_cast<uint32_t>(last * Smem::kKvBytes), fresh);
     if (wg == 0) turn_pass();
     wgmma_wait<0>();
     fence_regs(o);
