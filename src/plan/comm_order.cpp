@@ -2,36 +2,43 @@
 #include "dcp/detail/comm_order.h"
 
 #include <algorithm>
-#include <map>
-#include <tuple>
 #include <type_traits>
 #include <variant>
 
 namespace dcp {
 namespace {
 
-using Key = std::tuple<uint8_t, uint8_t, int32_t>;  // (space, kind, index)
-
-Key key_of(const BufRef& b) {
-  return {static_cast<uint8_t>(b.space), static_cast<uint8_t>(b.kind), b.index};
-}
-
+// Per buffer (space, kind, index): the last compute instruction writing it and the last one
+// reading or writing it. Indices are dense (owned-block positions, slot numbers), so each
+// (space, kind) keeps a vector grown on demand; untouched entries hold kPassStartPoint.
 struct LastUse {
-  std::map<Key, int32_t> writer;  // last compute instruction writing the buffer
-  std::map<Key, int32_t> toucher; // last compute instruction reading or writing it
+  static constexpr int kSpaces = 3;  // Space::None, Local, Slot
+  std::vector<int32_t> writer[kSpaces * kNumDataKinds];
+  std::vector<int32_t> toucher[kSpaces * kNumDataKinds];
 
+  static int table_of(const BufRef& b) {
+    return static_cast<int>(b.space) * kNumDataKinds + static_cast<int>(b.kind);
+  }
+  static void set(std::vector<int32_t>& v, int32_t index, int32_t i) {
+    if (index < 0) return;  // only in plans that fail validation; never a real buffer
+    const auto at = static_cast<size_t>(index);
+    if (at >= v.size()) v.resize(std::max(at + 1, 2 * v.size()), kPassStartPoint);
+    v[at] = i;
+  }
   void read(const BufRef& b, int32_t i) {
-    if (b.space != Space::None) toucher[key_of(b)] = i;
+    if (b.space != Space::None) set(toucher[table_of(b)], b.index, i);
   }
   void write(const BufRef& b, int32_t i) {
     if (b.space == Space::None) return;
-    writer[key_of(b)] = i;
-    toucher[key_of(b)] = i;
+    set(writer[table_of(b)], b.index, i);
+    set(toucher[table_of(b)], b.index, i);
   }
-  static int32_t find(const std::map<Key, int32_t>& m, const BufRef& b) {
-    const auto it = m.find(key_of(b));
-    return it == m.end() ? kPassStartPoint : it->second;
+  static int32_t find(const std::vector<int32_t>& v, const BufRef& b) {
+    const auto at = static_cast<size_t>(b.index);
+    return b.index >= 0 && at < v.size() ? v[at] : kPassStartPoint;
   }
+  int32_t last_writer(const BufRef& b) const { return find(writer[table_of(b)], b); }
+  int32_t last_toucher(const BufRef& b) const { return find(toucher[table_of(b)], b); }
 };
 
 }  // namespace
@@ -64,7 +71,7 @@ CommOrder comm_order(const Program& program) {
           } else if constexpr (std::is_same_v<T, CommStart>) {
             int32_t dep = kPassStartPoint;
             for (const Transfer& t : x.ops)
-              dep = std::max(dep, LastUse::find(t.send ? last.writer : last.toucher, t.buf));
+              dep = std::max(dep, t.send ? last.last_writer(t.buf) : last.last_toucher(t.buf));
             order.after[pos] = dep;
             if (dep != kPassStartPoint) order.mark_after[static_cast<size_t>(dep)] = 1;
           }
