@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <queue>
+#include <tuple>
 
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
@@ -40,6 +41,10 @@ struct DevState {
   };
   std::vector<GroupState> group;  // per instruction index
   std::map<int32_t, size_t> group_of_round;       // round -> CommStart instruction index
+  // Per instruction index (CommWait): its round's CommStart index, resolved once (kNoGroup: the
+  // round has no CommStart; group_of_round.at then reports it).
+  static constexpr size_t kNoGroup = static_cast<size_t>(-1);
+  std::vector<size_t> wait_group;
 };
 
 class PassSim {
@@ -54,6 +59,7 @@ class PassSim {
   bool step(int d);
   void post(int d, size_t pc, double at);
   void schedule(int32_t x);
+  // Trace events only (callers build the names only when tracing).
   void event(int pid, int tid, const std::string& name, double t0, double t1) {
     if (trace_ == nullptr || t1 <= t0) return;
     trace_->push_back({{"name", name}, {"ph", "X"}, {"pid", pid}, {"tid", tid},
@@ -97,8 +103,14 @@ void PassSim::run() {
   nic_out_.assign(c_.nodes, t0_);
   nic_in_.assign(c_.nodes, t0_);
   // Pair the k-th send from a to b with the k-th receive on b from a (plans are validated).
-  std::map<std::pair<int, int>, std::vector<std::pair<int, size_t>>> sends, recvs;  // -> (device, pc)
-  std::map<std::pair<int, int>, std::vector<const Transfer*>> send_ops;
+  // Both lists are collected in program order and stably sorted by (src, dst), so transfer ids
+  // run by (src, dst, k).
+  struct End {
+    int src, dst;
+    size_t pc;
+    const Transfer* op;
+  };
+  std::vector<End> sends, recvs;
   for (int d = 0; d < P; ++d) {
     dev_[d].now = t0_;
     dev_[d].host = t0_;
@@ -110,46 +122,63 @@ void PassSim::run() {
       if (const auto* cs = std::get_if<CommStart>(&p.code[pc])) {
         dev_[d].group_of_round[cs->id] = pc;
         for (const Transfer& t : cs->ops) {
-          if (t.send) {
-            sends[{d, t.peer}].emplace_back(d, pc);
-            send_ops[{d, t.peer}].push_back(&t);
-          } else {
-            recvs[{t.peer, d}].emplace_back(d, pc);
-          }
+          if (t.send) sends.push_back(End{d, t.peer, pc, &t});
+          else recvs.push_back(End{t.peer, d, pc, &t});
         }
       }
   }
-  for (auto& [pair, list] : sends) {
-    const auto& rl = recvs[pair];
-    if (rl.size() != list.size())
-      raise(ErrorKind::InvalidPlan, fmt::format("simulate: {} sends from {} to {} but {} receives", list.size(),
-                                                pair.first, pair.second, rl.size()));
-    for (size_t k = 0; k < list.size(); ++k) {
+  auto by_pair = [](const End& a, const End& b) { return std::tie(a.src, a.dst) < std::tie(b.src, b.dst); };
+  std::stable_sort(sends.begin(), sends.end(), by_pair);
+  std::stable_sort(recvs.begin(), recvs.end(), by_pair);
+  x_.reserve(sends.size());
+  size_t r = 0;
+  for (size_t i = 0; i < sends.size();) {
+    size_t j = i;
+    while (j < sends.size() && sends[j].src == sends[i].src && sends[j].dst == sends[i].dst) ++j;
+    while (r < recvs.size() && by_pair(recvs[r], sends[i])) ++r;
+    size_t q = r;
+    while (q < recvs.size() && recvs[q].src == sends[i].src && recvs[q].dst == sends[i].dst) ++q;
+    if (q - r != j - i)
+      raise(ErrorKind::InvalidPlan, fmt::format("simulate: {} sends from {} to {} but {} receives", j - i,
+                                                sends[i].src, sends[i].dst, q - r));
+    for (size_t k = 0; k < j - i; ++k) {
+      const End& se = sends[i + k];
       Xfer x;
-      x.src = pair.first;
-      x.dst = pair.second;
-      x.op = send_ops[pair][k];
-      x.round = std::get<CommStart>(prog(x.src).code[list[k].second]).id;
-      x.src_pc = list[k].second;
-      x.dst_pc = rl[k].second;
+      x.src = se.src;
+      x.dst = se.dst;
+      x.op = se.op;
+      x.round = std::get<CommStart>(prog(x.src).code[se.pc]).id;
+      x.src_pc = se.pc;
+      x.dst_pc = recvs[r + k].pc;
       const auto id = static_cast<int32_t>(x_.size());
       x_.push_back(x);
-      dev_[x.src].group_xfers[list[k].second].push_back(id);
-      dev_[x.dst].group_xfers[rl[k].second].push_back(id);
+      dev_[x.src].group_xfers[x.src_pc].push_back(id);
+      dev_[x.dst].group_xfers[x.dst_pc].push_back(id);
     }
+    i = j;
+    r = q;
   }
   for (int d = 0; d < P; ++d) {
+    const Program& p = prog(d);
+    dev_[d].wait_group.assign(p.code.size(), DevState::kNoGroup);
+    for (size_t pc = 0; pc < p.code.size(); ++pc)
+      if (const auto* w = std::get_if<CommWait>(&p.code[pc])) {
+        const auto it = dev_[d].group_of_round.find(w->id);
+        if (it != dev_[d].group_of_round.end()) dev_[d].wait_group[pc] = it->second;
+      }
     dev_[d].group.assign(dev_[d].group_xfers.size(), {});
     for (size_t pc = 0; pc < dev_[d].group_xfers.size(); ++pc) dev_[d].group[pc].remaining = dev_[d].group_xfers[pc].size();
   }
-  while (true) {
-    bool progressed = false;
-    for (int d = 0; d < P; ++d) progressed |= step(d);
-    if (progressed) continue;
-    if (ready_.empty()) break;
+  // Every device runs until it blocks in a CommWait; then transfers are served in order of
+  // readiness. Serving one changes only the rounds of its two ends, so only they can go on
+  // (posting never unblocks a wait).
+  for (int d = 0; d < P; ++d) step(d);
+  while (!ready_.empty()) {
     const int32_t x = ready_.top().second;
     ready_.pop();
     schedule(x);
+    step(x_[x].src);
+    step(x_[x].dst);
   }
   for (int d = 0; d < P; ++d) {
     if (dev_[d].pc < prog(d).code.size())
@@ -225,7 +254,8 @@ void PassSim::schedule(int32_t id) {
     }
   }
   res_.devices[x.dst].comm_in_s[pass_ == Pass::Forward ? 0 : 1] += x.end - x.start;
-  event(x.dst, 1, fmt::format("recv {} b{} from {}", to_string(x.op->kind), x.op->token_block, x.src), x.start, x.end);
+  if (trace_ != nullptr)
+    event(x.dst, 1, fmt::format("recv {} b{} from {}", to_string(x.op->kind), x.op->token_block, x.src), x.start, x.end);
 }
 
 bool PassSim::step(int d) {
@@ -239,7 +269,8 @@ bool PassSim::step(int d) {
       const int32_t after = s.order.after[s.pc];
       post(d, s.pc, std::max(s.host, after == kPassStartPoint ? t0_ : s.end_of[static_cast<size_t>(after)]));
     } else if (const auto* w = std::get_if<CommWait>(&ins)) {
-      const auto& g = s.group[s.group_of_round.at(w->id)];
+      const size_t gi = s.wait_group[s.pc];
+      const auto& g = s.group[gi != DevState::kNoGroup ? gi : s.group_of_round.at(w->id)];
       if (g.remaining > 0) return advanced;  // blocked
       const double done = std::max(s.now, g.done), ready = g.ready;
       const int32_t last = g.last;
@@ -248,17 +279,19 @@ bool PassSim::step(int d) {
       // Waiting for a peer to post (it is still computing) is imbalance, not communication.
       res_.devices[d].exposed_comm_s[pi] += std::max(0.0, done - std::max(s.now, ready));
       if (stall > longest_stall_[d].s) longest_stall_[d] = Stall{stall, w->id, last};
-      event(d, 0, fmt::format("wait round {}", w->id), s.now, done);
+      if (trace_ != nullptr) event(d, 0, fmt::format("wait round {}", w->id), s.now, done);
       s.now = done;
       s.host = std::max(s.host, g.done);
     } else {
       const auto* attend = std::get_if<Attend>(&ins);
       double t = attend != nullptr ? attend_cost_.seconds(*attend, pass_) : instruction_time_s(plan_, ins, pass_, cal_);
       if (sim_detail::joins_merge_batch(p, s.pc)) t -= cal_.launch_overhead_s;
-      std::string name = "merge";
-      if (const auto* a = std::get_if<Attend>(&ins)) name = fmt::format("attend stage {} ({} tiles)", a->stage, a->tiles.size());
-      else if (std::holds_alternative<Copy>(ins)) name = "copy";
-      event(d, 0, name, s.now, s.now + t);
+      if (trace_ != nullptr) {
+        std::string name = "merge";
+        if (attend != nullptr) name = fmt::format("attend stage {} ({} tiles)", attend->stage, attend->tiles.size());
+        else if (std::holds_alternative<Copy>(ins)) name = "copy";
+        event(d, 0, name, s.now, s.now + t);
+      }
       s.now += t;
       s.end_of[s.pc] = s.now;
       res_.devices[d].compute_s[pi] += t;
