@@ -73,8 +73,12 @@ struct ScheduleOptions {
   bool tail_overlaps_final_round = true;
   // Order the remote tiles of a device so that those with an output to another node (forward:
   // a far q block; backward: a far q or kv block) take the first rounds, the rest after; each
-  // part cheapest transfer per FLOP first. Their outputs then leave early enough to be reduced
-  // per node and to overlap later stages, at the price of the first round carrying slow transfers.
+  // part cheapest transfer per FLOP first. None of them runs in the last stage (with at least 3
+  // stages): those the rounds' budget left there run one stage earlier, their inputs arriving
+  // one round earlier, and leveling does not move them into it. Their outputs then leave early
+  // enough to be reduced per node and to overlap later stages, at the price of the first round
+  // carrying slow transfers; the final round, which nothing but the tail overlaps, carries no
+  // partial of theirs but what a per-node relay forwards.
   bool far_outputs_first = false;
   // Two-phase for blocks shared in the first round too (the stage model above). Each crossing of a
   // shared block otherwise queues on the home's one inter-node port.

@@ -198,13 +198,14 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     std::iota(order.begin(), order.end(), 0);
     // Optionally, tiles whose partial outputs cross the network go first: their outputs then
     // leave early enough to be reduced per node and to overlap later stages.
-    std::vector<uint8_t> cross(remote.size(), 0);
-    for (size_t i = 0; i < remote.size(); ++i) {
-      const Tile& tile = table.tiles[remote[i]];
+    auto far_output = [&](const Tile& tile) {
       const bool q_far = cluster.node_of(placement.block_home[tile.q_block]) != cluster.node_of(d);
       const bool kv_far = cluster.node_of(placement.block_home[tile.kv_block]) != cluster.node_of(d);
-      cross[i] = opts.far_outputs_first && (q_far || (pass == Pass::Backward && kv_far)) ? 1 : 0;
-    }
+      return q_far || (pass == Pass::Backward && kv_far);
+    };
+    std::vector<uint8_t> cross(remote.size(), 0);
+    for (size_t i = 0; i < remote.size(); ++i)
+      cross[i] = opts.far_outputs_first && far_output(table.tiles[remote[i]]) ? 1 : 0;
     std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
       return std::tie(cross[b], prio[a]) < std::tie(cross[a], prio[b]);
     });
@@ -248,6 +249,26 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       out.stage_compute_s[d][need] +=
           (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
     }
+    // With far outputs first, none of those tiles stays in the last stage: the outputs of the
+    // last stage travel in the final round, after every device's compute, where the partials of
+    // many devices would queue on the home's one inter-node port. The tile runs one stage
+    // earlier and its inputs still due in the last round arrive one round earlier (other tiles
+    // reading them keep their stage).
+    const int last = num_stages - 1;
+    const bool keep_far_out_of_last = opts.far_outputs_first && num_stages >= 3;
+    if (keep_far_out_of_last) {
+      for (size_t i = 0; i < remote.size(); ++i) {
+        const int32_t t = remote[i];
+        if (out.tile_stage[t] != last || cross[i] == 0) continue;
+        for (int32_t ii : tile_items[i])
+          if (ii >= 0 && items[ii].round == last) items[ii].round = last - 1;
+        const Tile& tile = table.tiles[t];
+        const double c_s = (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+        out.tile_stage[t] = last - 1;
+        out.stage_compute_s[d][last] -= c_s;
+        out.stage_compute_s[d][last - 1] += c_s;
+      }
+    }
     // Round r is posted when stage r-1 starts, and a send completes only once its receiver has
     // posted; a device whose early stage is long (a round that unlocks many tiles) therefore
     // holds back every peer of its next rounds. Leveling moves tiles past a stage over the mean
@@ -260,6 +281,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
         for (auto it = tiles_of[d].rbegin(); it != tiles_of[d].rend() && sc[st] > cap; ++it) {
           if (out.tile_stage[*it] != st) continue;
           const Tile& tile = table.tiles[*it];
+          if (keep_far_out_of_last && st + 1 == last && far_output(tile)) continue;
           const double c_s = (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
           out.tile_stage[*it] = st + 1;
           sc[st] -= c_s;

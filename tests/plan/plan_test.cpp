@@ -191,8 +191,8 @@ TEST(Plan, PartialOutputsCrossTheNetworkOncePerNodeWhenReduced) {
 // Every combination of the schedule's options, on static and DCP placements of every mask: the
 // schedule is consistent, the plan computes exact attention (validator), tail tiles send no
 // output and take from each stage no more than the compute left once its round's inputs are
-// hidden, and with relay_first_round no block crosses the network directly to two devices of
-// one node.
+// hidden, with far_outputs_first no tile with an output to another node runs in the last stage,
+// and with relay_first_round no block crosses the network directly to two devices of one node.
 TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
   const Cluster c = cluster_for(8);
   for (const std::string& mask : testing::mask_names()) {
@@ -234,6 +234,19 @@ TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
             for (const auto& [key, secs] : tail_s) {
               const auto [d, st] = key;
               EXPECT_LE(secs, ps->stage_compute_s[d][st] - ps->round_transfer_s[d][st + 1] + 1e-12);
+            }
+            // With far outputs first, no tile with an output to another node runs in the last
+            // stage (with 3 stages the first-round relays may still delay one into it).
+            if (o.far_outputs_first && ps->num_stages >= 4) {
+              for (size_t t = 0; t < pb.table.tiles.size(); ++t) {
+                const Tile& tile = pb.table.tiles[t];
+                const int node = c.node_of(pb.placement.tile_device[t]);
+                const bool far = c.node_of(pb.placement.block_home[tile.q_block]) != node ||
+                                 (ps->pass == Pass::Backward && c.node_of(pb.placement.block_home[tile.kv_block]) != node);
+                if (far) {
+                  EXPECT_LT(ps->tile_stage[t], ps->num_stages - 1) << "tile " << t;
+                }
+              }
             }
             if (!o.relay_first_round || stages < 2) continue;
             // (kind, block, group, destination node) crossing directly from the home in round 1.
