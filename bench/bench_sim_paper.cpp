@@ -3,7 +3,8 @@
 // by 0.5..4, GQA 8 query / 2 KV heads, head dim 128; DCP (the planner's choice among
 // B in {512, 1024, 2048, 4096} (within the planner's tile budget; on sink masks each also with
 // the sink in a block of its own) x eps_compute in {0.02, 0.05, 0.1}, each with the planner's
-// default schedule candidates at 4 and at 3 communication stages, by simulated time: planner.h)
+// default schedule candidates at 4 and at 3 communication stages, and the best placement again
+// with a second seed, by simulated time: planner.h)
 // against every static baseline (default schedule, the better of 4 and 3 communication stages),
 // same simulator and calibration.
 // Usage: bench_sim_paper [batches per scale] [calibration.json] [out.json]
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
         popt.block_sizes = {512, 1024, 2048, 4096};
         popt.eps_compute = {0.02, 0.05, 0.1};
         popt.num_comm_stages = {4, 3};
+        popt.reseed_best = 1;
         popt.calibration = so.calibration;
         const PlannedBatch planned = plan_batch(batch, cluster, popt);
         const double best = planned.predicted.total_s();

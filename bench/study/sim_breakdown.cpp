@@ -183,6 +183,7 @@ int main(int argc, char** argv) {
       popt.eps_compute = search_eps;
       popt.num_comm_stages = search_stages;
       popt.placement.seed = search_seed;
+      popt.reseed_best = 1;
       popt.calibration = so.calibration;
       const PlannedBatch planned = plan_batch(batch, cluster, popt);
       const PlanCandidate& c = planned.chosen;

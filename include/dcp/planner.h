@@ -71,6 +71,13 @@ struct PlannerOptions {
   // placement. Measured on the paper micro-benchmark (bench/results/plan_sim.md): lambda's
   // sequence at scale 4 (split sink) 2.02 ms at 4 stages, 1.93 at 3.
   std::vector<int> num_comm_stages{};
+  // Once every candidate is tried, the best one's block table and eps are placed again with
+  // this many further seeds (placement.seed + 1, + 2, ...), each with every schedule: the
+  // partitioner's result depends on its seed as much as on eps, and where it counts most is
+  // around the best candidate. Each costs one placement and its schedules. Measured on the paper
+  // micro-benchmark (bench/results/plan_sim.md): 1 took shared question at scale 2 from 5.04 to
+  // 4.94 ms; no cell got slower.
+  int reseed_best = 0;
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
 };
@@ -83,6 +90,7 @@ struct PlanCandidate {
   double last_round_share = 1.0;
   bool level_stage_compute = false;
   int num_comm_stages = 0;
+  uint64_t placement_seed = 0;  // PlacementOptions::seed of its placement
   double predicted_s = 0;   // simulated forward + backward
   bool balanced = true;     // the placement met every bound
   double planning_s = 0;    // block table + placement + plan (simulation excluded)

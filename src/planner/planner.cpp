@@ -21,6 +21,8 @@ void PlannerOptions::validate() const {
   if (max_tiles_per_device < 0)
     raise(ErrorKind::InvalidInput, "planner: max_tiles_per_device must be >= 0 (got " +
                                        std::to_string(max_tiles_per_device) + ")");
+  if (reseed_best < 0)
+    raise(ErrorKind::InvalidInput, "planner: reseed_best must be >= 0 (got " + std::to_string(reseed_best) + ")");
   if (split_sink.empty()) raise(ErrorKind::InvalidInput, "planner: split_sink needs at least one candidate");
   if (far_outputs_first.empty() || last_round_share.empty() || level_stage_compute.empty())
     raise(ErrorKind::InvalidInput,
@@ -76,6 +78,52 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           schedule_variants.push_back(so);
         }
   std::vector<PlanCandidate> tried;
+  // One placement of `table` (blocks of `block`, its split sink cut or not) at `eps` and `seed`,
+  // planned and simulated with every schedule.
+  auto try_placement = [&](const BlockTable& table, double table_s, int64_t block, bool cut, double eps,
+                           uint64_t seed) {
+    const auto t0 = Clock::now();
+    PlacementOptions po = opts.placement;
+    po.eps_compute = eps;
+    po.seed = seed;
+    if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(calibration);
+    const DcpPlacement placed = place_dcp(table, cluster, po);
+    const double placement_s = seconds_since(t0);
+    // The tile orders of the schedule share the placement: only plan and simulation repeat.
+    for (const ScheduleOptions& schedule : schedule_variants) {
+      const auto t_plan = Clock::now();
+      PlanOptions plan_opts = opts.plan;
+      plan_opts.schedule = schedule;
+      Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
+      PlanCandidate c;
+      c.block_size = block;
+      c.split_sink = cut;
+      c.eps_compute = eps;
+      c.placement_seed = seed;
+      c.far_outputs_first = schedule.far_outputs_first;
+      c.last_round_share = schedule.last_round_share;
+      c.level_stage_compute = schedule.level_stage_compute;
+      c.num_comm_stages = schedule.num_comm_stages;
+      c.planning_s = table_s + placement_s + seconds_since(t_plan);
+      c.balanced = placed.report.balanced();
+      SimOptions so;
+      so.calibration = calibration;
+      SimResult sim = simulate(plan, cluster, so);
+      c.predicted_s = sim.total_s();
+      tried.push_back(c);
+      // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
+      const bool better = !have || (c.balanced && !best.chosen.balanced) ||
+                          (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
+      if (better) {
+        best.table = table;
+        best.placement = placed;
+        best.plan = std::move(plan);
+        best.predicted = std::move(sim);
+        best.chosen = c;
+        have = true;
+      }
+    }
+  };
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
   const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
   for (int64_t block : opts.block_sizes) {
@@ -98,48 +146,17 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           best.skipped_block_sizes.push_back(block);
         continue;
       }
-      for (double eps : opts.eps_compute) {
-        const auto t0 = Clock::now();
-        PlacementOptions po = opts.placement;
-        po.eps_compute = eps;
-        if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(calibration);
-        const DcpPlacement placed = place_dcp(table, cluster, po);
-        const double placement_s = seconds_since(t0);
-        // The tile orders of the schedule share the placement: only plan and simulation repeat.
-        for (const ScheduleOptions& schedule : schedule_variants) {
-          const auto t_plan = Clock::now();
-          PlanOptions plan_opts = opts.plan;
-          plan_opts.schedule = schedule;
-          Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
-          PlanCandidate c;
-          c.block_size = block;
-          c.split_sink = cut;
-          c.eps_compute = eps;
-          c.far_outputs_first = schedule.far_outputs_first;
-          c.last_round_share = schedule.last_round_share;
-          c.level_stage_compute = schedule.level_stage_compute;
-          c.num_comm_stages = schedule.num_comm_stages;
-          c.planning_s = table_s + placement_s + seconds_since(t_plan);
-          c.balanced = placed.report.balanced();
-          SimOptions so;
-          so.calibration = calibration;
-          SimResult sim = simulate(plan, cluster, so);
-          c.predicted_s = sim.total_s();
-          tried.push_back(c);
-          // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
-          const bool better = !have || (c.balanced && !best.chosen.balanced) ||
-                              (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
-          if (better) {
-            best.table = table;
-            best.placement = placed;
-            best.plan = std::move(plan);
-            best.predicted = std::move(sim);
-            best.chosen = c;
-            have = true;
-          }
-        }
-      }
+      for (double eps : opts.eps_compute) try_placement(table, table_s, block, cut, eps, opts.placement.seed);
     }
+  }
+  // The placement depends on its seed as much as on eps: the best candidate's block table and
+  // eps are placed again with the next seeds, each with every schedule.
+  if (have && opts.reseed_best > 0) {
+    const BlockTable table = best.table;
+    const PlanCandidate first = best.chosen;
+    for (int k = 1; k <= opts.reseed_best; ++k)
+      try_placement(table, 0.0, first.block_size, first.split_sink, first.eps_compute,
+                    opts.placement.seed + static_cast<uint64_t>(k));
   }
   best.candidates = std::move(tried);
   best.search_s = seconds_since(t_search);

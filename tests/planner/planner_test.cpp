@@ -212,6 +212,40 @@ TEST(Planner, TriesEveryStageCount) {
   EXPECT_THROW(plan_batch(small_batch("causal"), cluster, opts), Error);
 }
 
+// reseed_best places the best first-pass candidate's table and eps again with the next seeds,
+// each with every schedule, and keeps the fastest of all; deterministic.
+TEST(Planner, PlacesTheBestCandidateAgainWithFurtherSeeds) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.05, 0.1};
+  opts.calibration = calibration_from_cluster(cluster);
+  opts.last_round_share = {1.0};
+  opts.level_stage_compute = {false};
+  const Batch batch = small_batch("shared_question");
+  const PlannedBatch first = plan_batch(batch, cluster, opts);
+  opts.reseed_best = 2;
+  const PlannedBatch p = plan_batch(batch, cluster, opts);
+  const size_t n = first.candidates.size();
+  ASSERT_EQ(p.candidates.size(), n + 4);  // 2 seeds x 2 schedules
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(p.candidates[i].placement_seed, opts.placement.seed);
+    EXPECT_EQ(p.candidates[i].predicted_s, first.candidates[i].predicted_s);
+  }
+  for (size_t i = n; i < n + 4; ++i) {
+    const PlanCandidate& c = p.candidates[i];
+    EXPECT_EQ(c.placement_seed, opts.placement.seed + 1 + (i - n) / 2);
+    EXPECT_EQ(c.block_size, first.chosen.block_size);
+    EXPECT_EQ(c.eps_compute, first.chosen.eps_compute);
+    EXPECT_EQ(c.split_sink, first.chosen.split_sink);
+  }
+  for (const PlanCandidate& c : p.candidates) EXPECT_LE(p.chosen.predicted_s, c.predicted_s);
+  EXPECT_TRUE(validate_plan(p.plan).empty());
+  EXPECT_EQ(serialize_plan(plan_batch(batch, cluster, opts).plan), serialize_plan(p.plan));
+  opts.reseed_best = -1;
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+}
+
 TEST(Planner, RejectsEmptyOrBadCandidates) {
   const Cluster cluster = cluster_preset("a100-p4d", 1);
   const Batch batch = small_batch("causal");
