@@ -2,7 +2,8 @@
 //
 // Batch -> BlockTable -> DCP Placement -> Plan for each candidate (block size B with or
 // without a split sink, compute tolerance eps_c, and schedule options); every candidate plan is
-// simulated (sim.h) and the fastest predicted one (forward + backward) is kept. The search is what a data loader would
+// simulated (sim.h) and the fastest predicted one (forward + backward) is kept, optionally after
+// placing the best one's table again with further seeds (reseed_best). The search is what a data loader would
 // run ahead of training: each candidate costs a few milliseconds, so a 3 x 3 grid of
 // placements (x 8 schedules each) stays within a few seconds.
 // Deterministic: candidates are tried in a fixed order and ties keep the earlier one.
@@ -76,7 +77,7 @@ struct PlannerOptions {
   // partitioner's result depends on its seed as much as on eps, and where it counts most is
   // around the best candidate. Each costs one placement and its schedules. Measured on the paper
   // micro-benchmark (bench/results/plan_sim.md): 1 took shared question at scale 2 from 5.04 to
-  // 4.94 ms; no cell got slower.
+  // 4.93 ms; no cell got slower.
   int reseed_best = 0;
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
   void validate() const;
