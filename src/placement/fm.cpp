@@ -380,6 +380,17 @@ class Fm {
     const bool any = touching ? over(v, from) : true;  // over (a part over a cap takes any part)
     target = -1;
     double best = 0;
+    if (!any && cache_.masked()) {  // the parts v's nets touch, ascending, as the loop below
+      for (uint64_t m = cache_.touched(v) & ~(uint64_t{1} << from) & ~(uint64_t{1} << first); m != 0;
+           m &= m - 1) {
+        const int32_t b = std::countr_zero(m);
+        const double g = base + conn[b];
+        if ((target >= 0 && !(g > best)) || !fits(v, b, leave)) continue;
+        target = b;
+        best = g;
+      }
+      return best;
+    }
     for (int b = 0; b < k_; ++b) {
       if (b == from || b == first || !(conn[b] > 0 || any)) continue;
       const double g = base + conn[b];

@@ -15,10 +15,15 @@
 // The cache also keeps every vertex's best target: the part t != part(v) of the largest conn(v, t)
 // (the lowest id among equals), which is v's best move before any capacity check. An update
 // raises it in O(1) where conn(u, to) grows; only where the best target's conn falls, or v
-// itself moves, is v's row rescanned (O(k)). FM then finds a vertex's best move without scanning
-// its row, unless that target does not fit.
+// itself moves, is v's row rescanned. FM then finds a vertex's best move without scanning its
+// row, unless that target does not fit.
+//
+// With k <= 64 every vertex also has a bitmask of the parts t with conn(v, t) > 0 (kept with
+// every change of its row), so a rescan, and FM's search for another target, visit only the
+// parts v's nets touch (a few) instead of all k. With more parts the rows are scanned whole.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -42,6 +47,9 @@ class GainCache {
     benefit_.assign(n, 0.0);
     total_.assign(n, 0.0);
     conn_.assign(n * static_cast<size_t>(k), 0.0);
+    masked_ = k <= kMaskParts;
+    if (masked_) mask_.assign(n, 0);
+    else mask_.clear();
     std::vector<int32_t> touched;  // parts of the current net
     touched.reserve(static_cast<size_t>(k));
     // Per vertex: 1 when one of its nets touches a part other than its own. Every other vertex
@@ -52,8 +60,12 @@ class GainCache {
       const double w = s.net_weight[e];
       const int32_t* c = &count[static_cast<size_t>(e) * k];
       touched.clear();
+      uint64_t bits = 0;  // the parts of `touched` (k <= 64)
       for (int t = 0; t < k; ++t)
         if (c[t] > 0) touched.push_back(t);
+      // conn(u, t) sums weights >= 0: it is > 0 exactly when a net of positive weight touches t.
+      if (masked_ && w > 0)
+        for (int32_t t : touched) bits |= uint64_t{1} << t;
       if (objective != nullptr) {
         const int32_t parts = (s.net_external[e] ? 1 : 0) + static_cast<int32_t>(touched.size());
         if (parts > 1) *objective += s.net_weight[e] * (parts - 1);
@@ -71,6 +83,7 @@ class GainCache {
           total_[u] += w;
           if (c[t] == 1) benefit_[u] += w;
           conn_[static_cast<size_t>(u) * k + t] += w;
+          if (masked_) mask_[u] |= bits;
         }
         continue;
       }
@@ -81,6 +94,7 @@ class GainCache {
         double* cu = &conn_[static_cast<size_t>(u) * k];
         for (int32_t t : touched) cu[t] += w;
         cut[u] = 1;
+        if (masked_) mask_[u] |= bits;
       }
     }
     best_.resize(n);
@@ -133,6 +147,9 @@ class GainCache {
   // The part t != part(v) of the largest conn(v, t), the lowest id among equals: v's best target
   // before capacities (conn(v, best) = 0 when no net of v leaves its part).
   int32_t best(int32_t v) const { return best_[v]; }
+  // With k <= 64 (masked()): bit t of touched(v) is set exactly when conn(v, t) > 0.
+  bool masked() const { return masked_; }
+  uint64_t touched(int32_t v) const { return mask_[v]; }
 
  private:
   // A net no longer touching `from` (kLeft) or newly touching `to` (kJoined): every pin's
@@ -145,19 +162,38 @@ class GainCache {
       double* cu = &conn_[static_cast<size_t>(u) * k_];
       if constexpr (kLeft) {
         cu[from] -= w;
+        if (masked_ && !(cu[from] > 0)) mask_[u] &= ~(uint64_t{1} << from);
         if (best_[u] == from && u != v) rescan(u, part[u]);
       }
       if constexpr (kJoined) {
         cu[to] += w;
+        if (masked_ && cu[to] > 0) mask_[u] |= uint64_t{1} << to;
         const int32_t b = best_[u];
         if (to != part[u] && (cu[to] > cu[b] || (cu[to] == cu[b] && to < b))) best_[u] = to;
       }
     }
   }
 
-  // The parts below `own`, then those above it, ascending: the first largest conn wins.
+  // The parts below `own`, then those above it, ascending: the first largest conn wins. With the
+  // mask only the parts of conn > 0 are visited: where there are none, every conn is 0 and the
+  // lowest part other than `own` wins, as in the full scan.
   void rescan(int32_t v, int32_t own) {
     const double* cv = &conn_[static_cast<size_t>(v) * k_];
+    if (masked_) {
+      uint64_t m = mask_[v] & ~(uint64_t{1} << own);
+      if (m == 0) {
+        best_[v] = own == 0 ? 1 : 0;
+        return;
+      }
+      int32_t b = std::countr_zero(m);
+      double best = cv[b];
+      for (m &= m - 1; m != 0; m &= m - 1) {
+        const int32_t t = std::countr_zero(m);
+        if (cv[t] > best) b = t, best = cv[t];
+      }
+      best_[v] = b;
+      return;
+    }
     int32_t b = own == 0 ? 1 : 0;
     double best = cv[b];
     for (int t = b + 1; t < own; ++t)
@@ -167,9 +203,12 @@ class GainCache {
     best_[v] = b;
   }
 
+  static constexpr int kMaskParts = 64;
   int k_ = 0;
+  bool masked_ = false;
   std::vector<double> benefit_, total_, conn_;
-  std::vector<int32_t> best_;  // per vertex: best target (see best())
+  std::vector<int32_t> best_;   // per vertex: best target (see best())
+  std::vector<uint64_t> mask_;  // per vertex when masked_: the parts t of conn(v, t) > 0
 };
 
 }  // namespace dcp::placement
