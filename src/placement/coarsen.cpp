@@ -37,10 +37,7 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
   std::vector<int32_t> size(static_cast<size_t>(n), 1);
   std::vector<double> wc(s.compute.begin(), s.compute.end()), wm(s.memory.begin(), s.memory.end());
   std::vector<double> score(static_cast<size_t>(n), 0.0);
-  const int32_t* pin = s.pins.data();
   const int32_t* in_part = kInParts ? part->data() : nullptr;
-  int32_t* rep_of = rep.data();
-  double* sc_of = score.data();
   std::vector<int32_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   uint64_t rng = seed;
@@ -48,18 +45,27 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
   // Visits u: joins it to the best neighbouring cluster, if any; returns whether it joined.
   // `touched` holds the clusters rated for u (each once: its score was 0 before).
   auto visit = [&](int32_t u, int32_t* touched) {
-    if (rep_of[u] != u || size[u] > 1) return false;  // already clustered: only singletons move
+    // Plain local pointers, which the loops below keep in registers (the hot loops of coarsening).
+    const int32_t* const pin = s.pins.data();
+    const int64_t* const net_begin = s.net_begin.data();
+    const int32_t* const in_p = in_part;
+    int32_t* const rep_of = rep.data();
+    int32_t* const size_of = size.data();
+    double* const sc_of = score.data();
+    double* const wc_of = wc.data();
+    double* const wm_of = wm.data();
+    if (rep_of[u] != u || size_of[u] > 1) return false;  // already clustered: only singletons move
     size_t num_touched = 0;
-    const int32_t part_u = kInParts ? in_part[u] : -1;
+    const int32_t part_u = kInParts ? in_p[u] : -1;
     for (int64_t i = s.vertex_begin[u]; i < s.vertex_begin[u + 1]; ++i) {
       const int32_t e = s.vertex_nets[i];
-      const int64_t pins = s.net_begin[e + 1] - s.net_begin[e];
+      const int64_t pins = net_begin[e + 1] - net_begin[e];
       if (pins < 2) continue;
       const double r = s.net_weight[e] / static_cast<double>(pins - 1);
       // A large net is rated only against the pins near u in its pin order (table order: the
       // neighbours of a tile in its row or column), which bounds the work per vertex.
       const int64_t at = s.vertex_pin[i];  // u's own pin (a net holds a vertex once): skipped
-      int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
+      int64_t lo = net_begin[e], hi = net_begin[e + 1];
       if (pins > opts.max_rated_net_pins) {
         const int64_t half = opts.max_rated_net_pins / 2;
         lo = std::max(lo, at - half);
@@ -69,7 +75,7 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
         for (int64_t j = from; j < to; ++j) {
           const int32_t v = pin[j];
           if constexpr (kInParts)
-            if (in_part[v] != part_u) continue;
+            if (in_p[v] != part_u) continue;
           const int32_t c = rep_of[v];
           if (sc_of[c] == 0) touched[num_touched++] = c;
           sc_of[c] += r;
@@ -80,28 +86,33 @@ int32_t cluster_pass(const SubHypergraph& s, const std::vector<int32_t>* part, d
     }
     int32_t best = -1;
     double best_score = 0;
+    // A rating beats the best one above `above`, ties it from `tied` on (relative 1e-12).
+    double above = 0, tied = 0;
+    bool best_single = false;
     for (size_t t = 0; t < num_touched; ++t) {
       const int32_t c = touched[t];
-      const double sc = score[c];
-      score[c] = 0;
+      const double sc = sc_of[c];
+      sc_of[c] = 0;
       if (c == u) continue;
       // Ties: a singleton first (it keeps clusters even), then the lower representative. The
       // weight bounds are checked only for a candidate that would win.
-      const bool better = best < 0 || sc > best_score * (1 + 1e-12) ||
-                          (sc >= best_score * (1 - 1e-12) &&
-                           ((size[c] == 1) > (size[best] == 1) ||
-                            ((size[c] == 1) == (size[best] == 1) && c < best)));
+      const bool single = size_of[c] == 1;
+      const bool better = best < 0 || sc > above ||
+                          (sc >= tied && (single > best_single || (single == best_single && c < best)));
       if (!better) continue;
-      if (wc[c] + wc[u] > max_c && wc[u] > 0 && wc[c] > 0) continue;
-      if (wm[c] + wm[u] > max_m && wm[u] > 0 && wm[c] > 0) continue;
+      if (wc_of[c] + wc_of[u] > max_c && wc_of[u] > 0 && wc_of[c] > 0) continue;
+      if (wm_of[c] + wm_of[u] > max_m && wm_of[u] > 0 && wm_of[c] > 0) continue;
       best = c;
       best_score = sc;
+      above = best_score * (1 + 1e-12);
+      tied = best_score * (1 - 1e-12);
+      best_single = single;
     }
     if (best < 0) return false;
     rep_of[u] = best;
-    ++size[best];
-    wc[best] += wc[u];
-    wm[best] += wm[u];
+    ++size_of[best];
+    wc_of[best] += wc_of[u];
+    wm_of[best] += wm_of[u];
     return true;
   };
   // A pass stops joining once the clusters are few enough: n / max_shrink (each level then
