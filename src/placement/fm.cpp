@@ -107,15 +107,23 @@ class GainHeap {
   void down(size_t i) {
     const Item it = items_[i];
     const size_t n = items_.size();
+    const Item* items = items_.data();
     for (;;) {
       const size_t first = kArity * i + 1;
-      if (first >= n) break;
-      size_t child = first;
-      const size_t last = std::min(first + kArity, n);
-      for (size_t c = first + 1; c < last; ++c)
-        if (before(items_[child], items_[c])) child = c;
-      if (!before(it, items_[child])) break;
-      place(i, items_[child]);
+      size_t child;
+      static_assert(kArity == 4);
+      if (first + kArity <= n) {  // all four children: the larger of each pair, then of the two
+        const size_t a = before(items[first], items[first + 1]) ? first + 1 : first;
+        const size_t b = before(items[first + 2], items[first + 3]) ? first + 3 : first + 2;
+        child = before(items[a], items[b]) ? b : a;
+      } else {
+        if (first >= n) break;
+        child = first;
+        for (size_t c = first + 1; c < n; ++c)
+          if (before(items[child], items[c])) child = c;
+      }
+      if (!before(it, items[child])) break;
+      place(i, items[child]);
       i = child;
     }
     place(i, it);
