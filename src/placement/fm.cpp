@@ -347,11 +347,12 @@ class Fm {
 
   // `leave` caches v's full-memory change of its own part across the checks of one evaluation
   // (the state does not change in between): kLeaveUnknown until the first check sets it.
+  // The compute and memory checks are inline; the full-memory check (a walk over v's nets) is
+  // a call of its own.
   bool fits(int32_t v, int b, double& leave) const {
-    if (!((s_.compute[v] <= 0 || load_c_[b] + s_.compute[v] <= caps_.compute[b]) &&
-          (s_.memory[v] <= 0 || load_m_[b] + s_.memory[v] <= caps_.memory[b])))
-      return false;
-    if (!caps_.has_full()) return true;
+    return fits_owned(v, b) && (!caps_.has_full() || fits_full(v, b, leave));
+  }
+  [[gnu::noinline]] bool fits_full(int32_t v, int b, double& leave) const {
     const int32_t from = part_[v];
     double d_from, d_to;
     held_delta_to(s_, count_.data(), k_, part_, v, b, leave, d_from, d_to);

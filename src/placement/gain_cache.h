@@ -130,8 +130,10 @@ class GainCache {
           else if (pu == theirs) benefit_[u] -= w;
         }
       }
-      // v itself: alone in `from` before (cf == 0 now) -> alone in `to` (ct == 1 now).
-      benefit_[v] += (ct == 1 ? w : 0.0) - (cf == 0 ? w : 0.0);
+      // v itself: alone in `from` before (cf == 0 now) -> alone in `to` (ct == 1 now); both or
+      // neither leave its benefit as it was (a sum that starts at +0 is never -0: adding +0 is a no-op).
+      if (ct == 1 && cf != 0) benefit_[v] += w;
+      else if (cf == 0 && ct != 1) benefit_[v] -= w;
     }
     rescan(v, to);
   }
