@@ -101,19 +101,30 @@ bool shed_remote_groups(const SubHypergraph& s, const PartCaps& caps, State& st,
                         std::vector<int32_t>& part) {
   bool moved = false;
   const int k = caps.k();
-  std::vector<std::pair<int32_t, int32_t>> nets;  // (pins in p, net)
+  std::vector<std::pair<int32_t, int32_t>> found, nets;  // (pins in p, net)
+  std::vector<int32_t> at;                                // counting sort: bucket starts
   std::vector<int32_t> pins;
   for (int round = 0; round < 8; ++round) {
     bool moved_any = false;
     for (int p = 0; p < k; ++p) {
       if (!st.full_over(p, caps)) continue;
-      nets.clear();
+      // The remote nets p touches, by pins in p and then by net id: found in net order, so a
+      // stable counting sort by pin count gives that order.
+      found.clear();
+      int32_t max_c = 0;
       for (int32_t e = 0; e < s.num_nets(); ++e) {
         const int32_t c = st.count[static_cast<size_t>(e) * k + p];
+        if (c == 0) continue;
         const int32_t hp = s.net_home[e] >= 0 ? part[s.net_home[e]] : -1;
-        if (c > 0 && hp != p) nets.emplace_back(c, e);
+        if (hp == p) continue;
+        found.emplace_back(c, e);
+        max_c = std::max(max_c, c);
       }
-      std::sort(nets.begin(), nets.end());
+      at.assign(static_cast<size_t>(max_c) + 2, 0);
+      for (const auto& f : found) ++at[static_cast<size_t>(f.first) + 1];
+      for (int32_t c = 1; c <= max_c; ++c) at[static_cast<size_t>(c) + 1] += at[c];
+      nets.resize(found.size());
+      for (const auto& f : found) nets[static_cast<size_t>(at[f.first]++)] = f;
       for (const auto& [c, e] : nets) {
         if (!st.full_over(p, caps)) break;
         const int32_t hp = s.net_home[e] >= 0 ? part[s.net_home[e]] : -1;
