@@ -87,8 +87,7 @@ class GainHeap {
   };
   // True when a goes below b (b is larger).
   static bool before(const Item& a, const Item& b) {
-    if (a.gain != b.gain) return a.gain < b.gain;
-    return a.tie < b.tie;
+    return a.gain < b.gain || (a.gain == b.gain && a.tie < b.tie);
   }
   void place(size_t i, const Item& it) {
     items_[i] = it;
