@@ -50,34 +50,38 @@ class GainCache {
     masked_ = k <= kMaskParts;
     if (masked_) mask_.assign(n, 0);
     else mask_.clear();
-    std::vector<int32_t> touched;  // parts of the current net
-    touched.reserve(static_cast<size_t>(k));
-    // Per vertex: 1 when one of its nets touches a part other than its own. Every other vertex
-    // has conn(v, t) = 0 for all t != part(v), so its best target is the lowest such part
-    // without a scan of its row (what rescan returns on a row of zeros).
-    std::vector<uint8_t> cut(n, 0);
+    std::vector<int32_t> touched_parts(static_cast<size_t>(k));
+    int32_t* const touched = touched_parts.data();  // parts of the current net: num_touched
+    // Without the mask, per vertex: 1 when one of its nets touches a part other than its own.
+    // Every other vertex has conn(v, t) = 0 for all t != part(v), so its best target is the
+    // lowest such part without a scan of its row (what rescan returns on a row of zeros; with
+    // the mask, rescan sees that at once).
+    std::vector<uint8_t> cut(masked_ ? 0 : n, 0);
     for (int32_t e = 0; e < s.num_nets(); ++e) {
       const double w = s.net_weight[e];
       const int32_t* c = &count[static_cast<size_t>(e) * k];
-      touched.clear();
+      int32_t num_touched = 0;
+      for (int t = 0; t < k; ++t) {  // without a branch per part
+        touched[num_touched] = t;
+        num_touched += c[t] > 0 ? 1 : 0;
+      }
+      const int32_t* const touched_end = touched + num_touched;
       uint64_t bits = 0;  // the parts of `touched` (k <= 64)
-      for (int t = 0; t < k; ++t)
-        if (c[t] > 0) touched.push_back(t);
       // conn(u, t) sums weights >= 0: it is > 0 exactly when a net of positive weight touches t.
       if (masked_ && w > 0)
-        for (int32_t t : touched) bits |= uint64_t{1} << t;
+        for (const int32_t* t = touched; t != touched_end; ++t) bits |= uint64_t{1} << *t;
       if (objective != nullptr) {
-        const int32_t parts = (s.net_external[e] ? 1 : 0) + static_cast<int32_t>(touched.size());
+        const int32_t parts = (s.net_external[e] ? 1 : 0) + num_touched;
         if (parts > 1) *objective += s.net_weight[e] * (parts - 1);
       }
       if (held) {
         const int32_t hp = s.net_home[e] >= 0 ? part[s.net_home[e]] : -1;
-        for (int32_t t : touched)
-          if (t != hp) (*full)[static_cast<size_t>(t)] += s.net_held[e];
+        for (const int32_t* t = touched; t != touched_end; ++t)
+          if (*t != hp) (*full)[static_cast<size_t>(*t)] += s.net_held[e];
       }
       const int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
-      if (touched.size() == 1) {  // inside one part: only conn(u, part(u)) grows
-        const int32_t t = touched.front();
+      if (num_touched == 1) {  // inside one part: only conn(u, part(u)) grows
+        const int32_t t = touched[0];
         for (int64_t i = lo; i < hi; ++i) {
           const int32_t u = s.pins[i];
           total_[u] += w;
@@ -92,14 +96,14 @@ class GainCache {
         total_[u] += w;
         if (c[part[u]] == 1) benefit_[u] += w;
         double* cu = &conn_[static_cast<size_t>(u) * k];
-        for (int32_t t : touched) cu[t] += w;
-        cut[u] = 1;
+        for (const int32_t* t = touched; t != touched_end; ++t) cu[*t] += w;
         if (masked_) mask_[u] |= bits;
+        else cut[u] = 1;
       }
     }
     best_.resize(n);
     for (size_t v = 0; v < n; ++v) {
-      if (cut[v]) rescan(static_cast<int32_t>(v), part[v]);
+      if (masked_ || cut[v]) rescan(static_cast<int32_t>(v), part[v]);
       else best_[v] = part[v] == 0 ? 1 : 0;
     }
   }
