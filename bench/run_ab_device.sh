@@ -9,6 +9,9 @@
 # 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed (AB_PLANS=0: none).
 # cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
 # throughout.
+# Reading it: each list's forward is timed right after the previous list's backward, at the clock
+# that backward's power draw left, so two variants whose backwards differ can read 2-10 % apart on
+# the same forward code (short lists most); compare forwards between variants with the same backward.
 # Usage (repository root): bench/run_ab_device.sh DEPS_DIR
 # Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout;
 # `python3 bench/ab_table.py ab.tgz` prints each variant over A per list and per whole plan.
