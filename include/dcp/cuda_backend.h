@@ -44,7 +44,7 @@ struct CudaKernelOptions {
   // dQ, dK and dV bitwise identical run to run (no order-dependent float reductions; the
   // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
   // other routes. Costs a second pass over the tiles for dQ, which recomputes S and dP
-  // (0.82-0.90x the default backward's speed on whole plans: bench/results/cuda_attention_h200.md).
+  // (0.86-0.90x the default backward's speed on whole plans: bench/results/cuda_attention_h200.md).
   bool deterministic_backward = false;
   // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
   // key blocks; > 0, a key block's tiles cut into units of at most this many q rows.
