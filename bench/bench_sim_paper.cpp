@@ -48,6 +48,8 @@ int main(int argc, char** argv) {
         popt.num_comm_stages = {4, 3};
         popt.reseed_best = 1;
         popt.calibration = so.calibration;
+        // DCP's own placements only: the table compares them with the static layouts.
+        popt.static_layouts.clear();
         const PlannedBatch planned = plan_batch(batch, cluster, popt);
         const double best = planned.predicted.total_s();
         const double best_hidden = planned.predicted.hidden_fraction;

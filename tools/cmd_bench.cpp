@@ -55,6 +55,7 @@ struct BenchArgs {
   bool balance_time = false;   // dcp without --search: weigh tiles by the calibration's kernel time
   std::vector<int64_t> search_blocks{1024, 2048, 4096};
   std::vector<double> search_eps{0.02, 0.05, 0.1};
+  bool dcp_only = false;  // --search without the static layouts among the candidates
 };
 
 std::vector<float> random_bf16(uint64_t seed, size_t n, float amplitude) {
@@ -132,11 +133,9 @@ Plan make_plan(const std::string& method, const Batch& batch, const BenchArgs& a
     search.placement = args.placement;
     search.plan = popts;
     search.calibration = calibration;
+    if (args.dcp_only) search.static_layouts.clear();
     PlannedBatch pb = plan_batch(batch, cluster, search);
-    chosen = fmt::format("B {}{} eps {:g} far-first {} last-round share {:g} leveling {} stages {} (search {:.0f} ms)",
-                         pb.chosen.block_size, pb.chosen.split_sink ? " (split sink)" : "", pb.chosen.eps_compute,
-                         pb.chosen.far_outputs_first ? "on" : "off", pb.chosen.last_round_share,
-                         pb.chosen.level_stage_compute ? "on" : "off", pb.chosen.num_comm_stages, pb.search_s * 1e3);
+    chosen = fmt::format("{} (search {:.0f} ms)", describe(pb.chosen), pb.search_s * 1e3);
     return std::move(pb.plan);
   }
   PlacementOptions placement = args.placement;
@@ -414,6 +413,9 @@ void register_bench(CLI::App& app, Runner& runner) {
                 "instead of FLOPs (--search always does)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
+  sub->add_flag("--dcp-only", args->dcp_only,
+                "With --search: DCP's own placements only (by default the static layouts are candidates too, "
+                "so the choice is never predicted slower than they are)");
   sub->callback([args, &runner] { runner = [args] { return run_bench(*args); }; });
 }
 

@@ -36,6 +36,7 @@ struct SimulateArgs {
   bool search = false;
   std::vector<int64_t> search_blocks{1024, 2048, 4096};
   std::vector<double> search_eps{0.02, 0.05, 0.1};
+  bool dcp_only = false;  // --search without the static layouts among the candidates
   int64_t max_tiles = kDefaultMaxTiles;
 };
 
@@ -94,17 +95,14 @@ int run_simulate(const SimulateArgs& args) {
         search.placement = in.placement;
         search.plan = popts;
         search.calibration = so.calibration;
+        if (args.dcp_only) search.static_layouts.clear();
         PlannedBatch pb = plan_batch(batches[b], cluster, search);
         placed.method = "dcp";
         placed.placed = PlacedBatch{std::move(pb.table), std::move(pb.placement.placement)};
         placed.violations = std::move(pb.placement.report.violations);
         plan = std::move(pb.plan);
         t.plan_ms += pb.search_s * 1e3;
-        t.choices.push_back(fmt::format("batch {}: planner chose B={} split_sink={} eps_compute={} far_outputs_first={} "
-                                        "last_round_share={} level_stage_compute={} stages={}",
-                                        b, pb.chosen.block_size, pb.chosen.split_sink, pb.chosen.eps_compute,
-                                        pb.chosen.far_outputs_first, pb.chosen.last_round_share,
-                                        pb.chosen.level_stage_compute, pb.chosen.num_comm_stages));
+        t.choices.push_back(fmt::format("batch {}: planner chose {}", b, describe(pb.chosen)));
       } else {
         placed = place_method(methods[m], batches[b], in.blocks, cluster, in.placement);
         const auto t0 = std::chrono::steady_clock::now();
@@ -255,6 +253,9 @@ void register_simulate(CLI::App& app, Runner& runner) {
                 "--search-eps, each planned with the planner's 8 schedules; plan ms then includes the search)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
+  sub->add_flag("--dcp-only", args->dcp_only,
+                "With --search: DCP's own placements only (by default the static layouts are candidates too, "
+                "so the choice is never predicted slower than they are)");
   sub->add_flag("--validate", args->validate, "Also validate every plan (symbolic execution) before simulating");
   sub->add_option("--eps-compute", args->in.placement.eps_compute, "DCP per-device compute tolerance")
       ->capture_default_str();

@@ -185,6 +185,7 @@ int main(int argc, char** argv) {
       popt.placement.seed = search_seed;
       popt.reseed_best = 1;
       popt.calibration = so.calibration;
+      popt.static_layouts.clear();  // DCP's own plans: the study breaks down where their time goes
       const PlannedBatch planned = plan_batch(batch, cluster, popt);
       const PlanCandidate& c = planned.chosen;
       const std::string label =

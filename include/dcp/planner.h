@@ -3,7 +3,10 @@
 // Batch -> BlockTable -> DCP Placement -> Plan for each candidate (block size B with or
 // without a split sink, compute tolerance eps_c, and schedule options); every candidate plan is
 // simulated (sim.h) and the fastest predicted one (forward + backward) is kept, optionally after
-// placing the best one's table again with further seeds (reseed_best). The search is what a data loader would
+// placing the best one's table again with further seeds (reseed_best). The static layouts
+// (baselines.h) are candidates too (static_layouts), so the chosen plan is never predicted
+// slower than theirs: they are placements like DCP's, the same executor runs them, and on a batch
+// where one of them is the fastest, that is the plan to run. The search is what a data loader would
 // run ahead of training: each candidate costs a few milliseconds, so a 3 x 3 grid of
 // placements (x 8 schedules each) stays within a few seconds.
 // Deterministic: candidates are tried in a fixed order and ties keep the earlier one.
@@ -79,11 +82,24 @@ struct PlannerOptions {
   // micro-benchmark (bench/results/plan_sim.md): 1 took shared question at scale 2 from 5.04 to
   // 4.93 ms; no cell got slower.
   int reseed_best = 0;
-  // Throws InvalidInput naming the option (empty candidate lists, bad B or eps).
+  // Static layouts planned and simulated beside DCP's candidates (baselines.h names; on more
+  // than one device), each with plan.schedule at every stage count (num_comm_stages), packing at
+  // every block size. The fastest plan wins whichever placement made it; a static one counts as
+  // balanced when its full memory (compute_metrics' memory_imbalance) is within 1 +
+  // placement.eps_memory. A layout whose table holds more tiles than the block sizes' budget
+  // (max_tiles_per_device) is skipped. Measured with `dcp simulate --search` on 2 H200s (h200-nvl,
+  // 1 x 2; bench/results/plan_sim.md): DCP's own best was 0.99x of zigzag or Ulysses on 3 of 32
+  // causal and shared-question batches and at most 1.01x ahead on most others of those masks, so
+  // on few devices the static layouts are real contenders; empty: DCP's placements only.
+  std::vector<std::string> static_layouts = default_static_layouts();
+  // Throws InvalidInput naming the option (empty candidate lists, bad B or eps, an unknown or
+  // repeated static layout).
   void validate() const;
+  static std::vector<std::string> default_static_layouts();  // every baseline, baselines.h order
 };
 
 struct PlanCandidate {
+  std::string method = "dcp";  // "dcp", or the static layout (placement_methods()) that made the plan
   int64_t block_size = 0;
   bool split_sink = false;  // BlockOptions::split_sink (and it cut a sequence)
   double eps_compute = 0;
@@ -97,14 +113,19 @@ struct PlanCandidate {
   double planning_s = 0;    // block table + placement + plan (simulation excluded)
 };
 
+// One line for people: "B 1024 (split sink) eps 0.05 far-first on last-round share 1 leveling off
+// stages 2" for DCP's candidates, "static layout zigzag stages 2" (packing: with its B) otherwise.
+std::string describe(const PlanCandidate& c);
+
 struct PlannedBatch {
   BlockTable table;
-  DcpPlacement placement;
+  DcpPlacement placement;  // a static layout's placement when one won (chosen.method; report empty)
   Plan plan;
   SimResult predicted;
   PlanCandidate chosen;
   std::vector<PlanCandidate> candidates;  // in the order tried
   std::vector<int64_t> skipped_block_sizes;  // over PlannerOptions::max_tiles_per_device
+  std::vector<std::string> skipped_static_layouts;  // the same budget
   double search_s = 0;                    // whole search, simulations included
 };
 

@@ -73,6 +73,9 @@ void bind_planner(nb::module_& m) {
       .def_prop_rw(
           "search_eps_compute", [](const StepPlanOptions& o) { return o.search.eps_compute; },
           [](StepPlanOptions& o, std::vector<double> v) { o.search.eps_compute = std::move(v); })
+      .def_prop_rw(
+          "search_static_layouts", [](const StepPlanOptions& o) { return o.search.static_layouts; },
+          [](StepPlanOptions& o, std::vector<std::string> v) { o.search.static_layouts = std::move(v); })
       .def("validate", &StepPlanOptions::validate);
   m.def("placement_methods", &placement_methods);
 

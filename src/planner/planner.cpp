@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "dcp/error.h"
+#include "dcp/metrics.h"
 
 namespace dcp {
 namespace {
@@ -40,9 +41,42 @@ void PlannerOptions::validate() const {
   }
   for (double e : eps_compute)
     if (!(e >= 0)) raise(ErrorKind::InvalidInput, "planner: --eps-compute must be >= 0 (got " + std::to_string(e) + ")");
+  for (size_t i = 0; i < static_layouts.size(); ++i) {
+    const std::string& name = static_layouts[i];
+    if (name == "dcp") raise(ErrorKind::InvalidInput, "planner: static_layouts lists 'dcp', which is not a static layout");
+    check_placement_method(name, "planner: static_layouts");
+    if (std::find(static_layouts.begin(), static_layouts.begin() + static_cast<std::ptrdiff_t>(i), name) !=
+        static_layouts.begin() + static_cast<std::ptrdiff_t>(i))
+      raise(ErrorKind::InvalidInput, "planner: static_layouts lists '" + name + "' twice");
+  }
   placement.validate();
   plan.validate();
   if (calibration) calibration->validate("planner calibration");
+}
+
+std::string describe(const PlanCandidate& c) {
+  std::string out;
+  const auto num = [](double x) {
+    std::string s = std::to_string(x);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  };
+  if (c.method != "dcp") {
+    out = "static layout " + c.method;
+    if (c.block_size > 0) out += " B " + std::to_string(c.block_size);
+    return out + " stages " + std::to_string(c.num_comm_stages);
+  }
+  out = "B " + std::to_string(c.block_size) + (c.split_sink ? " (split sink)" : "") + " eps " + num(c.eps_compute);
+  out += std::string(" far-first ") + (c.far_outputs_first ? "on" : "off") + " last-round share " + num(c.last_round_share);
+  out += std::string(" leveling ") + (c.level_stage_compute ? "on" : "off") + " stages " + std::to_string(c.num_comm_stages);
+  return out;
+}
+
+std::vector<std::string> PlannerOptions::default_static_layouts() {
+  std::vector<std::string> out;
+  for (BaselineKind kind : all_baselines()) out.emplace_back(to_string(kind));
+  return out;
 }
 
 TileCost tile_cost_from(const Calibration& c) {
@@ -78,6 +112,25 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           schedule_variants.push_back(so);
         }
   std::vector<PlanCandidate> tried;
+  // Simulates a candidate's plan and keeps it if it is the best so far: a balanced candidate
+  // beats an unbalanced one; otherwise the faster prediction wins (the earlier on ties).
+  auto consider = [&](PlanCandidate c, const BlockTable& table, const DcpPlacement& placed, Plan plan) {
+    SimOptions so;
+    so.calibration = calibration;
+    SimResult sim = simulate(plan, cluster, so);
+    c.predicted_s = sim.total_s();
+    tried.push_back(c);
+    const bool better = !have || (c.balanced && !best.chosen.balanced) ||
+                        (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
+    if (better) {
+      best.table = table;
+      best.placement = placed;
+      best.plan = std::move(plan);
+      best.predicted = std::move(sim);
+      best.chosen = c;
+      have = true;
+    }
+  };
   // One placement of `table` (blocks of `block`, its split sink cut or not) at `eps` and `seed`,
   // planned and simulated with every schedule.
   auto try_placement = [&](const BlockTable& table, double table_s, int64_t block, bool cut, double eps,
@@ -106,22 +159,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       c.num_comm_stages = schedule.num_comm_stages;
       c.planning_s = table_s + placement_s + seconds_since(t_plan);
       c.balanced = placed.report.balanced();
-      SimOptions so;
-      so.calibration = calibration;
-      SimResult sim = simulate(plan, cluster, so);
-      c.predicted_s = sim.total_s();
-      tried.push_back(c);
-      // A balanced candidate beats an unbalanced one; otherwise the faster prediction wins.
-      const bool better = !have || (c.balanced && !best.chosen.balanced) ||
-                          (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
-      if (better) {
-        best.table = table;
-        best.placement = placed;
-        best.plan = std::move(plan);
-        best.predicted = std::move(sim);
-        best.chosen = c;
-        have = true;
-      }
+      consider(c, table, placed, std::move(plan));
     }
   };
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
@@ -157,6 +195,47 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     for (int k = 1; k <= opts.reseed_best; ++k)
       try_placement(table, 0.0, first.block_size, first.split_sink, first.eps_compute,
                     opts.placement.seed + static_cast<uint64_t>(k));
+  }
+  // The static layouts, each with the default schedule at every stage count (packing, which cuts
+  // sequences into token blocks, at every block size; the others cut their own chunks). Their
+  // plans run on the same executor, so where one is predicted fastest it is the plan to run. On
+  // one device every layout places everything there and differs only in how it cuts sequences,
+  // which the block sizes above already cover.
+  const std::vector<std::string> none;
+  for (const std::string& name : cluster.num_devices() > 1 ? opts.static_layouts : none) {
+    const bool per_block = name == "packing";
+    for (size_t bi = 0; bi < (per_block ? opts.block_sizes.size() : 1); ++bi) {
+      BlockOptions bo;
+      bo.block_size = opts.block_sizes[bi];
+      bo.q_heads_per_group = opts.q_heads_per_group;
+      const auto t0 = Clock::now();
+      PlacedMethod pm = place_by_method(name, batch, bo, cluster, opts.placement);
+      const double placement_s = seconds_since(t0);
+      if (opts.max_tiles_per_device > 0 && std::ssize(pm.placed.table.tiles) > tile_budget) {
+        best.skipped_static_layouts.push_back(name);
+        continue;
+      }
+      const PlacementMetrics metrics = compute_metrics(pm.placed.table, pm.placed.placement, cluster);
+      DcpPlacement placed{std::move(pm.placed.placement), {}};
+      placed.report.partitioner = name;
+      for (int stages : stage_counts) {
+        const auto t_plan = Clock::now();
+        PlanOptions plan_opts = opts.plan;
+        plan_opts.schedule.num_comm_stages = stages;
+        Plan plan = build_plan(pm.placed.table, placed.placement, cluster, plan_opts);
+        PlanCandidate c;
+        c.method = name;
+        c.block_size = per_block ? bo.block_size : 0;
+        c.eps_compute = 0;
+        c.far_outputs_first = plan_opts.schedule.far_outputs_first;
+        c.last_round_share = plan_opts.schedule.last_round_share;
+        c.level_stage_compute = plan_opts.schedule.level_stage_compute;
+        c.num_comm_stages = stages;
+        c.planning_s = placement_s + seconds_since(t_plan);
+        c.balanced = metrics.memory_imbalance <= 1 + opts.placement.eps_memory + 1e-12;
+        consider(c, pm.placed.table, placed, std::move(plan));
+      }
+    }
   }
   best.candidates = std::move(tried);
   best.search_s = seconds_since(t_search);

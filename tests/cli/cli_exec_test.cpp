@@ -264,14 +264,26 @@ TEST(CliBench, OutputsInPlaceMatchTheReference) {
   }
 }
 
-// dcp bench --search: dcp runs the planner's choice (one of the candidates), reported in the
-// table and the JSON; a calibration file that does not exist is a clear error.
+// dcp bench --search: dcp runs the planner's choice (one of the candidates, DCP's or a static
+// layout's; --dcp-only: DCP's), reported in the table and the JSON; a calibration file that does
+// not exist is a clear error.
 TEST(CliBench, SearchReportsThePlannersChoice) {
   const std::string json = ::testing::TempDir() + "dcp_bench_search.json";
   const std::string common = "bench --backend cpu --profile ldc --tokens 2048 --q-heads 4 --kv-heads 2 --head-dim 64 "
                              "--block 256 --layers 1 --iters 1 --warmup 0 --method dcp --search --search-blocks 256 "
                              "--search-blocks 512 --search-eps 0.05 --search-eps 0.1";
-  const auto r = dcp::test::run_cli(common + " --json " + json);
+  // The static layouts are candidates too: the choice is one of DCP's or a static layout.
+  const auto all = dcp::test::run_cli(common + " --json " + json);
+  ASSERT_EQ(all.exit_code, 0) << all.out;
+  EXPECT_NE(all.out.find("planner chose "), std::string::npos) << all.out;
+  {
+    std::ifstream in(json);
+    const std::string chosen = nlohmann::json::parse(in)["rows"][0]["chosen"].get<std::string>();
+    EXPECT_TRUE(chosen.rfind("B 256 ", 0) == 0 || chosen.rfind("B 512 ", 0) == 0 || chosen.rfind("static layout ", 0) == 0)
+        << chosen;
+  }
+  // --dcp-only: DCP's own candidates alone.
+  const auto r = dcp::test::run_cli(common + " --dcp-only --json " + json);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("planner chose B "), std::string::npos) << r.out;
   std::ifstream in(json);

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "dcp/error.h"
+#include "dcp/metrics.h"
 #include "dcp/planner.h"
 #include "dcp/profiles.h"
 #include "dcp/validate.h"
@@ -26,6 +27,7 @@ Batch small_batch(const std::string& mask) {
 TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
+  opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
   opts.block_sizes = {256, 512, 1024};
   opts.eps_compute = {0.02, 0.1};
   opts.calibration = calibration_from_cluster(cluster);
@@ -148,6 +150,7 @@ TEST(Planner, Deterministic) {
 TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
+  opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
   opts.block_sizes = {256, 1024, 512};
   opts.calibration = calibration_from_cluster(cluster);
   opts.far_outputs_first = {false};
@@ -189,6 +192,7 @@ TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
 TEST(Planner, TriesEveryStageCount) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
+  opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
   opts.block_sizes = {512};
   opts.calibration = calibration_from_cluster(cluster);
   opts.far_outputs_first = {false};
@@ -217,6 +221,7 @@ TEST(Planner, TriesEveryStageCount) {
 TEST(Planner, PlacesTheBestCandidateAgainWithFurtherSeeds) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
+  opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
   opts.block_sizes = {512, 1024};
   opts.eps_compute = {0.05, 0.1};
   opts.calibration = calibration_from_cluster(cluster);
@@ -243,6 +248,88 @@ TEST(Planner, PlacesTheBestCandidateAgainWithFurtherSeeds) {
   EXPECT_TRUE(validate_plan(p.plan).empty());
   EXPECT_EQ(serialize_plan(plan_batch(batch, cluster, opts).plan), serialize_plan(p.plan));
   opts.reseed_best = -1;
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+}
+
+// The static layouts are candidates beside DCP's own: the chosen plan is never predicted slower
+// than any of them (each simulated here on its own, with the default schedule), and where one of
+// them is the fastest it is the plan that comes back, whole and valid.
+TEST(Planner, StaticLayoutsAreCandidatesAndNoneIsPredictedFaster) {
+  Cluster cluster = cluster_preset("h200-nvl", 1);
+  cluster.devices_per_node = 2;
+  PlannerOptions opts;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.1};
+  opts.calibration = calibration_from_cluster(cluster);
+  ASSERT_EQ(opts.static_layouts, PlannerOptions::default_static_layouts());
+  ASSERT_EQ(opts.static_layouts.size(), all_baselines().size());
+  for (const char* mask : {"causal", "lambda", "shared_question"}) {
+    SCOPED_TRACE(mask);
+    const Batch batch = small_batch(mask);
+    const PlannedBatch p = plan_batch(batch, cluster, opts);
+    for (const std::string& name : opts.static_layouts) {
+      const auto n = std::count_if(p.candidates.begin(), p.candidates.end(),
+                                   [&](const PlanCandidate& c) { return c.method == name; });
+      EXPECT_EQ(n, name == "packing" ? 2 : 1) << name;  // packing at each block size
+      BlockOptions bo;
+      bo.block_size = 512;
+      const PlacedMethod pm = place_by_method(name, batch, bo, cluster, opts.placement);
+      const Plan plan = build_plan(pm.placed.table, pm.placed.placement, cluster, opts.plan);
+      SimOptions so;
+      so.calibration = *opts.calibration;
+      const PlacementMetrics m = compute_metrics(pm.placed.table, pm.placed.placement, cluster);
+      if (m.memory_imbalance <= 1 + opts.placement.eps_memory && p.chosen.balanced) {
+        EXPECT_LE(p.chosen.predicted_s, simulate(plan, cluster, so).total_s()) << name;
+      }
+    }
+    EXPECT_EQ(p.plan.header.method, p.chosen.method);
+    EXPECT_EQ(describe(p.chosen).rfind(p.chosen.method == "dcp" ? "B " : "static layout " + p.chosen.method, 0), 0u)
+        << describe(p.chosen);
+    EXPECT_TRUE(validate_plan(p.plan).empty());
+  }
+  // DCP held to tiny blocks (16 tokens: thousands of tiles, each with its overhead) loses to
+  // every static layout that cuts whole chunks; the search then returns the fastest of those.
+  opts.block_sizes = {16};
+  opts.max_tiles_per_device = 0;
+  ProfileOptions po;
+  po.profile = Profile::Ldc;
+  po.seed = 4;
+  po.token_budget = 2048;
+  po.mask = "causal";
+  po.shape = AttentionShape{8, 2, 64, DType::BF16};
+  const Batch batch = generate_batches(po, 1).front();
+  const PlannedBatch p = plan_batch(batch, cluster, opts);
+  EXPECT_NE(p.chosen.method, "dcp");
+  EXPECT_EQ(p.plan.header.method, p.chosen.method);
+  EXPECT_TRUE(validate_plan(p.plan).empty());
+  for (const PlanCandidate& c : p.candidates) {
+    if (c.balanced) {
+      EXPECT_LE(p.chosen.predicted_s, c.predicted_s) << describe(c);
+    }
+  }
+  opts.static_layouts.clear();
+  const PlannedBatch dcp_only = plan_batch(batch, cluster, opts);
+  EXPECT_EQ(dcp_only.chosen.method, "dcp");
+  EXPECT_LT(p.chosen.predicted_s, dcp_only.chosen.predicted_s);
+  // Deterministic with the static layouts too.
+  opts.static_layouts = PlannerOptions::default_static_layouts();
+  EXPECT_EQ(serialize_plan(plan_batch(batch, cluster, opts).plan), serialize_plan(p.plan));
+}
+
+TEST(Planner, RejectsBadStaticLayouts) {
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  const Batch batch = small_batch("causal");
+  PlannerOptions opts;
+  opts.static_layouts = {"zigzag", "nope"};
+  try {
+    plan_batch(batch, cluster, opts);
+    ADD_FAILURE() << "an unknown static layout was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'nope'"), std::string::npos) << e.what();
+  }
+  opts.static_layouts = {"dcp"};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.static_layouts = {"ring", "ring"};
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
 }
 

@@ -39,6 +39,23 @@ def test_placement_threads_give_the_same_plan():
         plan_hash(placement_threads=0)
 
 
+def test_search_takes_the_static_layouts_as_candidates():
+    """With search, the static layouts are candidates beside DCP's own (search_static_layouts,
+    default all): the plan is DCP's or a static layout's; [] keeps DCP's; a bad name is refused."""
+    lengths, specs = cases.random_docs(5, max_len=900, num_docs=6)
+    cluster = dcp.cluster("h200-nvl", 1, 2)
+    options = {"block_size": 64, "stages": 2, "search": True, "search_block_sizes": [64, 128]}
+
+    def plan(**extra):
+        return dcp.plan(lengths, specs, cases.SHAPE, cluster=cluster, world_size=2, options=dict(options, **extra))
+
+    assert plan().method in ("dcp", "ring", "zigzag", "ulysses", "a2a_p2p", "packing")
+    assert plan(search_static_layouts=[]).method == "dcp"
+    assert plan(search_static_layouts=["zigzag"]).method in ("dcp", "zigzag")
+    with pytest.raises(dcp.Error, match="'nope'"):
+        plan(search_static_layouts=["nope"])
+
+
 def test_iterate_keeps_lookahead_steps_submitted():
     p = planner(lookahead=2)
     items = [cases.random_docs(seed) for seed in range(5)]
