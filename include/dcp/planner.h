@@ -87,7 +87,8 @@ struct PlannerOptions {
   // every block size. The fastest plan wins whichever placement made it; a static one counts as
   // balanced when its full memory (compute_metrics' memory_imbalance) is within 1 +
   // placement.eps_memory. A layout whose table holds more tiles than the block sizes' budget
-  // (max_tiles_per_device) is skipped. Measured with `dcp simulate --search` on 2 H200s (h200-nvl,
+  // (max_tiles_per_device; the chunk-cutting layouts by an upper bound, before any is built) is
+  // skipped. Measured with `dcp simulate --search` on 2 H200s (h200-nvl,
   // 1 x 2; bench/results/plan_sim.md): DCP's own best was 0.99x of zigzag or Ulysses on 3 of 32
   // causal and shared-question batches and at most 1.01x ahead on most others of those masks, so
   // on few devices the static layouts are real contenders; empty: DCP's placements only.

@@ -202,8 +202,25 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   // one device every layout places everything there and differs only in how it cuts sequences,
   // which the block sizes above already cover.
   const std::vector<std::string> none;
+  // The layouts that cut each sequence into chunks (at most 2 per device) hold at most chunks^2
+  // tiles per sequence and head group: over the budget, they are not built at all (on hundreds
+  // of devices a table would take seconds).
+  int64_t chunk_tiles_bound = 0;
+  {
+    const int64_t chunks = 2 * int64_t{cluster.num_devices()};
+    const int q_per_group = opts.q_heads_per_group > 0 ? opts.q_heads_per_group : batch.shape.group_ratio();
+    for (const Sequence& s : batch.sequences) {
+      const int64_t c = std::min(s.length, chunks);
+      chunk_tiles_bound += c * c;
+    }
+    chunk_tiles_bound *= batch.shape.q_heads / std::max(q_per_group, 1);
+  }
   for (const std::string& name : cluster.num_devices() > 1 ? opts.static_layouts : none) {
     const bool per_block = name == "packing";
+    if (!per_block && opts.max_tiles_per_device > 0 && chunk_tiles_bound > tile_budget) {
+      best.skipped_static_layouts.push_back(name);
+      continue;
+    }
     for (size_t bi = 0; bi < (per_block ? opts.block_sizes.size() : 1); ++bi) {
       BlockOptions bo;
       bo.block_size = opts.block_sizes[bi];
