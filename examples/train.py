@@ -508,7 +508,8 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
                                                                default=0)},
         "planner": {"waited_ms_median": round(statistics.median(waited), 4), "waited_ms_max": round(max(waited), 4),
                     "waited_share_of_step": round(statistics.median(waited) / step_ms, 6),
-                    "planning_ms_median": round(statistics.median(r.get("planning_ms", 0.0) for r in measured), 3)}
+                    "planning_ms_median": round(statistics.median(r.get("planning_ms", 0.0) for r in measured), 3),
+                    "steps_on_static_layouts": int(sum(r.get("static_layout", 0.0) for r in measured))}
         if mode in CP_METHODS else None,
         "imbalance": {"fwd_bwd_max_over_mean_median": round(statistics.median(per_step_ratio), 4),
                       "attention_compute_max_over_mean": round(max_over_mean(attn_compute), 4) if attention else None,

@@ -132,6 +132,9 @@ class DcpBackend:
         stats = dict(self.planner.stats(plan.step))
         stats["local_tokens"] = plan.num_tokens
         stats["block_size"] = plan.plan.block_size
+        # 1 when the planner's search chose a static layout's plan for this step (its candidates
+        # include them on several ranks), or the mode is a static layout.
+        stats["static_layout"] = 0.0 if plan.plan.method == "dcp" else 1.0
         return Local(plan.dispatch(ids), plan.dispatch(labels), plan.positions(self.device), num_targets, attend,
                      stats=stats, release=plan.release)
 
