@@ -112,9 +112,20 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           schedule_variants.push_back(so);
         }
   std::vector<PlanCandidate> tried;
-  // Simulates a candidate's plan and keeps it if it is the best so far: a balanced candidate
-  // beats an unbalanced one; otherwise the faster prediction wins (the earlier on ties).
-  auto consider = [&](PlanCandidate c, const BlockTable& table, const DcpPlacement& placed, Plan plan) {
+  // Plans a placement with `schedule`, simulates the plan and keeps it if it is the best so far:
+  // a balanced candidate beats an unbalanced one; otherwise the faster prediction wins (the
+  // earlier on ties). `c` comes with its placement's fields and time.
+  auto consider = [&](PlanCandidate c, const BlockTable& table, const DcpPlacement& placed,
+                      const ScheduleOptions& schedule) {
+    const auto t_plan = Clock::now();
+    PlanOptions plan_opts = opts.plan;
+    plan_opts.schedule = schedule;
+    Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
+    c.far_outputs_first = schedule.far_outputs_first;
+    c.last_round_share = schedule.last_round_share;
+    c.level_stage_compute = schedule.level_stage_compute;
+    c.num_comm_stages = schedule.num_comm_stages;
+    c.planning_s += seconds_since(t_plan);
     SimOptions so;
     so.calibration = calibration;
     SimResult sim = simulate(plan, cluster, so);
@@ -144,22 +155,14 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     const double placement_s = seconds_since(t0);
     // The tile orders of the schedule share the placement: only plan and simulation repeat.
     for (const ScheduleOptions& schedule : schedule_variants) {
-      const auto t_plan = Clock::now();
-      PlanOptions plan_opts = opts.plan;
-      plan_opts.schedule = schedule;
-      Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
       PlanCandidate c;
       c.block_size = block;
       c.split_sink = cut;
       c.eps_compute = eps;
       c.placement_seed = seed;
-      c.far_outputs_first = schedule.far_outputs_first;
-      c.last_round_share = schedule.last_round_share;
-      c.level_stage_compute = schedule.level_stage_compute;
-      c.num_comm_stages = schedule.num_comm_stages;
-      c.planning_s = table_s + placement_s + seconds_since(t_plan);
+      c.planning_s = table_s + placement_s;
       c.balanced = placed.report.balanced();
-      consider(c, table, placed, std::move(plan));
+      consider(c, table, placed, schedule);
     }
   };
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
@@ -201,57 +204,49 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   // plans run on the same executor, so where one is predicted fastest it is the plan to run. On
   // one device every layout places everything there and differs only in how it cuts sequences,
   // which the block sizes above already cover.
-  const std::vector<std::string> none;
-  // The layouts that cut each sequence into chunks (at most 2 per device) hold at most chunks^2
-  // tiles per sequence and head group: over the budget, they are not built at all (on hundreds
-  // of devices a table would take seconds).
-  int64_t chunk_tiles_bound = 0;
-  {
+  if (cluster.num_devices() > 1) {
+    // The layouts that cut each sequence into chunks (at most 2 per device) hold at most chunks^2
+    // tiles per sequence and head group: over the budget, they are not built at all (on hundreds
+    // of devices a table would take seconds).
+    int64_t chunk_tiles_bound = 0;
     const int64_t chunks = 2 * int64_t{cluster.num_devices()};
-    const int q_per_group = opts.q_heads_per_group > 0 ? opts.q_heads_per_group : batch.shape.group_ratio();
     for (const Sequence& s : batch.sequences) {
       const int64_t c = std::min(s.length, chunks);
       chunk_tiles_bound += c * c;
     }
+    const int q_per_group = opts.q_heads_per_group > 0 ? opts.q_heads_per_group : batch.shape.group_ratio();
     chunk_tiles_bound *= batch.shape.q_heads / std::max(q_per_group, 1);
-  }
-  for (const std::string& name : cluster.num_devices() > 1 ? opts.static_layouts : none) {
-    const bool per_block = name == "packing";
-    if (!per_block && opts.max_tiles_per_device > 0 && chunk_tiles_bound > tile_budget) {
-      best.skipped_static_layouts.push_back(name);
-      continue;
-    }
-    for (size_t bi = 0; bi < (per_block ? opts.block_sizes.size() : 1); ++bi) {
-      BlockOptions bo;
-      bo.block_size = opts.block_sizes[bi];
-      bo.q_heads_per_group = opts.q_heads_per_group;
-      const auto t0 = Clock::now();
-      PlacedMethod pm = place_by_method(name, batch, bo, cluster, opts.placement);
-      const double placement_s = seconds_since(t0);
-      if (opts.max_tiles_per_device > 0 && std::ssize(pm.placed.table.tiles) > tile_budget) {
-        best.skipped_static_layouts.push_back(name);
-        continue;
+    const bool budget = opts.max_tiles_per_device > 0;
+    for (const std::string& name : opts.static_layouts) {
+      const bool per_block = name == "packing";
+      const bool over_bound = !per_block && budget && chunk_tiles_bound > tile_budget;
+      bool skipped = over_bound;
+      for (size_t bi = 0; !over_bound && bi < (per_block ? opts.block_sizes.size() : 1); ++bi) {
+        BlockOptions bo;
+        bo.block_size = opts.block_sizes[bi];
+        bo.q_heads_per_group = opts.q_heads_per_group;
+        const auto t0 = Clock::now();
+        PlacedMethod pm = place_by_method(name, batch, bo, cluster, opts.placement);
+        const double placement_s = seconds_since(t0);
+        if (budget && std::ssize(pm.placed.table.tiles) > tile_budget) {
+          skipped = true;
+          continue;
+        }
+        const PlacementMetrics metrics = compute_metrics(pm.placed.table, pm.placed.placement, cluster);
+        DcpPlacement placed{std::move(pm.placed.placement), {}};
+        placed.report.partitioner = name;
+        for (int stages : stage_counts) {
+          PlanCandidate c;
+          c.method = name;
+          c.block_size = per_block ? bo.block_size : 0;
+          c.planning_s = placement_s;
+          c.balanced = metrics.memory_imbalance <= 1 + opts.placement.eps_memory + 1e-12;
+          ScheduleOptions schedule = opts.plan.schedule;
+          schedule.num_comm_stages = stages;
+          consider(c, pm.placed.table, placed, schedule);
+        }
       }
-      const PlacementMetrics metrics = compute_metrics(pm.placed.table, pm.placed.placement, cluster);
-      DcpPlacement placed{std::move(pm.placed.placement), {}};
-      placed.report.partitioner = name;
-      for (int stages : stage_counts) {
-        const auto t_plan = Clock::now();
-        PlanOptions plan_opts = opts.plan;
-        plan_opts.schedule.num_comm_stages = stages;
-        Plan plan = build_plan(pm.placed.table, placed.placement, cluster, plan_opts);
-        PlanCandidate c;
-        c.method = name;
-        c.block_size = per_block ? bo.block_size : 0;
-        c.eps_compute = 0;
-        c.far_outputs_first = plan_opts.schedule.far_outputs_first;
-        c.last_round_share = plan_opts.schedule.last_round_share;
-        c.level_stage_compute = plan_opts.schedule.level_stage_compute;
-        c.num_comm_stages = stages;
-        c.planning_s = placement_s + seconds_since(t_plan);
-        c.balanced = metrics.memory_imbalance <= 1 + opts.placement.eps_memory + 1e-12;
-        consider(c, pm.placed.table, placed, std::move(plan));
-      }
+      if (skipped) best.skipped_static_layouts.push_back(name);
     }
   }
   best.candidates = std::move(tried);
