@@ -300,6 +300,7 @@ int main(int argc, char** argv) {
         bp.delta = delta;
         bp.dq = dq;
         bp.dq_rows = max_seq;
+        bp.dkv_rows = max_seq;
         bp.q_rows = max_seq;
         bp.dout_rows = max_seq;
         bp.dk = dk;

@@ -2,7 +2,7 @@
 """Where a kernel's warps spend their time, by code region, from Nsight Compute's SASS source page.
 
 Input: the CSV of `ncu --import REPORT --page source --print-source sass --csv` (plain or .gz; the
-ncu phase of bench/run_exec_device.sh writes ncu_src_<kernel>_<list>_b<B>.csv.gz). Each SASS
+ncu phase of bench/run_exec_device.sh writes ncu_src_<kernel>_<list>_b<B>[_<route>].csv.gz). Each SASS
 instruction carries its warp-state samples. The instructions are cut into regions at the ones
 that separate the phases of a tensor-core loop (HGMMA issues, their waits, barriers, memory
 fences, mbarrier operations), and each region's share of all samples is printed with its first

@@ -57,7 +57,7 @@ if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K launc
   nd=/tmp/ncu_out; mkdir -p $nd  # tarred into $OUT/ncu.tar (few files may come back)
   for list in ${NCU_LIST:-sequence}; do
     for kern in ${NCU_KERNELS:-forward_sm90_ws backward_sm90_ws}; do
-      name=${kern}_${list}_b${NCU_BLOCK:-4096}
+      name=${kern}_${list}_b${NCU_BLOCK:-4096}${NCU_ROUTE:+_$NCU_ROUTE}
       say "ncu: attention_${kern}_kernel, $list list, B ${NCU_BLOCK:-4096}"
       CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=${NCU_BLOCK:-4096} DCP_BENCH_LIST=$list \
         DCP_BENCH_ROUTES=${NCU_ROUTE:-wgmma} \

@@ -206,6 +206,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     bp.dk = d_dk.ptr;
     bp.dv = d_dv.ptr;
     bp.dq_rows = c.dq_rows_known ? qo_rows : 0;
+    bp.dkv_rows = c.dq_rows_known ? kvo_rows : 0;
     bp.q_rows = c.q_rows_known ? l.q_rows : 0;
     bp.dout_rows = c.q_rows_known ? qo_rows : 0;
     bp.route = c.route;

@@ -327,6 +327,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     bp.dk = d_dk.ptr;
     bp.dv = d_dv.ptr;
     bp.dq_rows = n_tok;
+    bp.dkv_rows = n_tok;
     bp.q_rows = n_tok;
     bp.dout_rows = n_tok;
     bp.route = cfg.backward_route;

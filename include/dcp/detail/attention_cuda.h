@@ -286,8 +286,13 @@ struct AttnBackwardParams {
   // full 64-row dQ sub-tile with tensor-memory-access reductions (two instructions per 64 x 64
   // block) instead of per-row or per-element atomics; the results are the same.
   int64_t dq_rows = 0;
-  float* dk = nullptr;                   // accumulated (atomicAdd)
-  float* dv = nullptr;                   // accumulated (atomicAdd)
+  float* dk = nullptr;                   // accumulated (atomic adds or TMA reductions)
+  float* dv = nullptr;                   // accumulated (atomic adds or TMA reductions)
+  // Rows of the dk and dv buffers (0: unknown; the smaller if they differ). When known, the
+  // warp-specialised Hopper kernel adds the dK / dV of a work item with a full 128-key chunk by
+  // tensor-memory-access reductions (whole 128-byte lines) instead of 8-byte atomics; the results
+  // are the same.
+  int64_t dkv_rows = 0;
   // Which backward kernel runs (see AttnKernelRoute).
   AttnKernelRoute route = AttnKernelRoute::Auto;
   AttnDqMode dq_mode = AttnDqMode::Bulk;

@@ -89,8 +89,11 @@ struct BwWsParams {
   CUtensorMap dq_map;  // aligned as the driver header requires
   CUtensorMap q_map;   // Q and dO: boxes of 64 rows x 64 bf16 columns, 128-byte swizzled
   CUtensorMap do_map;
+  CUtensorMap dk_map;  // dK and dV: boxes of 64 rows x 32 fp32 columns, 128-byte swizzled
+  CUtensorMap dv_map;
   int32_t tma_dq;   // 1: dq_map is valid
   int32_t tma_qdo;  // 1: q_map and do_map are valid
+  int32_t tma_dkv;  // 1: dk_map and dv_map are valid
 };
 
 // dQ staging tile of one consumer warpgroup for the TMA route: 2 boxes of 64 rows x 32 fp32
@@ -157,20 +160,23 @@ struct BwWsSmem {
   static_assert(kFull % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
-// dQ * scale into the warpgroup's swizzled TMA staging tile: thread rows row_lo, row_lo + 8,
+// An accumulator (m64nN fp32, kGroups = N / 8 column groups) * scale into a swizzled TMA staging
+// tile of 64-row x 32-column boxes (dQ: N = 64; dK and dV: N = D): thread rows row_lo, row_lo + 8,
 // columns 8 j + 2 tq (box j / 4). A warp's 8-byte stores run as two half-warps (g = row_lo & 7 in
 // 0..3 and 4..7). Were every thread to store column group j at once, a half-warp's logical chunks
 // 2 (j & 3) + tq / 2 would be XORed by g into only four physical chunks: two rows per bank, twice
 // the wavefronts. So threads with odd g store group j ^ 2 when the others store j: the chunk's
 // bits become (j1 ^ g0 ^ g2, j0 ^ g1, tq1 ^ g0), one-to-one over a half-warp's (g, tq / 2), and
 // each half-warp fills all 32 banks once (the minimum: 2 wavefronts per instruction).
-__device__ __forceinline__ void bw_write_dq_boxes(unsigned char* tile, const float (&dq)[32], int row_lo, int tq, float scale) {
+template <int kGroups>
+__device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float (&dq)[4 * kGroups], int row_lo, int tq,
+                                               float scale) {
   const bool odd = (row_lo & 1) != 0;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row_lo + 8 * r;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < kGroups; ++j) {
       const int js = j ^ 2;  // compile-time register indices; the choice is a select
       const float x = odd ? dq[4 * js + 2 * r] : dq[4 * j + 2 * r];
       const float y = odd ? dq[4 * js + 2 * r + 1] : dq[4 * j + 2 * r + 1];
@@ -442,7 +448,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const int q_rows = info->q_rows;
     const int col0 = info->qh * kD + (kD == 128 ? 64 * wg : 0);
     unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
-    bw_write_dq_boxes(tile, dq, row_lo, tq, scale);
+    bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
     fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
     if (wg == 0) {
       bar_sync_n<kBarDq0, 128>();
@@ -488,6 +494,38 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank);
     bar_sync_n<kBarDsReady, kConsumerThreads>();
   }
+  if (!ordered && wp.tma_dkv != 0 && keys == kBwKeys) {
+    // dK and dV by TMA reductions: 8-byte atomics from registers took 12 % of the dK / dV pass's
+    // samples on lists of short items (causal-diagonal tiles at B 1024), L2 taking them at a
+    // fraction of the rate of whole lines. Staged in the shared memory of K, V, Q and dO, which
+    // nothing reads once both warpgroups are past their last products (the barrier) and the
+    // producer has posted the end of the walk: warpgroup wg's dK at 64 KB x wg, its dV 32 KB above.
+    bar_sync_n<kBarDsReady, kConsumerThreads>();
+    constexpr int kBoxes = kD / 32;
+    static_assert(4 * kBoxes * kDqBoxBytes <= Smem::kDs, "staged in K, V, Q and dO");
+    unsigned char* dk_tile = smem + wg * 2 * kBoxes * kDqBoxBytes;
+    unsigned char* dv_tile = dk_tile + kBoxes * kDqBoxBytes;
+    bw_write_boxes<kD / 8>(dk_tile, dk, row_lo, tq, scale);
+    bw_write_boxes<kD / 8>(dv_tile, dv, row_lo, tq, 1.0F);
+    fence_proxy_async();  // the tiles -> visible to the TMA reductions after the barrier
+    if (wg == 0) {
+      bar_sync_n<kBarDq0, 128>();
+    } else {
+      bar_sync_n<kBarDq1, 128>();
+    }
+    if (tw == 0) {
+      const uint32_t src = base + static_cast<uint32_t>(wg * 2 * kBoxes * kDqBoxBytes);
+      const int row = dkv_row0 + c0 + 64 * wg;
+#pragma unroll
+      for (int b = 0; b < kBoxes; ++b) {
+        tma_reduce_add_2d(&wp.dk_map, src + static_cast<uint32_t>(b * kDqBoxBytes), kvh * kD + 32 * b, row);
+        tma_reduce_add_2d(&wp.dv_map, src + static_cast<uint32_t>((kBoxes + b) * kDqBoxBytes), kvh * kD + 32 * b, row);
+      }
+      bulk_commit();
+      bulk_wait<0>();  // the CTA's shared memory stays alive until the reductions have read it
+    }
+    return;
+  }
   bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
   if (ordered) {
     __threadfence();
@@ -515,6 +553,13 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       encode_tensor_map_2d(wp.q_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.q, q_elems, p.q_rows, 64, kBwRows) &&
       encode_tensor_map_2d(wp.do_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, kBwRows);
   wp.tma_qdo = tma_qdo ? 1 : 0;
+  // dK, dV: [dkv_rows][num_kv_heads x D] fp32, boxes of 64 rows x 32 columns.
+  const int64_t kv_elems = int64_t{p.shape.num_kv_heads} * p.shape.head_dim;
+  const bool tma_dkv =
+      p.dkv_rows > 0 &&
+      encode_tensor_map_2d(wp.dk_map, "attention_backward_sm90_ws", TensorElem::F32, p.dk, kv_elems, p.dkv_rows, 32, kBwRows) &&
+      encode_tensor_map_2d(wp.dv_map, "attention_backward_sm90_ws", TensorElem::F32, p.dv, kv_elems, p.dkv_rows, 32, kBwRows);
+  wp.tma_dkv = tma_dkv ? 1 : 0;
   if (!p.deterministic) {
     attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
     return;

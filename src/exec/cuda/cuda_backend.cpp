@@ -176,6 +176,7 @@ class CudaBackend final : public Backend {
     p.dq_rows = a.rows[idx(Array::dQ)];
     p.dk = static_cast<float*>(a.base[idx(Array::dK)]);
     p.dv = static_cast<float*>(a.base[idx(Array::dV)]);
+    p.dkv_rows = std::min(a.rows[idx(Array::dK)], a.rows[idx(Array::dV)]);
     p.route = route(kernels_.backward);
     p.dq_mode = kernels_.dq == DqReduction::Atomic ? cuda::AttnDqMode::Atomic : cuda::AttnDqMode::Bulk;
     p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
