@@ -2,8 +2,9 @@
 
 Reads the call's ab.tgz (or its unpacked folder) and prints, per list and block size, the mean
 forward and backward TFLOP/s of A and of every other variant (B, C, ...) over their runs, and each
-over A; then the whole plans (every mask, both orders) the same way, and cuDNN's figures of the
-call. Means over the runs because the runs alternate A B A B: a drift of the GPU's clock between
+over A; then the whole plans (every mask, both orders) the same way, with the deterministic
+backward's whole plans and their ratio to the default's where the call ran them (AB_DET=1), and
+cuDNN's figures of the call. Means over the runs because the runs alternate A B A B: a drift of the GPU's clock between
 runs falls on every side alike.
 
 Usage: python3 bench/ab_table.py ab.tgz [--fwd-route wgmma-runs] [--bwd-route wgmma-cells] [--json OUT]
@@ -72,11 +73,12 @@ def list_rows(files, fwd_route, bwd_route):
     return [compared({"seq": seq, "block": block, "list": lst}, a) for (seq, block, lst), a in sorted(acc.items())]
 
 
-def plan_rows(files):
-    """One row per mask: the mean whole-plan rate of each variant over both orders, and each over A."""
+def plan_rows(files, prefix="plan"):
+    """One row per mask: the mean whole-plan rate of each variant over both orders, and each over A
+    (prefix detplan: the deterministic backward's runs)."""
     acc = {}
     for name, obj in files.items():
-        m = re.fullmatch(r"plan_([A-Z])_(.+)_([A-Z]{2,})\.json", name)
+        m = re.fullmatch(prefix + r"_([A-Z])_(.+)_([A-Z]{2,})\.json", name)
         if not m:
             continue
         r = obj["rows"][0]
@@ -128,6 +130,20 @@ def main(argv=None):
         print("|" + " --- |" * (1 + len(head)))
         for r in plans:
             print(f"| {r['mask']} | " + " | ".join(cells(r)) + " |")
+    detplans = plan_rows(files, "detplan")
+    if detplans:
+        default_bwd = {r["mask"]: r for r in plans}
+        print("\ndeterministic backward, whole one-GPU plans; backward TFLOP/s, mean over both orders, and over the default's")
+        print("| mask | det A | det A / default A | " + " | ".join(f"det {v} | {v} / A | det {v} / default {v}" for v in vs) + " |")
+        print("|" + " --- |" * (3 + 3 * len(vs)))
+        for r in detplans:
+            d = default_bwd.get(r["mask"], {})
+            out = [fmt(r["bwd_A"], ".1f"), fmt(r["bwd_A"] / d["bwd_A"] if d.get("bwd_A") else None, ".3f")]
+            for v in vs:
+                dv = d.get(f"bwd_{v}")
+                out += [fmt(r.get(f"bwd_{v}"), ".1f"), fmt(r.get(f"bwd_{v}_over_A"), ".3f"),
+                        fmt(r[f"bwd_{v}"] / dv if dv and r.get(f"bwd_{v}") else None, ".3f")]
+            print(f"| {r['mask']} | " + " | ".join(out) + " |")
     sdpa = files.get("sdpa_reference.json")
     if sdpa:
         print("\ncuDNN in the same call: " + "; ".join(
@@ -135,7 +151,7 @@ def main(argv=None):
             for r in sdpa["rows"] if r["backend"] == "cudnn"))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"lists": lists, "plans": plans}, f, indent=1)
+            json.dump({"lists": lists, "plans": plans, "deterministic_plans": detplans}, f, indent=1)
     return 0
 
 

@@ -7,6 +7,8 @@
 # fp64, the whole-plan check on one GPU), then all are timed alternately in the same sustained
 # state: bench_cuda_attention (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc
 # 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed (AB_PLANS=0: none).
+# AB_DET=1 adds the deterministic backward: its whole-plan check (gradients bitwise equal over three
+# steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json).
 # cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
 # throughout.
 # Reading it: each list's forward is timed right after the previous list's backward, at the clock
@@ -58,6 +60,11 @@ for v in $variants; do
   timeout 200 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_$v.log" 2>&1
   echo "exec check $v: rc=$?"
   tail -2 "$x/exec_check_$v.log"
+  if [ "${AB_DET:-0}" = 1 ]; then
+    say "whole-plan check, one GPU, deterministic backward ($v)"
+    DCP_ATTN_DETERMINISTIC=1 timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_det_$v.log" 2>&1
+    echo "deterministic exec check $v: rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$x/exec_check_det_$v.log") configs bitwise equal"
+  fi
 done
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 >"$x/clocks.csv" 2>&1 &
 smi=$!
@@ -70,14 +77,20 @@ for r in 1 2; do
 done
 reversed=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' ')
 [ "${AB_PLANS:-1}" = 0 ] && reversed="" variants_plans="" || variants_plans=$variants
-for order in ${variants_plans:+"$variants_plans"} ${reversed:+"$reversed"}; do
-  tag=$(echo $order | tr -d ' ')
-  for m in causal lambda causal_blockwise shared_question; do
-    for v in $order; do
-      say "plan $v $m"
-      timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 \
-        --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
-        --cluster h200-nvl --nodes 1 --json "$x/plan_${v}_${m}_${tag}.json" 2>&1 | tail -1
+dets=0
+[ "${AB_DET:-0}" = 1 ] && dets="0 1"
+for det in $dets; do
+  prefix=plan
+  [ $det = 1 ] && prefix=detplan
+  for order in ${variants_plans:+"$variants_plans"} ${reversed:+"$reversed"}; do
+    tag=$(echo $order | tr -d ' ')
+    for m in causal lambda causal_blockwise shared_question; do
+      for v in $order; do
+        say "$prefix $v $m"
+        DCP_ATTN_DETERMINISTIC=$det timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
+          --q-heads 32 --kv-heads 8 --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 \
+          --method dcp --cluster h200-nvl --nodes 1 --json "$x/${prefix}_${v}_${m}_${tag}.json" 2>&1 | tail -1
+      done
     done
   done
 done

@@ -75,3 +75,23 @@ def test_third_variant(tmp_path, capsys):
     assert p["bwd_C"] == pytest.approx(475) and p["bwd_C_over_A"] == pytest.approx(475 / 450)
     printed = capsys.readouterr().out
     assert "| bwd C | C / A |" in printed and "| 32768 | 1024 | full |" in printed
+
+
+def test_deterministic_plans(tmp_path, capsys):
+    path = tmp_path / "abdet.tgz"
+    write_tgz(path, {
+        "kernels_A_1.json": kernels(500, 400), "kernels_B_1.json": kernels(520, 420),
+        "plan_A_lambda_AB.json": plan(500, 400), "plan_B_lambda_AB.json": plan(500, 420),
+        "plan_A_lambda_BA.json": plan(500, 400), "plan_B_lambda_BA.json": plan(500, 420),
+        "detplan_A_lambda_AB.json": plan(500, 340), "detplan_B_lambda_AB.json": plan(500, 370),
+        "detplan_A_lambda_BA.json": plan(500, 350), "detplan_B_lambda_BA.json": plan(500, 380)})
+    out = tmp_path / "t.json"
+    assert ab_table.main([str(path), "--json", str(out)]) == 0
+    t = json.loads(out.read_text())
+    (p,) = t["plans"]
+    (d,) = t["deterministic_plans"]
+    assert p["bwd_B_over_A"] == pytest.approx(1.05)
+    assert d["mask"] == "lambda" and d["bwd_A"] == pytest.approx(345) and d["bwd_B_over_A"] == pytest.approx(375 / 345)
+    printed = capsys.readouterr().out
+    # det / default per variant: A 345 / 400, B 375 / 420
+    assert "| lambda | 345.0 | 0.863 | 375.0 | 1.087 | 0.893 |" in printed
