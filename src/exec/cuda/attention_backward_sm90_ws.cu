@@ -169,7 +169,7 @@ struct BwWsSmem {
 // bits become (j1 ^ g0 ^ g2, j0 ^ g1, tq1 ^ g0), one-to-one over a half-warp's (g, tq / 2), and
 // each half-warp fills all 32 banks once (the minimum: 2 wavefronts per instruction).
 template <int kGroups>
-__device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float (&dq)[4 * kGroups], int row_lo, int tq,
+__device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float (&acc)[4 * kGroups], int row_lo, int tq,
                                                float scale) {
   const bool odd = (row_lo & 1) != 0;
 #pragma unroll
@@ -178,8 +178,8 @@ __device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float 
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
       const int js = j ^ 2;  // compile-time register indices; the choice is a select
-      const float x = odd ? dq[4 * js + 2 * r] : dq[4 * j + 2 * r];
-      const float y = odd ? dq[4 * js + 2 * r + 1] : dq[4 * j + 2 * r + 1];
+      const float x = odd ? acc[4 * js + 2 * r] : acc[4 * j + 2 * r];
+      const float y = odd ? acc[4 * js + 2 * r + 1] : acc[4 * j + 2 * r + 1];
       const int jj = odd ? js : j;
       const int chunk = (2 * (jj & 3) + (tq >> 1)) ^ (row & 7);
       auto* dst = reinterpret_cast<float2*>(tile + (j >> 2) * kDqBoxBytes + row * 128 + chunk * 16 + (tq & 1) * 8);
