@@ -4,8 +4,8 @@ Reads the call's ab.tgz (or its unpacked folder) and prints, per list and block 
 forward and backward TFLOP/s of A and of every other variant (B, C, ...) over their runs, and each
 over A; then the whole plans (every mask, both orders) the same way, with the deterministic
 backward's whole plans and their ratio to the default's where the call ran them (AB_DET=1), and
-cuDNN's figures of the call. Means over the runs because the runs alternate A B A B: a drift of the GPU's clock between
-runs falls on every side alike.
+cuDNN's figures of the call. Means over the runs because the runs alternate A B A B: a drift of
+the GPU's clock between runs falls on every side alike.
 
 Usage: python3 bench/ab_table.py ab.tgz [--fwd-route wgmma-runs] [--bwd-route wgmma-cells] [--json OUT]
 """
@@ -39,6 +39,10 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
+def ratio(x, y):
+    return x / y if x and y else None
+
+
 def compared(row, acc):
     """`row` with the mean forward and backward rates of every variant ({"A": (fwd list, bwd list),
     "B": ...}) and each variant's over A's (fwd_B_over_A, ...)."""
@@ -50,7 +54,7 @@ def compared(row, acc):
                 continue
             mv = mean(acc[v][i])
             row[f"{d}_{v}"] = mv
-            row[f"{d}_{v}_over_A"] = mv / ma if ma and mv else None
+            row[f"{d}_{v}_over_A"] = ratio(mv, ma)
     return row
 
 
@@ -138,11 +142,10 @@ def main(argv=None):
         print("|" + " --- |" * (3 + 3 * len(vs)))
         for r in detplans:
             d = default_bwd.get(r["mask"], {})
-            out = [fmt(r["bwd_A"], ".1f"), fmt(r["bwd_A"] / d["bwd_A"] if d.get("bwd_A") else None, ".3f")]
+            out = [fmt(r["bwd_A"], ".1f"), fmt(ratio(r["bwd_A"], d.get("bwd_A")), ".3f")]
             for v in vs:
-                dv = d.get(f"bwd_{v}")
                 out += [fmt(r.get(f"bwd_{v}"), ".1f"), fmt(r.get(f"bwd_{v}_over_A"), ".3f"),
-                        fmt(r[f"bwd_{v}"] / dv if dv and r.get(f"bwd_{v}") else None, ".3f")]
+                        fmt(ratio(r.get(f"bwd_{v}"), d.get(f"bwd_{v}")), ".3f")]
             print(f"| {r['mask']} | " + " | ".join(out) + " |")
     sdpa = files.get("sdpa_reference.json")
     if sdpa:

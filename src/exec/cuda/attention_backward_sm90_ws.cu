@@ -76,8 +76,8 @@ inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 enum : int {  // named barriers
   kBarDsReady = 1,   // 256 consumer threads: dS^T stored, dQ may read it
-  kBarDq0 = 2,       // consumer warpgroup 0: its dQ tile is written
-  kBarDq1 = 3,       // consumer warpgroup 1
+  kBarOut0 = 2,      // consumer warpgroup 0: its staged dQ (or, at the end, dK / dV) is written
+  kBarOut1 = 3,      // consumer warpgroup 1
   kBarProducer = 4,  // producer-only votes
 };
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
@@ -96,10 +96,11 @@ struct BwWsParams {
   int32_t tma_dkv;  // 1: dk_map and dv_map are valid
 };
 
-// dQ staging tile of one consumer warpgroup for the TMA route: 2 boxes of 64 rows x 32 fp32
-// columns (128 bytes per row), each 128-byte swizzled: 16-byte chunk c of row r at chunk c ^ (r & 7).
-inline constexpr int kDqBoxBytes = kBwRows * 128;
-inline constexpr int kDqTmaTileBytes = 2 * kDqBoxBytes;
+// A staged box of a TMA reduction (dQ, dK, dV): 64 rows x 32 fp32 columns (128 bytes per row),
+// 128-byte swizzled: 16-byte chunk c of row r at chunk c ^ (r & 7). A consumer warpgroup's dQ
+// staging tile holds 2 of them (its 64 x 64 block).
+inline constexpr int kBoxBytes = kBwRows * 128;
+inline constexpr int kDqTmaTileBytes = 2 * kBoxBytes;
 
 // What the consumers need of a step, written by the producer: the consumers read it from shared
 // memory where they use it instead of holding a tile in registers (they have none to spare:
@@ -155,7 +156,7 @@ struct BwWsSmem {
   static constexpr int kBytes = kEmpty + 16;
   static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
   static_assert(kKvBytes % kSw128AtomBytes == 0 && kQBytes % kSw128AtomBytes == 0 && kDsBytes % kSw128AtomBytes == 0 &&
-                    kDqT % kSw128AtomBytes == 0 && kDqBoxBytes % kSw128AtomBytes == 0,
+                    kDqT % kSw128AtomBytes == 0 && kBoxBytes % kSw128AtomBytes == 0,
                 "tiles (and the TMA boxes) stay atom aligned");
   static_assert(kFull % 8 == 0, "mbarriers are 8-byte aligned");
 };
@@ -182,7 +183,7 @@ __device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float 
       const float y = odd ? acc[4 * js + 2 * r + 1] : acc[4 * j + 2 * r + 1];
       const int jj = odd ? js : j;
       const int chunk = (2 * (jj & 3) + (tq >> 1)) ^ (row & 7);
-      auto* dst = reinterpret_cast<float2*>(tile + (j >> 2) * kDqBoxBytes + row * 128 + chunk * 16 + (tq & 1) * 8);
+      auto* dst = reinterpret_cast<float2*>(tile + (j >> 2) * kBoxBytes + row * 128 + chunk * 16 + (tq & 1) * 8);
       *dst = make_float2(x * scale, y * scale);
     }
   }
@@ -367,6 +368,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   const int ctid = tid - 128;
   const int wg = ctid >> 7;               // keys [64 wg, 64 wg + 64)
+  // This warpgroup's staged boxes are written: its thread 0 may issue their reductions.
+  auto out_bar_sync = [wg]() {
+    if (wg == 0) {
+      bar_sync_n<kBarOut0, 128>();
+    } else {
+      bar_sync_n<kBarOut1, 128>();
+    }
+  };
   const int tw = ctid & 127;              // thread in the warpgroup
   const int warp_in_wg = tw >> 5;         // 16 keys of the warpgroup's 64
   const int lane = ctid & 31;
@@ -450,17 +459,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
     bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
     fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
-    if (wg == 0) {
-      bar_sync_n<kBarDq0, 128>();
-    } else {
-      bar_sync_n<kBarDq1, 128>();
-    }
+    out_bar_sync();
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
       if (tw == 0) {
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
         const int row = info->dq_row;
         tma_reduce_add_2d(&wp.dq_map, src, col0, row);
-        tma_reduce_add_2d(&wp.dq_map, src + kDqBoxBytes, col0 + 32, row);
+        tma_reduce_add_2d(&wp.dq_map, src + kBoxBytes, col0 + 32, row);
         bulk_commit();
       }
     } else {
@@ -468,7 +473,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       const int row = tw >> 1;
       if (row < q_rows) {
         float* dst = p.dq + static_cast<int64_t>(info->dq_row + row) * hq * kD + col0 + 32 * (tw & 1);
-        const unsigned char* src = tile + (tw & 1) * kDqBoxBytes + row * 128;
+        const unsigned char* src = tile + (tw & 1) * kBoxBytes + row * 128;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
@@ -502,24 +507,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     // producer has posted the end of the walk: warpgroup wg's dK at 64 KB x wg, its dV 32 KB above.
     bar_sync_n<kBarDsReady, kConsumerThreads>();
     constexpr int kBoxes = kD / 32;
-    static_assert(4 * kBoxes * kDqBoxBytes <= Smem::kDs, "staged in K, V, Q and dO");
-    unsigned char* dk_tile = smem + wg * 2 * kBoxes * kDqBoxBytes;
-    unsigned char* dv_tile = dk_tile + kBoxes * kDqBoxBytes;
+    static_assert(4 * kBoxes * kBoxBytes <= Smem::kDs, "staged in K, V, Q and dO");
+    unsigned char* dk_tile = smem + wg * 2 * kBoxes * kBoxBytes;
+    unsigned char* dv_tile = dk_tile + kBoxes * kBoxBytes;
     bw_write_boxes<kD / 8>(dk_tile, dk, row_lo, tq, scale);
     bw_write_boxes<kD / 8>(dv_tile, dv, row_lo, tq, 1.0F);
     fence_proxy_async();  // the tiles -> visible to the TMA reductions after the barrier
-    if (wg == 0) {
-      bar_sync_n<kBarDq0, 128>();
-    } else {
-      bar_sync_n<kBarDq1, 128>();
-    }
+    out_bar_sync();
     if (tw == 0) {
-      const uint32_t src = base + static_cast<uint32_t>(wg * 2 * kBoxes * kDqBoxBytes);
+      const uint32_t src = base + static_cast<uint32_t>(wg * 2 * kBoxes * kBoxBytes);
       const int row = dkv_row0 + c0 + 64 * wg;
 #pragma unroll
       for (int b = 0; b < kBoxes; ++b) {
-        tma_reduce_add_2d(&wp.dk_map, src + static_cast<uint32_t>(b * kDqBoxBytes), kvh * kD + 32 * b, row);
-        tma_reduce_add_2d(&wp.dv_map, src + static_cast<uint32_t>((kBoxes + b) * kDqBoxBytes), kvh * kD + 32 * b, row);
+        tma_reduce_add_2d(&wp.dk_map, src + static_cast<uint32_t>(b * kBoxBytes), kvh * kD + 32 * b, row);
+        tma_reduce_add_2d(&wp.dv_map, src + static_cast<uint32_t>((kBoxes + b) * kBoxBytes), kvh * kD + 32 * b, row);
       }
       bulk_commit();
       bulk_wait<0>();  // the CTA's shared memory stays alive until the reductions have read it
