@@ -125,6 +125,7 @@ dcp::PlacementOptions options_from(const std::string& set) {
     if (k == "seed") po.seed = static_cast<uint64_t>(v);
     else if (k == "initial_starts") po.initial_starts = static_cast<int>(v);
     else if (k == "node_candidate_margin") po.node_candidate_margin = v;
+    else if (k == "candidate_refine_margin") po.candidate_refine_margin = v;
     else if (k == "global_refinement") po.global_refinement = v != 0;
     else if (k == "full_memory_rounds") po.full_memory_rounds = static_cast<int>(v);
     else if (k == "full_memory_target_first") po.full_memory_target_first = v;

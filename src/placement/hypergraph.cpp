@@ -236,6 +236,8 @@ void PlacementOptions::validate() const {
         "max_rated_net_pins >= 2 and max_levels >= 0 are required");
   if (!(node_candidate_margin >= 0))
     bad("node_candidate_margin must be >= 0 (got " + std::to_string(node_candidate_margin) + ")");
+  if (std::isnan(candidate_refine_margin))
+    bad("candidate_refine_margin must be a number (< 0: none)");
   if (full_memory_rounds < 0 || !(full_memory_target_first > 0 && full_memory_target_first <= 1) ||
       !(full_memory_target_later > 0 && full_memory_target_later <= 1))
     bad("full_memory_rounds must be >= 0 and the full-memory targets in (0, 1]");

@@ -350,6 +350,10 @@ TEST(Placement, BadInput) {
   EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("node_compute_eps_factor"),
             std::string::npos);
   bad = {};
+  bad.candidate_refine_margin = std::nan("");
+  EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("candidate_refine_margin"),
+            std::string::npos);
+  bad = {};
   bad.initial_starts = 4;
   EXPECT_NE(error_of([&] { place_dcp(table, make_cluster(1, 2), bad); }).find("initial_starts"),
             std::string::npos);
