@@ -29,18 +29,23 @@ def write_tgz(path, files):
             tar.addfile(info, io.BytesIO(data))
 
 
-def test_means_and_ratios(tmp_path, capsys):
+def table(tmp_path, files):
+    """Writes `files` as an A/B archive and returns ab_table's JSON for it."""
     path = tmp_path / "ab.tgz"
-    write_tgz(path, {
+    write_tgz(path, files)
+    out = tmp_path / "t.json"
+    assert ab_table.main([str(path), "--json", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_means_and_ratios(tmp_path, capsys):
+    t = table(tmp_path, {
         "kernels_A_1.json": kernels(500, 400), "kernels_B_1.json": kernels(520, 420),
         "kernels_A_2.json": kernels(510, 410), "kernels_B_2.json": kernels(530, 430),
         "plan_A_lambda_AB.json": plan(500, 400), "plan_B_lambda_AB.json": plan(505, 416),
         "plan_A_lambda_BA.json": plan(500, 400), "plan_B_lambda_BA.json": plan(515, 416),
         "sdpa_reference.json": {"rows": [{"backend": "cudnn", "seq": 32768, "causal": False, "fwd_tflops": 600, "bwd_tflops": 540}]},
         "other.json": {"rows": []}})
-    out = tmp_path / "t.json"
-    assert ab_table.main([str(path), "--json", str(out)]) == 0
-    t = json.loads(out.read_text())
     (row,) = t["lists"]
     assert row["fwd_A"] == pytest.approx(505) and row["fwd_B"] == pytest.approx(525)
     assert row["bwd_B_over_A"] == pytest.approx(425 / 405)
@@ -61,14 +66,10 @@ def test_bad_inputs(tmp_path):
 
 
 def test_third_variant(tmp_path, capsys):
-    path = tmp_path / "abc.tgz"
-    write_tgz(path, {
+    t = table(tmp_path, {
         "kernels_A_1.json": kernels(500, 400), "kernels_B_1.json": kernels(520, 420), "kernels_C_1.json": kernels(480, 440),
         "plan_A_causal_ABC.json": plan(600, 450), "plan_B_causal_ABC.json": plan(610, 460), "plan_C_causal_ABC.json": plan(600, 470),
         "plan_A_causal_CBA.json": plan(600, 450), "plan_B_causal_CBA.json": plan(610, 460), "plan_C_causal_CBA.json": plan(600, 480)})
-    out = tmp_path / "t.json"
-    assert ab_table.main([str(path), "--json", str(out)]) == 0
-    t = json.loads(out.read_text())
     (row,) = t["lists"]
     assert row["bwd_C_over_A"] == pytest.approx(1.1) and row["fwd_B_over_A"] == pytest.approx(1.04)
     (p,) = t["plans"]
@@ -78,16 +79,12 @@ def test_third_variant(tmp_path, capsys):
 
 
 def test_deterministic_plans(tmp_path, capsys):
-    path = tmp_path / "abdet.tgz"
-    write_tgz(path, {
+    t = table(tmp_path, {
         "kernels_A_1.json": kernels(500, 400), "kernels_B_1.json": kernels(520, 420),
         "plan_A_lambda_AB.json": plan(500, 400), "plan_B_lambda_AB.json": plan(500, 420),
         "plan_A_lambda_BA.json": plan(500, 400), "plan_B_lambda_BA.json": plan(500, 420),
         "detplan_A_lambda_AB.json": plan(500, 340), "detplan_B_lambda_AB.json": plan(500, 370),
         "detplan_A_lambda_BA.json": plan(500, 350), "detplan_B_lambda_BA.json": plan(500, 380)})
-    out = tmp_path / "t.json"
-    assert ab_table.main([str(path), "--json", str(out)]) == 0
-    t = json.loads(out.read_text())
     (p,) = t["plans"]
     (d,) = t["deterministic_plans"]
     assert p["bwd_B_over_A"] == pytest.approx(1.05)
