@@ -287,8 +287,8 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
         placement::refine_all_devices(h, cluster, opts, all_devices, par, p.parts);
         score(p);
       });
-    } else {
-      for (Placed& p : placed) score(p);
+    } else if (count == 1) {
+      score(placed[0]);  // several were scored when placed
     }
     for (int i = 0; i < count; ++i) {
       if (dropped[i]) continue;
