@@ -42,7 +42,7 @@ inline constexpr int kDqThreads = 384;  // producer + 2 consumer warpgroups
 inline constexpr int kDqConsumers = 256;
 inline constexpr int kDqProducerRegs = 40;
 inline constexpr int kDqConsumerRegs = 232;
-static_assert(128 * kDqProducerRegs + kDqConsumers * kDqConsumerRegs <= 65536, "register file");
+static_assert(128 * kDqProducerRegs + kDqConsumers * kDqConsumerRegs <= cta_register_pool(kDqThreads), "register file");
 enum : int {  // named barriers
   kBarDqProducer = 1,  // producer-only votes
   kBarDqTurn0 = 2,     // 256 threads: consumer warpgroup 0 may issue

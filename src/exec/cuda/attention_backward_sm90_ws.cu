@@ -80,7 +80,7 @@ enum : int {  // named barriers
   kBarOut1 = 3,      // consumer warpgroup 1
   kBarProducer = 4,  // producer-only votes
 };
-static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 65536, "register file");
+static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= cta_register_pool(kWsThreads), "register file");
 
 // The kernel's parameters: the caller's, and the dq tensor map (a __grid_constant__ parameter, so
 // that TMA reads the map from parameter space).

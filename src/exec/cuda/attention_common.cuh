@@ -24,6 +24,15 @@ inline constexpr float kLn2 = 0.6931471805599453F;
 
 enum SubTileClass : int { kEmpty = 0, kFull = 1, kMasked = 2 };
 
+// Registers a CTA of `threads` threads holds when it is launched with __launch_bounds__(threads, 1):
+// the compiler caps each thread at 65536 / threads, rounded down to the allocation granule of 8 (and
+// at 255), and setmaxnreg only redistributes that pool between warpgroups. A split asking for more
+// than the pool never completes: the warpgroup that raises its count waits forever.
+constexpr int cta_register_pool(int threads) {
+  const int per_thread = (65536 / threads) / 8 * 8;
+  return (per_thread > 248 ? 248 : per_thread) * threads;
+}
+
 // Byte offset of element (row, col) in a swizzled tile with `cols` bf16 per row.
 template <int kCols>
 __device__ __forceinline__ uint32_t swz(int row, int col) {

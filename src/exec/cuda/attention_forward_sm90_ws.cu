@@ -55,7 +55,7 @@ inline constexpr int kFwsThreads = 384;  // producer + 2 consumer warpgroups
 inline constexpr int kFwsConsumers = 256;
 inline constexpr int kFwsProducerRegs = 56;
 inline constexpr int kFwsConsumerRegs = 224;
-static_assert(128 * kFwsProducerRegs + kFwsConsumers * kFwsConsumerRegs <= 65536, "register file");
+static_assert(128 * kFwsProducerRegs + kFwsConsumers * kFwsConsumerRegs <= cta_register_pool(kFwsThreads), "register file");
 enum : int {  // named barriers
   kBarTurn0 = 1,     // 256 threads: consumer warpgroup 0 may issue
   kBarTurn1 = 2,     // consumer warpgroup 1 may issue
