@@ -353,7 +353,6 @@ int main(int argc, char** argv) {
           dp.deterministic = true;
           dp.semaphores = semaphores;
           dp.num_semaphores = det.num_semaphores;
-          dp.dq_persistent = true;  // as the CUDA backend runs it with no transfer in flight
           row.det_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
           dp.dq_list.num_work = 0;  // the dK / dV pass alone
           row.det_dkv_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);

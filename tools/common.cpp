@@ -177,7 +177,7 @@ CudaKernelOptions kernel_options_from_environment() {
   if (const std::string cells = env("DCP_ATTN_PARTIAL_CELLS"); !cells.empty())
     k.partial_cells = parse_switch(cells, "DCP_ATTN_PARTIAL_CELLS");
   if (const std::string persistent = env("DCP_ATTN_PERSISTENT"); !persistent.empty())
-    k.persistent = parse_switch(persistent, "DCP_ATTN_PERSISTENT");
+    k.persistent_forward = parse_switch(persistent, "DCP_ATTN_PERSISTENT");
   return k;
 }
 

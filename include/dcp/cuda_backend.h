@@ -53,11 +53,10 @@ struct CudaKernelOptions {
   // of in every kernel step; backward items of Partial tiles with no allowed pair are not
   // launched. Same results either way; off only to measure what it saves.
   bool partial_cells = true;
-  // Run the Hopper forward and the deterministic backward's dQ pass persistent (one CTA per SM
-  // taking work items in turn; an item's loads under the previous item's last products and output
-  // stores) whenever no transfer round is in flight. Same results either way (bitwise, for the
-  // deterministic backward); off to measure what it saves.
-  bool persistent = true;
+  // Run the Hopper forward persistent (one CTA per SM taking work items from a counter; the next
+  // item's loads under the current item's output stores) whenever no transfer round is in
+  // flight. Same results either way; off to measure what it saves.
+  bool persistent_forward = true;
 };
 
 struct CudaBackendOptions {

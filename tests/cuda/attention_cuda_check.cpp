@@ -316,8 +316,6 @@ CaseResult run_case(const CaseConfig& cfg) {
       bp.dq_list.work = d_dq_work.ptr;
       bp.dq_list.num_work = static_cast<int32_t>(det.dq_work.size());
       bp.kv_rows = n_tok;  // K / V of the dQ pass by TMA (tails by cp.async)
-      bp.dq_persistent = cfg.det_dq_ctas > 0;
-      bp.dq_max_ctas = cfg.det_dq_ctas;
     }
     bp.q = d_q.ptr;
     bp.k = d_k.ptr;
@@ -341,10 +339,6 @@ CaseResult run_case(const CaseConfig& cfg) {
         d_dq.fill(0);
         d_dk.fill(0);
         d_dv.fill(0);
-        if (repeat == 2) {
-          bp.dq_persistent = !bp.dq_persistent;
-          bp.dq_max_ctas = 0;
-        }
         attention_backward(bp, nullptr);
         cuda_ok(cudaDeviceSynchronize(), "backward (repeat)");
         const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
@@ -385,11 +379,11 @@ std::string describe(const CaseConfig& c, const CaseResult& r) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
                 "fwd=%s bwd=%s seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
-                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d det=%d dq_ctas=%d bitwise=%d %s",
+                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d det=%d bitwise=%d %s",
                 route_name(c.forward_route), route_name(c.backward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
                 r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
                 r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
-                c.deterministic_backward ? 1 : 0, c.det_dq_ctas, r.repeat_bitwise ? 1 : 0, r.error.c_str());
+                c.deterministic_backward ? 1 : 0, r.repeat_bitwise ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!passed(r) && !r.first_mismatch.empty()) text += "\n    first forward mismatch: " + r.first_mismatch;
   if (!passed(r) && !r.first_bwd_mismatch.empty()) text += "\n    first gradient mismatch: " + r.first_bwd_mismatch;

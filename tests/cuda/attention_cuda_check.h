@@ -23,10 +23,6 @@ struct CaseConfig {
   // for bit (CaseResult::repeat_bitwise) as well as against fp64.
   bool deterministic_backward = false;
   int det_unit_rows = 0;  // its units (0: whole key blocks; 1: every tile alone)
-  // Its dQ pass: 0, one CTA per item; > 0, persistent on this many CTAs. The last repeat runs the
-  // other way (persistent on the SM count, or one CTA per item), so that the bitwise comparison
-  // also covers how the items are dealt.
-  int det_dq_ctas = 0;
 };
 
 struct CaseResult {

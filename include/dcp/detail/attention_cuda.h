@@ -304,10 +304,6 @@ struct AttnBackwardParams {
   int32_t* semaphores = nullptr;
   int32_t num_semaphores = 0;
   AttnTileList dq_list;
-  // The dQ pass persistent: min(dq_list.num_work, dq_max_ctas, or the SM count when 0) CTAs take
-  // the items at a fixed stride instead of one CTA per item. The results are bitwise the same.
-  bool dq_persistent = false;
-  int32_t dq_max_ctas = 0;
 };
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);

@@ -152,7 +152,7 @@ class CudaBackend final : public Backend {
       // last item, so NCCL's kernels would wait for the whole call instead of taking SMs as CTAs
       // retire. Calls on one stream run one after another and share its counter; calls on
       // different streams (set_compute_stream) may overlap, so each stream has its own.
-      if (kernels_.persistent && !call.comm_in_flight) {
+      if (kernels_.persistent_forward && !call.comm_in_flight) {
         int32_t*& counter = work_counters_[stream_];
         if (counter == nullptr) counter = static_cast<int32_t*>(allocate(2 * sizeof(int32_t)));
         p.work_counter = counter;
@@ -188,7 +188,6 @@ class CudaBackend final : public Backend {
       p.dq_list.tiles = d.dq_tiles;
       p.dq_list.work = d.dq_work;
       p.dq_list.num_work = d.num_dq_work;
-      p.dq_persistent = kernels_.persistent && !call.comm_in_flight;  // as the forward, above
     }
     cuda::attention_backward(p, stream_);
   }
