@@ -7,6 +7,8 @@
 # fp64, the whole-plan check on one GPU), then all are timed alternately in the same sustained
 # state: bench_cuda_attention (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc
 # 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed (AB_PLANS=0: none).
+# AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
+# purpose to bound what a change could buy is only timed).
 # AB_DET=1 adds the deterministic backward: its whole-plan check (gradients bitwise equal over three
 # steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json).
 # cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
@@ -52,6 +54,7 @@ wait
 for v in $variants; do grep -h -A8 "error" "$x/build_$v.log" | head -20; done
 for v in $variants; do
   [ $v = A ] && continue
+  case " ${AB_NOCHECK:-} " in *" $v "*) continue ;; esac  # a timing-only probe (wrong results by design)
   say "kernel tests ($v)"
   timeout 200 /tmp/ab$v/tests/cuda/dcp_test_cuda >"$x/kernel_tests_$v.log" 2>&1
   echo "kernel tests $v: rc=$?"

@@ -260,8 +260,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     BwSteps steps(*t, c0, group, p.list);
     if constexpr (kDq) steps.stagger(w.chunk);
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
-    // (half, row) = (ptid >> 6, ptid & 63) writes the bits of keys c0 + 64 half .. + 63 of q row rq0 + row.
-    auto classify = [&](int step, int slot) -> int {
+    // (half, row) = (ptid >> 6, ptid & 63) computes the bits of keys c0 + 64 half .. + 63 of q row
+    // rq0 + row into row_mask (stored into the slot once it is free).
+    const int mask_row = ptid & (kBwRows - 1);
+    const int mask_half = ptid >> 6;
+    uint64_t row_mask = 0;
+    auto classify = [&](int step) -> int {
       const int rq0 = steps.row0(step);
       const int rows = min(kBwRows, t->q_len - rq0);
       if (t->kind != TileKind::Partial) return classify_dense_bw<kBwKeys>(t->kind, rq0, rows, c0, keys);
@@ -271,14 +275,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         const int cls = classify_from_cells<kBwRows, kBwKeys>(p.list.cells, *t, rq0, rows, c0);
         if (cls != kMasked) return cls;
       }
-      const int row = ptid & (kBwRows - 1);
-      const int half = ptid >> 6;
-      const bool row_valid = row < rows;
+      const bool row_valid = mask_row < rows;
       uint64_t mask = 0;
       if (row_valid) {
-        mask = row_key_mask(p.list.row_offsets, p.list.ranges, t->range_row_begin + rq0 + row, c0 + half * kRows, t->kv_len);
+        mask = row_key_mask(p.list.row_offsets, p.list.ranges, t->range_row_begin + rq0 + mask_row, c0 + mask_half * kRows, t->kv_len);
       }
-      s_mask[(slot * 2 + half) * kBwRows + row] = mask;
+      row_mask = mask;
       if (cells) return kMasked;
       if (!bar_any_n<kBarProducer, 128>(mask != 0)) return kEmpty;
       const bool full = !bar_any_n<kBarProducer, 128>(row_valid && mask != ~uint64_t{0});
@@ -288,7 +290,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     int step = 0;
     for (int j = 0;; ++j, ++step) {
       const int slot = j & 1;
-      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
       // The next step with an allowed pair (the deterministic order counts those only).
       int cls = kEmpty;
       bool end = false;
@@ -304,10 +305,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           step = 0;
           continue;
         }
-        cls = classify(step, slot);
+        cls = classify(step);
         if (cls != kEmpty) break;
         ++step;
       }
+      // The slot is waited for once the step is classified: a Masked step's loads of its rows'
+      // ranges run while the consumers still read the slot, not after.
+      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
+      if (cls == kMasked && t->kind == TileKind::Partial) s_mask[(slot * 2 + mask_half) * kBwRows + mask_row] = row_mask;
       const int qh = end ? 0 : steps.q_head(step, kvh, group);
       const int rq0 = end ? 0 : steps.row0(step);
       const int rows = end ? 0 : min(kBwRows, t->q_len - rq0);
