@@ -288,7 +288,6 @@ int main(int argc, char** argv) {
         fp.kv_rows = max_seq;
         fp.q_rows = max_seq;
         fp.o = o;
-        fp.o_rows = c.out_rows;
         fp.lse = lse_part;
         AttnBackwardParams bp;
         bp.shape = shape;

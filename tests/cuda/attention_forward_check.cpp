@@ -198,7 +198,6 @@ ForwardResult run_forward_case(const ForwardCase& c) {
       fp.lse = d_lse.ptr;
       fp.kv_rows = c.kv_rows_known ? l.kv_rows : 0;
       fp.q_rows = c.kv_rows_known ? c.q_len : 0;
-      fp.o_rows = c.kv_rows_known ? out_rows : 0;  // O by TMA stores where a warpgroup's rows are whole
       fp.route = c.route;
       if (c.persistent_ctas > 0) {
         fp.work_counter = d_counter.ptr;

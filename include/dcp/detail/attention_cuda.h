@@ -226,10 +226,6 @@ struct AttnForwardParams {
   // sub-tiles by TMA (else by cp.async); the results are the same.
   int64_t kv_rows = 0;
   int64_t q_rows = 0;
-  // Rows of the O buffer (0: unknown). When known (and D = 128), the warp-specialised Hopper kernel
-  // writes most of an item's O by TMA stores from shared memory instead of from its registers; the
-  // results are the same.
-  int64_t o_rows = 0;
   AttnKernelRoute route = AttnKernelRoute::Auto;
   // Persistent launch (warp-specialised Hopper kernel only; the other routes ignore both): with a
   // counter, one CTA per SM (at most max_ctas, if > 0) takes work items in list order from it,

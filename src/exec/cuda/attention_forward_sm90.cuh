@@ -290,10 +290,8 @@ struct FwTmaParams {
   CUtensorMap k_map;  // [kv_rows][num_kv_heads x D] bf16, boxes of 128 rows x 64 columns
   CUtensorMap v_map;
   CUtensorMap q_map;  // [q_rows][num_q_heads x D] bf16, boxes of 128 rows x 64 columns
-  CUtensorMap o_map;  // [o_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns (D = 128 only)
   int32_t tma_kv;     // 1: k_map and v_map are valid (AttnForwardParams::kv_rows known)
   int32_t tma_q;      // 1: q_map is valid (AttnForwardParams::q_rows known)
-  int32_t tma_o;      // 1: o_map is valid (AttnForwardParams::o_rows known, D = 128)
 };
 
 // Host: the maps of `p` (tma_kv / tma_q = 0 when the rows are unknown or the buffers cannot be
@@ -308,10 +306,6 @@ inline FwTmaParams forward_tma_params(const AttnForwardParams& p, int head_dim, 
   fp.tma_kv = tma ? 1 : 0;
   const int64_t q_row_elems = int64_t{p.shape.num_q_heads} * head_dim;
   fp.tma_q = p.q_rows > 0 && encode_tensor_map_2d(fp.q_map, name, TensorElem::Bf16, p.q, q_row_elems, p.q_rows, 64, kWgRows)
-                 ? 1
-                 : 0;
-  fp.tma_o = head_dim == 128 && p.o_rows > 0 &&
-                     encode_tensor_map_2d(fp.o_map, name, TensorElem::F32, p.o, q_row_elems, p.o_rows, 32, kWgRows / 2)
                  ? 1
                  : 0;
   return fp;

@@ -45,7 +45,6 @@
 #include "attention_common.cuh"
 #include "attention_forward_sm90.cuh"
 #include "dcp/detail/attention_cuda.h"
-#include "wgmma_sm90_bwd.cuh"
 #include "sync_sm90.cuh"
 #include "wgmma_sm90.cuh"
 
@@ -61,8 +60,6 @@ enum : int {  // named barriers
   kBarTurn0 = 1,     // 256 threads: consumer warpgroup 0 may issue
   kBarTurn1 = 2,     // consumer warpgroup 1 may issue
   kBarProducer = 3,  // producer-only votes
-  kBarOut0 = 4,      // consumer warpgroup 0: its O boxes are staged / read by the TMA
-  kBarOut1 = 5,      // consumer warpgroup 1
 };
 
 enum : int32_t {  // FwsRecord::end
@@ -98,41 +95,11 @@ struct FwsSmem {
   static constexpr int kRecord = kMask + 2 * kMaskWords * kWgRows * 8;
   static constexpr int kItem = kRecord + 2 * static_cast<int>(sizeof(FwsRecord));  // the producer's next item
   static constexpr int kBars = kItem + 16;                   // 12 mbarriers
-  // O staging (D = 128): 64-row x 32-column fp32 boxes, 3 per consumer warpgroup: 2 in the ending
-  // item's Q slot (over its own Q rows) and 1 of these.
-  static constexpr int kOBoxBytes = 64 * 128;
-  static constexpr int kOStage = (kBars + 12 * 8 + kSw128AtomBytes - 1) / kSw128AtomBytes * kSw128AtomBytes;
-  static constexpr int kBytes = kD == 128 ? kOStage + 2 * kOBoxBytes : kBars + 12 * 8;
+  static constexpr int kBytes = kBars + 12 * 8;
   static constexpr int kAlloc = kBytes + kSw128AtomBytes;  // slack to align the base to 1024
-  static_assert(kD != 128 || kQBytes == 4 * kOBoxBytes, "a Q slot holds 4 O boxes");
-  static_assert(kAlloc <= 227 * 1024, "shared memory of one CTA");
   static_assert(kQBytes % kSw128AtomBytes == 0 && kKvBytes % kSw128AtomBytes == 0, "tiles stay atom aligned");
   static_assert(kBars % 8 == 0, "mbarriers are 8-byte aligned");
 };
-
-// Columns 32 b .. 32 b + 31 of a consumer warpgroup's O (accumulator o, thread rows row_lo and
-// row_lo + 8 of the warpgroup's 64, each times its inv) into one swizzled 64 x 32 fp32 TMA box, in
-// the backward's conflict-free store order (bw_write_boxes): threads with odd g store column group
-// j ^ 2 when the others store j.
-template <int kD, int b>
-__device__ __forceinline__ void fw_write_o_box(unsigned char* box, const float (&o)[kD / 2], int row_lo, int tq,
-                                               const float (&inv)[2]) {
-  const bool odd = (row_lo & 1) != 0;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_lo + 8 * r;
-#pragma unroll
-    for (int jb = 0; jb < 4; ++jb) {
-      const int j = 4 * b + jb;
-      const int js = j ^ 2;
-      const float x = odd ? o[4 * js + 2 * r] : o[4 * j + 2 * r];
-      const float y = odd ? o[4 * js + 2 * r + 1] : o[4 * j + 2 * r + 1];
-      const int jj = odd ? js : j;
-      const int chunk = (2 * (jj & 3) + (tq >> 1)) ^ (row & 7);
-      *reinterpret_cast<float2*>(box + row * 128 + chunk * 16 + (tq & 1) * 8) = make_float2(x * inv[r], y * inv[r]);
-    }
-  }
-}
 
 template <int kD>
 __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kernel(const __grid_constant__ FwTmaParams fp) {
@@ -394,77 +361,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   for (int kk = 0; kk < kWgKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0U;
   float m_row[2] = {-INFINITY, -INFINITY};
   float l_row[2] = {0.0F, 0.0F};
-  // The outputs of an ending item (o / l, LSE) with its Q slot q_slot, which is released here
-  // (q_empty) once nothing reads it. D = 128 with o_map, for a warpgroup whose 64 rows are all
-  // the item's: O columns 0-95 go through three 64 x 32 fp32 boxes (two in the Q slot, over the
-  // warpgroup's own Q rows, and one of the staging area) and TMA stores, so that the consumers only
-  // write shared memory; columns 96-127 and the LSE from registers (the 64 KB of both warpgroups'
-  // O do not fit beside the ring). Otherwise everything from registers.
-  auto store_outputs = [&](const FwOutput& o_out, const float (&m)[2], const float (&l)[2], int q_slot) {
-#ifdef DCP_AB_OLD
-    mbar_arrive(q_empty(q_slot));
-    fw_store_output<kD>(p, o_out, th, o, m, l);
-#else
-    const int hq = p.shape.num_q_heads;
-    float lsum[2];
-    float inv[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      lsum[r] = l[r];
-      lsum[r] += __shfl_xor_sync(0xffffffffU, lsum[r], 1);
-      lsum[r] += __shfl_xor_sync(0xffffffffU, lsum[r], 2);
-      inv[r] = lsum[r] > 0.0F ? 1.0F / lsum[r] : 0.0F;
-    }
-    const bool tma = kD == 128 && fp.tma_o != 0 && o_out.rows >= kWgRows / 2 * (wg + 1);
-    const bool issuer = (ctid & 127) == 0;
-    auto out_bar = [&]() {
-      if (wg == 0) {
-        bar_sync_n<kBarOut0, 128>();
-      } else {
-        bar_sync_n<kBarOut1, 128>();
-      }
-    };
-    if constexpr (kD == 128) {
-      if (tma) {
-        unsigned char* slot_base = smem + Smem::kQ + q_slot * Smem::kQBytes;
-        // The Q slot's boxes of this warpgroup's own rows (the slot is two 64-column halves of 128
-        // rows: boxes 2 h + wg), which only its own S products read, then its box of the staging area.
-        auto box = [&](int b) {
-          return b < 2 ? slot_base + (2 * b + wg) * Smem::kOBoxBytes : smem + Smem::kOStage + wg * Smem::kOBoxBytes;
-        };
-        const int row_lo = th.warp_in_wg * 16 + th.g;
-        fw_write_o_box<kD, 0>(box(0), o, row_lo, th.tq, inv);
-        fw_write_o_box<kD, 1>(box(1), o, row_lo, th.tq, inv);
-        fw_write_o_box<kD, 2>(box(2), o, row_lo, th.tq, inv);
-        fence_proxy_async();  // the boxes -> visible to the TMA after the barrier
-        out_bar();
-        if (issuer) {
-          const int row = static_cast<int>(o_out.out) + kWgRows / 2 * wg;
-#pragma unroll
-          for (int b = 0; b < 3; ++b) tma_store_2d(&fp.o_map, smem_addr(box(b)), o_out.qh * kD + 32 * b, row);
-          bulk_commit();
-        }
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = th.row(r);
-      if (row >= o_out.rows) continue;
-      float* o_row = p.o + ((o_out.out + row) * hq + o_out.qh) * kD;
-#pragma unroll
-      for (int jb = 0; jb < kD / 8; ++jb) {
-        if (tma && jb < 12) continue;
-        *reinterpret_cast<float2*>(o_row + jb * 8 + 2 * th.tq) = make_float2(o[4 * jb + 2 * r] * inv[r], o[4 * jb + 2 * r + 1] * inv[r]);
-      }
-      if (th.tq == 0) p.lse[(o_out.lse + row) * hq + o_out.qh] = lsum[r] > 0.0F ? (m[r] + log2f(lsum[r])) * kLn2 : -INFINITY;
-    }
-    if (tma) {
-      if (issuer) bulk_wait_read<0>();  // the boxes (the Q slot among them) are read
-      out_bar();
-    }
-    mbar_arrive(q_empty(q_slot));
-#endif
-  };
   int32_t cur = -1;
   bool fresh = true;  // o holds nothing of item cur yet: its first P V overwrites o
   FwOutput out{0, 0, 0, 0};
@@ -492,9 +388,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   // writes its outputs (peeled: wgmma in no data-dependent branch).
   auto step = [&]<bool kPending, bool kBegin>() {
     const int slot = j & 1;
-    int qs_prev = qs;  // item cur's Q slot: released with its outputs (store_outputs)
     if constexpr (kBegin) {
-      qs_prev = qs;
+      if (cur >= 0) mbar_arrive(q_empty(qs));  // every S product of item cur has completed
       qs = qi & 1;
       mbar_wait(q_full(qs), static_cast<uint32_t>((qi >> 1) & 1));
       ++qi;
@@ -561,7 +456,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       mbar_arrive(v_empty(slot ^ 1));
     }
     if constexpr (kBegin) {
-      if constexpr (kPending) store_outputs(out_prev, m_prev, l_prev, qs_prev);
+      if constexpr (kPending) fw_store_output<kD>(p, out_prev, th, o, m_prev, l_prev);
       // A new item's O starts from its first P V, unless it accumulates onto a partial: then from
       // that partial (zero in rows without one), rescaled as any running O.
       fresh = accumulate == 0;
@@ -600,9 +495,8 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     fence_regs(o);
     fence_regs_u32(pa);
     mbar_arrive(v_empty(last));
-    store_outputs(out, m_row, l_row, qs);
+    fw_store_output<kD>(p, out, th, o, m_row, l_row);
   }
-  bulk_wait<0>();  // this thread's TMA stores are complete before the CTA's shared memory goes
 #endif
 }
 

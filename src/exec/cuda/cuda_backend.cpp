@@ -147,7 +147,6 @@ class CudaBackend final : public Backend {
       p.lse = static_cast<float*>(a.base[idx(Array::LSE)]);
       p.kv_rows = std::min(a.rows[idx(Array::K)], a.rows[idx(Array::V)]);
       p.q_rows = a.rows[idx(Array::Q)];
-      p.o_rows = a.rows[idx(Array::O)];
       p.route = route(kernels_.forward);
       // Persistent unless transfers run meanwhile: a persistent launch holds every SM until its
       // last item, so NCCL's kernels would wait for the whole call instead of taking SMs as CTAs

@@ -53,17 +53,6 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void* map, int c
       : "memory");
 }
 
-// TMA store of one box of a 2-D tensor map from shared memory at `src` (written by this CTA's
-// threads, made visible to the async proxy with fence.proxy.async before the barrier that precedes
-// the issue) to element coordinates (col, row); bulk_group completion (cp.async.bulk.commit_group,
-// then wait_group.read before `src` is overwritten and wait_group before the CTA exits).
-__device__ __forceinline__ void tma_store_2d(const void* map, uint32_t src, int col, int row) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(col), "r"(row)
-               : "memory");
-}
-
 // Named barrier kId (1..15; 0 is __syncthreads) of kThreads threads (a multiple of 32).
 template <int kId, int kThreads>
 __device__ __forceinline__ void bar_sync_n() {
