@@ -32,6 +32,7 @@ constexpr int cta_register_pool(int threads) {
   const int per_thread = (65536 / threads) / 8 * 8;
   return (per_thread > 248 ? 248 : per_thread) * threads;
 }
+static_assert(cta_register_pool(384) == 168 * 384, "three warpgroups: 168 registers a thread at launch");
 
 // Byte offset of element (row, col) in a swizzled tile with `cols` bf16 per row.
 template <int kCols>
