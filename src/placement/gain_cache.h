@@ -60,10 +60,16 @@ class GainCache {
     for (int32_t e = 0; e < s.num_nets(); ++e) {
       const double w = s.net_weight[e];
       const int32_t* c = &count[static_cast<size_t>(e) * k];
+      const int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
       int32_t num_touched = 0;
-      for (int t = 0; t < k; ++t) {  // without a branch per part
-        touched[num_touched] = t;
-        num_touched += c[t] > 0 ? 1 : 0;
+      if (hi > lo && c[part[s.pins[lo]]] == hi - lo) {  // every pin in the first pin's part (most nets)
+        touched[0] = part[s.pins[lo]];
+        num_touched = 1;
+      } else {
+        for (int t = 0; t < k; ++t) {  // without a branch per part
+          touched[num_touched] = t;
+          num_touched += c[t] > 0 ? 1 : 0;
+        }
       }
       const int32_t* const touched_end = touched + num_touched;
       uint64_t bits = 0;  // the parts of `touched` (k <= 64)
@@ -79,7 +85,6 @@ class GainCache {
         for (const int32_t* t = touched; t != touched_end; ++t)
           if (*t != hp) (*full)[static_cast<size_t>(*t)] += s.net_held[e];
       }
-      const int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
       if (num_touched == 1) {  // inside one part: only conn(u, part(u)) grows
         const int32_t t = touched[0];
         for (int64_t i = lo; i < hi; ++i) {
