@@ -168,9 +168,11 @@ class Fm {
   Fm(const SubHypergraph& s, const PartCaps& caps, std::vector<int32_t>& part)
       : s_(s), caps_(caps), k_(caps.k()), part_(part) {
     count_.assign(static_cast<size_t>(s.num_nets()) * k_, 0);
-    for (int32_t e = 0; e < s.num_nets(); ++e)
-      for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
-        ++count_[static_cast<size_t>(e) * k_ + part[s.pins[i]]];
+    cached_ = !s.hierarchical();
+    if (!cached_)  // under the flat cost the gain cache's set-up counts the pins in its walk
+      for (int32_t e = 0; e < s.num_nets(); ++e)
+        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
+          ++count_[static_cast<size_t>(e) * k_ + part[s.pins[i]]];
     load_c_.assign(k_, 0.0);
     load_m_.assign(k_, 0.0);
     for (int32_t v = 0; v < s.num_vertices(); ++v) {
@@ -181,7 +183,6 @@ class Fm {
     locked_.assign(static_cast<size_t>(s.num_vertices()), 0);
     renewed_.assign(static_cast<size_t>(s.num_vertices()), 0);
     queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
-    cached_ = !s.hierarchical();
     if (cached_) {
       load_f_ = load_m_;  // full_loads: owned memory first, then the held copies net by net
       cache_.init(s, k_, part, count_, &objective_, &load_f_);

@@ -33,12 +33,13 @@ namespace dcp::placement {
 
 class GainCache {
  public:
-  // Pre: k >= 2; count[e * k + p] = pins of net e in part p under `part`.
+  // Pre: k >= 2; `count` holds num_nets x k zeros. Post: count[e * k + p] = pins of net e in
+  // part p under `part`, counted in the same walk over the nets (one pass over the pins).
   // The walk over the parts each net touches also gives, where asked for, the level's objective
   // (`objective`) and its full memory per part (`full`, holding each part's owned memory on
   // entry), summed in the order of sub_objective and full_loads, so to the same values.
   void init(const SubHypergraph& s, int k, const std::vector<int32_t>& part,
-            const std::vector<int32_t>& count, double* objective = nullptr,
+            std::vector<int32_t>& count, double* objective = nullptr,
             std::vector<double>* full = nullptr) {
     if (objective != nullptr) *objective = 0;
     const bool held = full != nullptr && !s.net_held.empty();
@@ -59,8 +60,9 @@ class GainCache {
     std::vector<uint8_t> cut(masked_ ? 0 : n, 0);
     for (int32_t e = 0; e < s.num_nets(); ++e) {
       const double w = s.net_weight[e];
-      const int32_t* c = &count[static_cast<size_t>(e) * k];
+      int32_t* const c = &count[static_cast<size_t>(e) * k];
       const int64_t lo = s.net_begin[e], hi = s.net_begin[e + 1];
+      for (int64_t i = lo; i < hi; ++i) ++c[part[s.pins[i]]];
       int32_t num_touched = 0;
       if (hi > lo && c[part[s.pins[lo]]] == hi - lo) {  // every pin in the first pin's part (most nets)
         touched[0] = part[s.pins[lo]];

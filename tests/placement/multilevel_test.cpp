@@ -67,9 +67,10 @@ TEST(Multilevel, GainCacheEqualsRecomputedGains) {
     uint64_t st = 9;
     std::vector<int32_t> part(static_cast<size_t>(s.num_vertices()));
     for (int32_t& p : part) p = static_cast<int32_t>(next(st) % k);
-    std::vector<int32_t> count = pin_counts(s, part, k);
+    std::vector<int32_t> count(static_cast<size_t>(s.num_nets()) * k, 0);
     placement::GainCache cache;
-    cache.init(s, k, part, count);
+    cache.init(s, k, part, count);  // counts the pins too
+    ASSERT_EQ(count, pin_counts(s, part, k));
     std::vector<double> gain;
     std::vector<int32_t> scratch;
     for (int move = 0; move < 400; ++move) {
