@@ -169,10 +169,6 @@ class Fm {
       : s_(s), caps_(caps), k_(caps.k()), part_(part) {
     count_.assign(static_cast<size_t>(s.num_nets()) * k_, 0);
     cached_ = !s.hierarchical();
-    if (!cached_)  // under the flat cost the gain cache's set-up counts the pins in its walk
-      for (int32_t e = 0; e < s.num_nets(); ++e)
-        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i)
-          ++count_[static_cast<size_t>(e) * k_ + part[s.pins[i]]];
     load_c_.assign(k_, 0.0);
     load_m_.assign(k_, 0.0);
     for (int32_t v = 0; v < s.num_vertices(); ++v) {
@@ -184,10 +180,10 @@ class Fm {
     renewed_.assign(static_cast<size_t>(s.num_vertices()), 0);
     queued_.assign(static_cast<size_t>(s.num_vertices()), kNone);
     if (cached_) {
+      // The gain cache's set-up counts the pins in its walk over the nets.
       load_f_ = load_m_;  // full_loads: owned memory first, then the held copies net by net
       cache_.init(s, k_, part, count_, &objective_, &load_f_);
-    }
-    if (s.hierarchical()) {
+    } else {
       int32_t num_nodes = 0;
       for (int b = 0; b < k_; ++b) num_nodes = std::max(num_nodes, s.part_node[b] + 1);
       node_parts_begin_.assign(static_cast<size_t>(num_nodes) + 1, 0);
@@ -198,8 +194,12 @@ class Fm {
       for (int b = 0; b < k_; ++b) node_parts_[fill[s.part_node[b]]++] = b;
       words_ = (k_ + 63) / 64;
       touch_.assign(static_cast<size_t>(s.num_nets()) * words_, 0);
-      for (int32_t e = 0; e < s.num_nets(); ++e)
-        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) set_touch(e, part[s.pins[i]]);
+      for (int32_t e = 0; e < s.num_nets(); ++e)  // pin counts and touched parts in one walk
+        for (int64_t i = s.net_begin[e]; i < s.net_begin[e + 1]; ++i) {
+          const int32_t p = part[s.pins[i]];
+          ++count_[static_cast<size_t>(e) * k_ + p];
+          set_touch(e, p);
+        }
       load_f_ = touched_full_loads();
       objective_ = sub_objective(s, part, k_);
     }
