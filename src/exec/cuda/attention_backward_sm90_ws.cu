@@ -20,9 +20,10 @@
 //
 // Hand-off (sync_sm90.cuh): ring iteration j uses slot j & 1, which holds Q, dO, LSE, Delta and
 // the Partial masks, and record j & 3 (the step's class, tile kind, rows, q head and dQ row, or the
-// end of the walk: the consumers read these where they use them). The producer waits for
-// "empty" slot j & 1 (the consumers finished iteration j - 2), classifies into it, loads, waits
-// for its own cp.async group, fences to the async proxy and arrives on "full" (128 arrivals, one
+// end of the walk: the consumers read these where they use them). The producer classifies the
+// step (a Masked step's row masks, dependent loads of its rows' ranges, held in registers), then
+// waits for "empty" slot j & 1 (the consumers finished iteration j - 2), stores the masks into
+// it, loads, waits for its own cp.async group, fences to the async proxy and arrives on "full" (128 arrivals, one
 // of them with the TMA byte count when the step's tiles come by TMA; K and V travel with
 // iteration 0). Every consumer thread arrives on "empty" once the products that read the slot
 // (dV: dO, dK: Q) are complete.
@@ -30,8 +31,8 @@
 // Order of a step's products (as in FlashAttention-3's backward): S^T and dP^T; dV as soon as P^T
 // is packed; dQ after the barrier, then dK, so that dK runs while the dQ tile is written and its
 // reduction issued. (This order gains 2-5 % on full and causal lists over issuing dK with dV
-// before the barrier, and loses 3-8 % on window and partial lists, whose producer needs the slot
-// back sooner to classify; choosing the order per step made every list slower.)
+// before the barrier, and lost 3-8 % on window and partial lists while their producer classified
+// only once it had the slot back; choosing the order per step made every list slower.)
 //
 // Between the consumers: dS^T is double-buffered by j & 1, so one named barrier of the 256
 // consumer threads per step (the dS^T stores of both warpgroups before either dQ product) is the
