@@ -54,19 +54,6 @@ __device__ __forceinline__ void bw_issue_st_dpt(float (&st)[32], float (&dpt)[32
   wgmma_commit();
 }
 
-// One of those products alone (S^T: K and Q; dP^T: V and dO), one commit group: a caller that has
-// another product in flight issues them apart, so that their accumulators are not all live at once.
-template <int kD>
-__device__ __forceinline__ void bw_issue_keys_rows(float (&acc)[32], uint32_t s_keys, uint32_t s_rows, int wg) {
-  zero(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    wgmma_m64n64k16_ss(acc, desc_k_major<kBwKeys>(s_keys, wg * 64, kk), desc_k_major<kBwRows>(s_rows, 0, kk), kk > 0 ? 1 : 0);
-  }
-  wgmma_commit();
-}
-
 // st (S^T) becomes P^T = exp2(S^T scale log2e - LSE log2e) (columns are q rows: `lse2` holds
 // LSE log2e per column). cls == kMasked: zero for keys at or past `keys`, for Partial keys whose
 // bit in masks[key half * kBwRows + column] is clear, and for causal-diagonal keys past the row.

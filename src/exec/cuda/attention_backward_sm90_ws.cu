@@ -401,18 +401,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int row_lo = warp_in_wg * 16 + g;  // accumulator row of e < 2 (dQ: q row)
   const int key_lo = wg * 64 + row_lo;     // CTA-local key of accumulator rows e < 2
 
-  // dK / dV pass: dK of step j - 1 still runs when step j issues S^T, so that this warpgroup's
-  // products follow each other without a gap; its A operand (da) and the slot it reads (Q) are
-  // released once it is complete. (The default kernel's dK already runs under its dQ tile's
-  // write, and with dK in flight across the step its registers no longer fit: ptxas serialises
-  // every product, C7512.)
-#ifdef DCP_AB_OLD
-  constexpr bool kDkFlight = false;
-#else
-  constexpr bool kDkFlight = !kDq;
-#endif
-  uint32_t da[4][4] = {};
-  bool dk_in_flight = false;
   for (int j = 0;; ++j) {
     const int buf = j & 1;
     mbar_wait(full_bar + static_cast<uint32_t>(buf * 8), static_cast<uint32_t>((j >> 1) & 1));
@@ -434,19 +422,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     // warpgroup packs dS^T, meets the other at the barrier and writes its dQ tile.
     float st[32];
     float dpt[32];
-    if constexpr (kDkFlight) {
-      // S^T queues behind the last step's dK; dP^T once that dK is complete (waited for on every
-      // path, so that ptxas keeps the products asynchronous), when its slot and da are free: the
-      // accumulators of dK, S^T and dP^T at once would not fit in the registers.
-      bw_issue_keys_rows<kD>(st, s_k, qb, wg);
-      wgmma_wait<1>();
-      fence_regs(dk);
-      fence_regs_u32(da);
-      if (dk_in_flight) mbar_arrive(empty_bar + static_cast<uint32_t>((buf ^ 1) * 8));
-      bw_issue_keys_rows<kD>(dpt, s_v, dob, wg);
-    } else {
-      bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
-    }
+    bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
     float2 cols[8];  // LSE, then Delta: loaded before the wait for the product that needs them
     bw_load_cols(lse_b, tq, cols);
     wgmma_wait<1>();
@@ -459,20 +435,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     uint32_t pa[4][4];
     bw_pack_fragment(pa, st);
     bw_issue_rs<kD>(dv, pa, dob);
+    uint32_t da[4][4];
     bw_pack_fragment(da, dpt);
     if constexpr (!kDq) {
       // dK / dV only: no dS^T tile, no meeting with the other warpgroup.
       bw_issue_rs<kD>(dk, da, qb);
-      if constexpr (kDkFlight) {
-        wgmma_wait<1>();  // dV complete (pa free); dK runs on into the next step
-        fence_regs(dv);
-        dk_in_flight = true;
-      } else {
-        wgmma_wait<0>();
-        fence_regs(dv);
-        fence_regs(dk);
-        mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
-      }
+      wgmma_wait<0>();
+      fence_regs(dv);
+      fence_regs(dk);
+      mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
       continue;
     }
     bw_store_ds(ds_ptr, da, key_lo, tq);  // dS^T into buffer ds_buf
@@ -522,11 +493,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     wgmma_wait<0>();
     fence_regs(dk);
     mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
-  }
-  if constexpr (kDkFlight) {
-    wgmma_wait<0>();
-    fence_regs(dk);
-    fence_regs_u32(da);
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
 

@@ -255,6 +255,16 @@ __device__ __forceinline__ void producer_store_masks(uint64_t* masks, const uint
   for (int word = 0; word < kMaskWords; ++word) masks[word * kWgRows + ptid] = m[word];
 }
 
+// Keeps the packed P registers (the A operand of an in-flight wgmma) alive and unmodified until
+// after the wait that ends their read: the compiler sees the issue asm only as a reader.
+template <int kN>
+__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[kN][4]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) {
+    asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+  }
+}
+
 // O += P V over one sub-tile; fresh: O = P V (O's registers hold nothing of the item yet and are
 // not read, so an item's start needs neither zeroed nor rescaled accumulators).
 template <int kD>

@@ -105,16 +105,6 @@ __device__ __forceinline__ void fence_regs(float (&r)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-// Keeps packed registers (the A operand of an in-flight wgmma) alive and unmodified until after
-// the wait that ends their read: the compiler sees the issue asm only as a reader.
-template <int kN>
-__device__ __forceinline__ void fence_regs_u32(uint32_t (&r)[kN][4]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
-  }
-}
-
 // D (64 x 128, fp32) = A (64 x 16, smem, K-major) * B (16 x 128, smem, K-major) [+ D if scale_d].
 __device__ __forceinline__ void wgmma_m64n128k16_ss(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int scale_d) {
   asm volatile(
