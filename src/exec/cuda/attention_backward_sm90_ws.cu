@@ -199,7 +199,7 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
                : "memory");
 }
 
-template <int kD, bool kDq, bool kUnit = !kDq>
+template <int kD, bool kDq>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -255,11 +255,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 
     // The walk: tiles [w.tile, tile_end), each tile's steps in order. The tile is read through a
     // pointer (L1 serves it) rather than copied: this warpgroup runs on 40 registers.
-    const int tile_end = w.tile + (kUnit ? w.num_tiles : 1);  // the dK / dV pass walks a unit of tiles
+    const int tile_end = w.tile + (kDq ? 1 : w.num_tiles);  // the dK / dV pass walks a unit of tiles
     int ti = w.tile;
     const AttnTile* t = p.list.tiles + ti;
     BwSteps steps(*t, c0, group, p.list);
-    if constexpr (!kUnit) steps.stagger(w.chunk);
+    if constexpr (kDq) steps.stagger(w.chunk);
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) computes the bits of keys c0 + 64 half .. + 63 of q row
     // rq0 + row into row_mask (stored into the slot once it is free).
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           }
           t = p.list.tiles + ti;
           steps = BwSteps(*t, c0, group, p.list);
-          if constexpr (!kUnit) steps.stagger(w.chunk);
+          if constexpr (kDq) steps.stagger(w.chunk);
           step = 0;
           continue;
         }
@@ -463,20 +463,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const int q_rows = info->q_rows;
     const int col0 = info->qh * kD + (kD == 128 ? 64 * wg : 0);
     unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
-#if defined(DCP_AB_S32DQ)
-    // Probe: dQ as 32-bit fixed point (a constant unit here), added by integer TMA reductions.
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dq[i] = __int_as_float(__float2int_rn(dq[i] * (scale * 1048576.0F)));
-    bw_write_boxes<8>(tile, dq, row_lo, tq, 1.0F);
-#elif defined(DCP_AB_RNDDQ)
-    // Probe: dQ rounded to multiples of 2^-20 (a constant unit here): fp32 sums of such values
-    // below 2^4 are exact, so the TMA reductions' order does not change the result.
-#pragma unroll
-    for (int i = 0; i < 32; ++i) dq[i] = rintf(dq[i] * (scale * 1048576.0F)) * (1.0F / 1048576.0F);
-    bw_write_boxes<8>(tile, dq, row_lo, tq, 1.0F);
-#else
     bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
-#endif
     fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
     out_bar_sync();
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
@@ -513,7 +500,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
   // Deterministic: the units of a key block add these rows one after another, in work order
   // (each consumer thread's atomics complete and are fenced before thread 0 passes the turn on).
-  const bool ordered = kUnit && w.dkv_sem >= 0;
+  const bool ordered = !kDq && w.dkv_sem >= 0;
   if (ordered) {
     if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank);
     bar_sync_n<kBarDsReady, kConsumerThreads>();
@@ -562,12 +549,7 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   BwWsParams wp{};
   wp.p = p;
   // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.
-#ifdef DCP_AB_S32DQ
-  constexpr TensorElem kDqElem = TensorElem::S32;
-#else
-  constexpr TensorElem kDqElem = TensorElem::F32;
-#endif
-  const bool tma = p.dq_rows > 0 && encode_tensor_map_2d(wp.dq_map, "attention_backward_sm90_ws", kDqElem, p.dq,
+  const bool tma = p.dq_rows > 0 && encode_tensor_map_2d(wp.dq_map, "attention_backward_sm90_ws", TensorElem::F32, p.dq,
                                                          int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32,
                                                          kBwRows);
   wp.tma_dq = tma ? 1 : 0;
@@ -598,16 +580,9 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
     }
   }
-#ifdef DCP_AB_DETFUSED
-  // Probe: the default kernel's products (dQ included) over the deterministic work (one item per
-  // key chunk walking its tiles), no dQ pass.
-  allow_shared_memory("attention_backward_sm90_ws (fused probe)", attention_backward_sm90_ws_kernel<kD, true, true>, kSmem);
-  attention_backward_sm90_ws_kernel<kD, true, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
-#else
   allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, false>, kSmem);
   attention_backward_sm90_ws_kernel<kD, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
   attention_backward_dq_wgmma(p, stream);
-#endif
 }
 
 }  // namespace
