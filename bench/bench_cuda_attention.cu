@@ -17,9 +17,10 @@
 // forward over runs: the tiles that share q rows walked by one item into one output, online
 // softmax across them, runs heaviest first: what the CUDA backend runs on a list whose outputs
 // accumulate in place, the plans' default; its backward is wgmma-cells' as well).
-// On sm_90 the deterministic backward (route wgmma: a dK / dV pass, then a dQ pass;
-// make_deterministic_backward_work) is timed too (column wgmma-det; DCP_BENCH_ROUTES selects it
-// by that name).
+// On sm_90 the deterministic backward (route wgmma over make_deterministic_backward_work) is
+// timed too: column wgmma-det, the two-pass method (a dK / dV pass, then a dQ pass) with its
+// dK / dV pass's share, and the one-pass method (AttnBackwardParams::dq_units; the units' set-up
+// not timed). DCP_BENCH_ROUTES selects them by the name wgmma-det.
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -240,16 +241,23 @@ int main(int argc, char** argv) {
     double flops;                       // forward mask-area FLOPs (backward: 2.5x)
     std::vector<double> fwd_ms, bwd_ms;  // per route
     double det_ms = 0;                   // deterministic backward (with_det)
+    double det_one_ms = 0;               // its one-pass method (AttnBackwardParams::dq_units)
     double det_dkv_ms = 0;               // its dK / dV pass alone (the dQ pass is the rest)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
-  if (with_det) std::printf(" %18s %9s", "bwd wgmma-det TF/s", "dK/dV %");
+  if (with_det) std::printf(" %18s %9s %14s", "bwd wgmma-det TF/s", "dK/dV %", "one-pass TF/s");
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
+  float* dq_bound = nullptr;    // the one-pass deterministic backward's scratch (2 x hkv floats)
+  int32_t* dq_units = nullptr;  // and units ([row][q head])
+  if (with_det) {
+    ck(cudaMalloc(&dq_bound, 2 * hkv * sizeof(float)), "malloc dq bound");
+    ck(cudaMalloc(&dq_units, static_cast<size_t>(max_seq) * hq * sizeof(int32_t)), "malloc dq units");
+  }
   int32_t* work_counter = nullptr;  // the persistent forward's (two int32, left zero by each launch)
   ck(cudaMalloc(&work_counter, 2 * sizeof(int32_t)), "malloc work counter");
   ck(cudaMemset(work_counter, 0, 2 * sizeof(int32_t)), "zero work counter");
@@ -354,7 +362,12 @@ int main(int argc, char** argv) {
           dp.semaphores = semaphores;
           dp.num_semaphores = det.num_semaphores;
           row.det_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
-          dp.dq_list.num_work = 0;  // the dK / dV pass alone
+          // The one-pass method (units over every K, V and dO row of the list).
+          deterministic_dq_units(k, v, max_seq, dout, max_seq, shape, dq_bound, dq_units, nullptr);
+          dp.dq_units = dq_units;
+          row.det_one_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
+          dp.dq_units = nullptr;
+          dp.dq_list.num_work = 0;  // the two-pass method's dK / dV pass alone
           row.det_dkv_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
           cudaFree(d_dkv_tiles);
           cudaFree(d_dkv_work);
@@ -365,7 +378,9 @@ int main(int argc, char** argv) {
         std::printf("%-6d %-5d %-9s %6d", seq, block, name, row.tiles);
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
-        if (with_det) std::printf(" %18.1f %9.0f", 2.5 * flops / (row.det_ms * 1e9), 100.0 * row.det_dkv_ms / row.det_ms);
+        if (with_det)
+          std::printf(" %18.1f %9.0f %14.1f", 2.5 * flops / (row.det_ms * 1e9), 100.0 * row.det_dkv_ms / row.det_ms,
+                      2.5 * flops / (row.det_one_ms * 1e9));
         std::printf("\n");
         rows.push_back(row);
         std::fflush(stdout);
@@ -384,6 +399,8 @@ int main(int argc, char** argv) {
     }
   }
   cudaFree(semaphores);
+  cudaFree(dq_bound);
+  cudaFree(dq_units);
   cudaFree(work_counter);
   if (argc > 1) {
     const std::string prefix = argv[1];
@@ -405,8 +422,8 @@ int main(int argc, char** argv) {
         rule += "---|---|";
       }
     if (with_det) {
-      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma | det dK / dV pass ms |");
-      rule += "---|---|---|---|";
+      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma | det dK / dV pass ms | one-pass ms |");
+      rule += "---|---|---|---|---|";
     }
     std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -424,13 +441,16 @@ int main(int argc, char** argv) {
         }
       if (with_det) {
         const double tflops = 2.5 * r.flops / (r.det_ms * 1e9);
-        std::fprintf(j, ", \"bwd_wgmma-det_ms\": %.4f, \"bwd_wgmma-det_tflops\": %.1f, \"bwd_wgmma-det-dkv_ms\": %.4f", r.det_ms,
-                     tflops, r.det_dkv_ms);
+        std::fprintf(j,
+                     ", \"bwd_wgmma-det_ms\": %.4f, \"bwd_wgmma-det_tflops\": %.1f, \"bwd_wgmma-det-dkv_ms\": %.4f, "
+                     "\"bwd_wgmma-det-one-pass_ms\": %.4f",
+                     r.det_ms, tflops, r.det_dkv_ms, r.det_one_ms);
         double base_ms = 0;
         for (size_t ri = 0; ri < routes.size(); ++ri)
           if (routes[ri].route == AttnKernelRoute::Wgmma) base_ms = r.bwd_ms[ri];
-        std::fprintf(m, " %.3f | %.1f | %s | %.3f |", r.det_ms, tflops,
-                     base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-", r.det_dkv_ms);
+        std::fprintf(m, " %.3f | %.1f | %s | %.3f | %.3f |", r.det_ms, tflops,
+                     base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-", r.det_dkv_ms,
+                     r.det_one_ms);
       }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
       std::fprintf(m, "\n");

@@ -183,6 +183,14 @@ class Backend {
   virtual void mark(int index);
   virtual std::vector<double> marker_seconds(int count);
 
+  // Before a layer's backward program, with its dO rows [dout_row, + dout_rows) in place: when
+  // one_device (no transfers bring other rows), every K and V row its Attend calls read is in rows
+  // [kv_row, + kv_rows). The CUDA backend's deterministic backward derives its dQ units from them
+  // (CudaKernelOptions::deterministic_backward).
+  virtual void begin_backward(const ArraySet& arrays, int64_t kv_row, int64_t kv_rows, int64_t dout_row, int64_t dout_rows,
+                              bool one_device) {
+    (void)arrays, (void)kv_row, (void)kv_rows, (void)dout_row, (void)dout_rows, (void)one_device;
+  }
   virtual void attend(const ArraySet& arrays, const AttendCall& call) = 0;
   virtual void merge(const ArraySet& arrays, const MergeCall& call) = 0;
   // Every call of `batch` (the result of merge() on each, in order). Default: exactly that; the

@@ -284,6 +284,20 @@ struct Executor::Impl {
     return (int64_t{layer} * parts + group) * local_rows;
   }
 
+  void check_layer(int at_layer) const {
+    if (at_layer < 0 || at_layer >= options.num_layers)
+      raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(at_layer) + " outside [0, " +
+                                         std::to_string(options.num_layers) + ")");
+  }
+
+  // The layer's own K, V and dO rows (all of them on one device).
+  void begin_backward(int at_layer) {
+    check_layer(at_layer);
+    layer = at_layer;
+    backend.begin_backward(arrays, local_row(DataKind::KV, 0), int64_t{num_sets} * local_rows, local_row(DataKind::dO, 0),
+                           int64_t{num_groups} * local_rows, plan.devices.size() == 1);
+  }
+
   const Resolved& resolve(const Attend& a, uint64_t key) {
     auto it = attends.find(key);
     if (it != attends.end()) return it->second;
@@ -475,9 +489,7 @@ struct Executor::Impl {
   }
 
   void run(const Program& program, int at_layer) {
-    if (at_layer < 0 || at_layer >= options.num_layers)
-      raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(at_layer) + " outside [0, " +
-                                         std::to_string(options.num_layers) + ")");
+    check_layer(at_layer);
     layer = at_layer;
     pass = program.pass;
     const auto t0 = Clock::now();
@@ -627,12 +639,14 @@ ExecStats Executor::backward_layer(int layer) {
   m.layer = layer;
   m.backend.compute_delta(m.arrays, m.local_row(DataKind::dO, 0), m.local_row(DataKind::O, 0),
                           m.local_row(DataKind::Delta, 0), int64_t{m.num_groups} * m.local_rows);
+  m.begin_backward(layer);
   m.run(m.dev.bwd, layer);
   return m.stats;
 }
 
 ExecStats Executor::backward_layer_with_delta(int layer) {
   impl_->stats = ExecStats{};
+  impl_->begin_backward(layer);
   impl_->run(impl_->dev.bwd, layer);
   return impl_->stats;
 }

@@ -294,6 +294,8 @@ CaseResult run_case(const CaseConfig& cfg) {
     DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.dkv_tiles.size(), 1)), d_dq_tiles(std::max<std::size_t>(det.dq_tiles.size(), 1));
     DevBuf<AttnWorkItem> d_dq_work(std::max<std::size_t>(det.dq_work.size(), 1));
     DevBuf<int32_t> d_sems(static_cast<std::size_t>(std::max(det.num_semaphores, 1)));
+    DevBuf<float> d_bound(static_cast<std::size_t>(2 * cfg.num_kv_heads));
+    DevBuf<int32_t> d_units(static_cast<std::size_t>(n_tok) * static_cast<std::size_t>(cfg.num_q_heads));
     if (cfg.deterministic_backward) {
       d_btiles.upload(det.dkv_tiles);
       d_dq_tiles.upload(det.dq_tiles);
@@ -316,6 +318,10 @@ CaseResult run_case(const CaseConfig& cfg) {
       bp.dq_list.work = d_dq_work.ptr;
       bp.dq_list.num_work = static_cast<int32_t>(det.dq_work.size());
       bp.kv_rows = n_tok;  // K / V of the dQ pass by TMA (tails by cp.async)
+      if (cfg.det_fused) {
+        deterministic_dq_units(d_k.ptr, d_v.ptr, n_tok, d_do.ptr, n_tok, shape, d_bound.ptr, d_units.ptr, nullptr);
+        bp.dq_units = d_units.ptr;
+      }
     }
     bp.q = d_q.ptr;
     bp.k = d_k.ptr;

@@ -23,6 +23,7 @@ struct CaseConfig {
   // for bit (CaseResult::repeat_bitwise) as well as against fp64.
   bool deterministic_backward = false;
   int det_unit_rows = 0;  // its units (0: whole key blocks; 1: every tile alone)
+  bool det_fused = false;  // its one-pass method (AttnBackwardParams::dq_units over every K / V row)
 };
 
 struct CaseResult {

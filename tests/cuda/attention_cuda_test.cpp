@@ -47,25 +47,30 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   }
 }
 
-// The deterministic backward (Hopper, route wgmma): against fp64 like the default, and four runs
-// bitwise identical. Lists of up to 8 blocks of up to 420 tokens, so that dQ rows meet the tiles
-// of many key blocks and head groups, and full and short sub-tiles both occur; units of one tile
-// and of a few, so that several items take turns at the same dK / dV rows.
+// The deterministic backward (Hopper, route wgmma), both methods (two passes; one pass with dQ
+// rounded to per-row units): against fp64 like the default, and four runs bitwise identical.
+// Lists of up to 8 blocks of up to 420 tokens, so that dQ rows meet the tiles of many key blocks
+// and head groups, and full and short sub-tiles both occur; units of one tile and of a few, so
+// that several items take turns at the same dK / dV rows.
 TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
   if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
   const auto routes = dcp::cuda::check::kernel_routes();
   if (std::find(routes.begin(), routes.end(), dcp::cuda::AttnKernelRoute::Wgmma) == routes.end())
     GTEST_SKIP() << "the deterministic backward needs an sm_90 device";
   const Shape s = GetParam();
-  for (uint64_t seed = 1; seed <= 3; ++seed) {
-    CaseConfig cfg = shape_case(s, seed * 7919, dcp::cuda::AttnKernelRoute::Wgmma);
-    cfg.num_blocks = seed == 1 ? 5 : seed == 2 ? 8 : 6;
-    cfg.max_block_len = seed == 1 ? 160 : seed == 2 ? 300 : 420;
-    cfg.deterministic_backward = true;
-    cfg.det_unit_rows = seed == 2 ? 1 : seed == 3 ? 600 : 0;  // cut units: dK/dV in turns
-    const auto r = dcp::cuda::check::run_case(cfg);
-    ASSERT_TRUE(r.ran);
-    EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(cfg, r);
+  for (const bool fused : {false, true}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      CaseConfig cfg = shape_case(s, seed * 7919, dcp::cuda::AttnKernelRoute::Wgmma);
+      cfg.num_blocks = seed == 1 ? 5 : seed == 2 ? 8 : 6;
+      cfg.max_block_len = seed == 1 ? 160 : seed == 2 ? 300 : 420;
+      cfg.deterministic_backward = true;
+      cfg.det_unit_rows = seed == 2 ? 1 : seed == 3 ? 600 : 0;  // cut units: dK/dV in turns
+      cfg.det_fused = fused;
+      const auto r = dcp::cuda::check::run_case(cfg);
+      ASSERT_TRUE(r.ran);
+      EXPECT_TRUE(dcp::cuda::check::passed(r)) << (fused ? "one pass: " : "two passes: ") << dcp::cuda::check::describe(cfg, r);
+      std::printf("%s %s\n", fused ? "one pass:  " : "two passes:", dcp::cuda::check::describe(cfg, r).c_str());
+    }
   }
 }
 

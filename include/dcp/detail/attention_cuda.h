@@ -304,7 +304,26 @@ struct AttnBackwardParams {
   int32_t* semaphores = nullptr;
   int32_t num_semaphores = 0;
   AttnTileList dq_list;
+  // The one-pass deterministic backward (dq_list is not read): when `dq_units` is given
+  // (deterministic_dq_units, indexed like dO: [dO row][q head]), the default kernel's products
+  // run over `list` (the dK / dV work above), and each dQ contribution scale * dS K of q row i,
+  // head h is rounded to a multiple of its unit u = 2^(floor(log2 b) - 22),
+  // b = 2 scale |dO_ih|_2 max_j |V_j|_2 max |K|. Since |dP_ij - Delta_i| <= 2 |dO_i| |V_j| and a
+  // row's probabilities sum to 1, every sum of a row's contributions, in any order, is at most b
+  // < 2^24 u in magnitude: a multiple of u that fp32 holds exactly, so the reductions' order
+  // changes no bit. dK and dV have one writer per key chunk, as in the two-pass method. dQ keeps
+  // 24 bits below the bound (looser than the values by the spread of dP around Delta and the
+  // products' signs), where the two-pass method keeps fp32's rounding of each sum.
+  const int32_t* dq_units = nullptr;
 };
+
+// The one-pass deterministic backward's units (AttnBackwardParams::dq_units): units[r * hq + h]
+// = the biased fp32 exponent of row r's unit for q head h, from dO rows [0, dout_rows)
+// ([rows][num_q_heads][head_dim] bf16) and every K and V row that any call adding into these dq
+// rows reads (k, v: [kv_rows][num_kv_heads][head_dim] bf16). `bound` is scratch for 2 x
+// num_kv_heads floats. Exact maxima and fixed-order sums: the same rows give the same bits.
+void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const void* dout, int64_t dout_rows,
+                            const AttnShape& shape, float* bound, int32_t* units, cudaStream_t stream);
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
 // The kernel attention_forward() runs for `params` on the current device: Mma, Wgmma or

@@ -19,6 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -299,7 +300,90 @@ void attention_backward_mma(const AttnBackwardParams& params, cudaStream_t strea
   launch_for_head_dim("attention_backward", params.shape, [&]<int kD>() { launch_backward<kD>(params, stream); });
 }
 
+// Warp w takes kv head w % heads and every (heads x warps)-th row from w / heads on: the head's
+// largest |K| element and |V|_2^2 (lane partial sums in column order, then a butterfly: the same
+// bits for the same row wherever it runs), folded into the maxima once per warp by integer
+// atomicMax on the non-negative floats' bits (exact in any order; one atomic per warp, not per
+// row: a few hundred thousand on the same addresses took milliseconds).
+__global__ void dq_bound_kernel(const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t rows, int heads, int dim,
+                                unsigned int* out) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  const int head = static_cast<int>(warp % heads);
+  const int64_t stride = warps / heads;  // warps is a multiple of heads (launcher)
+  float kmax = 0.0F;
+  float v2max = 0.0F;
+  for (int64_t row = warp / heads; row < rows; row += stride) {
+    const int64_t off = (row * heads + head) * dim;
+    float v2 = 0.0F;
+    for (int d = lane; d < dim; d += 32) {
+      kmax = fmaxf(kmax, fabsf(__bfloat162float(k[off + d])));
+      const float x = __bfloat162float(v[off + d]);
+      v2 = fmaf(x, x, v2);
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) v2 += __shfl_xor_sync(0xffffffffU, v2, s);
+    v2max = fmaxf(v2max, v2);
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) kmax = fmaxf(kmax, __shfl_xor_sync(0xffffffffU, kmax, s));
+  if (lane == 0) {
+    atomicMax(out + 2 * head, __float_as_uint(kmax));
+    atomicMax(out + 2 * head + 1, __float_as_uint(v2max));
+  }
+}
+
+// One warp per (dO row, q head): b = 2 scale |dO|_2 max |K| max |V|_2 (fixed-order sums as
+// above), and the unit's biased exponent e(b) - 22, at least 1 (b below 2^-104 or zero: the
+// row's contributions are below that unit anyway).
+__global__ void dq_units_kernel(const __nv_bfloat16* dout, int64_t rows, int q_heads, int group, int dim, float scale,
+                                const float* bound, int32_t* units) {
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  if (warp >= rows * q_heads) return;
+  const int kvh = static_cast<int>(warp % q_heads) / group;
+  const int64_t off = warp * dim;
+  float n2 = 0.0F;
+  for (int d = lane; d < dim; d += 32) {
+    const float x = __bfloat162float(dout[off + d]);
+    n2 = fmaf(x, x, n2);
+  }
+#pragma unroll
+  for (int s = 16; s > 0; s >>= 1) n2 += __shfl_xor_sync(0xffffffffU, n2, s);
+  if (lane == 0) {
+    const float b = 2.0F * scale * bound[2 * kvh] * sqrtf(bound[2 * kvh + 1]) * sqrtf(n2);
+    units[warp] = max(static_cast<int>((__float_as_uint(b) >> 23) & 0xff) - 22, 1);
+  }
+}
+
 }  // namespace detail
+
+void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const void* dout, int64_t dout_rows,
+                            const AttnShape& shape, float* bound, int32_t* units, cudaStream_t stream) {
+  const auto check = [](cudaError_t e, const char* what) {
+    if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("deterministic_dq_units: ") + what + ": " + cudaGetErrorString(e));
+  };
+  if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0)
+    raise(ErrorKind::InvalidInput, "deterministic_dq_units: num_q_heads must be a positive multiple of num_kv_heads");
+  check(cudaMemsetAsync(bound, 0, static_cast<size_t>(2 * shape.num_kv_heads) * sizeof(float), stream), "zeroing the bound");
+  constexpr int kThreads = 256;
+  const auto blocks = [](int64_t warps) { return static_cast<unsigned int>((warps * 32 + kThreads - 1) / kThreads); };
+  if (kv_rows > 0) {
+    // One warp per block, a multiple of the heads in all: every warp keeps one head.
+    const int64_t warps = std::min<int64_t>(kv_rows, 1024) * shape.num_kv_heads;
+    detail::dq_bound_kernel<<<static_cast<unsigned int>(warps), 32, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(k), static_cast<const __nv_bfloat16*>(v), kv_rows, shape.num_kv_heads,
+        shape.head_dim, reinterpret_cast<unsigned int*>(bound));
+    check(cudaGetLastError(), "bound");
+  }
+  if (dout_rows > 0) {
+    detail::dq_units_kernel<<<blocks(dout_rows * shape.num_q_heads), kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(dout), dout_rows, shape.num_q_heads, shape.num_q_heads / shape.num_kv_heads,
+        shape.head_dim, shape.softmax_scale, bound, units);
+    check(cudaGetLastError(), "units");
+  }
+}
 
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
   return detail::resolve_route(params.route, params.shape.head_dim, "attention_backward");

@@ -53,7 +53,9 @@
 // dcp/detail/attention_cuda.h): a work item walks every tile of its unit of a key block, computes
 // no dQ (no dS^T tile, no barrier between the consumers, no reductions: the dQ pass,
 // attention_backward_dq_sm90.cu, follows), and adds its dK / dV once, in turns with the block's
-// other units, if any.
+// other units, if any. The one-pass deterministic backward (kDq and kUnit) walks the same units
+// with all five products and rounds each dQ tile to its rows' units before the reduction
+// (AttnBackwardParams::dq_units: then the fp32 sums are exact in any order).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -150,7 +152,8 @@ struct BwWsSmem {
   static constexpr int kDqT = kDs + 2 * kDsBytes;         // one dQ tile per consumer warpgroup
   static constexpr int kLse = kDqT + 2 * kDqTileBytes;    // 2 x 64 floats
   static constexpr int kDelta = kLse + 2 * kBwRows * 4;   // 2 x 64 floats
-  static constexpr int kMask = kDelta + 2 * kBwRows * 4;  // [slot][key half][64 rows] uint64
+  static constexpr int kUnits = kDelta + 2 * kBwRows * 4;  // 2 x 64 int32 (one-pass deterministic)
+  static constexpr int kMask = kUnits + 2 * kBwRows * 4;   // [slot][key half][64 rows] uint64
   static constexpr int kInfo = kMask + 2 * 2 * kBwRows * 8;
   static constexpr int kFull = kInfo + kInfoRecords * static_cast<int>(sizeof(BwStageInfo));  // uint64 mbarrier[2]
   static constexpr int kEmpty = kFull + 16;                                         // uint64 mbarrier[2]
@@ -190,6 +193,23 @@ __device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float 
   }
 }
 
+// One-pass deterministic backward (AttnBackwardParams::dq_units): scale * dq rounded to multiples of
+// its row's unit, u = 2^(e - 127) for the biased exponent e of rows row_lo and row_lo + 8 (`units`,
+// staged by the producer), by exact scalings by powers of two around one rounding.
+__device__ __forceinline__ void bw_round_dq(float (&dq)[32], const int32_t* units, int row_lo, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int e = units[row_lo + 8 * r];
+    const float u = __uint_as_float(static_cast<uint32_t>(e) << 23);
+    const float inv = __uint_as_float(static_cast<uint32_t>(254 - e) << 23) * scale;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      dq[4 * j + 2 * r] = rintf(dq[4 * j + 2 * r] * inv) * u;
+      dq[4 * j + 2 * r + 1] = rintf(dq[4 * j + 2 * r + 1] * inv) * u;
+    }
+  }
+}
+
 // TMA reduction (fp32 add, the element type of the map) of one swizzled box at shared address
 // `src` into the tensor at element coordinates (col, row); bulk_group completion.
 __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32_t src, int col, int row) {
@@ -199,9 +219,12 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
                : "memory");
 }
 
-template <int kD, bool kDq>
+// kDq: the item computes dQ; kUnit: the item walks a unit of tiles of one key block (the
+// deterministic work); both: the one-pass deterministic backward (AttnBackwardParams::dq_units).
+template <int kD, bool kDq, bool kUnit = !kDq>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
+  constexpr bool kFused = kDq && kUnit;  // the one-pass deterministic backward (dQ rounded to units)
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)wp;  // built for a target without wgmma: never selected there, fail loudly if run
   __trap();
@@ -217,6 +240,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const uint32_t s_do = base + Smem::kDo;
   auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
   auto* s_delta = reinterpret_cast<float*>(smem + Smem::kDelta);
+  auto* s_units = reinterpret_cast<int32_t*>(smem + Smem::kUnits);
   auto* s_mask = reinterpret_cast<uint64_t*>(smem + Smem::kMask);
   auto* s_info = reinterpret_cast<BwStageInfo*>(smem + Smem::kInfo);
   const uint32_t full_bar = base + Smem::kFull;    // + 8 * slot
@@ -255,11 +279,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 
     // The walk: tiles [w.tile, tile_end), each tile's steps in order. The tile is read through a
     // pointer (L1 serves it) rather than copied: this warpgroup runs on 40 registers.
-    const int tile_end = w.tile + (kDq ? 1 : w.num_tiles);  // the dK / dV pass walks a unit of tiles
+    const int tile_end = w.tile + (kUnit ? w.num_tiles : 1);  // deterministic: a unit of tiles
     int ti = w.tile;
     const AttnTile* t = p.list.tiles + ti;
     BwSteps steps(*t, c0, group, p.list);
-    if constexpr (kDq) steps.stagger(w.chunk);
+    if constexpr (!kUnit) steps.stagger(w.chunk);
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) computes the bits of keys c0 + 64 half .. + 63 of q row
     // rq0 + row into row_mask (stored into the slot once it is free).
@@ -302,7 +326,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           }
           t = p.list.tiles + ti;
           steps = BwSteps(*t, c0, group, p.list);
-          if constexpr (kDq) steps.stagger(w.chunk);
+          if constexpr (!kUnit) steps.stagger(w.chunk);
           step = 0;
           continue;
         }
@@ -350,6 +374,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           }
         }
         if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
+        if (kFused && ptid < kBwRows) {
+          s_units[slot * kBwRows + ptid] = ptid < rows ? p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh] : 1;
+        }
         if (!tma) {
           // Rows past q_len load as zeros with LSE = +inf (P = 0 there).
           const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
@@ -463,7 +490,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const int q_rows = info->q_rows;
     const int col0 = info->qh * kD + (kD == 128 ? 64 * wg : 0);
     unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
-    bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
+    if constexpr (kFused) {
+      bw_round_dq(dq, s_units + buf * kBwRows, row_lo, scale);
+      bw_write_boxes<8>(tile, dq, row_lo, tq, 1.0F);
+    } else {
+      bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
+    }
     fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
     out_bar_sync();
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
@@ -496,13 +528,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   }
   bulk_wait<0>();  // the tile stays alive until the reductions are done
 
-  const AttnTile* t0 = p.list.tiles + w.tile;
+  // The item's fields read again rather than kept in registers through the walk.
+  const AttnWorkItem& we = p.list.work[blockIdx.x];
+  const AttnTile* t0 = p.list.tiles + we.tile;
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
   // Deterministic: the units of a key block add these rows one after another, in work order
   // (each consumer thread's atomics complete and are fenced before thread 0 passes the turn on).
-  const bool ordered = !kDq && w.dkv_sem >= 0;
+  const bool ordered = kUnit && we.dkv_sem >= 0;
   if (ordered) {
-    if (ctid == 0) sem_wait_at_least(p.semaphores + w.dkv_sem, w.dkv_rank);
+    if (ctid == 0) sem_wait_at_least(p.semaphores + we.dkv_sem, we.dkv_rank);
     bar_sync_n<kBarDsReady, kConsumerThreads>();
   }
   if (!ordered && wp.tma_dkv != 0 && keys == kBwKeys) {
@@ -537,7 +571,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   if (ordered) {
     __threadfence();
     bar_sync_n<kBarDsReady, kConsumerThreads>();
-    if (ctid == 0) sem_release(p.semaphores + w.dkv_sem);
+    if (ctid == 0) sem_release(p.semaphores + we.dkv_sem);
   }
 #endif
 }
@@ -571,6 +605,7 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
     attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
     return;
   }
+  const bool fused = p.dq_units != nullptr;
   if (p.semaphores == nullptr && p.num_semaphores > 0) {
     raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no semaphores (make_deterministic_backward_work's num_semaphores)");
   }
@@ -579,6 +614,12 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
         e != cudaSuccess) {
       raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
     }
+  }
+  if (fused) {
+    allow_shared_memory("attention_backward_sm90_ws (one-pass deterministic)", attention_backward_sm90_ws_kernel<kD, true, true>,
+                        kSmem);
+    attention_backward_sm90_ws_kernel<kD, true, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    return;
   }
   allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, false>, kSmem);
   attention_backward_sm90_ws_kernel<kD, false><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);

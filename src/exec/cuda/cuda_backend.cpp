@@ -124,6 +124,27 @@ class CudaBackend final : public Backend {
     for (auto& [key, h] : host_merges) merge_batches_.emplace(key, h.at(device));
   }
 
+  // The one-pass deterministic backward's units, from the layer's dO and its K and V (one device
+  // only: on several, the K and V maxima would have to be every device's).
+  void begin_backward(const ArraySet& a, int64_t kv_row, int64_t kv_rows, int64_t dout_row, int64_t dout_rows,
+                      bool one_device) override {
+    dq_units_ready_ = false;
+    if (!kernels_.deterministic_backward || !kernels_.deterministic_one_pass || !one_device) return;
+    const int64_t units = a.rows[idx(Array::dO)] * a.q_heads;
+    if (dq_units_ == nullptr || dq_units_capacity_ < units || dq_bound_heads_ < a.kv_heads) {
+      if (dq_units_ != nullptr) deallocate(dq_units_);
+      if (dq_bound_ != nullptr) deallocate(dq_bound_);
+      dq_units_ = static_cast<int32_t*>(allocate(units * static_cast<int64_t>(sizeof(int32_t))));
+      dq_bound_ = static_cast<float*>(allocate(int64_t{2} * a.kv_heads * static_cast<int64_t>(sizeof(float))));
+      dq_units_capacity_ = units;
+      dq_bound_heads_ = a.kv_heads;
+    }
+    cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 1.0F / std::sqrt(static_cast<float>(a.head_dim))};
+    cuda::deterministic_dq_units(a.at(Array::K, kv_row), a.at(Array::V, kv_row), kv_rows, a.at(Array::dO, dout_row),
+                                 dout_rows, shape, dq_bound_, dq_units_ + dout_row * a.q_heads, stream_);
+    dq_units_ready_ = true;
+  }
+
   void attend(const ArraySet& a, const AttendCall& call) override {
     auto it = attends_.find(call.key);
     if (it == attends_.end()) {
@@ -184,6 +205,7 @@ class CudaBackend final : public Backend {
       p.deterministic = true;
       p.semaphores = semaphores_;
       p.num_semaphores = d.num_semaphores;
+      p.dq_units = dq_units_ready_ ? dq_units_ : nullptr;
       p.dq_list = list;
       p.dq_list.tiles = d.dq_tiles;
       p.dq_list.work = d.dq_work;
@@ -589,6 +611,11 @@ class CudaBackend final : public Backend {
   std::map<uint64_t, DeviceMerge> merges_;         // per call (merge)
   std::map<uint64_t, DeviceMerge> merge_batches_;  // per batch (merge_batch)
   int32_t* semaphores_ = nullptr;                  // deterministic backward (reserve_semaphores)
+  int32_t* dq_units_ = nullptr;                    // one-pass deterministic backward (begin_backward)
+  int64_t dq_units_capacity_ = 0;
+  float* dq_bound_ = nullptr;
+  int dq_bound_heads_ = 0;
+  bool dq_units_ready_ = false;
   std::map<cudaStream_t, int32_t*> work_counters_;  // persistent forward launches, per stream (zeroed by allocate)
   int32_t semaphore_capacity_ = 0;
 };
