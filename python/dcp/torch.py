@@ -45,6 +45,8 @@ _config = {
     # always are).
     # (True / False, or the variable's spelling: checked where a runtime is made).
     "deterministic": os.environ.get("DCP_ATTN_DETERMINISTIC", ""),
+    # Its one-pass method on one GPU (dQ rounded to per-row units; opt-in while being measured).
+    "deterministic_one_pass": os.environ.get("DCP_ATTN_DETERMINISTIC_ONE_PASS", ""),
     "nccl_blocking_wait": True,
 }
 
@@ -58,7 +60,8 @@ def configure(**options: Any) -> None:
     """Process-wide settings: timeout_s (any transfer), cpu_comm ('gloo' or 'mpi'),
     forward_kernel / backward_kernel ('auto', 'mma', 'wgmma', 'wgmma-basic'), dq_reduction
     ('bulk', 'atomic'), deterministic (True: dQ, dK, dV bitwise identical run to run; CUDA needs
-    a Hopper GPU), nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
+    a Hopper GPU), deterministic_one_pass (True: on one GPU, in one pass with dQ rounded to
+    per-row units), nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
     Takes effect for runtimes made afterwards."""
     for key, value in options.items():
         if key not in _config:
@@ -170,7 +173,8 @@ class _Runtime:
             self.backend = _dcp.cuda_backend(index, _raw_stream(device),
                                              _TorchAllocator(device), _config["forward_kernel"],
                                              _config["backward_kernel"], _config["dq_reduction"],
-                                             _switch(_config["deterministic"]))
+                                             _switch(_config["deterministic"]),
+                                             _switch(_config["deterministic_one_pass"]))
             self.comm = _dcp.self_comm(False) if world == 1 else self._nccl(group, rank, world, index)
         elif device.type == "cpu":
             self.backend = _dcp.cpu_backend()

@@ -88,10 +88,11 @@ def test_compiled_on_gpu_matches_eager():
         assert rel_error(a.float().cpu(), b.float().cpu()) < 1e-2
 
 
-def test_deterministic_backward_repeats_bitwise():
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_deterministic_backward_repeats_bitwise(one_pass):
     shape = (8, 2, 128)
     lengths, specs = cases.random_docs(13, max_len=1500, num_docs=6)
-    dt.configure(deterministic=True)
+    dt.configure(deterministic=True, deterministic_one_pass=one_pass)
     try:
         plan = planned(lengths, specs, shape)
         q, k, v, w = cases.inputs(13, sum(lengths), shape)
@@ -111,4 +112,4 @@ def test_deterministic_backward_repeats_bitwise():
         for got, want in zip(grads[0], (qr.grad, kr.grad, vr.grad)):
             assert rel_error(plan.undispatch(got.float().cpu()), want) < 2e-2
     finally:
-        dt.configure(deterministic=False)
+        dt.configure(deterministic=False, deterministic_one_pass=False)
