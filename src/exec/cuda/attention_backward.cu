@@ -26,6 +26,7 @@
 
 #include "attention_common.cuh"
 #include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/dq_units.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda {
@@ -334,9 +335,8 @@ __global__ void dq_bound_kernel(const __nv_bfloat16* k, const __nv_bfloat16* v, 
   }
 }
 
-// One warp per (dO row, q head): b = 2 scale |dO|_2 max |K| max |V|_2 (fixed-order sums as
-// above), and the unit's biased exponent e(b) - 22, at least 1 (b below 2^-104 or zero: the
-// row's contributions are below that unit anyway).
+// One warp per (dO row, q head): |dO|_2^2 in a fixed order as above, then its unit's exponent
+// (dcp/detail/dq_units.h).
 __global__ void dq_units_kernel(const __nv_bfloat16* dout, int64_t rows, int q_heads, int group, int dim, float scale,
                                 const float* bound, int32_t* units) {
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
@@ -351,10 +351,7 @@ __global__ void dq_units_kernel(const __nv_bfloat16* dout, int64_t rows, int q_h
   }
 #pragma unroll
   for (int s = 16; s > 0; s >>= 1) n2 += __shfl_xor_sync(0xffffffffU, n2, s);
-  if (lane == 0) {
-    const float b = 2.0F * scale * bound[2 * kvh] * sqrtf(bound[2 * kvh + 1]) * sqrtf(n2);
-    units[warp] = max(static_cast<int>((__float_as_uint(b) >> 23) & 0xff) - 22, 1);
-  }
+  if (lane == 0) units[warp] = dq_units::exponent(dq_units::bound(scale, bound[2 * kvh], bound[2 * kvh + 1], n2));
 }
 
 }  // namespace detail

@@ -65,6 +65,7 @@
 #include "attention_backward_sm90.cuh"
 #include "attention_common.cuh"
 #include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/dq_units.h"
 #include "sync_sm90.cuh"
 #include "tensor_map.h"
 #include "wgmma_sm90.cuh"
@@ -194,18 +195,16 @@ __device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float 
 }
 
 // One-pass deterministic backward (AttnBackwardParams::dq_units): scale * dq rounded to multiples of
-// its row's unit, u = 2^(e - 127) for the biased exponent e of rows row_lo and row_lo + 8 (`units`,
-// staged by the producer), by exact scalings by powers of two around one rounding.
+// the units of rows row_lo and row_lo + 8 (`units`: their exponents, staged by the producer;
+// dcp/detail/dq_units.h).
 __device__ __forceinline__ void bw_round_dq(float (&dq)[32], const int32_t* units, int row_lo, float scale) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int e = units[row_lo + 8 * r];
-    const float u = __uint_as_float(static_cast<uint32_t>(e) << 23);
-    const float inv = __uint_as_float(static_cast<uint32_t>(254 - e) << 23) * scale;
+    const int32_t e = units[row_lo + 8 * r];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      dq[4 * j + 2 * r] = rintf(dq[4 * j + 2 * r] * inv) * u;
-      dq[4 * j + 2 * r + 1] = rintf(dq[4 * j + 2 * r + 1] * inv) * u;
+      dq[4 * j + 2 * r] = dq_units::round(dq[4 * j + 2 * r], e, scale);
+      dq[4 * j + 2 * r + 1] = dq_units::round(dq[4 * j + 2 * r + 1], e, scale);
     }
   }
 }

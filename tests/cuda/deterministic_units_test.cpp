@@ -1,0 +1,223 @@
+// Host tests of the one-pass deterministic backward's numbers (dcp/detail/dq_units.h; no GPU
+// needed). On random attention problems computed in fp64 (bf16 inputs of very different scales
+// per row and per feature, rows with several key ranges and rows with none) and on a row built to
+// fill half its bound (where a unit 8x too fine would break the exactness): every row's
+// contributions to dQ, one per 128-key chunk, stay within the row's bound in every column; once
+// rounded to the row's unit they sum to the same fp32 bits in any order; and that sum is within
+// half a unit per chunk of the exact one.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dcp/detail/bf16.h"
+#include "dcp/detail/dq_units.h"
+#include "dcp/detail/rng.h"
+
+namespace {
+
+namespace units = dcp::cuda::dq_units;
+constexpr int kChunk = 128;  // keys per contribution (a backward work item's chunk)
+
+uint32_t bits_of(float x) {
+  uint32_t b = 0;
+  std::memcpy(&b, &x, sizeof b);
+  return b;
+}
+
+TEST(DqUnits, ExponentsAndScalings) {
+  EXPECT_EQ(units::exponent(0.0F), 1);             // no contribution: the smallest normal unit
+  EXPECT_EQ(units::exponent(0x1.0p-110F), 1);
+  EXPECT_EQ(units::exponent(1.0F), 127 - 22);      // u = 2^-22 for 1 <= b < 2
+  EXPECT_EQ(units::exponent(1.99F), 127 - 22);
+  EXPECT_EQ(units::exponent(2.0F), 127 - 21);
+  EXPECT_EQ(units::exponent(0x1.8p40F), 127 + 40 - 22);
+  for (const int32_t e : {1, 23, 105, 127, 200}) {
+    EXPECT_EQ(units::unit(e), std::ldexp(1.0F, e - 127));
+    EXPECT_EQ(units::unit(e) * units::inverse(e, 1.0F), 1.0F);  // exact powers of two
+  }
+  // A value of the unit's grid is left as it is; a half unit rounds to even.
+  const int32_t e = units::exponent(3.0F);
+  const float u = units::unit(e);
+  EXPECT_EQ(units::round(37.0F * u, e, 1.0F), 37.0F * u);
+  EXPECT_EQ(units::round(2.5F * u, e, 1.0F), 2.0F * u);
+  EXPECT_EQ(units::round(-3.5F * u, e, 1.0F), -4.0F * u);
+}
+
+struct Problem {
+  int dim = 0, rows = 0, keys = 0;
+  std::vector<float> q, k, v, d_o;                  // bf16 values
+  std::vector<std::vector<std::pair<int, int>>> allowed;  // per row: key ranges
+};
+
+float bf16(double x) { return dcp::round_to_bf16(static_cast<float>(x)); }
+
+// A row that fills half its bound, the most two keys can: its keys 0 and 128 (two chunks) have
+// equal probabilities, V_0 = -V_128 along dO and K_0 = K_128 = max |K|, so the two contributions
+// are +-b / 4 each.
+Problem half_full_problem() {
+  Problem p;
+  p.dim = 64;
+  p.rows = 1;
+  p.keys = 129;
+  p.q.assign(static_cast<size_t>(p.dim), 0.0F);  // S = 0: P = 1/2 for both keys
+  p.d_o.assign(static_cast<size_t>(p.dim), 0.0F);
+  p.d_o[0] = 0.25F;
+  p.k.assign(static_cast<size_t>(p.keys) * p.dim, 0.5F);
+  p.v.assign(p.k.size(), 0.0F);
+  for (int d = 0; d < p.dim; ++d) {
+    p.k[static_cast<size_t>(0) * p.dim + d] = 4.0F;
+    p.k[static_cast<size_t>(128) * p.dim + d] = 4.0F;
+  }
+  p.v[0] = 2.0F;
+  p.v[static_cast<size_t>(128) * p.dim] = -2.0F;
+  p.allowed = {{{0, 1}, {128, 129}}};
+  return p;
+}
+
+Problem make_problem(uint64_t seed) {
+  if (seed == 0) return half_full_problem();
+  dcp::SplitMix64 rng(seed);
+  Problem p;
+  p.dim = rng.coin() ? 128 : 64;
+  p.rows = static_cast<int>(rng.uniform(int64_t{40}, int64_t{120}));
+  p.keys = static_cast<int>(rng.uniform(int64_t{130}, int64_t{700}));
+  const double amp_q = rng.log_uniform(0.05, 8), amp_k = rng.log_uniform(0.05, 8), amp_v = rng.log_uniform(0.05, 8);
+  const int outlier = static_cast<int>(rng.below(p.dim));  // a feature of K and V far above the rest
+  p.q.resize(static_cast<size_t>(p.rows) * p.dim);
+  p.d_o.resize(p.q.size());
+  p.k.resize(static_cast<size_t>(p.keys) * p.dim);
+  p.v.resize(p.k.size());
+  for (int i = 0; i < p.rows; ++i) {
+    const double amp_do = rng.log_uniform(1e-7, 1.0);  // loss gradients of very different sizes
+    for (int d = 0; d < p.dim; ++d) {
+      p.q[static_cast<size_t>(i) * p.dim + d] = bf16(amp_q * rng.normal());
+      p.d_o[static_cast<size_t>(i) * p.dim + d] = bf16(amp_do * rng.normal());
+    }
+  }
+  for (int j = 0; j < p.keys; ++j)
+    for (int d = 0; d < p.dim; ++d) {
+      const double f = d == outlier ? 20.0 : 1.0;
+      p.k[static_cast<size_t>(j) * p.dim + d] = bf16(f * amp_k * rng.normal());
+      p.v[static_cast<size_t>(j) * p.dim + d] = bf16(f * amp_v * rng.normal());
+    }
+  p.allowed.resize(static_cast<size_t>(p.rows));
+  for (auto& ranges : p.allowed) {
+    const int n = static_cast<int>(rng.below(4));  // 0 (a row with no key) .. 3 ranges
+    int at = 0;
+    for (int r = 0; r < n && at < p.keys; ++r) {
+      const int begin = at + static_cast<int>(rng.below(p.keys - at));
+      const int end = std::min(p.keys, begin + 1 + static_cast<int>(rng.below(p.keys)));
+      ranges.emplace_back(begin, end);
+      at = end;
+    }
+  }
+  return p;
+}
+
+TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
+  double worst_fill = 0;  // largest sum |contributions| / bound seen
+  int rows_checked = 0;
+  for (uint64_t seed = 0; seed <= 24; ++seed) {
+    const Problem p = make_problem(seed * 104729);
+    const int dim = p.dim;
+    const float scale = 1.0F / std::sqrt(static_cast<float>(dim));
+    const auto at = [dim](const std::vector<float>& m, int r, int d) { return static_cast<double>(m[static_cast<size_t>(r) * dim + d]); };
+    // The kernel's maxima over every key row of the head (deterministic_dq_units), in fp32.
+    float k_max = 0, v2_max = 0;
+    for (int j = 0; j < p.keys; ++j) {
+      float v2 = 0;
+      for (int d = 0; d < dim; ++d) {
+        k_max = std::max(k_max, std::fabs(p.k[static_cast<size_t>(j) * dim + d]));
+        v2 = std::fma(p.v[static_cast<size_t>(j) * dim + d], p.v[static_cast<size_t>(j) * dim + d], v2);
+      }
+      v2_max = std::max(v2_max, v2);
+    }
+    dcp::SplitMix64 order_rng(seed);
+    for (int i = 0; i < p.rows; ++i) {
+      std::vector<int> keys;
+      for (const auto& [b, e] : p.allowed[static_cast<size_t>(i)])
+        for (int j = b; j < e; ++j) keys.push_back(j);
+      if (keys.empty()) continue;
+      // fp64 reference: P, dP, Delta, dS over the row's keys.
+      std::vector<double> s(keys.size()), dp(keys.size());
+      double m = -INFINITY;
+      for (size_t x = 0; x < keys.size(); ++x) {
+        double qk = 0, dov = 0;
+        for (int d = 0; d < dim; ++d) {
+          qk += at(p.q, i, d) * at(p.k, keys[x], d);
+          dov += at(p.d_o, i, d) * at(p.v, keys[x], d);
+        }
+        s[x] = scale * qk;
+        dp[x] = dov;
+        m = std::max(m, s[x]);
+      }
+      double z = 0;
+      for (const double x : s) z += std::exp(x - m);
+      double delta = 0;
+      for (size_t x = 0; x < keys.size(); ++x) {
+        s[x] = std::exp(s[x] - m) / z;  // P
+        delta += s[x] * dp[x];
+      }
+      float n2 = 0;
+      for (int d = 0; d < dim; ++d) n2 = std::fma(p.d_o[static_cast<size_t>(i) * dim + d], p.d_o[static_cast<size_t>(i) * dim + d], n2);
+      const float b = units::bound(scale, k_max, v2_max, n2);
+      const int32_t e = units::exponent(b);
+      const float u = units::unit(e);
+      for (int d = 0; d < dim; ++d) {
+        // One contribution per 128-key chunk holding some of the row's keys (dS K, unscaled).
+        std::vector<double> x_c;
+        for (size_t x = 0; x < keys.size();) {
+          const int chunk = keys[x] / kChunk;
+          double acc = 0;
+          for (; x < keys.size() && keys[x] / kChunk == chunk; ++x) acc += s[x] * (dp[x] - delta) * at(p.k, keys[x], d);
+          x_c.push_back(acc);
+        }
+        double abs_sum = 0, exact = 0;
+        for (const double x : x_c) {
+          abs_sum += std::fabs(scale * x);
+          exact += scale * x;
+        }
+        ASSERT_LE(abs_sum, b) << "seed " << seed << " row " << i << " column " << d << ": the bound does not hold";
+        worst_fill = std::max(worst_fill, abs_sum / b);
+        std::vector<float> r;
+        double r_abs = 0;
+        for (const double x : x_c) {
+          r.push_back(units::round(static_cast<float>(x), e, scale));
+          r_abs += std::fabs(r.back());
+        }
+        ASSERT_LT(r_abs, std::ldexp(static_cast<double>(u), 24)) << "seed " << seed << " row " << i;
+        // Three orders, each from zero (the dq buffer's start) in fp32.
+        std::vector<size_t> idx(r.size());
+        std::iota(idx.begin(), idx.end(), size_t{0});
+        uint32_t first = 0;
+        for (int order = 0; order < 3; ++order) {
+          if (order == 1) std::reverse(idx.begin(), idx.end());
+          if (order == 2)
+            for (size_t a = idx.size(); a > 1; --a) std::swap(idx[a - 1], idx[static_cast<size_t>(order_rng.below(static_cast<int64_t>(a)))]);
+          float sum = 0;
+          for (const size_t a : idx) sum += r[a];
+          if (order == 0) {
+            first = bits_of(sum);
+            // Half a unit per rounding, and under a unit for the fp32 products before it.
+            EXPECT_LE(std::fabs(sum - exact), (0.5 * static_cast<double>(r.size()) + 1.0) * u)
+                << "seed " << seed << " row " << i << " column " << d;
+          } else {
+            ASSERT_EQ(bits_of(sum), first) << "seed " << seed << " row " << i << " column " << d << ": order " << order;
+          }
+        }
+      }
+      ++rows_checked;
+    }
+  }
+  EXPECT_GT(rows_checked, 500);
+  EXPECT_GT(worst_fill, 0.49) << "the half-full row";
+}
+
+}  // namespace
