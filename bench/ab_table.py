@@ -8,6 +8,7 @@ cuDNN's figures of the call. Means over the runs because the runs alternate A B 
 the GPU's clock between runs falls on every side alike.
 
 Usage: python3 bench/ab_table.py ab.tgz [--fwd-route wgmma-runs] [--bwd-route wgmma-cells] [--json OUT]
+(--bwd-route wgmma-det: the two-pass deterministic backward; wgmma-det-one-pass: the one-pass one.)
 """
 import argparse
 import io
