@@ -48,7 +48,8 @@ struct CudaKernelOptions {
   bool deterministic_backward = false;
   // On one device, the deterministic backward in one pass over the tiles grouped by key blocks,
   // dQ rounded to multiples of a per-row unit below a bound so that its fp32 sums are exact
-  // (AttnBackwardParams::dq_units; dQ keeps 24 bits below the bound instead of fp32's rounding).
+  // (AttnBackwardParams::dq_units; dQ keeps about 23 bits below the bound, about bf16's
+  // precision on rows with outlier features, instead of fp32's rounding).
   // Several devices always take two passes: the unit needs every K and V row's maxima.
   bool deterministic_one_pass = false;
   // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -122,7 +123,8 @@ Problem make_problem(uint64_t seed) {
 }
 
 TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
-  double worst_fill = 0;  // largest sum |contributions| / bound seen
+  double worst_fill = 0;         // largest sum |contributions| / bound seen
+  std::vector<double> row_fill;  // per row: the RMS of its dQ over the columns / its bound
   int rows_checked = 0;
   for (uint64_t seed = 0; seed <= 24; ++seed) {
     const Problem p = make_problem(seed * 104729);
@@ -170,6 +172,7 @@ TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
       const float b = units::bound(scale, k_max, v2_max, n2);
       const int32_t e = units::exponent(b);
       const float u = units::unit(e);
+      double row_sq = 0;
       for (int d = 0; d < dim; ++d) {
         // One contribution per 128-key chunk holding some of the row's keys (dS K, unscaled).
         std::vector<double> x_c;
@@ -186,6 +189,7 @@ TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
         }
         ASSERT_LE(abs_sum, b) << "seed " << seed << " row " << i << " column " << d << ": the bound does not hold";
         worst_fill = std::max(worst_fill, abs_sum / b);
+        row_sq += exact * exact;
         std::vector<float> r;
         double r_abs = 0;
         for (const double x : x_c) {
@@ -213,9 +217,15 @@ TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
           }
         }
       }
+      row_fill.push_back(std::sqrt(row_sq / dim) / b);
       ++rows_checked;
     }
   }
+  // What the rounding leaves of dQ: the unit is about 2^-23 of the bound, so a row keeps about
+  // 23 + log2(fill) bits (less the square root of its chunks' count).
+  std::sort(row_fill.begin(), row_fill.end());
+  const auto q = [&](double f) { return std::log2(row_fill[static_cast<size_t>(f * static_cast<double>(row_fill.size() - 1))]); };
+  std::printf("rows' dQ RMS / bound, log2: 10th percentile %.1f, median %.1f, 90th %.1f\n", q(0.1), q(0.5), q(0.9));
   EXPECT_GT(rows_checked, 500);
   EXPECT_GT(worst_fill, 0.49) << "the half-full row";
 }

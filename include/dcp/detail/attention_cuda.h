@@ -312,8 +312,9 @@ struct AttnBackwardParams {
   // row's probabilities sum to 1, every sum of a row's contributions, in any order, is at most b
   // < 2^24 u in magnitude: a multiple of u that fp32 holds exactly, so the reductions' order
   // changes no bit. dK and dV have one writer per key chunk, as in the two-pass method. dQ keeps
-  // 24 bits below the bound (looser than the values by the spread of dP around Delta and the
-  // products' signs), where the two-pass method keeps fp32's rounding of each sum.
+  // about 23 bits below the bound, which exceeds a row's values by 2^12-2^17 on inputs with
+  // outlier features (tests/cuda/deterministic_units_test.cpp): about bf16's precision there,
+  // where the two-pass method keeps fp32's rounding of each sum.
   const int32_t* dq_units = nullptr;
 };
 
