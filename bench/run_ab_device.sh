@@ -10,7 +10,9 @@
 # AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
 # purpose to bound what a change could buy is only timed).
 # AB_DET=1 adds the deterministic backward: its whole-plan check (gradients bitwise equal over three
-# steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json).
+# steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json);
+# AB_DET=2 adds the same for the one-pass deterministic backward (DCP_ATTN_DETERMINISTIC_ONE_PASS=1:
+# det1plan_*.json) beside the two-pass one.
 # cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
 # throughout.
 # Reading it: each list's forward is timed right after the previous list's backward, at the clock
@@ -63,11 +65,12 @@ for v in $variants; do
   timeout 200 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_$v.log" 2>&1
   echo "exec check $v: rc=$?"
   tail -2 "$x/exec_check_$v.log"
-  if [ "${AB_DET:-0}" = 1 ]; then
-    say "whole-plan check, one GPU, deterministic backward ($v)"
-    DCP_ATTN_DETERMINISTIC=1 timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_det_$v.log" 2>&1
-    echo "deterministic exec check $v: rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$x/exec_check_det_$v.log") configs bitwise equal"
-  fi
+  for one in $([ "${AB_DET:-0}" -ge 1 ] && echo 0) $([ "${AB_DET:-0}" = 2 ] && echo 1); do
+    say "whole-plan check, one GPU, deterministic backward ($v, one pass: $one)"
+    DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ONE_PASS=$one timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check \
+      >"$x/exec_check_det${one}_$v.log" 2>&1
+    echo "deterministic exec check $v (one pass: $one): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$x/exec_check_det${one}_$v.log") configs bitwise equal"
+  done
 done
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 >"$x/clocks.csv" 2>&1 &
 smi=$!
@@ -82,15 +85,17 @@ reversed=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' ')
 [ "${AB_PLANS:-1}" = 0 ] && reversed="" variants_plans="" || variants_plans=$variants
 dets=0
 [ "${AB_DET:-0}" = 1 ] && dets="0 1"
+[ "${AB_DET:-0}" = 2 ] && dets="0 1 2"
 for det in $dets; do
-  prefix=plan
+  prefix=plan one=0
   [ $det = 1 ] && prefix=detplan
+  [ $det = 2 ] && prefix=det1plan one=1
   for order in ${variants_plans:+"$variants_plans"} ${reversed:+"$reversed"}; do
     tag=$(echo $order | tr -d ' ')
     for m in causal lambda causal_blockwise shared_question; do
       for v in $order; do
         say "$prefix $v $m"
-        DCP_ATTN_DETERMINISTIC=$det timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
+        DCP_ATTN_DETERMINISTIC=$((det > 0)) DCP_ATTN_DETERMINISTIC_ONE_PASS=$one timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
           --q-heads 32 --kv-heads 8 --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 \
           --method dcp --cluster h200-nvl --nodes 1 --json "$x/${prefix}_${v}_${m}_${tag}.json" 2>&1 | tail -1
       done

@@ -80,6 +80,19 @@ struct ArraySet {
   }
 };
 
+// A layer's rows as its backward program starts: rows [dout_row, + rows) of dO and [delta_row,
+// + rows) of Delta, row i of one the same token as row i of the other (the Delta of compute_delta
+// or delta_from). When one_device (no transfers bring other rows), every K and V row its Attend
+// calls read is in rows [kv_row, + kv_rows).
+struct BackwardRows {
+  int64_t kv_row = 0;
+  int64_t kv_rows = 0;
+  int64_t dout_row = 0;
+  int64_t delta_row = 0;
+  int64_t rows = 0;
+  bool one_device = false;
+};
+
 // One tile of an Attend instruction, resolved to array rows (first row of each operand).
 struct AttendTile {
   int32_t tile = 0;  // index into table.tiles
@@ -183,14 +196,10 @@ class Backend {
   virtual void mark(int index);
   virtual std::vector<double> marker_seconds(int count);
 
-  // Before a layer's backward program, with its dO rows [dout_row, + dout_rows) in place: when
-  // one_device (no transfers bring other rows), every K and V row its Attend calls read is in rows
-  // [kv_row, + kv_rows). The CUDA backend's deterministic backward derives its dQ units from them
-  // (CudaKernelOptions::deterministic_backward).
-  virtual void begin_backward(const ArraySet& arrays, int64_t kv_row, int64_t kv_rows, int64_t dout_row, int64_t dout_rows,
-                              bool one_device) {
-    (void)arrays, (void)kv_row, (void)kv_rows, (void)dout_row, (void)dout_rows, (void)one_device;
-  }
+  // Before a layer's backward program, with its dO and Delta rows in place (BackwardRows). The
+  // CUDA backend's one-pass deterministic backward derives its dQ units from them
+  // (CudaKernelOptions::deterministic_one_pass).
+  virtual void begin_backward(const ArraySet& arrays, const BackwardRows& rows) { (void)arrays, (void)rows; }
   virtual void attend(const ArraySet& arrays, const AttendCall& call) = 0;
   virtual void merge(const ArraySet& arrays, const MergeCall& call) = 0;
   // Every call of `batch` (the result of merge() on each, in order). Default: exactly that; the

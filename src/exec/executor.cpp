@@ -290,12 +290,18 @@ struct Executor::Impl {
                                          std::to_string(options.num_layers) + ")");
   }
 
-  // The layer's own K, V and dO rows (all of them on one device).
+  // The layer's own K, V, dO and Delta rows (all of them on one device).
   void begin_backward(int at_layer) {
     check_layer(at_layer);
     layer = at_layer;
-    backend.begin_backward(arrays, local_row(DataKind::KV, 0), int64_t{num_sets} * local_rows, local_row(DataKind::dO, 0),
-                           int64_t{num_groups} * local_rows, plan.devices.size() == 1);
+    BackwardRows rows;
+    rows.kv_row = local_row(DataKind::KV, 0);
+    rows.kv_rows = int64_t{num_sets} * local_rows;
+    rows.dout_row = local_row(DataKind::dO, 0);
+    rows.delta_row = local_row(DataKind::Delta, 0);
+    rows.rows = int64_t{num_groups} * local_rows;
+    rows.one_device = plan.devices.size() == 1;
+    backend.begin_backward(arrays, rows);
   }
 
   const Resolved& resolve(const Attend& a, uint64_t key) {

@@ -4,18 +4,24 @@
 // layout says, for both directions, bf16 and fp32 on either side, the 8-wide and the scalar path,
 // and several moves of different sizes in one launch.
 // delta_from_tensors (Delta = <dO, O> per row and head): against fp64, on the 8-wide path (head
-// dims 64, 128, 256) and the scalar one (unaligned strides, a head dim of 24).
+// dims 64, 128, 256) and the scalar one (unaligned strides, a head dim of 24); with it, |dO|_2^2.
+// deterministic_dq_units and _from_norms (the one-pass deterministic backward's units): the K and
+// V maxima exact, and each unit the host formula of dcp/detail/dq_units.h on them.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "attention_cuda_check.h"
 #include "common/rng.h"
+#include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/dq_units.h"
 #include "exec/cuda/cuda_backend_kernels.h"
 
 namespace {
@@ -168,9 +174,10 @@ TEST(ExchangeCuda, LargeMovesOfDifferentSizesInOneLaunch) {
             99);
 }
 
-// Delta of every (row, head) of random strided dO and O, into the group-major delta array.
+// Delta of every (row, head) of random strided dO and O, into the group-major delta array, and
+// |dO|_2^2 beside it (the one-pass deterministic backward's norms) when `norms`.
 void check_delta(int groups, int heads_per_group, int rows, int head_dim, int64_t row_pad, bool do_bf16, bool o_bf16,
-                 uint64_t seed) {
+                 uint64_t seed, bool norms) {
   dcp::test::SplitMix64 rng(seed);
   const int heads = groups * heads_per_group;
   const int64_t head_stride = head_dim + row_pad;  // padding between heads too
@@ -179,7 +186,7 @@ void check_delta(int groups, int heads_per_group, int rows, int head_dim, int64_
   Buffer o(o_bf16, static_cast<size_t>(row_stride * rows), rng);
   void* delta_mem = nullptr;
   const auto n = static_cast<size_t>(rows) * heads;
-  ASSERT_EQ(cudaMalloc(&delta_mem, n * 4), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&delta_mem, 2 * n * 4), cudaSuccess);
   auto* delta = static_cast<float*>(delta_mem);
   dcp::cuda::DeltaFromParams p;
   p.d_o = d_o.dev;
@@ -193,9 +200,11 @@ void check_delta(int groups, int heads_per_group, int rows, int head_dim, int64_
   p.head_dim = head_dim;
   p.do_bf16 = do_bf16 ? 1 : 0;
   p.o_bf16 = o_bf16 ? 1 : 0;
+  p.norm2 = norms ? delta + n : nullptr;
+  ASSERT_EQ(cudaMemset(delta + n, 0xff, n * 4), cudaSuccess);  // NaN: stays so unless written
   dcp::cuda::delta_from_tensors(p, nullptr);
-  std::vector<float> got(n);
-  ASSERT_EQ(cudaMemcpy(got.data(), delta, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  std::vector<float> got(2 * n);
+  ASSERT_EQ(cudaMemcpy(got.data(), delta, 2 * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
   cudaFree(delta);
   int bad = 0;
   for (int g = 0; g < groups; ++g) {
@@ -203,14 +212,24 @@ void check_delta(int groups, int heads_per_group, int rows, int head_dim, int64_
       for (int h = 0; h < heads_per_group; ++h) {
         double want = 0.0;
         double scale = 0.0;
+        double n2 = 0.0;
         for (int d = 0; d < head_dim; ++d) {
           const auto i = static_cast<size_t>(r * row_stride + (int64_t{g} * heads_per_group + h) * head_stride + d);
           want += double{d_o.get(i)} * o.get(i);
           scale += std::fabs(double{d_o.get(i)} * o.get(i));
+          n2 += double{d_o.get(i)} * d_o.get(i);
         }
-        const float x = got[static_cast<size_t>((int64_t{g} * rows + r) * heads_per_group + h)];
+        const auto at = static_cast<size_t>((int64_t{g} * rows + r) * heads_per_group + h);
+        const float x = got[at];
         if (std::fabs(x - want) > 1e-5 * (scale + 1e-30) && bad++ < 5) {
           ADD_FAILURE() << "delta (g " << g << ", row " << r << ", head " << h << "): got " << x << ", want " << want;
+        }
+        const float y = got[n + at];
+        if (norms ? !(std::fabs(y - n2) <= 1e-5 * n2) : !std::isnan(y)) {
+          if (bad++ < 5) {
+            ADD_FAILURE() << "|dO|^2 (g " << g << ", row " << r << ", head " << h << "): got " << y << ", want "
+                          << (norms ? n2 : std::nan("")) << " (norms " << (norms ? "asked" : "not asked") << ")";
+          }
         }
       }
     }
@@ -223,13 +242,83 @@ TEST(DeltaFromCuda, MatchesFp64OnEveryPath) {
   uint64_t seed = 7;
   for (const bool do_bf16 : {true, false}) {
     for (const bool o_bf16 : {true, false}) {
-      check_delta(2, 4, 301, 128, 0, do_bf16, o_bf16, seed++);  // 16 lanes a (row, head)
-      check_delta(3, 1, 77, 64, 8, do_bf16, o_bf16, seed++);    // 8 lanes, padded strides
-      check_delta(1, 2, 33, 256, 0, do_bf16, o_bf16, seed++);   // a whole warp
-      check_delta(2, 2, 50, 24, 0, do_bf16, o_bf16, seed++);    // scalar: 24 / 8 is not a power of two
-      check_delta(1, 3, 40, 64, 3, do_bf16, o_bf16, seed++);    // scalar: unaligned strides
+      for (const bool norms : {false, true}) {
+        check_delta(2, 4, 301, 128, 0, do_bf16, o_bf16, seed++, norms);  // 16 lanes a (row, head)
+        check_delta(3, 1, 77, 64, 8, do_bf16, o_bf16, seed++, norms);    // 8 lanes, padded strides
+        check_delta(1, 2, 33, 256, 0, do_bf16, o_bf16, seed++, norms);   // a whole warp
+        check_delta(2, 2, 50, 24, 0, do_bf16, o_bf16, seed++, norms);    // scalar: 24 / 8 is not a power of two
+        check_delta(1, 3, 40, 64, 3, do_bf16, o_bf16, seed++, norms);    // scalar: unaligned strides
+      }
     }
   }
+}
+
+TEST(DqUnitsCuda, BothRoutesGiveTheHostFormulaOnExactMaxima) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  namespace units = dcp::cuda::dq_units;
+  constexpr int kRows = 300, kKvHeads = 2, kQHeads = 8, kDim = 128;
+  const dcp::cuda::AttnShape shape{kQHeads, kKvHeads, kDim, 1.0F / std::sqrt(static_cast<float>(kDim))};
+  dcp::test::SplitMix64 rng(41);
+  Buffer k(true, size_t{kRows} * kKvHeads * kDim, rng), v(true, size_t{kRows} * kKvHeads * kDim, rng);
+  Buffer d_o(true, size_t{kRows} * kQHeads * kDim, rng);
+  // Rows and heads of very different scales, and one outlier feature of K.
+  for (size_t i = 0; i < d_o.size(); ++i) d_o.set(i, d_o.get(i) * std::ldexp(1.0F, static_cast<int>(i / kDim % 13) - 6));
+  for (size_t i = 0; i < v.size(); ++i) v.set(i, v.get(i) * std::ldexp(1.0F, static_cast<int>(i / kDim % 5) - 2));
+  k.set(size_t{(123 * kKvHeads + 1) * kDim + 7}, 37.5F);
+  k.upload();
+  v.upload();
+  d_o.upload();
+  const size_t n = size_t{kRows} * kQHeads;
+  std::vector<float> norms(n);
+  for (size_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (int d = 0; d < kDim; ++d) s += double{d_o.get(i * kDim + d)} * d_o.get(i * kDim + d);
+    norms[i] = static_cast<float>(s);
+  }
+  void* mem = nullptr;
+  ASSERT_EQ(cudaMalloc(&mem, (3 * n + 2 * kKvHeads) * 4), cudaSuccess);
+  auto* norms_dev = static_cast<float*>(mem);
+  auto* units_do = reinterpret_cast<int32_t*>(norms_dev + n);
+  auto* units_norms = units_do + n;
+  auto* bound = reinterpret_cast<float*>(units_norms + n);
+  ASSERT_EQ(cudaMemcpy(norms_dev, norms.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+  dcp::cuda::deterministic_dq_units(k.dev, v.dev, kRows, d_o.dev, kRows, shape, bound, units_do, nullptr);
+  dcp::cuda::deterministic_dq_units_from_norms(k.dev, v.dev, kRows, norms_dev, kRows, shape, bound, units_norms,
+                                               nullptr);
+  std::vector<int32_t> got(2 * n);
+  std::vector<float> got_bound(2 * kKvHeads);
+  ASSERT_EQ(cudaMemcpy(got.data(), units_do, 2 * n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(got_bound.data(), bound, got_bound.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(mem);
+  for (int h = 0; h < kKvHeads; ++h) {
+    float k_max = 0;
+    double v2_max = 0;
+    for (int r = 0; r < kRows; ++r) {
+      double v2 = 0;
+      for (int d = 0; d < kDim; ++d) {
+        const size_t i = (static_cast<size_t>(r) * kKvHeads + h) * kDim + d;
+        k_max = std::max(k_max, std::fabs(k.get(i)));
+        v2 += double{v.get(i)} * v.get(i);
+      }
+      v2_max = std::max(v2_max, v2);
+    }
+    EXPECT_EQ(got_bound[2 * h], k_max) << "kv head " << h;
+    EXPECT_NEAR(got_bound[2 * h + 1], v2_max, 1e-6 * v2_max) << "kv head " << h;
+  }
+  EXPECT_EQ(got_bound[2 * 1], 37.5F);
+  int bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const int kvh = static_cast<int>(i % kQHeads) / (kQHeads / kKvHeads);
+    const int32_t want =
+        units::exponent(units::bound(shape.softmax_scale, got_bound[2 * kvh], got_bound[2 * kvh + 1], norms[i]));
+    // From the norms: the formula exactly. From dO: its own fp32 sum of squares, one rounding
+    // from the host's, so at most one exponent away where that straddles a power of two.
+    if ((got[n + i] != want || std::abs(got[i] - want) > 1) && bad++ < 5) {
+      ADD_FAILURE() << "(row " << i / kQHeads << ", head " << i % kQHeads << "): from norms " << got[n + i]
+                    << ", from dO " << got[i] << ", want " << want;
+    }
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

@@ -325,6 +325,13 @@ struct AttnBackwardParams {
 // num_kv_heads floats. Exact maxima and fixed-order sums: the same rows give the same bits.
 void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const void* dout, int64_t dout_rows,
                             const AttnShape& shape, float* bound, int32_t* units, cudaStream_t stream);
+// The same from |dO|_2^2 of each (row, q head) (dout_norm2, indexed like units: what the Delta
+// kernels write beside Delta), which spares the pass over dO. Where those norms come from other
+// values than the kernel's dO (an fp32 dO that the arrays hold in bf16), the bound's factor-2
+// margin covers the difference.
+void deterministic_dq_units_from_norms(const void* k, const void* v, int64_t kv_rows, const float* dout_norm2,
+                                       int64_t rows, const AttnShape& shape, float* bound, int32_t* units,
+                                       cudaStream_t stream);
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
 // The kernel attention_forward() runs for `params` on the current device: Mma, Wgmma or

@@ -354,32 +354,64 @@ __global__ void dq_units_kernel(const __nv_bfloat16* dout, int64_t rows, int q_h
   if (lane == 0) units[warp] = dq_units::exponent(dq_units::bound(scale, bound[2 * kvh], bound[2 * kvh + 1], n2));
 }
 
+// One thread per (row, q head), from |dO|_2^2 computed beside Delta.
+__global__ void dq_units_from_norms_kernel(const float* norm2, int64_t count, int q_heads, int group, float scale,
+                                           const float* bound, int32_t* units) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= count) return;
+  const int kvh = static_cast<int>(i % q_heads) / group;
+  units[i] = dq_units::exponent(dq_units::bound(scale, bound[2 * kvh], bound[2 * kvh + 1], norm2[i]));
+}
+
 }  // namespace detail
 
-void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const void* dout, int64_t dout_rows,
-                            const AttnShape& shape, float* bound, int32_t* units, cudaStream_t stream) {
-  const auto check = [](cudaError_t e, const char* what) {
-    if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("deterministic_dq_units: ") + what + ": " + cudaGetErrorString(e));
-  };
+namespace {
+
+// K and V maxima of every kv head into bound[2 x num_kv_heads] (zeroed first).
+void dq_bound(const void* k, const void* v, int64_t kv_rows, const AttnShape& shape, float* bound,
+              cudaStream_t stream) {
   if (shape.num_kv_heads <= 0 || shape.num_q_heads % shape.num_kv_heads != 0)
     raise(ErrorKind::InvalidInput, "deterministic_dq_units: num_q_heads must be a positive multiple of num_kv_heads");
-  check(cudaMemsetAsync(bound, 0, static_cast<size_t>(2 * shape.num_kv_heads) * sizeof(float), stream), "zeroing the bound");
-  constexpr int kThreads = 256;
-  const auto blocks = [](int64_t warps) { return static_cast<unsigned int>((warps * 32 + kThreads - 1) / kThreads); };
-  if (kv_rows > 0) {
+  cudaError_t e = cudaMemsetAsync(bound, 0, static_cast<size_t>(2 * shape.num_kv_heads) * sizeof(float), stream);
+  if (e == cudaSuccess && kv_rows > 0) {
     // One warp per block, a multiple of the heads in all: every warp keeps one head.
     const int64_t warps = std::min<int64_t>(kv_rows, 1024) * shape.num_kv_heads;
     detail::dq_bound_kernel<<<static_cast<unsigned int>(warps), 32, 0, stream>>>(
         static_cast<const __nv_bfloat16*>(k), static_cast<const __nv_bfloat16*>(v), kv_rows, shape.num_kv_heads,
         shape.head_dim, reinterpret_cast<unsigned int*>(bound));
-    check(cudaGetLastError(), "bound");
+    e = cudaGetLastError();
   }
-  if (dout_rows > 0) {
-    detail::dq_units_kernel<<<blocks(dout_rows * shape.num_q_heads), kThreads, 0, stream>>>(
-        static_cast<const __nv_bfloat16*>(dout), dout_rows, shape.num_q_heads, shape.num_q_heads / shape.num_kv_heads,
-        shape.head_dim, shape.softmax_scale, bound, units);
-    check(cudaGetLastError(), "units");
-  }
+  if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("deterministic_dq_units: bound: ") + cudaGetErrorString(e));
+}
+
+}  // namespace
+
+void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const void* dout, int64_t dout_rows,
+                            const AttnShape& shape, float* bound, int32_t* units, cudaStream_t stream) {
+  dq_bound(k, v, kv_rows, shape, bound, stream);
+  if (dout_rows <= 0) return;
+  constexpr int kThreads = 256;
+  const int64_t threads = dout_rows * shape.num_q_heads * 32;
+  detail::dq_units_kernel<<<static_cast<unsigned int>((threads + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(dout), dout_rows, shape.num_q_heads, shape.num_q_heads / shape.num_kv_heads,
+      shape.head_dim, shape.softmax_scale, bound, units);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("deterministic_dq_units: units: ") + cudaGetErrorString(e));
+}
+
+void deterministic_dq_units_from_norms(const void* k, const void* v, int64_t kv_rows, const float* dout_norm2,
+                                       int64_t rows, const AttnShape& shape, float* bound, int32_t* units,
+                                       cudaStream_t stream) {
+  dq_bound(k, v, kv_rows, shape, bound, stream);
+  const int64_t count = rows * shape.num_q_heads;
+  if (count <= 0) return;
+  constexpr int kThreads = 256;
+  detail::dq_units_from_norms_kernel<<<static_cast<unsigned int>((count + kThreads - 1) / kThreads), kThreads, 0,
+                                       stream>>>(dout_norm2, count, shape.num_q_heads,
+                                                 shape.num_q_heads / shape.num_kv_heads, shape.softmax_scale, bound,
+                                                 units);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("deterministic_dq_units: units: ") + cudaGetErrorString(e));
 }
 
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {

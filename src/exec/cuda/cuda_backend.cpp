@@ -124,12 +124,32 @@ class CudaBackend final : public Backend {
     for (auto& [key, h] : host_merges) merge_batches_.emplace(key, h.at(device));
   }
 
-  // The one-pass deterministic backward's units, from the layer's dO and its K and V (one device
-  // only: on several, the K and V maxima would have to be every device's).
-  void begin_backward(const ArraySet& a, int64_t kv_row, int64_t kv_rows, int64_t dout_row, int64_t dout_rows,
-                      bool one_device) override {
+  bool one_pass() const { return kernels_.deterministic_backward && kernels_.deterministic_one_pass; }
+
+  // Where the Delta kernels write |dO|_2^2 of Delta rows [delta_row, + num_rows) for the one-pass
+  // deterministic backward (null when it is off): the units then need no pass over dO.
+  float* dout_norms_at(const ArraySet& a, int64_t delta_row, int64_t num_rows) {
+    norms_begin_ = norms_end_ = 0;
+    if (!one_pass()) return nullptr;
+    const int64_t n = a.rows[idx(Array::Delta)] * a.q_heads;
+    if (dout_norms_capacity_ < n) {
+      if (dout_norms_ != nullptr) deallocate(dout_norms_);
+      dout_norms_ = static_cast<float*>(allocate(n * static_cast<int64_t>(sizeof(float))));
+      dout_norms_capacity_ = n;
+    }
+    norms_begin_ = delta_row;
+    norms_end_ = delta_row + num_rows;
+    return dout_norms_ + delta_row * a.q_heads;
+  }
+
+  // The one-pass deterministic backward's units, from the layer's K and V and |dO|_2^2 (written
+  // beside Delta when the layer's Delta was computed here, else from dO); one device only: on
+  // several, the K and V maxima would have to be every device's.
+  void begin_backward(const ArraySet& a, const BackwardRows& r) override {
     dq_units_ready_ = false;
-    if (!kernels_.deterministic_backward || !kernels_.deterministic_one_pass || !one_device) return;
+    const bool have_norms = norms_begin_ <= r.delta_row && r.delta_row + r.rows <= norms_end_;
+    norms_begin_ = norms_end_ = 0;  // the norms serve the backward of the layer whose Delta made them
+    if (!one_pass() || !r.one_device) return;
     const int64_t units = a.rows[idx(Array::dO)] * a.q_heads;
     if (dq_units_ == nullptr || dq_units_capacity_ < units || dq_bound_heads_ < a.kv_heads) {
       if (dq_units_ != nullptr) deallocate(dq_units_);
@@ -140,8 +160,18 @@ class CudaBackend final : public Backend {
       dq_bound_heads_ = a.kv_heads;
     }
     cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 1.0F / std::sqrt(static_cast<float>(a.head_dim))};
-    cuda::deterministic_dq_units(a.at(Array::K, kv_row), a.at(Array::V, kv_row), kv_rows, a.at(Array::dO, dout_row),
-                                 dout_rows, shape, dq_bound_, dq_units_ + dout_row * a.q_heads, stream_);
+    int32_t* units_at = dq_units_ + r.dout_row * a.q_heads;
+#ifndef DCP_AB_OLD
+    if (have_norms) {
+      cuda::deterministic_dq_units_from_norms(a.at(Array::K, r.kv_row), a.at(Array::V, r.kv_row), r.kv_rows,
+                                              dout_norms_ + r.delta_row * a.q_heads, r.rows, shape, dq_bound_,
+                                              units_at, stream_);
+    } else
+#endif
+    {
+      cuda::deterministic_dq_units(a.at(Array::K, r.kv_row), a.at(Array::V, r.kv_row), r.kv_rows,
+                                   a.at(Array::dO, r.dout_row), r.rows, shape, dq_bound_, units_at, stream_);
+    }
     dq_units_ready_ = true;
   }
 
@@ -230,7 +260,8 @@ class CudaBackend final : public Backend {
   }
   void compute_delta(const ArraySet& a, int64_t d_o, int64_t o, int64_t delta, int64_t num_rows) override {
     cuda::delta_bf16_f32(a.at(Array::dO, d_o), static_cast<const float*>(a.at(Array::O, o)),
-                         static_cast<float*>(a.at(Array::Delta, delta)), num_rows * a.q_heads, a.head_dim, stream_);
+                         static_cast<float*>(a.at(Array::Delta, delta)), dout_norms_at(a, delta, num_rows),
+                         num_rows * a.q_heads, a.head_dim, stream_);
   }
   void exchange(const ArraySet& a, std::span<const LocalExchange> moves) override {
     for (size_t first = 0; first < moves.size(); first += cuda::kMaxExchangeMoves) {
@@ -264,6 +295,7 @@ class CudaBackend final : public Backend {
     p.d_o = d_o.data;
     p.o = o.data;
     p.delta = static_cast<float*>(a.at(Array::Delta, delta_row));
+    p.norm2 = dout_norms_at(a, delta_row, num_rows * num_groups);
     p.do_row_stride = d_o.row_stride;
     p.do_head_stride = d_o.head_stride;
     p.o_row_stride = o.row_stride;
@@ -613,6 +645,10 @@ class CudaBackend final : public Backend {
   int32_t* semaphores_ = nullptr;                  // deterministic backward (reserve_semaphores)
   int32_t* dq_units_ = nullptr;                    // one-pass deterministic backward (begin_backward)
   int64_t dq_units_capacity_ = 0;
+  float* dout_norms_ = nullptr;  // |dO|_2^2 indexed like Delta, rows [norms_begin_, norms_end_) valid
+  int64_t dout_norms_capacity_ = 0;
+  int64_t norms_begin_ = 0;
+  int64_t norms_end_ = 0;
   float* dq_bound_ = nullptr;
   int dq_bound_heads_ = 0;
   bool dq_units_ready_ = false;

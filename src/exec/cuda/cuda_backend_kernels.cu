@@ -12,21 +12,29 @@
 namespace dcp::cuda {
 namespace {
 
-// One warp per (row, head): Delta = <dO (bf16), O (fp32)>.
-__global__ void delta_f32_kernel(const __nv_bfloat16* dout, const float* out, float* delta, int64_t num_row_heads,
-                                 int head_dim) {
+// One warp per (row, head): Delta = <dO (bf16), O (fp32)>, and |dO|_2^2 where norm2 is given.
+__global__ void delta_f32_kernel(const __nv_bfloat16* dout, const float* out, float* delta, float* norm2,
+                                 int64_t num_row_heads, int head_dim) {
   const int64_t rh = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x & 31);
   if (rh >= num_row_heads) return;
   float sum = 0.0F;
+  float n2 = 0.0F;
   for (int d = lane * 2; d < head_dim; d += 64) {
     const float2 a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(dout + rh * head_dim + d));
     const float2 b = *reinterpret_cast<const float2*>(out + rh * head_dim + d);
     sum += a.x * b.x + a.y * b.y;
+    n2 += a.x * a.x + a.y * a.y;
   }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffU, sum, off);
-  if (lane == 0) delta[rh] = sum;
+  for (int off = 16; off > 0; off >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffU, sum, off);
+    n2 += __shfl_xor_sync(0xffffffffU, n2, off);
+  }
+  if (lane == 0) {
+    delta[rh] = sum;
+    if (norm2 != nullptr) norm2[rh] = n2;
+  }
 }
 
 // Zeroes many row ranges of fp32 arrays in one launch: range i is floats [begin, begin + count).
@@ -178,10 +186,22 @@ __global__ void delta_from_kernel(DeltaFromParams p) {
   const int64_t a = r * p.do_row_stride + head * p.do_head_stride;
   const int64_t b = r * p.o_row_stride + head * p.o_head_stride;
   float sum = 0.0F;
-  for (int d = lane; d < p.head_dim; d += 32) sum += load_elem(p.d_o, a + d, p.do_bf16) * load_elem(p.o, b + d, p.o_bf16);
+  float n2 = 0.0F;
+  for (int d = lane; d < p.head_dim; d += 32) {
+    const float x = load_elem(p.d_o, a + d, p.do_bf16);
+    sum += x * load_elem(p.o, b + d, p.o_bf16);
+    n2 = fmaf(x, x, n2);
+  }
 #pragma unroll
-  for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffU, sum, off);
-  if (lane == 0) p.delta[(g * p.num_rows + r) * p.heads_per_group + h] = sum;
+  for (int off = 16; off > 0; off >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffU, sum, off);
+    n2 += __shfl_xor_sync(0xffffffffU, n2, off);
+  }
+  if (lane == 0) {
+    const int64_t i = (g * p.num_rows + r) * p.heads_per_group + h;
+    p.delta[i] = sum;
+    if (p.norm2 != nullptr) p.norm2[i] = n2;
+  }
 }
 
 // The same with 8 elements per lane (16-byte aligned rows, head_dim / 8 a power of two up to
@@ -194,6 +214,7 @@ __global__ void delta_from_vec_kernel(DeltaFromParams p) {
   const int lane = static_cast<int>(threadIdx.x & (kLanes - 1));
   const bool valid = rh < p.num_rows * heads;
   float sum = 0.0F;
+  float n2 = 0.0F;
   int64_t r = 0, g = 0, h = 0;
   if (valid) {
     r = rh / heads;
@@ -205,11 +226,21 @@ __global__ void delta_from_vec_kernel(DeltaFromParams p) {
     load8(p.d_o, r * p.do_row_stride + head * p.do_head_stride + 8 * lane, p.do_bf16, x);
     load8(p.o, r * p.o_row_stride + head * p.o_head_stride + 8 * lane, p.o_bf16, y);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) sum = fmaf(x[k], y[k], sum);
+    for (int k = 0; k < 8; ++k) {
+      sum = fmaf(x[k], y[k], sum);
+      n2 = fmaf(x[k], x[k], n2);
+    }
   }
 #pragma unroll
-  for (int off = kLanes / 2; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffU, sum, off);
-  if (valid && lane == 0) p.delta[(g * p.num_rows + r) * p.heads_per_group + h] = sum;
+  for (int off = kLanes / 2; off > 0; off >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffU, sum, off);
+    n2 += __shfl_xor_sync(0xffffffffU, n2, off);
+  }
+  if (valid && lane == 0) {
+    const int64_t i = (g * p.num_rows + r) * p.heads_per_group + h;
+    p.delta[i] = sum;
+    if (p.norm2 != nullptr) p.norm2[i] = n2;
+  }
 }
 
 void check(const char* where) {
@@ -219,12 +250,12 @@ void check(const char* where) {
 
 }  // namespace
 
-void delta_bf16_f32(const void* dout, const float* out, float* delta, int64_t num_row_heads, int head_dim,
-                    cudaStream_t stream) {
+void delta_bf16_f32(const void* dout, const float* out, float* delta, float* norm2, int64_t num_row_heads,
+                    int head_dim, cudaStream_t stream) {
   if (num_row_heads == 0) return;
   const int64_t threads = num_row_heads * 32;
   delta_f32_kernel<<<static_cast<unsigned>((threads + 255) / 256), 256, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(dout), out, delta, num_row_heads, head_dim);
+      static_cast<const __nv_bfloat16*>(dout), out, delta, norm2, num_row_heads, head_dim);
   check("delta_bf16_f32");
 }
 

@@ -12,9 +12,11 @@ struct ZeroRange {
   int64_t count = 0;     // floats, a multiple of 4
 };
 
-// delta[rh] = sum_d dout[rh][d] * out[rh][d] for rh < num_row_heads (dout bf16, out fp32).
-void delta_bf16_f32(const void* dout, const float* out, float* delta, int64_t num_row_heads, int head_dim,
-                    cudaStream_t stream);
+// delta[rh] = sum_d dout[rh][d] * out[rh][d] for rh < num_row_heads (dout bf16, out fp32); where
+// norm2 is given, also norm2[rh] = sum_d dout[rh][d]^2 (the one-pass deterministic backward's
+// |dO|_2^2, deterministic_dq_units_from_norms), from the same loads.
+void delta_bf16_f32(const void* dout, const float* out, float* delta, float* norm2, int64_t num_row_heads,
+                    int head_dim, cudaStream_t stream);
 // n values in [-amplitude, amplitude] from a hash of (seed, index); bf16 or fp32.
 void fill_random(void* p, bool bf16, int64_t n, uint64_t seed, float amplitude, cudaStream_t stream);
 // Zeroes every range (device array of num_ranges ZeroRange).
@@ -52,6 +54,7 @@ struct DeltaFromParams {
   const void* d_o = nullptr;
   const void* o = nullptr;
   float* delta = nullptr;
+  float* norm2 = nullptr;  // optional: |dO|_2^2 per (row, head), indexed like delta
   int64_t do_row_stride = 0, do_head_stride = 0;
   int64_t o_row_stride = 0, o_head_stride = 0;
   int64_t num_rows = 0;
