@@ -1,7 +1,7 @@
 // Host tests of the deterministic backward's two work lists (no GPU needed), from random lists of
 // every tile kind against a walk of every item as the kernels do it: each (tile, head, chunk) is
 // walked once; each dK / dV and dQ element has one writer (or dK / dV units taking turns in work
-// order); items run heaviest first; lists that break the preconditions are refused with a message.
+// order); items run heaviest first (dK / dV: by groups of a key block and head); lists that break the preconditions are refused with a message.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -101,7 +101,8 @@ int dkv_row(const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_be
 
 // The deterministic backward's two lists. dK / dV pass: every (tile, kv head, key chunk)
 // walked once, by items whose tiles share keys, dK / dV rows and the head; each dK / dV element
-// has one writer, or several taking turns 0, 1, ... in work order; heaviest items first. dQ pass:
+// has one writer, or several taking turns 0, 1, ... in work order; the items of a (key block,
+// head) together, these groups heaviest first. dQ pass:
 // every (tile, q head, 128-row chunk) walked once, by the one item that owns those dQ rows and
 // head (one writer per dQ element); heaviest first.
 void check_work(const List& l, const AttnShape& shape, int unit_rows, uint64_t seed) {
@@ -112,24 +113,40 @@ void check_work(const List& l, const AttnShape& shape, int unit_rows, uint64_t s
   };
   std::set<std::tuple<int, int, int, int, int>> walked;          // (q row, kv row, head, kind, chunk)
   std::map<std::tuple<int, int>, std::vector<int>> dkv_writers;  // (dK/dV row, kv head) -> items, in order
+  // Each (key block, head) group's cost, then its items in one run, groups heaviest first.
+  auto item_cost = [&](const dcp::cuda::AttnWorkItem& w) {
+    const AttnTile& g = det.dkv_tiles[static_cast<size_t>(w.tile)];
+    const int keys = std::min(kChunk, g.kv_len - w.chunk * kChunk);
+    double cost = 0;
+    for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) cost += area(det.dkv_tiles[static_cast<size_t>(ti)], keys);
+    return cost;
+  };
+  auto group_of = [&](const dcp::cuda::AttnWorkItem& w) {
+    return std::make_tuple(dkv_row(det.dkv_tiles[static_cast<size_t>(w.tile)]), w.head);
+  };
+  std::map<std::tuple<int, int>, double> group_cost;
+  for (const dcp::cuda::AttnWorkItem& w : det.dkv_work) group_cost[group_of(w)] += item_cost(w);
+  std::set<std::tuple<int, int>> groups_done;
   double prev_cost = 1e300;
   for (size_t k = 0; k < det.dkv_work.size(); ++k) {
+    if (k == 0 || group_of(det.dkv_work[k]) != group_of(det.dkv_work[k - 1])) {
+      const auto gk = group_of(det.dkv_work[k]);
+      EXPECT_TRUE(groups_done.insert(gk).second) << "a (key block, head) group's items not together, seed " << seed;
+      EXPECT_LE(group_cost[gk], prev_cost) << "dK / dV groups not heaviest first, seed " << seed;
+      prev_cost = group_cost[gk];
+    }
     const dcp::cuda::AttnWorkItem& w = det.dkv_work[k];
     const AttnTile& g = det.dkv_tiles[static_cast<size_t>(w.tile)];
     const int keys = std::min(kChunk, g.kv_len - w.chunk * kChunk);
     ASSERT_GT(keys, 0) << "seed " << seed;
     for (int key = 0; key < keys; ++key) dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
-    double cost = 0;
     for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
       const AttnTile& t = det.dkv_tiles[static_cast<size_t>(ti)];
       ASSERT_TRUE(t.kv_begin == g.kv_begin && t.kv_len == g.kv_len && dkv_row(t) == dkv_row(g)) << "seed " << seed;
       ASSERT_TRUE(t.kv_head_begin == w.head && t.kv_head_end == w.head + 1) << "seed " << seed;
       ASSERT_TRUE(walked.insert({t.q_begin, t.kv_begin, w.head, static_cast<int>(t.kind), w.chunk}).second)
           << "a (tile, head, chunk) walked twice, seed " << seed;
-      cost += area(t, keys);
     }
-    EXPECT_LE(cost, prev_cost) << "dK / dV items not heaviest first, seed " << seed;
-    prev_cost = cost;
   }
   size_t expected_walks = 0;
   for (const AttnTile& t : l.tiles)

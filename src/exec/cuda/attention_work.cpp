@@ -340,20 +340,27 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   DeterministicBackwardWork out;
 
   // dK / dV pass: units of key blocks per kv head, cut (unit_rows > 0) into runs of at most
-  // unit_rows q rows; items (unit, chunk, head) heaviest first, and the turns of a cut key
-  // block's units in that order, so that an item waits only for items launched before it.
+  // unit_rows q rows; items (unit, chunk, head), those of a (key block, head) together and these
+  // groups heaviest first, and the turns of a cut key block's units in that order, so that an
+  // item waits only for items launched before it. Together: the CTAs running at once share the Q
+  // and dO rows of a few key blocks' tiles in L2 (items sorted one by one interleave every key
+  // block's chunk c, a working set of all of them).
   const std::vector<std::vector<std::vector<int>>> members = key_blocks(tiles, hkv, where);
   struct Item {
     double cost;
     AttnWorkItem w;
     std::size_t turn_key;  // (block, head, chunk) of a cut key block; SIZE_MAX: alone
+    std::size_t block_head;  // (block, head)
   };
   std::vector<Item> items;
+  std::vector<double> group_cost;
   std::size_t turn_keys = 0;
   for (const auto& block : members) {
     for (int h = 0; h < hkv; ++h) {
       const std::vector<int>& m = block[static_cast<std::size_t>(h)];
       if (m.empty()) continue;
+      const std::size_t block_head = group_cost.size();
+      group_cost.push_back(0.0);
       const int kv_len = tiles[static_cast<std::size_t>(m[0])].kv_len;
       const int chunks = (kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
       std::vector<std::pair<int, int>> units;  // (first tile in dkv_tiles, tiles)
@@ -378,12 +385,20 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
           for (int k = first; k < first + count; ++k) cost += area(out.dkv_tiles[static_cast<std::size_t>(k)], keys);
           AttnWorkItem w{first, c, h, 0};
           w.num_tiles = count;
-          items.push_back(Item{cost, w, key});
+          items.push_back(Item{cost, w, key, block_head});
+          group_cost[block_head] += cost;
         }
       }
     }
   }
+#ifdef DCP_AB_OLD
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
+#else
+  std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
+    const double ca = group_cost[a.block_head], cb = group_cost[b.block_head];
+    return ca > cb || (ca == cb && a.block_head < b.block_head);
+  });
+#endif
   std::vector<int32_t> turns(turn_keys, 0);
   for (const Item& it : items) {
     AttnWorkItem w = it.w;
