@@ -282,11 +282,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     int ti = w.tile;
     const AttnTile* t = p.list.tiles + ti;
     BwSteps steps(*t, c0, group, p.list);
-#ifdef DCP_AB_STAGGER
-    if constexpr (!kUnit || kDq) steps.stagger(w.chunk);
-#else
     if constexpr (!kUnit) steps.stagger(w.chunk);
-#endif
     // The basic kernel's classification, uniform over the producer warpgroup; Partial: thread
     // (half, row) = (ptid >> 6, ptid & 63) computes the bits of keys c0 + 64 half .. + 63 of q row
     // rq0 + row into row_mask (stored into the slot once it is free).
@@ -329,11 +325,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           }
           t = p.list.tiles + ti;
           steps = BwSteps(*t, c0, group, p.list);
-#ifdef DCP_AB_STAGGER
-          if constexpr (!kUnit || kDq) steps.stagger(w.chunk);
-#else
           if constexpr (!kUnit) steps.stagger(w.chunk);
-#endif
           step = 0;
           continue;
         }

@@ -391,14 +391,10 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       }
     }
   }
-#ifdef DCP_AB_OLD
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.cost > b.cost; });
-#else
   std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
     const double ca = group_cost[a.block_head], cb = group_cost[b.block_head];
     return ca > cb || (ca == cb && a.block_head < b.block_head);
   });
-#endif
   std::vector<int32_t> turns(turn_keys, 0);
   for (const Item& it : items) {
     AttnWorkItem w = it.w;

@@ -161,14 +161,11 @@ class CudaBackend final : public Backend {
     }
     cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 1.0F / std::sqrt(static_cast<float>(a.head_dim))};
     int32_t* units_at = dq_units_ + r.dout_row * a.q_heads;
-#ifndef DCP_AB_OLD
     if (have_norms) {
       cuda::deterministic_dq_units_from_norms(a.at(Array::K, r.kv_row), a.at(Array::V, r.kv_row), r.kv_rows,
                                               dout_norms_ + r.delta_row * a.q_heads, r.rows, shape, dq_bound_,
                                               units_at, stream_);
-    } else
-#endif
-    {
+    } else {
       cuda::deterministic_dq_units(a.at(Array::K, r.kv_row), a.at(Array::V, r.kv_row), r.kv_rows,
                                    a.at(Array::dO, r.dout_row), r.rows, shape, dq_bound_, units_at, stream_);
     }
