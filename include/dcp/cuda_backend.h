@@ -48,7 +48,7 @@ struct CudaKernelOptions {
   bool deterministic_backward = false;
   // On one device, the deterministic backward in one pass over the tiles grouped by key blocks,
   // dQ rounded to multiples of a per-row unit below a bound so that its fp32 sums are exact
-  // (AttnBackwardParams::dq_units; dQ keeps about 23 bits below the bound, about bf16's
+  // (AttnBackwardParams::dq_units; dQ keeps about 22 bits below the bound, about bf16's
   // precision on rows with outlier features, instead of fp32's rounding).
   // Several devices always take two passes: the unit needs every K and V row's maxima.
   bool deterministic_one_pass = false;

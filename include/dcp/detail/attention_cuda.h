@@ -307,14 +307,15 @@ struct AttnBackwardParams {
   // The one-pass deterministic backward (dq_list is not read): when `dq_units` is given
   // (deterministic_dq_units, indexed like dO: [dO row][q head]), the default kernel's products
   // run over `list` (the dK / dV work above), and each dQ contribution scale * dS K of q row i,
-  // head h is rounded to a multiple of its unit u = 2^(floor(log2 b) - 22),
-  // b = 2 scale |dO_ih|_2 max_j |V_j|_2 max |K|. Since |dP_ij - Delta_i| <= 2 |dO_i| |V_j| and a
-  // row's probabilities sum to 1, every sum of a row's contributions, in any order, is at most b
-  // < 2^24 u in magnitude: a multiple of u that fp32 holds exactly, so the reductions' order
-  // changes no bit. dK and dV have one writer per key chunk, as in the two-pass method. dQ keeps
-  // about 23 bits below the bound, which exceeds a row's values by 2^12-2^17 on inputs with
-  // outlier features (tests/cuda/deterministic_units_test.cpp): about bf16's precision there,
-  // where the two-pass method keeps fp32's rounding of each sum.
+  // head h is rounded to a multiple of its unit u = 2^(floor(log2 b) - 21),
+  // b = 2 scale |dO_ih|_2 max_j |V_j|_2 max |K|. Since a row's P-weighted mean absolute deviation
+  // of dP_ij = dO_i . V_j is at most |dO_i| max |V_j|, every sum of a row's contributions, in any
+  // order, is at most b / 2 < 2^21 u in magnitude: a multiple of u that fp32 holds exactly, so the
+  // reductions' order changes no bit (dcp/detail/dq_units.h). dK and dV have one writer per key
+  // chunk, as in the two-pass method. dQ keeps about 22 bits below the bound, which exceeds a
+  // row's values by 2^12-2^17 on inputs with outlier features
+  // (tests/cuda/deterministic_units_test.cpp): about bf16's precision there, where the two-pass
+  // method keeps fp32's rounding of each sum.
   const int32_t* dq_units = nullptr;
 };
 
