@@ -203,14 +203,8 @@ __device__ __forceinline__ void bw_round_dq(float (&dq)[32], const int32_t* unit
     const int32_t e = units[row_lo + 8 * r];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-#ifdef DCP_AB_OLD
-      const float u = dq_units::unit(e), inv = dq_units::unit(254 - e) * scale;
-      dq[4 * j + 2 * r] = rintf(dq[4 * j + 2 * r] * inv) * u;
-      dq[4 * j + 2 * r + 1] = rintf(dq[4 * j + 2 * r + 1] * inv) * u;
-#else
       dq[4 * j + 2 * r] = dq_units::round(dq[4 * j + 2 * r], e, scale);
       dq[4 * j + 2 * r + 1] = dq_units::round(dq[4 * j + 2 * r + 1], e, scale);
-#endif
     }
   }
 }
