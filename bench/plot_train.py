@@ -32,7 +32,7 @@ SINGLE_TARGET = {"causal": 1.15, "lambda": 1.3, "shared_question": 1.3}
 BEST_STATIC_TARGET = {"causal": 1.0, "lambda": 1.15, "shared_question": 1.15}
 LOSS_TOLERANCE = 0.02
 LONG_RUN_STEPS = 100  # runs this long are the loss comparisons
-MODE_ORDER = ("flex", "torch", "dcp") + STATIC + ("flex32", "dcp+det")
+MODE_ORDER = ("flex", "torch", "dcp") + STATIC + ("flex32", "dcp+det", "dcp+det1")
 MODE_COLORS = {m: f"C{i}" for i, m in enumerate(MODE_ORDER)}
 
 
@@ -93,8 +93,10 @@ def ranks(r: Dict) -> int:
 
 
 def variant(r: Dict) -> str:
-    """The mode, and '+det' for dcp's deterministic backward (the same kernels otherwise)."""
-    return r["config"]["mode"] + ("+det" if r["config"].get("deterministic") else "")
+    """The mode, and '+det' for dcp's deterministic backward (the same kernels otherwise), '+det1' for
+    its one-pass method."""
+    det = r["config"].get("deterministic")
+    return r["config"]["mode"] + ("+det1" if det == "one-pass" else "+det" if det else "")
 
 
 def label(r: Dict) -> str:

@@ -103,8 +103,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated block sizes: dcp's planner simulates each step's plan at each and "
                         "keeps the fastest predicted (e.g. 1024,2048,4096; the static layouts keep --block-size)")
     g.add_argument("--stages", type=int, default=2, help="communication stages of a plan")
-    g.add_argument("--deterministic", action="store_true",
-                   help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md)")
+    g.add_argument("--deterministic", nargs="?", const="two-pass", default=None, choices=("two-pass", "one-pass"),
+                   help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md): "
+                        "two-pass (the default method: fp32 sums in a fixed order) or one-pass (on one GPU: dQ "
+                        "rounded to per-row units, faster, about bf16's precision on rows with outlier features; "
+                        "several GPUs take two passes)")
     g.add_argument("--outputs-in-place", action=argparse.BooleanOptionalAction, default=None,
                    help="owned outputs accumulate in their local fp32 tensors, no final merge "
                         "(default: the library's PlanOptions default)")
@@ -299,7 +302,9 @@ def mode_of(args) -> str:
 def run_name(args, mode: str, world: int, device: torch.device) -> str:
     ranks = f"{world}{'gpu' if device.type == 'cuda' else 'cpu'}"
     ckpt = "_ckpt" if args.checkpoint else ""
-    det = "_det" if args.deterministic and mode not in ("flex", "flex32", "torch") else ""
+    det = ""
+    if args.deterministic and mode not in ("flex", "flex32", "torch"):
+        det = "_det1" if args.deterministic == "one-pass" else "_det"
     return args.name or f"{args.preset}_{mode}_{args.mask}_{args.tokens // 1024}k{ckpt}{det}_{ranks}"
 
 
@@ -579,8 +584,8 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
     env = environment(device)
     if args.deterministic:
-        dcp_torch.configure(deterministic=True)
-    env["deterministic_backward"] = bool(args.deterministic)
+        dcp_torch.configure(deterministic=True, deterministic_one_pass=args.deterministic == "one-pass")
+    env["deterministic_backward"] = args.deterministic or False
     corpus = train_data.text_corpus(args.data)
     runs = parse_runs(args.runs, args) if args.runs else [args]
     failures, stopped_early = 0, False
