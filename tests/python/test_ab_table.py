@@ -92,3 +92,18 @@ def test_deterministic_plans(tmp_path, capsys):
     printed = capsys.readouterr().out
     # det / default per variant: A 345 / 400, B 375 / 420
     assert "| lambda | 345.0 | 0.863 | 375.0 | 1.087 | 0.893 |" in printed
+
+
+def test_one_pass_deterministic_plans_apart_from_the_two_pass_ones(tmp_path, capsys):
+    t = table(tmp_path, {
+        "kernels_A_1.json": kernels(500, 400), "kernels_B_1.json": kernels(520, 420),
+        "plan_A_causal_AB.json": plan(500, 400), "plan_B_causal_AB.json": plan(500, 400),
+        "detplan_A_causal_AB.json": plan(500, 360), "detplan_B_causal_AB.json": plan(500, 360),
+        "det1plan_A_causal_AB.json": plan(500, 370), "det1plan_B_causal_AB.json": plan(500, 380)})
+    (d,) = t["deterministic_plans"]
+    (o,) = t["one_pass_deterministic_plans"]
+    assert d["bwd_A"] == pytest.approx(360) and o["bwd_A"] == pytest.approx(370)
+    assert o["bwd_B_over_A"] == pytest.approx(380 / 370)
+    printed = capsys.readouterr().out
+    assert "one-pass deterministic backward" in printed
+    assert "| causal | 370.0 | 0.925 | 380.0 | 1.027 | 0.950 |" in printed
