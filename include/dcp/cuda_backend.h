@@ -43,13 +43,14 @@ struct CudaKernelOptions {
   DqReduction dq = DqReduction::Bulk;
   // dQ, dK and dV bitwise identical run to run (no order-dependent float reductions; the
   // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
-  // other routes. Two passes over the tiles, the second recomputing S and dP for dQ (0.82-0.90x
+  // other routes. Two passes over the tiles, the second recomputing S and dP for dQ (0.84-0.90x
   // the default backward's speed on whole plans: bench/results/cuda_attention_h200.md).
   bool deterministic_backward = false;
   // On one device, the deterministic backward in one pass over the tiles grouped by key blocks,
   // dQ rounded to multiples of a per-row unit below a bound so that its fp32 sums are exact
-  // (AttnBackwardParams::dq_units; dQ keeps about 22 bits below the bound, about bf16's
-  // precision on rows with outlier features, instead of fp32's rounding).
+  // (AttnBackwardParams::dq_units; 0.91-0.93x the default backward on whole plans; dQ keeps about
+  // 22 bits below the bound, about bf16's precision on rows with outlier features, instead of
+  // fp32's rounding).
   // Several devices always take two passes: the unit needs every K and V row's maxima.
   bool deterministic_one_pass = false;
   // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
