@@ -19,8 +19,8 @@
 // accumulate in place, the plans' default; its backward is wgmma-cells' as well).
 // On sm_90 the deterministic backward (route wgmma over make_deterministic_backward_work) is
 // timed too: column wgmma-det, the two-pass method (a dK / dV pass, then a dQ pass) with its
-// dK / dV pass's share, and the one-pass method (AttnBackwardParams::dq_units; the units' set-up
-// not timed). DCP_BENCH_ROUTES selects them by the name wgmma-det.
+// dK / dV pass's share, and the one-pass method (AttnBackwardParams::dq_units and the dq
+// conversion after it; the units' set-up not timed). DCP_BENCH_ROUTES selects them by the name wgmma-det.
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -365,7 +365,12 @@ int main(int argc, char** argv) {
           // The one-pass method (units over every K, V and dO row of the list).
           deterministic_dq_units(k, v, max_seq, dout, max_seq, shape, dq_bound, dq_units, nullptr);
           dp.dq_units = dq_units;
-          row.det_one_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
+          row.det_one_ms = median_ms(
+              [&] {
+                attention_backward(dp, nullptr);
+                deterministic_dq_from_units(dq, dq_units, max_seq, shape, nullptr);
+              },
+              1, 5);
           dp.dq_units = nullptr;
           dp.dq_list.num_work = 0;  // the two-pass method's dK / dV pass alone
           row.det_dkv_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);

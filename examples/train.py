@@ -103,11 +103,11 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="comma-separated block sizes: dcp's planner simulates each step's plan at each and "
                         "keeps the fastest predicted (e.g. 1024,2048,4096; the static layouts keep --block-size)")
     g.add_argument("--stages", type=int, default=2, help="communication stages of a plan")
-    g.add_argument("--deterministic", nargs="?", const="two-pass", default=None, choices=("two-pass", "one-pass"),
+    g.add_argument("--deterministic", nargs="?", const="one-pass", default=None, choices=("one-pass", "two-pass"),
                    help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md): "
-                        "two-pass (the default method: fp32 sums in a fixed order) or one-pass (on one GPU: dQ "
-                        "rounded to per-row units, faster, about bf16's precision on rows with outlier features; "
-                        "several GPUs take two passes)")
+                        "one-pass (the default: on one GPU, dQ summed as integer counts of per-row units; "
+                        "several GPUs take two passes) or two-pass (everywhere: dQ in a pass of its own, "
+                        "fp32 sums in a fixed order)")
     g.add_argument("--outputs-in-place", action=argparse.BooleanOptionalAction, default=None,
                    help="owned outputs accumulate in their local fp32 tensors, no final merge "
                         "(default: the library's PlanOptions default)")

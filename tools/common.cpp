@@ -173,7 +173,8 @@ CudaKernelOptions kernel_options_from_environment() {
   k.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
   k.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
   k.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
-  k.deterministic_one_pass = parse_switch(env("DCP_ATTN_DETERMINISTIC_ONE_PASS"), "DCP_ATTN_DETERMINISTIC_ONE_PASS");
+  if (const std::string one_pass = env("DCP_ATTN_DETERMINISTIC_ONE_PASS"); !one_pass.empty())
+    k.deterministic_one_pass = parse_switch(one_pass, "DCP_ATTN_DETERMINISTIC_ONE_PASS");
   k.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   if (const std::string cells = env("DCP_ATTN_PARTIAL_CELLS"); !cells.empty())
     k.partial_cells = parse_switch(cells, "DCP_ATTN_PARTIAL_CELLS");

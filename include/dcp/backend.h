@@ -80,17 +80,22 @@ struct ArraySet {
   }
 };
 
-// A layer's rows as its backward program starts: rows [dout_row, + rows) of dO and [delta_row,
-// + rows) of Delta, row i of one the same token as row i of the other (the Delta of compute_delta
-// or delta_from). When one_device (no transfers bring other rows), every K and V row its Attend
-// calls read is in rows [kv_row, + kv_rows).
+// A layer's rows as its backward program starts: rows [dout_row, + rows) of dO, [delta_row,
+// + rows) of Delta and [dq_row, + rows) of dQ, row i of each the same token (the Delta of
+// compute_delta or delta_from). When one_device (no transfers bring other rows), every K and V
+// row its Attend calls read is in rows [kv_row, + kv_rows). When dq_in_place, the program's
+// Attend calls add every dQ contribution into those dQ rows directly (row i from the tiles of dO
+// row i), and nothing else reads or writes them before the program ends (no dQ slot, Merge or
+// Copy).
 struct BackwardRows {
   int64_t kv_row = 0;
   int64_t kv_rows = 0;
   int64_t dout_row = 0;
   int64_t delta_row = 0;
+  int64_t dq_row = 0;
   int64_t rows = 0;
   bool one_device = false;
+  bool dq_in_place = false;
 };
 
 // One tile of an Attend instruction, resolved to array rows (first row of each operand).
@@ -200,6 +205,9 @@ class Backend {
   // CUDA backend's one-pass deterministic backward derives its dQ units from them
   // (CudaKernelOptions::deterministic_one_pass).
   virtual void begin_backward(const ArraySet& arrays, const BackwardRows& rows) { (void)arrays, (void)rows; }
+  // After the layer's backward program, the same rows: the one-pass deterministic backward turns
+  // its dQ rows from integer counts of units into fp32 here.
+  virtual void end_backward(const ArraySet& arrays, const BackwardRows& rows) { (void)arrays, (void)rows; }
   virtual void attend(const ArraySet& arrays, const AttendCall& call) = 0;
   virtual void merge(const ArraySet& arrays, const MergeCall& call) = 0;
   // Every call of `batch` (the result of merge() on each, in order). Default: exactly that; the

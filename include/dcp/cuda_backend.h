@@ -43,16 +43,17 @@ struct CudaKernelOptions {
   DqReduction dq = DqReduction::Bulk;
   // dQ, dK and dV bitwise identical run to run (no order-dependent float reductions; the
   // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
-  // other routes. Two passes over the tiles, the second recomputing S and dP for dQ (0.84-0.90x
-  // the default backward's speed on whole plans: bench/results/cuda_attention_h200.md).
+  // other routes. On one device (below) one pass over the tiles; on several, two passes, the
+  // second recomputing S and dP for dQ (0.84-0.90x the default backward's speed on whole plans:
+  // bench/results/cuda_attention_h200.md).
   bool deterministic_backward = false;
   // On one device, the deterministic backward in one pass over the tiles grouped by key blocks,
-  // dQ rounded to multiples of a per-row unit below a bound so that its fp32 sums are exact
-  // (AttnBackwardParams::dq_units; 0.91-0.93x the default backward on whole plans; dQ keeps about
-  // 22 bits below the bound, about bf16's precision on rows with outlier features, instead of
-  // fp32's rounding).
-  // Several devices always take two passes: the unit needs every K and V row's maxima.
-  bool deterministic_one_pass = false;
+  // each dQ contribution added as an int32 count of a per-row unit below a bound, so that the
+  // sums are exact in any order (AttnBackwardParams::dq_units; dQ keeps 29 bits below the bound,
+  // 12-17 bits on rows with outlier features, above the bf16 gradient it becomes). Several
+  // devices, or a plan whose dQ partials are merged from slots, always take two passes: the unit
+  // needs every K and V row's maxima, and a merge adds floats. false: two passes everywhere.
+  bool deterministic_one_pass = true;
   // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
   // key blocks; > 0, a key block's tiles cut into units of at most this many q rows.
   int deterministic_unit_rows = 0;

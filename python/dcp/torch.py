@@ -45,8 +45,8 @@ _config = {
     # always are).
     # (True / False, or the variable's spelling: checked where a runtime is made).
     "deterministic": os.environ.get("DCP_ATTN_DETERMINISTIC", ""),
-    # Its one-pass method on one GPU (dQ rounded to per-row units: faster, about bf16's precision
-    # in dQ on rows with outlier features; opt-in).
+    # Its one-pass method on one GPU (dQ summed as integer counts of per-row units; on by
+    # default; False: two passes there too, as on several GPUs).
     "deterministic_one_pass": os.environ.get("DCP_ATTN_DETERMINISTIC_ONE_PASS", ""),
     "nccl_blocking_wait": True,
 }
@@ -61,9 +61,10 @@ def configure(**options: Any) -> None:
     """Process-wide settings: timeout_s (any transfer), cpu_comm ('gloo' or 'mpi'),
     forward_kernel / backward_kernel ('auto', 'mma', 'wgmma', 'wgmma-basic'), dq_reduction
     ('bulk', 'atomic'), deterministic (True: dQ, dK, dV bitwise identical run to run; CUDA needs
-    a Hopper GPU), deterministic_one_pass (True: on one GPU, in one pass with dQ rounded to
-    per-row units: 0.91-0.93x the default backward on whole plans against the two-pass method's
-    0.84-0.90x, dQ at about bf16's precision on rows with outlier features), nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
+    a Hopper GPU), deterministic_one_pass (default True: on one GPU, the deterministic backward
+    takes one pass, dQ summed as integer counts of per-row units, 12-17 bits of precision on rows
+    with outlier features; False: two passes, as on several GPUs, dQ recomputed in a pass of its
+    own), nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
     Takes effect for runtimes made afterwards."""
     for key, value in options.items():
         if key not in _config:

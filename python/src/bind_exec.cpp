@@ -195,14 +195,15 @@ void bind_exec(nb::module_& m) {
         o.kernels.backward = parse_kernel_route(backward, "backward kernel");
         o.kernels.dq = parse_dq_reduction(dq, "dq reduction");
         o.kernels.deterministic_backward = parse_switch(deterministic, "deterministic (DCP_ATTN_DETERMINISTIC)");
-        o.kernels.deterministic_one_pass =
-            parse_switch(deterministic_one_pass, "deterministic_one_pass (DCP_ATTN_DETERMINISTIC_ONE_PASS)");
+        if (!deterministic_one_pass.empty())  // empty: the library's default
+          o.kernels.deterministic_one_pass =
+              parse_switch(deterministic_one_pass, "deterministic_one_pass (DCP_ATTN_DETERMINISTIC_ONE_PASS)");
         owned->backend = make_cuda_backend(o);
         return std::shared_ptr<Backend>(owned, owned->backend.get());
       },
       nb::arg("device"), nb::arg("stream") = 0, nb::arg("allocator") = nb::none(), nb::arg("forward") = "auto",
       nb::arg("backward") = "auto", nb::arg("dq") = "bulk", nb::arg("deterministic") = "0",
-      nb::arg("deterministic_one_pass") = "0");
+      nb::arg("deterministic_one_pass") = "");
 
   nb::class_<PyAttention>(m, "Attention")
       .def(

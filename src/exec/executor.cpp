@@ -151,6 +151,7 @@ struct Executor::Impl {
   std::map<int32_t, std::vector<CommOp>> round_ops;  // reused vectors: no steady-state growth
   // Per pass (fwd, bwd), analysed once: what each CommStart waits for (comm_order.h).
   std::array<CommOrder, 2> comm_orders{comm_order(dev.fwd), comm_order(dev.bwd)};
+  bool bwd_dq_in_place = dq_in_place(dev.bwd);  // BackwardRows::dq_in_place
   ExecStats stats;
   // Per pass: what the timeline markers 2e, 2e + 1 of entry e measured.
   struct TimelineEntry {
@@ -290,19 +291,39 @@ struct Executor::Impl {
                                          std::to_string(options.num_layers) + ")");
   }
 
-  // The layer's own K, V, dO and Delta rows (all of them on one device).
-  void begin_backward(int at_layer) {
-    check_layer(at_layer);
-    layer = at_layer;
+  // The layer's own K, V, dO, Delta and dQ rows (all of them on one device).
+  BackwardRows backward_rows() const {
     BackwardRows rows;
     rows.kv_row = local_row(DataKind::KV, 0);
     rows.kv_rows = int64_t{num_sets} * local_rows;
     rows.dout_row = local_row(DataKind::dO, 0);
     rows.delta_row = local_row(DataKind::Delta, 0);
+    rows.dq_row = local_row(DataKind::dQ, 0);
     rows.rows = int64_t{num_groups} * local_rows;
     rows.one_device = plan.devices.size() == 1;
-    backend.begin_backward(arrays, rows);
+    rows.dq_in_place = bwd_dq_in_place;
+    return rows;
   }
+  // Every dQ contribution of the program lands in its q block's own dQ rows (BackwardRows).
+  static bool dq_in_place(const Program& program) {
+    for (const Instruction& ins : program.code) {
+      if (const auto* a = std::get_if<Attend>(&ins)) {
+        for (const TileOp& op : a->tiles)
+          if (op.out.space != Space::Local || op.d_o.space != Space::Local || op.out.index != op.d_o.index) return false;
+      } else if (const auto* m = std::get_if<Merge>(&ins)) {
+        if (m->kind == DataKind::dQ) return false;
+      } else if (const auto* c = std::get_if<Copy>(&ins)) {
+        if (c->kind == DataKind::dQ) return false;
+      }
+    }
+    return true;
+  }
+  void begin_backward(int at_layer) {
+    check_layer(at_layer);
+    layer = at_layer;
+    backend.begin_backward(arrays, backward_rows());
+  }
+  void end_backward() { backend.end_backward(arrays, backward_rows()); }
 
   const Resolved& resolve(const Attend& a, uint64_t key) {
     auto it = attends.find(key);
@@ -647,6 +668,7 @@ ExecStats Executor::backward_layer(int layer) {
                           m.local_row(DataKind::Delta, 0), int64_t{m.num_groups} * m.local_rows);
   m.begin_backward(layer);
   m.run(m.dev.bwd, layer);
+  m.end_backward();
   return m.stats;
 }
 
@@ -654,6 +676,7 @@ ExecStats Executor::backward_layer_with_delta(int layer) {
   impl_->stats = ExecStats{};
   impl_->begin_backward(layer);
   impl_->run(impl_->dev.bwd, layer);
+  impl_->end_backward();
   return impl_->stats;
 }
 

@@ -337,7 +337,12 @@ CaseResult run_case(const CaseConfig& cfg) {
     bp.q_rows = n_tok;
     bp.dout_rows = n_tok;
     bp.route = cfg.backward_route;
-    attention_backward(bp, nullptr);
+    // The one-pass method leaves dq as integer counts of its units until they are converted.
+    const auto backward = [&] {
+      attention_backward(bp, nullptr);
+      if (bp.deterministic && bp.dq_units != nullptr) deterministic_dq_from_units(d_dq.ptr, d_units.ptr, n_tok, shape, nullptr);
+    };
+    backward();
     cuda_ok(cudaDeviceSynchronize(), "backward");
     const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
     if (cfg.deterministic_backward) {
@@ -345,7 +350,7 @@ CaseResult run_case(const CaseConfig& cfg) {
         d_dq.fill(0);
         d_dk.fill(0);
         d_dv.fill(0);
-        attention_backward(bp, nullptr);
+        backward();
         cuda_ok(cudaDeviceSynchronize(), "backward (repeat)");
         const auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
           return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;

@@ -7,6 +7,8 @@
 // dims 64, 128, 256) and the scalar one (unaligned strides, a head dim of 24); with it, |dO|_2^2.
 // deterministic_dq_units and _from_norms (the one-pass deterministic backward's units): the K and
 // V maxima exact, and each unit the host formula of dcp/detail/dq_units.h on them.
+// deterministic_dq_from_units: counts back to fp32 bit for bit as the host's from_units, on the
+// 4-wide path and the scalar one (a head dim of 6).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -319,6 +321,37 @@ TEST(DqUnitsCuda, BothRoutesGiveTheHostFormulaOnExactMaxima) {
     }
   }
   EXPECT_EQ(bad, 0);
+}
+
+TEST(DqUnitsCuda, CountsBackToFp32AsTheHostFormula) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  namespace units = dcp::cuda::dq_units;
+  for (const int dim : {128, 6}) {
+    constexpr int kRows = 70, kHeads = 3;
+    const dcp::cuda::AttnShape shape{kHeads, 1, dim, 0.1F};
+    const size_t n = size_t{kRows} * kHeads * static_cast<size_t>(dim);
+    dcp::test::SplitMix64 rng(static_cast<uint64_t>(dim));
+    std::vector<int32_t> counts(n), exps(size_t{kRows} * kHeads);
+    for (auto& c : counts) c = static_cast<int32_t>(rng.uniform(-(int64_t{1} << 30), int64_t{1} << 30) >> rng.below(31));
+    for (auto& e : exps) e = static_cast<int32_t>(rng.uniform(int64_t{1}, int64_t{255 - units::kBits}));
+    void* mem = nullptr;
+    ASSERT_EQ(cudaMalloc(&mem, (n + exps.size()) * 4), cudaSuccess);
+    auto* dq = static_cast<float*>(mem);
+    auto* exps_dev = reinterpret_cast<int32_t*>(dq + n);
+    ASSERT_EQ(cudaMemcpy(dq, counts.data(), n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(exps_dev, exps.data(), exps.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    dcp::cuda::deterministic_dq_from_units(dq, exps_dev, kRows, shape, nullptr);
+    std::vector<float> got(n);
+    ASSERT_EQ(cudaMemcpy(got.data(), dq, n * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    cudaFree(mem);
+    int bad = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float want = units::from_units(counts[i], exps[i / static_cast<size_t>(dim)]);
+      if (std::memcmp(&got[i], &want, 4) != 0 && bad++ < 5)
+        ADD_FAILURE() << "head dim " << dim << ", element " << i << ": " << got[i] << ", want " << want;
+    }
+    EXPECT_EQ(bad, 0) << "head dim " << dim;
+  }
 }
 
 }  // namespace

@@ -174,7 +174,8 @@ CudaBackendOptions backend_options(int device) {
   o.kernels.backward = parse_kernel_route(env("DCP_ATTN_BACKWARD"), "DCP_ATTN_BACKWARD");
   o.kernels.dq = parse_dq_reduction(env("DCP_ATTN_BACKWARD_DQ"), "DCP_ATTN_BACKWARD_DQ");
   o.kernels.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
-  o.kernels.deterministic_one_pass = parse_switch(env("DCP_ATTN_DETERMINISTIC_ONE_PASS"), "DCP_ATTN_DETERMINISTIC_ONE_PASS");
+  if (const std::string one_pass = env("DCP_ATTN_DETERMINISTIC_ONE_PASS"); !one_pass.empty())
+    o.kernels.deterministic_one_pass = parse_switch(one_pass, "DCP_ATTN_DETERMINISTIC_ONE_PASS");
   o.kernels.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   return o;
 }

@@ -308,15 +308,17 @@ struct AttnBackwardParams {
   // The one-pass deterministic backward (dq_list is not read): when `dq_units` is given
   // (deterministic_dq_units, indexed like dO: [dO row][q head]), the default kernel's products
   // run over `list` (the dK / dV work above), and each dQ contribution scale * dS K of q row i,
-  // head h is rounded to a multiple of its unit u = 2^(floor(log2 b) - 21),
-  // b = 2 scale |dO_ih|_2 max_j |V_j|_2 max |K|. Since a row's P-weighted mean absolute deviation
-  // of dP_ij = dO_i . V_j is at most |dO_i| max |V_j|, every sum of a row's contributions, in any
-  // order, is at most b / 2 < 2^21 u in magnitude: a multiple of u that fp32 holds exactly, so the
-  // reductions' order changes no bit (dcp/detail/dq_units.h). dK and dV have one writer per key
-  // chunk, as in the two-pass method. dQ keeps about 22 bits below the bound, which exceeds a
-  // row's values by 2^12-2^17 on inputs with outlier features
-  // (tests/cuda/deterministic_units_test.cpp): about bf16's precision there, where the two-pass
-  // method keeps fp32's rounding of each sum.
+  // head h is added to `dq` as an int32 count of its unit u = 2^(floor(log2 b) - 28),
+  // b = 2 scale |dO_ih|_2 max_j |V_j|_2 max |K| (the contribution rounded to the nearest count).
+  // Since a row's P-weighted mean absolute deviation of dP_ij = dO_i . V_j is at most
+  // |dO_i| max |V_j|, every sum of a row's contributions is at most b / 2 < 2^28 u in magnitude,
+  // well inside int32, and integer sums are the same in any order (dcp/detail/dq_units.h). `dq`
+  // then holds counts, not floats (zero is zero in both), until deterministic_dq_from_units
+  // turns them into fp32 after the last call adding into those rows; every call adding into a
+  // dq row must use the same units. dK and dV have one writer per key chunk, as in the two-pass
+  // method. dQ keeps 29 bits below the bound, which exceeds a row's values by 2^12-2^17 on inputs
+  // with outlier features (tests/cuda/deterministic_units_test.cpp): 12-17 bits there, above
+  // the bf16 gradient it becomes; the two-pass method keeps fp32's rounding of each sum.
   const int32_t* dq_units = nullptr;
 };
 
@@ -334,6 +336,12 @@ void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const
 void deterministic_dq_units_from_norms(const void* k, const void* v, int64_t kv_rows, const float* dout_norm2,
                                        int64_t rows, const AttnShape& shape, float* bound, int32_t* units,
                                        cudaStream_t stream);
+
+// dq rows [0, rows) ([rows][num_q_heads][head_dim], int32 counts of units as the one-pass
+// deterministic backward left them) := their fp32 values, in place; units indexed like dq
+// ([row][q head]).
+void deterministic_dq_from_units(float* dq, const int32_t* units, int64_t rows, const AttnShape& shape,
+                                 cudaStream_t stream);
 
 void attention_forward(const AttnForwardParams& params, cudaStream_t stream);
 // The kernel attention_forward() runs for `params` on the current device: Mma, Wgmma or

@@ -6,16 +6,18 @@
 // M = |dO_i|_2 max_j |V_j|_2, and Delta_i their P-weighted mean, sum_j P_ij |dP_ij - Delta_i| is a
 // mean absolute deviation of values in [-M, M]: at most their standard deviation, at most M. So
 // every contribution, and every sum of them, is at most scale M max |K| = b / 2 in every column,
-// b = 2 scale |dO_i|_2 max |V|_2 max |K|. Each contribution is rounded to a multiple of
-// u = 2^(floor(log2 b) - 21) (b < 2^22 u): every partial sum, in any order, is a multiple of u
-// below 2^21 u, which fp32 holds exactly (8x below 2^24 u, the margin for the kernel's bf16 dS and
-// fp32 P against the exact values). The rounding is fmaf(x, scale, c) - c with c = 1.5 2^23 u:
-// the binade of c, [2^23 u, 2^24 u), has spacing u, so the FMA lands on the multiple of u nearest
-// x scale for any |x scale| < 2^22 u (2x above the largest contribution) and the subtraction is
-// exact; two FMA-pipe instructions instead of a multiply, a round-to-integer and a multiply. It
-// costs at most u / 2 per contribution: dQ keeps about 22 bits below the bound, and the bound is
-// loose (the spread of dP around Delta, the signs of the products, outlier features of K and V):
-// 2^12-2^17 above a row's values in the host test's rows.
+// b = 2 scale |dO_i|_2 max |V|_2 max |K|.
+//
+// Each contribution is rounded to an integer count of the row's unit u = 2^(floor(log2 b) - 28)
+// (b < 2^29 u) and the counts are summed as int32: integer addition is associative, so the
+// reductions give the same bits in any order. Every exact partial sum is below b / 2 < 2^28 u, 8x
+// below int32's 2^31 (the margin for the kernel's bf16 dS and fp32 P against the exact values, and
+// for the half unit each rounding adds). A contribution keeps fp32's 24 bits of its own value (the
+// product x * scale / u is rounded once in fp32, then to an integer), and dQ keeps 29 bits below
+// the bound, which is loose (the spread of dP around Delta, the signs of the products, outlier
+// features of K and V): 2^12-2^17 above a row's values in the host test's rows, so 12-17 bits
+// there, more than the bf16 gradient it becomes. After the last call adds into a row,
+// from_units() turns its counts back into fp32 (cuda::deterministic_dq_from_units).
 #pragma once
 
 #include <cmath>
@@ -30,17 +32,21 @@
 
 namespace dcp::cuda::dq_units {
 
+// Bits of the unit below the bound's binade: b < 2^(kBits + 1) u.
+inline constexpr int kBits = 28;
+
 // b for a row: k_max = max |K| over the kv head's rows, v2_max = max |V|_2^2, n2 = |dO|_2^2.
 DCP_DQ_UNITS_FN float bound(float scale, float k_max, float v2_max, float n2) {
   return 2.0F * scale * k_max * sqrtf(v2_max) * sqrtf(n2);
 }
 
-// The unit's biased fp32 exponent for bound b: floor(log2 b) - 21 + 127, at least 1 (b below
-// 2^-105, or zero: the unit 2^-126 is already above every contribution).
+// The unit's biased fp32 exponent for bound b: floor(log2 b) - kBits + 127, at least 1 (b below
+// 2^-98, or zero: the unit 2^-126 is already above every contribution). At most 255 - kBits (b
+// infinite or NaN), so the unit and the multiplier below are normal floats.
 DCP_DQ_UNITS_FN int32_t exponent(float b) {
   uint32_t bits = 0;
   memcpy(&bits, &b, sizeof bits);
-  const int32_t e = static_cast<int32_t>((bits >> 23) & 0xffU) - 21;
+  const int32_t e = static_cast<int32_t>((bits >> 23) & 0xffU) - kBits;
   return e > 1 ? e : 1;
 }
 
@@ -52,19 +58,21 @@ DCP_DQ_UNITS_FN float unit(int32_t e) {
   return u;
 }
 
-// 1.5 2^23 u: the shifter whose binade has spacing u.
-DCP_DQ_UNITS_FN float shifter(int32_t e) {
-  const uint32_t bits = (static_cast<uint32_t>(e + 23) << 23) | 0x400000U;
-  float c = 0.0F;
-  memcpy(&c, &bits, sizeof c);
-  return c;
+// scale / u = scale 2^(127 - e): exact, a power of two times scale.
+DCP_DQ_UNITS_FN float multiplier(int32_t e, float scale) { return scale * unit(254 - e); }
+
+// x * scale in units of 2^(e - 127), rounded to the nearest integer (ties to even): x times
+// multiplier(e, scale) rounded once in fp32, then to an integer. |x * scale| < 2^31 u.
+DCP_DQ_UNITS_FN int32_t to_units(float x, float multiplier) {
+#if defined(__CUDA_ARCH__)
+  return __float2int_rn(x * multiplier);
+#else
+  return static_cast<int32_t>(std::lrint(x * multiplier));
+#endif
 }
 
-// x * scale rounded to the nearest multiple of the unit (ties to even), for |x * scale| < 2^22 u.
-DCP_DQ_UNITS_FN float round(float x, int32_t e, float scale) {
-  const float c = shifter(e);
-  return fmaf(x, scale, c) - c;
-}
+// A sum of counts back in fp32: n u (n rounded to fp32's 24 bits, then scaled exactly).
+DCP_DQ_UNITS_FN float from_units(int32_t n, int32_t e) { return static_cast<float>(n) * unit(e); }
 
 }  // namespace dcp::cuda::dq_units
 

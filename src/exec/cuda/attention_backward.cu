@@ -363,6 +363,21 @@ __global__ void dq_units_from_norms_kernel(const float* norm2, int64_t count, in
   units[i] = dq_units::exponent(dq_units::bound(scale, bound[2 * kvh], bound[2 * kvh + 1], norm2[i]));
 }
 
+// dq counts of units -> fp32 in place, four elements per thread (head_dim % 4 == 0) or one.
+template <int kVec>
+__global__ void dq_from_units_kernel(float* dq, const int32_t* units, int64_t count, int dim) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kVec;
+  if (i >= count) return;
+  const int32_t e = units[i / dim];  // (row, q head): head_dim elements each
+  if constexpr (kVec == 4) {
+    const int4 n = *reinterpret_cast<const int4*>(dq + i);
+    *reinterpret_cast<float4*>(dq + i) = make_float4(dq_units::from_units(n.x, e), dq_units::from_units(n.y, e),
+                                                     dq_units::from_units(n.z, e), dq_units::from_units(n.w, e));
+  } else {
+    dq[i] = dq_units::from_units(__float_as_int(dq[i]), e);
+  }
+}
+
 }  // namespace detail
 
 namespace {
@@ -412,6 +427,23 @@ void deterministic_dq_units_from_norms(const void* k, const void* v, int64_t kv_
                                                  units);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("deterministic_dq_units: units: ") + cudaGetErrorString(e));
+}
+
+void deterministic_dq_from_units(float* dq, const int32_t* units, int64_t rows, const AttnShape& shape,
+                                 cudaStream_t stream) {
+  const int64_t count = rows * shape.num_q_heads * shape.head_dim;
+  if (count <= 0) return;
+  constexpr int kThreads = 256;
+  const bool vec = shape.head_dim % 4 == 0 && reinterpret_cast<uintptr_t>(dq) % 16 == 0;
+  const int64_t threads = vec ? count / 4 : count;
+  const auto blocks = static_cast<unsigned int>((threads + kThreads - 1) / kThreads);
+  if (vec) {
+    detail::dq_from_units_kernel<4><<<blocks, kThreads, 0, stream>>>(dq, units, count, shape.head_dim);
+  } else {
+    detail::dq_from_units_kernel<1><<<blocks, kThreads, 0, stream>>>(dq, units, count, shape.head_dim);
+  }
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("deterministic_dq_from_units: ") + cudaGetErrorString(e));
 }
 
 AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {

@@ -54,8 +54,8 @@
 // no dQ (no dS^T tile, no barrier between the consumers, no reductions: the dQ pass,
 // attention_backward_dq_sm90.cu, follows), and adds its dK / dV once, in turns with the block's
 // other units, if any. The one-pass deterministic backward (kDq and kUnit) walks the same units
-// with all five products and rounds each dQ tile to its rows' units before the reduction
-// (AttnBackwardParams::dq_units: then the fp32 sums are exact in any order).
+// with all five products and turns each dQ tile into int32 counts of its rows' units before the
+// reduction (AttnBackwardParams::dq_units: integer sums are the same in any order).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -174,7 +174,8 @@ struct BwWsSmem {
 // the wavefronts. So threads with odd g store group j ^ 2 when the others store j: the chunk's
 // bits become (j1 ^ g0 ^ g2, j0 ^ g1, tq1 ^ g0), one-to-one over a half-warp's (g, tq / 2), and
 // each half-warp fills all 32 banks once (the minimum: 2 wavefronts per instruction).
-template <int kGroups>
+// kRaw: the accumulator's bits are stored as they are (int32 counts of dq_units), `scale` unused.
+template <int kGroups, bool kRaw = false>
 __device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float (&acc)[4 * kGroups], int row_lo, int tq,
                                                float scale) {
   const bool odd = (row_lo & 1) != 0;
@@ -189,27 +190,31 @@ __device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float 
       const int jj = odd ? js : j;
       const int chunk = (2 * (jj & 3) + (tq >> 1)) ^ (row & 7);
       auto* dst = reinterpret_cast<float2*>(tile + (j >> 2) * kBoxBytes + row * 128 + chunk * 16 + (tq & 1) * 8);
-      *dst = make_float2(x * scale, y * scale);
+      if constexpr (kRaw) {
+        *dst = make_float2(x, y);
+      } else {
+        *dst = make_float2(x * scale, y * scale);
+      }
     }
   }
 }
 
-// One-pass deterministic backward (AttnBackwardParams::dq_units): scale * dq rounded to multiples of
+// One-pass deterministic backward (AttnBackwardParams::dq_units): scale * dq as int32 counts of
 // the units of rows row_lo and row_lo + 8 (`units`: their exponents, staged by the producer;
-// dcp/detail/dq_units.h).
-__device__ __forceinline__ void bw_round_dq(float (&dq)[32], const int32_t* units, int row_lo, float scale) {
+// dcp/detail/dq_units.h), kept in the accumulator's registers as bits.
+__device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* units, int row_lo, float scale) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int32_t e = units[row_lo + 8 * r];
+    const float m = dq_units::multiplier(units[row_lo + 8 * r], scale);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      dq[4 * j + 2 * r] = dq_units::round(dq[4 * j + 2 * r], e, scale);
-      dq[4 * j + 2 * r + 1] = dq_units::round(dq[4 * j + 2 * r + 1], e, scale);
+      dq[4 * j + 2 * r] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r], m));
+      dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r + 1], m));
     }
   }
 }
 
-// TMA reduction (fp32 add, the element type of the map) of one swizzled box at shared address
+// TMA reduction (an add of the map's element type: fp32, or int32 for dq_units) of one swizzled box at shared address
 // `src` into the tensor at element coordinates (col, row); bulk_group completion.
 __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32_t src, int col, int row) {
   asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
@@ -490,8 +495,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     const int col0 = info->qh * kD + (kD == 128 ? 64 * wg : 0);
     unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
     if constexpr (kFused) {
-      bw_round_dq(dq, s_units + buf * kBwRows, row_lo, scale);
-      bw_write_boxes<8>(tile, dq, row_lo, tq, 1.0F);
+      bw_dq_to_units(dq, s_units + buf * kBwRows, row_lo, scale);
+      bw_write_boxes<8, true>(tile, dq, row_lo, tq, 1.0F);
     } else {
       bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
     }
@@ -513,9 +518,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         const unsigned char* src = tile + (tw & 1) * kBoxBytes + row * 128;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
-          atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
-          atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
+          if constexpr (kFused) {
+            const int4 n4 = *reinterpret_cast<const int4*>(src + ((c ^ (row & 7)) * 16));
+            auto* d = reinterpret_cast<int*>(dst + 4 * c);
+            atomicAdd(d, n4.x);
+            atomicAdd(d + 1, n4.y);
+            atomicAdd(d + 2, n4.z);
+            atomicAdd(d + 3, n4.w);
+          } else {
+            const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
+            atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
+            atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
+          }
         }
       }
     }
@@ -581,8 +595,10 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, true>, kSmem);
   BwWsParams wp{};
   wp.p = p;
-  // dq: [dq_rows][num_q_heads x D] fp32, boxes of 64 rows x 32 columns.
-  const bool tma = p.dq_rows > 0 && encode_tensor_map_2d(wp.dq_map, "attention_backward_sm90_ws", TensorElem::F32, p.dq,
+  // dq: [dq_rows][num_q_heads x D] fp32 (int32 counts of units in the one-pass deterministic
+  // backward), boxes of 64 rows x 32 columns.
+  const TensorElem dq_elem = p.deterministic && p.dq_units != nullptr ? TensorElem::I32 : TensorElem::F32;
+  const bool tma = p.dq_rows > 0 && encode_tensor_map_2d(wp.dq_map, "attention_backward_sm90_ws", dq_elem, p.dq,
                                                          int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32,
                                                          kBwRows);
   wp.tma_dq = tma ? 1 : 0;

@@ -143,13 +143,15 @@ class CudaBackend final : public Backend {
   }
 
   // The one-pass deterministic backward's units, from the layer's K and V and |dO|_2^2 (written
-  // beside Delta when the layer's Delta was computed here, else from dO); one device only: on
-  // several, the K and V maxima would have to be every device's.
+  // beside Delta when the layer's Delta was computed here, else from dO). One device only (on
+  // several, the K and V maxima would have to be every device's), with every dQ contribution
+  // added in place (the dQ rows hold integer counts until end_backward; a Merge would read them
+  // as floats).
   void begin_backward(const ArraySet& a, const BackwardRows& r) override {
     dq_units_ready_ = false;
     const bool have_norms = norms_begin_ <= r.delta_row && r.delta_row + r.rows <= norms_end_;
     norms_begin_ = norms_end_ = 0;  // the norms serve the backward of the layer whose Delta made them
-    if (!one_pass() || !r.one_device) return;
+    if (!one_pass() || !r.one_device || !r.dq_in_place) return;
     const int64_t units = a.rows[idx(Array::dO)] * a.q_heads;
     if (dq_units_ == nullptr || dq_units_capacity_ < units || dq_bound_heads_ < a.kv_heads) {
       if (dq_units_ != nullptr) deallocate(dq_units_);
@@ -170,6 +172,13 @@ class CudaBackend final : public Backend {
                                    a.at(Array::dO, r.dout_row), r.rows, shape, dq_bound_, units_at, stream_);
     }
     dq_units_ready_ = true;
+  }
+  void end_backward(const ArraySet& a, const BackwardRows& r) override {
+    if (!dq_units_ready_) return;
+    dq_units_ready_ = false;
+    cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 1.0F / std::sqrt(static_cast<float>(a.head_dim))};
+    cuda::deterministic_dq_from_units(static_cast<float*>(a.at(Array::dQ, r.dq_row)), dq_units_ + r.dout_row * a.q_heads,
+                                      r.rows, shape, stream_);
   }
 
   void attend(const ArraySet& a, const AttendCall& call) override {

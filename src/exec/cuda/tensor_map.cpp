@@ -40,7 +40,10 @@ bool encode_tensor_map_2d(CUtensorMap& map, const char* what, TensorElem elem, c
   const cuuint64_t strides[1] = {static_cast<cuuint64_t>(row_elems * elem_bytes)};
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, elem == TensorElem::Bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+  const CUtensorMapDataType type = elem == TensorElem::Bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                   : elem == TensorElem::I32 ? CU_TENSOR_MAP_DATA_TYPE_INT32
+                                                             : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+  const CUresult r = encode(&map, type,
                             2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {

@@ -11,7 +11,8 @@
 
 namespace dcp::cuda::detail {
 
-enum class TensorElem { Bf16, F32 };
+// I32: the element type of a reduction's integer add (the one-pass deterministic backward's dQ).
+enum class TensorElem { Bf16, F32, I32 };
 
 // False when the map cannot be made here (no driver encoder, rows unknown (0), base not 16-byte
 // aligned, or a row pitch that is not a multiple of 16 bytes): the caller then takes its non-TMA
