@@ -2,7 +2,8 @@
 // host references; skipped without a GPU.
 // exchange_rows (moves between group-major arrays and the tensors): every element lands where the
 // layout says, for both directions, bf16 and fp32 on either side, the 8-wide and the scalar path,
-// and several moves of different sizes in one launch.
+// and several moves of different sizes in one launch; an export of the one-pass deterministic
+// backward's counts (ExchangeMove::units) lands as their values.
 // delta_from_tensors (Delta = <dO, O> per row and head): against fp64, on the 8-wide path (head
 // dims 64, 128, 256) and the scalar one (unaligned strides, a head dim of 24); with it, |dO|_2^2.
 // deterministic_dq_units and _from_norms (the one-pass deterministic backward's units): the K and
@@ -90,12 +91,15 @@ struct Case {
   int groups, rows, heads_per_group, head_dim;
   int64_t row_pad, head_pad;  // extra elements between tokens and between heads of the tensor
   bool tensor_bf16, array_bf16, import, vector;
+  bool counts = false;  // export of int32 counts of per-(row, head) units (ExchangeMove::units)
 };
 
 // Runs the cases as one batch and checks every element of every destination.
 void run_batch(const std::vector<Case>& cases, uint64_t seed) {
   dcp::test::SplitMix64 rng(seed);
   std::vector<std::unique_ptr<Buffer>> tensors, arrays;
+  std::vector<std::vector<int32_t>> exps(cases.size());
+  std::vector<int32_t*> exps_dev;
   dcp::cuda::ExchangeBatch batch;
   for (const Case& c : cases) {
     const int64_t head_stride = c.head_dim + c.head_pad;
@@ -117,8 +121,27 @@ void run_batch(const std::vector<Case>& cases, uint64_t seed) {
     m.array_bf16 = c.array_bf16 ? 1 : 0;
     m.import = c.import ? 1 : 0;
     m.vector = c.vector ? 1 : 0;
+    if (c.counts) {  // random counts in the fp32 array, random units per (row, head)
+      Buffer& a = *arrays.back();
+      for (size_t k = 0; k < a.size(); ++k) {
+        const auto n = static_cast<int32_t>(rng.uniform(-(int64_t{1} << 30), int64_t{1} << 30) >> rng.below(31));
+        float f = 0;
+        std::memcpy(&f, &n, 4);
+        a.set(k, f);
+      }
+      a.upload();
+      auto& e = exps[batch.num_moves - 1];
+      e.resize(array_elems / static_cast<size_t>(c.head_dim));
+      for (auto& x : e) x = static_cast<int32_t>(rng.uniform(int64_t{100}, int64_t{140}));
+      int32_t* dev = nullptr;
+      EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&dev), e.size() * 4), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(dev, e.data(), e.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      exps_dev.push_back(dev);
+      m.units = dev;
+    }
   }
   dcp::cuda::exchange_rows(batch, nullptr);
+  for (int32_t* p : exps_dev) cudaFree(p);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -134,7 +157,13 @@ void run_batch(const std::vector<Case>& cases, uint64_t seed) {
           for (int d = 0; d < c.head_dim; ++d) {
             const auto ai = static_cast<size_t>(((int64_t{g} * c.rows + r) * c.heads_per_group + h) * c.head_dim + d);
             const auto ti = static_cast<size_t>(r * m.row_stride + (int64_t{g} * c.heads_per_group + h) * m.head_stride + d);
-            dst.set(c.import ? ai : ti, src.get(c.import ? ti : ai));
+            float x = src.get(c.import ? ti : ai);
+            if (c.counts) {
+              int32_t n = 0;
+              std::memcpy(&n, &x, 4);
+              x = dcp::cuda::dq_units::from_units(n, exps[i][ai / static_cast<size_t>(c.head_dim)]);
+            }
+            dst.set(c.import ? ai : ti, x);
           }
         }
       }
@@ -164,6 +193,16 @@ TEST(ExchangeCuda, ImportsAndExportsEveryLayoutAndType) {
                   seed++);
       }
     }
+  }
+}
+
+TEST(ExchangeCuda, ExportsCountsOfUnitsAsTheirValues) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  for (const bool tensor_bf16 : {true, false}) {
+    run_batch({{2, 37, 4, 128, 16, 0, tensor_bf16, false, false, true, true},
+               {3, 19, 2, 12, 5, 3, tensor_bf16, false, false, false, true},
+               {1, 5, 1, 64, 0, 0, tensor_bf16, false, false, true, false}},
+              tensor_bf16 ? 7 : 8);
   }
 }
 

@@ -62,12 +62,17 @@ class CudaBackend final : public Backend {
   }
   int64_t num_allocations() const override { return num_allocations_; }
   void deallocate(void* p) override {
+    settle();
     auto it = std::find(buffers_.begin(), buffers_.end(), p);
     if (it == buffers_.end()) return;
     buffers_.erase(it);
     release(p);
   }
   void forget(uint64_t base, uint64_t mask) override {
+    if (pending_.dq != nullptr) {  // an executor's arrays are about to go
+      settle();
+      if (!stream_ordered_memory()) synchronize();
+    }
     const auto stale = [&](const auto& kv) { return (kv.first & mask) == base; };
     std::erase_if(attends_, stale);
     std::erase_if(merges_, stale);
@@ -82,7 +87,10 @@ class CudaBackend final : public Backend {
     }
   }
   void* compute_stream() override { return stream_; }
-  void set_compute_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  void set_compute_stream(void* stream) override {
+    settle();
+    stream_ = static_cast<cudaStream_t>(stream);
+  }
   // Timeline markers: one reusable event per marker index (created on first use only).
   void mark(int index) override {
     if (index < 0) return;
@@ -110,6 +118,7 @@ class CudaBackend final : public Backend {
   // Everything derived from the calls, built on the host and uploaded in one copy into one block
   // that lives until the executor's keys are forgotten.
   void prepare(const ArraySet& a, std::span<const AttendCall> attends, std::span<const MergeBatchCall> merges) override {
+    settle();
     MetaBuilder meta;
     std::vector<std::pair<uint64_t, HostAttend>> host_attends;
     std::vector<std::pair<uint64_t, HostMerge>> host_merges;
@@ -148,6 +157,7 @@ class CudaBackend final : public Backend {
   // added in place (the dQ rows hold integer counts until end_backward; a Merge would read them
   // as floats).
   void begin_backward(const ArraySet& a, const BackwardRows& r) override {
+    settle();
     dq_units_ready_ = false;
     const bool have_norms = norms_begin_ <= r.delta_row && r.delta_row + r.rows <= norms_end_;
     norms_begin_ = norms_end_ = 0;  // the norms serve the backward of the layer whose Delta made them
@@ -173,15 +183,26 @@ class CudaBackend final : public Backend {
     }
     dq_units_ready_ = true;
   }
+  // The one-pass method's dQ rows stay integer counts until their export converts them on the
+  // way out (exchange) or, before anything else could read or write them, settle() does.
   void end_backward(const ArraySet& a, const BackwardRows& r) override {
+    settle();
     if (!dq_units_ready_) return;
     dq_units_ready_ = false;
-    cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 1.0F / std::sqrt(static_cast<float>(a.head_dim))};
-    cuda::deterministic_dq_from_units(static_cast<float*>(a.at(Array::dQ, r.dq_row)), dq_units_ + r.dout_row * a.q_heads,
-                                      r.rows, shape, stream_);
+    pending_.dq = static_cast<float*>(a.at(Array::dQ, r.dq_row));
+    pending_.units = dq_units_ + r.dout_row * a.q_heads;
+    pending_.rows = r.rows;
+    pending_.shape = cuda::AttnShape{a.q_heads, a.kv_heads, a.head_dim, 1.0F};
+  }
+  void settle() {
+    if (pending_.dq == nullptr) return;
+    const PendingCounts p = pending_;
+    pending_ = PendingCounts{};
+    cuda::deterministic_dq_from_units(p.dq, p.units, p.rows, p.shape, stream_);
   }
 
   void attend(const ArraySet& a, const AttendCall& call) override {
+    if (call.pass == Pass::Backward) settle();  // the forward reads no dQ
     auto it = attends_.find(call.key);
     if (it == attends_.end()) {
       MetaBuilder meta;
@@ -252,15 +273,21 @@ class CudaBackend final : public Backend {
 
   // One launch per call (merge) or per batch (merge_batch), of the same kernel.
   void merge(const ArraySet& a, const MergeCall& m) override {
+    settle();
     run_merges(merges_, m.key, a, std::span<const MergeCall>(&m, 1));
   }
-  void merge_batch(const ArraySet& a, const MergeBatchCall& b) override { run_merges(merge_batches_, b.key, a, b.calls); }
+  void merge_batch(const ArraySet& a, const MergeBatchCall& b) override {
+    settle();
+    run_merges(merge_batches_, b.key, a, b.calls);
+  }
 
   void copy_rows(const ArraySet& a, Array arr, int64_t dst, int64_t src, int64_t num_rows) override {
+    settle();
     const auto bytes = static_cast<size_t>(num_rows * a.row_elems[idx(arr)] * elem_bytes(a.type[idx(arr)]));
     ck(cudaMemcpyAsync(a.at(arr, dst), a.at(arr, src), bytes, cudaMemcpyDeviceToDevice, stream_), "copy");
   }
   void zero_rows(const ArraySet& a, Array arr, int64_t row, int64_t num_rows) override {
+    settle();
     const auto bytes = static_cast<size_t>(num_rows * a.row_elems[idx(arr)] * elem_bytes(a.type[idx(arr)]));
     ck(cudaMemsetAsync(a.at(arr, row), 0, bytes, stream_), "zero");
   }
@@ -270,6 +297,28 @@ class CudaBackend final : public Backend {
                          num_rows * a.q_heads, a.head_dim, stream_);
   }
   void exchange(const ArraySet& a, std::span<const LocalExchange> moves) override {
+    // An export of exactly the pending dQ rows converts them as it copies; anything else that
+    // moves dQ rows finds them converted first.
+    const int32_t* fused_units = nullptr;
+    size_t fused = moves.size();
+    if (pending_.dq != nullptr) {
+      bool other = false;  // another move of dQ rows
+      for (size_t i = 0; i < moves.size(); ++i) {
+        const LocalExchange& x = moves[i];
+        if (x.array != Array::dQ) continue;
+        const bool whole = !x.import && a.at(Array::dQ, x.first_row) == pending_.dq &&
+                           x.num_rows * x.num_groups == pending_.rows;
+        if (whole && fused == moves.size()) fused = i;
+        else other = true;
+      }
+      if (other || fused == moves.size()) {
+        fused = moves.size();
+        if (other) settle();
+      } else {
+        fused_units = pending_.units;
+        pending_ = PendingCounts{};
+      }
+    }
     for (size_t first = 0; first < moves.size(); first += cuda::kMaxExchangeMoves) {
       cuda::ExchangeBatch batch;
       for (size_t i = first; i < std::min(moves.size(), first + cuda::kMaxExchangeMoves); ++i) {
@@ -288,6 +337,7 @@ class CudaBackend final : public Backend {
         m.tensor_bf16 = t.type == ElemType::BF16 ? 1 : 0;
         m.array_bf16 = a.type[ai] == ElemType::BF16 ? 1 : 0;
         m.import = x.import ? 1 : 0;
+        m.units = i == fused ? fused_units : nullptr;
         // 8 elements at a time where both sides are 16-byte aligned (fp32: 32 bytes apart).
         const auto addr = reinterpret_cast<uintptr_t>(t.data);
         m.vector = t.head_dim % 8 == 0 && addr % 16 == 0 && t.row_stride % 8 == 0 && t.head_stride % 8 == 0 ? 1 : 0;
@@ -320,6 +370,7 @@ class CudaBackend final : public Backend {
   // right after an upload (compute_delta after the last dO rows) could read the old contents.
   void upload(const ArraySet& a, Array arr, int64_t row, const float* host, int64_t host_ld,
               int64_t num_rows) override {
+    settle();
     const int64_t w = a.row_elems[idx(arr)];
     if (a.type[idx(arr)] == ElemType::BF16) {
       std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
@@ -336,6 +387,7 @@ class CudaBackend final : public Backend {
   }
   void download(const ArraySet& a, Array arr, int64_t row, float* host, int64_t host_ld,
                 int64_t num_rows) override {
+    settle();
     const int64_t w = a.row_elems[idx(arr)];
     if (a.type[idx(arr)] == ElemType::BF16) {
       std::vector<uint16_t> tmp(static_cast<size_t>(num_rows * w));
@@ -352,6 +404,7 @@ class CudaBackend final : public Backend {
   }
   void fill_random(const ArraySet& a, Array arr, int64_t row, int64_t num_rows, uint64_t seed,
                    float amplitude) override {
+    settle();
     cuda::fill_random(a.at(arr, row), a.type[idx(arr)] == ElemType::BF16, num_rows * a.row_elems[idx(arr)], seed,
                       amplitude, stream_);
   }
@@ -658,6 +711,13 @@ class CudaBackend final : public Backend {
   float* dq_bound_ = nullptr;
   int dq_bound_heads_ = 0;
   bool dq_units_ready_ = false;
+  struct PendingCounts {  // dQ rows holding the one-pass method's counts (end_backward)
+    float* dq = nullptr;  // null: none
+    const int32_t* units = nullptr;
+    int64_t rows = 0;
+    cuda::AttnShape shape;
+  };
+  PendingCounts pending_;
   std::map<cudaStream_t, int32_t*> work_counters_;  // persistent forward launches, per stream (zeroed by allocate)
   int32_t semaphore_capacity_ = 0;
 };

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "cuda_backend_kernels.h"
+#include "dcp/detail/dq_units.h"
 #include "dcp/error.h"
 
 namespace dcp::cuda {
@@ -148,6 +149,15 @@ __device__ __forceinline__ void exchange_move(const ExchangeMove& m) {
         load8(src, from[u], src_bf16, v[u]);
       } else {
         v[u][0] = load_elem(src, from[u], src_bf16);
+      }
+      if (m.units != nullptr) {  // counts of the (row, head)'s unit: from = the array element
+        const int32_t ex = m.units[from[u] / m.head_dim];
+        if (m.vector) {
+#pragma unroll
+          for (int k = 0; k < 8; ++k) v[u][k] = dq_units::from_units(__float_as_int(v[u][k]), ex);
+        } else {
+          v[u][0] = dq_units::from_units(__float_as_int(v[u][0]), ex);
+        }
       }
     }
 #pragma unroll

@@ -40,6 +40,10 @@ struct ExchangeMove {
   int32_t import = 1;  // 1: tensor -> array; 0: array -> tensor
   int32_t vector = 0;  // 1: 8 consecutive elements per access (16-byte aligned on both sides)
   int32_t pad_ = 0;
+  // Export only: the fp32 array rows hold int32 counts of these units (the one-pass deterministic
+  // backward's dQ; units[(g * num_rows + r) * heads_per_group + h], biased exponents), converted
+  // on the way out (dcp/detail/dq_units.h). Null: plain values.
+  const int32_t* units = nullptr;
 };
 inline constexpr int kMaxExchangeMoves = 8;
 struct ExchangeBatch {
