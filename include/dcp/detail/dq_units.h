@@ -71,19 +71,6 @@ DCP_DQ_UNITS_FN int32_t to_units(float x, float multiplier) {
 #endif
 }
 
-// Below kSmall in magnitude, x * multiplier rounded to the nearest integer by one FMA: the binade
-// of c = 1.5 2^23, [2^23, 2^24), has spacing 1, so fmaf(x, m, c) is c plus the integer nearest
-// the exact x m (ties to even) for |x m| < 2^22, and its bits less c's are that integer. (It can
-// differ from to_units by one where fp32's rounding of x m alone crosses a half; either is a
-// deterministic function of x.)
-inline constexpr float kSmall = 4194304.0F;  // 2^22
-DCP_DQ_UNITS_FN int32_t to_units_small(float x, float multiplier) {
-  const float t = fmaf(x, multiplier, 12582912.0F);
-  int32_t bits = 0;
-  memcpy(&bits, &t, sizeof bits);
-  return bits - 0x4B400000;  // the bits of 1.5 2^23
-}
-
 // A sum of counts back in fp32: n u (n rounded to fp32's 24 bits, then scaled exactly).
 DCP_DQ_UNITS_FN float from_units(int32_t n, int32_t e) { return static_cast<float>(n) * unit(e); }
 

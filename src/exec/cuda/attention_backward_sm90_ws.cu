@@ -206,33 +206,11 @@ __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* u
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m = dq_units::multiplier(units[row_lo + 8 * r], scale);
-#ifdef DCP_AB_OLD
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       dq[4 * j + 2 * r] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r], m));
       dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r + 1], m));
     }
-#else
-    // The conversion instruction runs at a quarter of the FMA rate on the pipe of the softmax's
-    // exponentials; below 2^22 units (every product but those within 2^-6 of the bound) one FMA
-    // does it (dq_units::to_units_small).
-    float big = 0.0F;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) big = fmaxf(big, fmaxf(fabsf(dq[4 * j + 2 * r]), fabsf(dq[4 * j + 2 * r + 1])));
-    if (big * m < dq_units::kSmall) {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        dq[4 * j + 2 * r] = __int_as_float(dq_units::to_units_small(dq[4 * j + 2 * r], m));
-        dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units_small(dq[4 * j + 2 * r + 1], m));
-      }
-    } else {
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        dq[4 * j + 2 * r] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r], m));
-        dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r + 1], m));
-      }
-    }
-#endif
   }
 }
 
