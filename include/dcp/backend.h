@@ -85,8 +85,9 @@ struct ArraySet {
 // compute_delta or delta_from). When one_device (no transfers bring other rows), every K and V
 // row its Attend calls read is in rows [kv_row, + kv_rows). When dq_in_place, the program's
 // Attend calls add every dQ contribution into those dQ rows directly (row i from the tiles of dO
-// row i), and nothing else reads or writes them before the program ends (no dQ slot, Merge or
-// Copy).
+// row i), nothing else reads them before the program ends (no dQ slot, Copy or summing Merge;
+// only the empty merges that zero a block no tile reaches), and the program writes every one of
+// them (the plan's owned outputs).
 struct BackwardRows {
   int64_t kv_row = 0;
   int64_t kv_rows = 0;

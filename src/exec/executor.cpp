@@ -311,7 +311,9 @@ struct Executor::Impl {
         for (const TileOp& op : a->tiles)
           if (op.out.space != Space::Local || op.d_o.space != Space::Local || op.out.index != op.d_o.index) return false;
       } else if (const auto* m = std::get_if<Merge>(&ins)) {
-        if (m->kind == DataKind::dQ) return false;
+        // The empty merge of an owned block that nothing contributed to writes zeros, which are
+        // zeros as counts too.
+        if (m->kind == DataKind::dQ && (m->accumulate || !m->src_slots.empty())) return false;
       } else if (const auto* c = std::get_if<Copy>(&ins)) {
         if (c->kind == DataKind::dQ) return false;
       }

@@ -205,6 +205,9 @@ int check_gpu(const Config& c, Comm& comm, int device, const Plan& plan, LocalTe
     exec.download(0, got, Pass::Forward);
     // Backward from the GPU's own O/LSE (already on the device); dO uploaded.
     exec.upload(0, got, Pass::Backward);
+    // Step 1 runs the backward twice: the first one's gradients are never read, so the one-pass
+    // deterministic backward drops its dQ counts unconverted; the second must rewrite every row.
+    if (step == 1) exec.backward_layer(0);
     const ExecStats bs = exec.backward_layer(0);
     exec.download(0, got, Pass::Backward);
     merges = fs.num_merges + bs.num_merges;

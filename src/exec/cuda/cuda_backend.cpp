@@ -157,6 +157,8 @@ class CudaBackend final : public Backend {
   // added in place (the dQ rows hold integer counts until end_backward; a Merge would read them
   // as floats).
   void begin_backward(const ArraySet& a, const BackwardRows& r) override {
+    // Counts that nobody read are dead once this backward rewrites every one of their rows.
+    if (r.dq_in_place && pending_.dq == a.at(Array::dQ, r.dq_row) && pending_.rows == r.rows) pending_ = PendingCounts{};
     settle();
     dq_units_ready_ = false;
     const bool have_norms = norms_begin_ <= r.delta_row && r.delta_row + r.rows <= norms_end_;
