@@ -69,7 +69,7 @@ class CudaBackend final : public Backend {
     release(p);
   }
   void forget(uint64_t base, uint64_t mask) override {
-    if (pending_.dq != nullptr) {  // an executor's arrays are about to go
+    if (!pending_.empty()) {  // an executor's arrays are about to go
       settle();
       if (!stream_ordered_memory()) synchronize();
     }
@@ -157,15 +157,23 @@ class CudaBackend final : public Backend {
   // added in place (the dQ rows hold integer counts until end_backward; a Merge would read them
   // as floats).
   void begin_backward(const ArraySet& a, const BackwardRows& r) override {
-    // Counts that nobody read are dead once this backward rewrites every one of their rows.
-    if (r.dq_in_place && pending_.dq == a.at(Array::dQ, r.dq_row) && pending_.rows == r.rows) pending_ = PendingCounts{};
-    settle();
+    // This layer's counts that nobody read are dead once this backward rewrites every one of
+    // their rows; anything else this backward could read, or whose units it could overwrite
+    // (another executor's: units are indexed by array row), is converted first. Other layers of
+    // the same arrays keep their counts: this layer's calls touch none of their rows or units.
+    const auto mine = std::find_if(pending_.begin(), pending_.end(),
+                                   [&](const PendingCounts& c) { return c.dq == a.at(Array::dQ, r.dq_row); });
+    const bool foreign = std::any_of(pending_.begin(), pending_.end(),
+                                     [&](const PendingCounts& c) { return c.arrays != a.base[idx(Array::dQ)]; });
+    if (foreign || (mine != pending_.end() && !(r.dq_in_place && mine->rows == r.rows))) settle();
+    else if (mine != pending_.end()) pending_.erase(mine);
     dq_units_ready_ = false;
     const bool have_norms = norms_begin_ <= r.delta_row && r.delta_row + r.rows <= norms_end_;
     norms_begin_ = norms_end_ = 0;  // the norms serve the backward of the layer whose Delta made them
     if (!one_pass() || !r.one_device || !r.dq_in_place) return;
     const int64_t units = a.rows[idx(Array::dO)] * a.q_heads;
     if (dq_units_ == nullptr || dq_units_capacity_ < units || dq_bound_heads_ < a.kv_heads) {
+      settle();  // pending counts read their units from the old buffer
       if (dq_units_ != nullptr) deallocate(dq_units_);
       if (dq_bound_ != nullptr) deallocate(dq_bound_);
       dq_units_ = static_cast<int32_t*>(allocate(units * static_cast<int64_t>(sizeof(int32_t))));
@@ -188,23 +196,18 @@ class CudaBackend final : public Backend {
   // The one-pass method's dQ rows stay integer counts until their export converts them on the
   // way out (exchange) or, before anything else could read or write them, settle() does.
   void end_backward(const ArraySet& a, const BackwardRows& r) override {
-    settle();
     if (!dq_units_ready_) return;
     dq_units_ready_ = false;
-    pending_.dq = static_cast<float*>(a.at(Array::dQ, r.dq_row));
-    pending_.units = dq_units_ + r.dout_row * a.q_heads;
-    pending_.rows = r.rows;
-    pending_.shape = cuda::AttnShape{a.q_heads, a.kv_heads, a.head_dim, 1.0F};
+    pending_.push_back(PendingCounts{a.base[idx(Array::dQ)], static_cast<float*>(a.at(Array::dQ, r.dq_row)),
+                                     dq_units_ + r.dout_row * a.q_heads, r.rows,
+                                     cuda::AttnShape{a.q_heads, a.kv_heads, a.head_dim, 1.0F}});
   }
   void settle() {
-    if (pending_.dq == nullptr) return;
-    const PendingCounts p = pending_;
-    pending_ = PendingCounts{};
-    cuda::deterministic_dq_from_units(p.dq, p.units, p.rows, p.shape, stream_);
+    for (const PendingCounts& p : pending_) cuda::deterministic_dq_from_units(p.dq, p.units, p.rows, p.shape, stream_);
+    pending_.clear();
   }
 
   void attend(const ArraySet& a, const AttendCall& call) override {
-    if (call.pass == Pass::Backward) settle();  // the forward reads no dQ
     auto it = attends_.find(call.key);
     if (it == attends_.end()) {
       MetaBuilder meta;
@@ -303,22 +306,28 @@ class CudaBackend final : public Backend {
     // moves dQ rows finds them converted first.
     const int32_t* fused_units = nullptr;
     size_t fused = moves.size();
-    if (pending_.dq != nullptr) {
+    if (!pending_.empty()) {
       bool other = false;  // another move of dQ rows
+      auto match = pending_.end();
       for (size_t i = 0; i < moves.size(); ++i) {
         const LocalExchange& x = moves[i];
         if (x.array != Array::dQ) continue;
-        const bool whole = !x.import && a.at(Array::dQ, x.first_row) == pending_.dq &&
-                           x.num_rows * x.num_groups == pending_.rows;
-        if (whole && fused == moves.size()) fused = i;
-        else other = true;
+        const auto it = std::find_if(pending_.begin(), pending_.end(), [&](const PendingCounts& c) {
+          return !x.import && a.at(Array::dQ, x.first_row) == c.dq && x.num_rows * x.num_groups == c.rows;
+        });
+        if (it != pending_.end() && fused == moves.size()) {
+          fused = i;
+          match = it;
+        } else {
+          other = true;
+        }
       }
-      if (other || fused == moves.size()) {
+      if (other) {
         fused = moves.size();
-        if (other) settle();
-      } else {
-        fused_units = pending_.units;
-        pending_ = PendingCounts{};
+        settle();
+      } else if (fused < moves.size()) {
+        fused_units = match->units;
+        pending_.erase(match);
       }
     }
     for (size_t first = 0; first < moves.size(); first += cuda::kMaxExchangeMoves) {
@@ -713,13 +722,14 @@ class CudaBackend final : public Backend {
   float* dq_bound_ = nullptr;
   int dq_bound_heads_ = 0;
   bool dq_units_ready_ = false;
-  struct PendingCounts {  // dQ rows holding the one-pass method's counts (end_backward)
-    float* dq = nullptr;  // null: none
+  struct PendingCounts {  // dQ rows holding the one-pass method's counts (end_backward), per layer
+    const void* arrays = nullptr;  // the dQ array they are rows of
+    float* dq = nullptr;
     const int32_t* units = nullptr;
     int64_t rows = 0;
     cuda::AttnShape shape;
   };
-  PendingCounts pending_;
+  std::vector<PendingCounts> pending_;
   std::map<cudaStream_t, int32_t*> work_counters_;  // persistent forward launches, per stream (zeroed by allocate)
   int32_t semaphore_capacity_ = 0;
 };
