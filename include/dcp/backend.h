@@ -206,8 +206,10 @@ class Backend {
   // CUDA backend's one-pass deterministic backward derives its dQ units from them
   // (CudaKernelOptions::deterministic_one_pass).
   virtual void begin_backward(const ArraySet& arrays, const BackwardRows& rows) { (void)arrays, (void)rows; }
-  // After the layer's backward program, the same rows: the one-pass deterministic backward turns
-  // its dQ rows from integer counts of units into fp32 here.
+  // After the layer's backward program, the same rows. The CUDA backend's one-pass deterministic
+  // backward leaves its dQ rows as integer counts of units until they are read: their export
+  // (exchange) converts them as it copies, anything else that reads or writes dQ converts them
+  // first, and the layer's next backward drops them unread.
   virtual void end_backward(const ArraySet& arrays, const BackwardRows& rows) { (void)arrays, (void)rows; }
   virtual void attend(const ArraySet& arrays, const AttendCall& call) = 0;
   virtual void merge(const ArraySet& arrays, const MergeCall& call) = 0;

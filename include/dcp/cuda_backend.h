@@ -44,7 +44,7 @@ struct CudaKernelOptions {
   // dQ, dK and dV bitwise identical run to run (no order-dependent float reductions; the
   // contract in dcp/detail/attention_cuda.h). Needs the wgmma backward (Hopper): Unsupported on
   // other routes. On one device (below) one pass over the tiles; on several, two passes, the
-  // second recomputing S and dP for dQ (0.84-0.90x the default backward's speed on whole plans:
+  // second recomputing S and dP for dQ (0.82-0.90x the default backward's speed on whole plans:
   // bench/results/cuda_attention_h200.md).
   bool deterministic_backward = false;
   // On one device, the deterministic backward in one pass over the tiles grouped by key blocks,
