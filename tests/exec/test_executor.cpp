@@ -421,6 +421,69 @@ TEST(Executor, AttendCallsKnowWhetherTransfersAreInFlight) {
   }
 }
 
+// begin_backward and end_backward bracket each layer's backward program with the same rows,
+// and say whether the program adds dQ in place on one device (what the CUDA backend's one-pass
+// deterministic backward needs): yes for a one-device plan with outputs in place, no when dQ
+// partials are merged from slots or other devices take part.
+class BackwardRowsRecorder final : public ForwardingBackend {
+ public:
+  std::vector<std::string> events;
+  std::vector<BackwardRows> begins, ends;
+  void begin_backward(const ArraySet& a, const BackwardRows& r) override {
+    events.push_back("begin");
+    begins.push_back(r);
+    cpu->begin_backward(a, r);
+  }
+  void end_backward(const ArraySet& a, const BackwardRows& r) override {
+    events.push_back("end");
+    ends.push_back(r);
+    cpu->end_backward(a, r);
+  }
+  void attend(const ArraySet& a, const AttendCall& c) override {
+    events.push_back(c.pass == Pass::Backward ? "bwd" : "fwd");
+    cpu->attend(a, c);
+  }
+};
+
+TEST(Executor, BackwardRowsBracketTheBackwardProgram) {
+  const Batch batch = test_batch(4, 2, 64);
+  for (const auto& [devices, in_place] : {std::pair{1, true}, std::pair{1, false}, std::pair{2, true}}) {
+    Cluster cluster;
+    cluster.nodes = 1;
+    cluster.devices_per_node = devices;
+    BlockOptions opts;
+    opts.block_size = 32;
+    const PlacedBatch placed = make_baseline(BaselineKind::Zigzag, batch, opts, cluster);
+    PlanOptions popts;
+    popts.outputs_in_place = in_place;
+    const Plan plan = build_plan(placed.table, placed.placement, cluster, popts);
+    run_local_ranks(devices, [&](Comm& comm) {
+      const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
+      const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
+      LocalTensors t = LocalTensors::allocate(batch.shape, tok.num_rows());
+      BackwardRowsRecorder backend;
+      Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = 30.0});
+      exec.forward(t);
+      backend.events.clear();
+      exec.backward(t);
+      ASSERT_EQ(backend.begins.size(), 1U);
+      ASSERT_EQ(backend.ends.size(), 1U);
+      ASSERT_GE(backend.events.size(), 3U);
+      EXPECT_EQ(backend.events.front(), "begin");
+      EXPECT_EQ(backend.events.back(), "end");
+      const BackwardRows& b = backend.begins[0];
+      const BackwardRows& e = backend.ends[0];
+      EXPECT_EQ(b.dq_row, e.dq_row);
+      EXPECT_EQ(b.dout_row, e.dout_row);
+      EXPECT_EQ(b.rows, e.rows);
+      EXPECT_EQ(b.rows, tok.num_rows() * plan.table.groups.num_groups);
+      EXPECT_EQ(b.one_device, devices == 1);
+      EXPECT_EQ(b.dq_in_place, in_place) << devices << " device(s)";
+      EXPECT_EQ(e.dq_in_place, b.dq_in_place);
+    });
+  }
+}
+
 TEST(Executor, PlanForAnotherWorldSizeIsRefusedBeforeCommunicating) {
   const Batch batch = test_batch(4, 2, 64);
   const Plan plan = one_node_plan(BaselineKind::Ring, batch, 2);
