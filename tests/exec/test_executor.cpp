@@ -300,14 +300,14 @@ TEST(Executor, OutputsInPlaceMatchDenseReference) {
 }
 
 // `batch` placed by a static baseline on one node of `devices` devices (B = 32), planned.
-Plan one_node_plan(BaselineKind kind, const Batch& batch, int devices) {
+Plan one_node_plan(BaselineKind kind, const Batch& batch, int devices, const PlanOptions& popts = {}) {
   Cluster cluster;
   cluster.nodes = 1;
   cluster.devices_per_node = devices;
   BlockOptions opts;
   opts.block_size = 32;
   const PlacedBatch placed = make_baseline(kind, batch, opts, cluster);
-  return build_plan(placed.table, placed.placement, cluster, PlanOptions{});
+  return build_plan(placed.table, placed.placement, cluster, popts);
 }
 
 // The measured timeline has one span per instruction of the pass just run (one per batch of
@@ -448,15 +448,9 @@ class BackwardRowsRecorder final : public ForwardingBackend {
 TEST(Executor, BackwardRowsBracketTheBackwardProgram) {
   const Batch batch = test_batch(4, 2, 64);
   for (const auto& [devices, in_place] : {std::pair{1, true}, std::pair{1, false}, std::pair{2, true}}) {
-    Cluster cluster;
-    cluster.nodes = 1;
-    cluster.devices_per_node = devices;
-    BlockOptions opts;
-    opts.block_size = 32;
-    const PlacedBatch placed = make_baseline(BaselineKind::Zigzag, batch, opts, cluster);
     PlanOptions popts;
     popts.outputs_in_place = in_place;
-    const Plan plan = build_plan(placed.table, placed.placement, cluster, popts);
+    const Plan plan = one_node_plan(BaselineKind::Zigzag, batch, devices, popts);
     run_local_ranks(devices, [&](Comm& comm) {
       const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
       const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);

@@ -214,8 +214,9 @@ __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* u
   }
 }
 
-// TMA reduction (an add of the map's element type: fp32, or int32 for dq_units) of one swizzled box at shared address
-// `src` into the tensor at element coordinates (col, row); bulk_group completion.
+// TMA reduction (an add of the map's element type: fp32, or int32 for dq_units) of one swizzled
+// box at shared address `src` into the tensor at element coordinates (col, row); bulk_group
+// completion.
 __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32_t src, int col, int row) {
   asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
                    reinterpret_cast<uint64_t>(map)),

@@ -118,7 +118,6 @@ class CudaBackend final : public Backend {
   // Everything derived from the calls, built on the host and uploaded in one copy into one block
   // that lives until the executor's keys are forgotten.
   void prepare(const ArraySet& a, std::span<const AttendCall> attends, std::span<const MergeBatchCall> merges) override {
-    settle();
     MetaBuilder meta;
     std::vector<std::pair<uint64_t, HostAttend>> host_attends;
     std::vector<std::pair<uint64_t, HostMerge>> host_merges;
