@@ -199,12 +199,6 @@ __device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float 
   }
 }
 
-// Timing probe (wrong results by design): the one-pass dQ as fp32 values reduced by fp32 TMA adds.
-#ifdef DCP_AB_PROBE_F32
-constexpr bool kProbeF32 = true;
-#else
-constexpr bool kProbeF32 = false;
-#endif
 // One-pass deterministic backward (AttnBackwardParams::dq_units): scale * dq as int32 counts of
 // the units of rows row_lo and row_lo + 8 (`units`: their exponents, staged by the producer;
 // dcp/detail/dq_units.h), kept in the accumulator's registers as bits.
@@ -214,13 +208,8 @@ __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* u
     const float m = dq_units::multiplier(units[row_lo + 8 * r], scale);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-#ifdef DCP_AB_PROBE_F32
-      dq[4 * j + 2 * r] *= m;
-      dq[4 * j + 2 * r + 1] *= m;
-#else
       dq[4 * j + 2 * r] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r], m));
       dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r + 1], m));
-#endif
     }
   }
 }
@@ -530,7 +519,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         const unsigned char* src = tile + (tw & 1) * kBoxBytes + row * 128;
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
-          if constexpr (kFused && !kProbeF32) {
+          if constexpr (kFused) {
             const int4 n4 = *reinterpret_cast<const int4*>(src + ((c ^ (row & 7)) * 16));
             auto* d = reinterpret_cast<int*>(dst + 4 * c);
             atomicAdd(d, n4.x);
@@ -609,7 +598,7 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   wp.p = p;
   // dq: [dq_rows][num_q_heads x D] fp32 (int32 counts of units in the one-pass deterministic
   // backward), boxes of 64 rows x 32 columns.
-  const TensorElem dq_elem = p.deterministic && p.dq_units != nullptr && !kProbeF32 ? TensorElem::I32 : TensorElem::F32;
+  const TensorElem dq_elem = p.deterministic && p.dq_units != nullptr ? TensorElem::I32 : TensorElem::F32;
   const bool tma = p.dq_rows > 0 && encode_tensor_map_2d(wp.dq_map, "attention_backward_sm90_ws", dq_elem, p.dq,
                                                          int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32,
                                                          kBwRows);

@@ -41,11 +41,7 @@ bool encode_tensor_map_2d(CUtensorMap& map, const char* what, TensorElem elem, c
   const cuuint32_t box[2] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows)};
   const cuuint32_t elem_strides[2] = {1, 1};
   const CUtensorMapDataType type = elem == TensorElem::Bf16  ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
-#ifdef DCP_AB_PROBE_U32
-                                   : elem == TensorElem::I32 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
-#else
                                    : elem == TensorElem::I32 ? CU_TENSOR_MAP_DATA_TYPE_INT32
-#endif
                                                              : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   const CUresult r = encode(&map, type,
                             2, const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
