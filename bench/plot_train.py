@@ -108,10 +108,18 @@ def fmt(x, spec="{:.1f}"):
     return "-" if x is None else spec.format(x)
 
 
+def energy(r: Dict) -> str:
+    """The GPUs' energy per step and the slowest GPU's median SM clock (train_power.py), if measured."""
+    g = r.get("gpu")
+    if not g:
+        return "-"
+    return f"{g['energy_j_per_step']:.0f}" + (f" ({g['sm_clock_mhz_median']:.0f})" if g.get("sm_clock_mhz_median") else "")
+
+
 def runs_table(results: List[Dict]) -> List[str]:
     lines = ["| run | ranks | mode | mask | tokens | ckpt | step ms (median) | tokens/s | attention share | peak GB "
-             "| planner wait ms (share) | fwd+bwd imbalance | loss first -> last |",
-             "|" + " --- |" * 13]
+             "| planner wait ms (share) | fwd+bwd imbalance | energy per step J (SM clock MHz) | loss first -> last |",
+             "|" + " --- |" * 14]
     for r in results:
         if r.get("status") != "ok":
             continue
@@ -123,7 +131,7 @@ def runs_table(results: List[Dict]) -> List[str]:
                      f"{'yes' if c.get('checkpoint') else 'no'} | {r['step_ms_median']:.1f} | "
                      f"{r['tokens_per_s'] / 1e3:.1f}K | "
                      f"{fmt(att, '{:.0%}')} | {fmt(r['memory'].get('max_peak_allocated_gb') or None)} | {wait} | "
-                     f"{r['imbalance']['fwd_bwd_max_over_mean_median']:.3f} | "
+                     f"{r['imbalance']['fwd_bwd_max_over_mean_median']:.3f} | {energy(r)} | "
                      f"{r['loss_first']:.3f} -> {r['loss_last']:.3f} |")
     return lines
 
@@ -138,8 +146,9 @@ def targets(results: List[Dict]) -> List[str]:
     for r in ok:
         by[key(r)][(variant(r), ranks(r))] = r
     lines = ["### One GPU: dcp against FlexAttention (tokens/s)", "",
-             "| model | mask | tokens | ckpt | flex | dcp | dcp / flex | target |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| model | mask | tokens | ckpt | flex | dcp | dcp / flex | target | energy per step J, flex / dcp "
+             "(SM clock MHz) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for (preset, mask, tokens, ckpt), runs in sorted(by.items()):
         f, d = runs.get(("flex", 1)), runs.get(("dcp", 1))
         if f and d:
@@ -147,7 +156,8 @@ def targets(results: List[Dict]) -> List[str]:
             want = SINGLE_TARGET.get(mask, 1.0)
             lines.append(f"| {preset} | {mask} | {tokens} | {'yes' if ckpt else 'no'} | "
                          f"{f['tokens_per_s'] / 1e3:.1f}K | "
-                         f"{d['tokens_per_s'] / 1e3:.1f}K | {ratio:.2f}x | >= {want}x: {check(ratio >= want)} |")
+                         f"{d['tokens_per_s'] / 1e3:.1f}K | {ratio:.2f}x | >= {want}x: {check(ratio >= want)} | "
+                         f"{energy(f)} / {energy(d)} |")
     lines += ["", "### Two GPUs: dcp against one GPU and against the best static layout (tokens/s)", "",
               "| model | mask | tokens | ckpt | dcp 1 GPU | dcp 2 GPUs | scaling (>= 1.9x) | best static "
               "| dcp / best static | target | native CP (torch) |", "|" + " --- |" * 11]

@@ -14,7 +14,8 @@ divided by the whole step's target count, so summing gradients over ranks gives 
 the global mean loss: one all-reduce of a flat gradient buffer after backward.
 
 Each run writes OUT/NAME.json (configuration, environment, tokens/s, step time, attention share,
-peak memory, planner wait, per-rank imbalance, losses) and OUT/NAME.steps.jsonl (one line per
+peak memory, planner wait, per-rank imbalance, losses; on NVIDIA GPUs the energy per step and the
+SM clock, train_power.py) and OUT/NAME.steps.jsonl (one line per
 step, written as it goes). docs/training.md explains the figures. --runs trains several
 configurations one after the other in one process (one launch, one NCCL setup, shared compile
 caches); with --skip-existing, finished runs are not repeated and a run that left only its
@@ -47,6 +48,7 @@ import train_data  # noqa: E402
 from train_attention import (DcpBackend, FlexBackend, NATIVE_CP_LIMITS, TorchCPBackend,  # noqa: E402
                              native_cp_missing)
 from train_model import PRESETS, Decoder, describe  # noqa: E402
+from train_power import GpuMeter, run_figures, window_figures  # noqa: E402
 
 import dcp  # noqa: E402
 import dcp.torch as dcp_torch  # noqa: E402
@@ -407,6 +409,9 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     sync()
     it = backend.iterate(data_steps())
     prepare_next = getattr(backend, "prepare_next", lambda: None)
+    meter = GpuMeter.open(device) if cuda else None
+    window: Dict[str, float] = {}  # energy counter and time at the measured steps' start and end
+    gpu = None
     try:
         for step in range(total_steps):
             if step == args.steps and args.profile_steps > 0:
@@ -417,6 +422,8 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
                 prof.__enter__()
             if step == args.measure_from and cuda:
                 torch.cuda.reset_peak_memory_stats(device)
+            if step == args.measure_from and meter:
+                window.update(e0=meter.energy_mj(), t0=time.perf_counter())
             t0 = time.perf_counter()
             local = next(it)
             t_ready = time.perf_counter()
@@ -455,6 +462,8 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
             loss_value, norm_value = float(loss_sum), float(norm)
             sync()
             t1 = time.perf_counter()
+            if step == args.steps - 1 and meter:
+                window.update(e1=meter.energy_mj(), t1=t1)
             local.release()
             rec = {"step": step, "loss": round(loss_value, 6), "step_ms": round((t1 - t0) * 1e3, 3),
                    "fwd_bwd_ms": round((t_backward - t_ready) * 1e3, 3), "ready_ms": round((t_ready - t0) * 1e3, 3),
@@ -474,6 +483,12 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
                     f"({args.tokens / (t1 - t0) / 1e3:.1f}K tok/s) wait {local.stats.get('waited_ms', 0.0):.2f} ms")
     finally:  # also when a step fails: the next run of the process starts clean
         it.close()  # the planner's lookahead steps are dropped with it
+        if meter:
+            if None not in (window.get("e0"), window.get("e1")):
+                gpu = window_figures((window["e0"], window["e1"]), window["t1"] - window["t0"],
+                                     args.steps - args.measure_from,
+                                     meter.clocks_between(window["t0"], window["t1"]), meter.power_limit_w())
+            meter.close()
         if log:
             log.close()
         if prof is not None and sys.exc_info()[0] is not None:
@@ -495,7 +510,8 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     step_ms = statistics.median(r["step_ms"] for r in measured)
     mine = {"fwd_bwd_ms": [r["fwd_bwd_ms"] for r in measured],
             "local_tokens": [r.get("local_tokens", 0) for r in measured],
-            "attention_compute_ms": attention.get("fwd_ms", 0.0) + attention.get("bwd_ms", 0.0), "peak": peak}
+            "attention_compute_ms": attention.get("fwd_ms", 0.0) + attention.get("bwd_ms", 0.0), "peak": peak,
+            "gpu": gpu}
     ranks = gather(mine, world)
     per_step_ratio = [max_over_mean([r["fwd_bwd_ms"][i] for r in ranks]) for i in range(len(measured))]
     attn_compute = [r["attention_compute_ms"] for r in ranks]
@@ -522,6 +538,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
                       "local_tokens_median_per_rank": [statistics.median(r["local_tokens"]) for r in ranks]},
         "attention": dict(attention, share_of_step=round((attention["fwd_ms"] + attention["bwd_ms"]) / step_ms, 4),
                           profiled_steps=args.profile_steps) if attention else None,
+        "gpu": run_figures([r["gpu"] for r in ranks], args.tokens),
         "data": dict(train_data.describe_steps(first_steps),
                      first_step_sha=train_data.first_step_checksum(first_steps[0])),
         "steps": [{k: r[k] for k in ("step", "loss", "step_ms")} for r in records],
@@ -530,7 +547,10 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     say(f"[{name}] {result['tokens_per_s'] / 1e3:.1f}K tokens/s, step {step_ms:.1f} ms (median of steps "
         f"{args.measure_from}-{args.steps - 1})" + (f", attention {result['attention']['share_of_step']:.0%}"
                                                      if attention else "") +
-        (f", peak {peak['peak_allocated_gb']} GB" if peak else ""))
+        (f", peak {peak['peak_allocated_gb']} GB" if peak else "") +
+        (f", {result['gpu']['energy_j_per_step']:.0f} J a step" if result["gpu"] else "") +
+        (f" at {result['gpu']['sm_clock_mhz_median']} MHz" if result["gpu"] and result["gpu"]["sm_clock_mhz_median"]
+         else ""))
     del optimizer, grads, model, backend
     return result
 

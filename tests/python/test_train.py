@@ -62,6 +62,7 @@ def test_two_ranks_match_one_rank_and_the_reference(tmp_path, mask):
     assert two["data"]["first_step_sha"] == one["data"]["first_step_sha"] == ref["data"]["first_step_sha"]
     assert len(two["imbalance"]["local_tokens_median_per_rank"]) == 2
     assert two["attention"]["share_of_step"] > 0 and two["planner"]["waited_ms_median"] >= 0
+    assert two["gpu"] is None  # no GPU meter on CPU ranks
 
     for other, grads in (("1 rank", grads1), ("mask reference", grads_ref), ("compiled, in place", grads_fused)):
         assert abs(grads2["loss"] - grads["loss"]) < 1e-5, (other, grads2["loss"], grads["loss"])
@@ -121,3 +122,26 @@ def test_logged_loss_is_the_mean_since_the_previous_logged_step():
     # Logged every 3 steps and at the last: steps 0, 3, 6 and 7.
     assert logged_means(steps, 3) == [(1.0, 0), (3.0, 3), (6.0, 6), (8.0, 7)]
     assert logged_means(steps, 1) == [(float(i + 1), i) for i in range(8)]
+
+
+def test_gpu_figures_sum_energy_over_ranks_and_take_the_slowest_clock():
+    sys.path.insert(0, EXAMPLES)
+    from train_power import GpuMeter, run_figures, window_figures
+    assert GpuMeter.open(torch.device("cpu")) is None
+    # 81 steps in 60.75 s using 81 kJ: 1000 J a step at 1333.3 W; clock samples 1500..1900 MHz.
+    clocks = [1500 + 4 * i for i in range(101)]
+    a = window_figures((5_000_000, 86_000_000), 60.75, 81, clocks, 700.0)
+    assert a["energy_j_per_step"] == 1000.0 and a["power_w_mean"] == 1333.3
+    assert a["sm_clock_mhz_median"] == 1700 and a["sm_clock_mhz_p10"] == 1540 and a["sm_clock_mhz_p90"] == 1860
+    assert a["clock_samples"] == 101 and a["power_limit_w"] == 700.0
+    b = window_figures((0, 40_500_000), 60.75, 81, [1600, 1650, 1610], None)
+    run = run_figures([a, b], 65536)
+    assert run["energy_j_per_step"] == 1500.0 and run["tokens_per_kj"] == round(65536 / 1.5, 1)
+    assert run["sm_clock_mhz_median"] == 1610 and run["ranks"] == [a, b]
+    assert run_figures([a, None], 65536) is None and run_figures([], 65536) is None
+    no_clock = window_figures((0, 1000), 1.0, 1, [], None)
+    assert no_clock["sm_clock_mhz_median"] is None and no_clock["sm_clock_mhz_p10"] is None
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from plot_train import energy
+    assert energy({"gpu": run}) == "1500 (1610)" and energy({"gpu": None}) == "-" and energy({}) == "-"
+
