@@ -23,6 +23,7 @@
 // for); and optionally a Chrome-trace / Perfetto JSON timeline.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -80,9 +81,27 @@ Calibration load_calibration(const std::string& path);
 // Compute-stream time of one instruction of `pass` run alone (0 for CommStart / CommWait).
 double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, const Calibration& calib);
 
+// What the simulator's kernel model reads of one block table (sub-tile counts per tile geometry),
+// kept across simulations: a planner simulates many plans over one table (placements, schedules)
+// and the counts depend on the table alone. One cache serves one table (a plan's table is a copy
+// of it); a table of another shape is refused. Not thread-safe.
+class SimTableCache {
+ public:
+  SimTableCache();
+  ~SimTableCache();
+  SimTableCache(SimTableCache&&) noexcept;
+  SimTableCache& operator=(SimTableCache&&) noexcept;
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
 struct SimOptions {
   Calibration calibration;
   bool trace = false;  // fill SimResult::trace_json
+  SimTableCache* table_cache = nullptr;  // shared with other simulations of plans over the same table
 };
 
 struct DeviceSim {

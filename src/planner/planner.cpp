@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 
 #include "dcp/error.h"
 #include "dcp/metrics.h"
@@ -114,9 +115,11 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   std::vector<PlanCandidate> tried;
   // Plans a placement with `schedule`, simulates the plan and keeps it if it is the best so far:
   // a balanced candidate beats an unbalanced one; otherwise the faster prediction wins (the
-  // earlier on ties). `c` comes with its placement's fields and time.
+  // earlier on ties). `c` comes with its placement's fields and time. `counts`: the simulator's
+  // sub-tile counts of `table`, shared by every plan over it (placements, schedules, seeds).
+  std::shared_ptr<SimTableCache> best_counts;
   auto consider = [&](PlanCandidate c, const BlockTable& table, const DcpPlacement& placed,
-                      const ScheduleOptions& schedule) {
+                      const ScheduleOptions& schedule, const std::shared_ptr<SimTableCache>& counts) {
     const auto t_plan = Clock::now();
     PlanOptions plan_opts = opts.plan;
     plan_opts.schedule = schedule;
@@ -128,6 +131,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     c.planning_s += seconds_since(t_plan);
     SimOptions so;
     so.calibration = calibration;
+    so.table_cache = counts.get();
     SimResult sim = simulate(plan, cluster, so);
     c.predicted_s = sim.total_s();
     tried.push_back(c);
@@ -139,13 +143,14 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       best.plan = std::move(plan);
       best.predicted = std::move(sim);
       best.chosen = c;
+      best_counts = counts;
       have = true;
     }
   };
   // One placement of `table` (blocks of `block`, its split sink cut or not) at `eps` and `seed`,
   // planned and simulated with every schedule.
   auto try_placement = [&](const BlockTable& table, double table_s, int64_t block, bool cut, double eps,
-                           uint64_t seed) {
+                           uint64_t seed, const std::shared_ptr<SimTableCache>& counts) {
     const auto t0 = Clock::now();
     PlacementOptions po = opts.placement;
     po.eps_compute = eps;
@@ -162,7 +167,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       c.placement_seed = seed;
       c.planning_s = table_s + placement_s;
       c.balanced = placed.report.balanced();
-      consider(c, table, placed, schedule);
+      consider(c, table, placed, schedule, counts);
     }
   };
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
@@ -187,7 +192,8 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           best.skipped_block_sizes.push_back(block);
         continue;
       }
-      for (double eps : opts.eps_compute) try_placement(table, table_s, block, cut, eps, opts.placement.seed);
+      const auto counts = std::make_shared<SimTableCache>();
+      for (double eps : opts.eps_compute) try_placement(table, table_s, block, cut, eps, opts.placement.seed, counts);
     }
   }
   // The placement depends on its seed as much as on eps: the best candidate's block table and
@@ -195,9 +201,10 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   if (have && opts.reseed_best > 0) {
     const BlockTable table = best.table;
     const PlanCandidate first = best.chosen;
+    const std::shared_ptr<SimTableCache> counts = best_counts;
     for (int k = 1; k <= opts.reseed_best; ++k)
       try_placement(table, 0.0, first.block_size, first.split_sink, first.eps_compute,
-                    opts.placement.seed + static_cast<uint64_t>(k));
+                    opts.placement.seed + static_cast<uint64_t>(k), counts);
   }
   // The static layouts, each with the default schedule at every stage count (packing, which cuts
   // sequences into token blocks, at every block size; the others cut their own chunks). Their
@@ -233,6 +240,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           continue;
         }
         const PlacementMetrics metrics = compute_metrics(pm.placed.table, pm.placed.placement, cluster);
+        const auto counts = std::make_shared<SimTableCache>();
         DcpPlacement placed{std::move(pm.placed.placement), {}};
         placed.report.partitioner = name;
         for (int stages : stage_counts) {
@@ -243,7 +251,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           c.balanced = metrics.memory_imbalance <= 1 + opts.placement.eps_memory + 1e-12;
           ScheduleOptions schedule = opts.plan.schedule;
           schedule.num_comm_stages = stages;
-          consider(c, pm.placed.table, placed, schedule);
+          consider(c, pm.placed.table, placed, schedule, counts);
         }
       }
       if (skipped) best.skipped_static_layouts.push_back(name);

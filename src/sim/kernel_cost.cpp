@@ -3,8 +3,75 @@
 
 #include <algorithm>
 #include <compare>
+#include <tuple>
+
+#include "dcp/error.h"
 
 namespace dcp::sim_detail {
+
+namespace {
+
+// A Partial tile's allowed pairs per sub-tile of rows_per query rows x keys_per keys, row-major
+// (nq x nk), from every row's ranges: the one walk over a tile's rows.
+std::vector<int64_t> allowed_grid(const BlockTable& table, const Tile& t, int64_t rows_per, int64_t keys_per, int64_t nq,
+                                  int64_t nk) {
+  const TokenBlock& qb = table.token_blocks[static_cast<size_t>(t.q_block)];
+  const TokenBlock& kb = table.token_blocks[static_cast<size_t>(t.kv_block)];
+  std::vector<int64_t> grid(static_cast<size_t>(nq * nk), 0);
+  std::vector<Range> ranges;
+  for (int64_t r = 0; r < qb.length; ++r) {
+    int64_t* allowed = grid.data() + (r / rows_per) * nk;
+    table.tile_row_ranges(t, qb.begin + r, ranges);
+    for (const Range& g : ranges) {
+      const int64_t b = g.begin - kb.begin, e = g.end - kb.begin;  // kv-block-local
+      for (int64_t kj = b / keys_per; kj * keys_per < e; ++kj)
+        allowed[kj] += std::min(e, (kj + 1) * keys_per) - std::max(b, kj * keys_per);
+    }
+  }
+  return grid;
+}
+
+// A Partial tile's counts from its grid of allowed pairs (sub-tile rows of rows_per query rows).
+SubtileCount classify_partial(const std::vector<int64_t>& grid, int64_t nq, int64_t nk, int64_t q_len, int64_t kv_len,
+                              int64_t rows_per, int64_t keys_per) {
+  SubtileCount c;
+  // Per key sub-tile (column): the first and last q sub-tile with an allowed pair, and how many.
+  std::vector<int64_t> first(static_cast<size_t>(nk), -1), last(static_cast<size_t>(nk), -1), nonempty(static_cast<size_t>(nk), 0);
+  for (int64_t qi = 0; qi < nq; ++qi) {
+    const int64_t rows = std::min(q_len, (qi + 1) * rows_per) - qi * rows_per;
+    int64_t row_first = -1, row_last = -1, row_nonempty = 0;  // this row of sub-tiles' key span
+    for (int64_t kj = 0; kj < nk; ++kj) {
+      const int64_t a = grid[static_cast<size_t>(qi * nk + kj)];
+      // The kernels load the keys past a short kv block as zeros and must mask them, so a
+      // sub-tile with fewer than keys_per keys is masked whatever the mask allows.
+      const bool whole = (kj + 1) * keys_per <= kv_len;
+      if (a == 0) ++c.empty;
+      else (a == rows * keys_per && whole ? c.full : c.masked) += 1;
+      if (a != 0) {
+        const auto k = static_cast<size_t>(kj);
+        if (first[k] < 0) first[k] = qi;
+        last[k] = qi;
+        ++nonempty[k];
+        if (row_first < 0) row_first = kj;
+        row_last = kj;
+        ++row_nonempty;
+      }
+    }
+    // The forward walks a row's sub-tiles from its first to its last allowed one.
+    c.row_dead_empty += nk - row_nonempty - (row_first < 0 ? 0 : row_last - row_first + 1 - row_nonempty);
+  }
+  // The backward walks a live column's sub-tiles from its first to its last allowed one.
+  int64_t walked_empty = 0;
+  for (size_t k = 0; k < static_cast<size_t>(nk); ++k) {
+    if (first[k] < 0) continue;
+    ++c.live_key_subtiles;
+    walked_empty += last[k] - first[k] + 1 - nonempty[k];
+  }
+  c.dead_empty = c.empty - walked_empty;
+  return c;
+}
+
+}  // namespace
 
 SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows_per, int64_t keys_per) {
   const TokenBlock& qb = table.token_blocks[static_cast<size_t>(t.q_block)];
@@ -33,50 +100,42 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
     }
     return c;
   }
-  // Partial: allowed pairs per sub-tile from the rows' ranges.
-  std::vector<int64_t> allowed(static_cast<size_t>(nk));
-  // Per key sub-tile (column): the first and last q sub-tile with an allowed pair, and how many.
-  std::vector<int64_t> first(static_cast<size_t>(nk), -1), last(static_cast<size_t>(nk), -1), nonempty(static_cast<size_t>(nk), 0);
-  std::vector<Range> ranges;
-  for (int64_t qi = 0; qi < nq; ++qi) {
-    const int64_t r_lo = qi * rows_per, r_hi = std::min(qb.length, r_lo + rows_per);
-    std::fill(allowed.begin(), allowed.end(), 0);
-    int64_t row_first = -1, row_last = -1, row_nonempty = 0;  // this row of sub-tiles' key span
-    for (int64_t r = r_lo; r < r_hi; ++r) {
-      table.tile_row_ranges(t, qb.begin + r, ranges);
-      for (const Range& g : ranges) {
-        const int64_t b = g.begin - kb.begin, e = g.end - kb.begin;  // kv-block-local
-        for (int64_t kj = b / keys_per; kj * keys_per < e; ++kj)
-          allowed[static_cast<size_t>(kj)] += std::min(e, (kj + 1) * keys_per) - std::max(b, kj * keys_per);
-      }
-    }
-    for (int64_t kj = 0; kj < nk; ++kj) {
-      const int64_t a = allowed[static_cast<size_t>(kj)];
-      if (a == 0) ++c.empty;
-      else (a == (r_hi - r_lo) * keys_per && whole(kj) ? c.full : c.masked) += 1;
-      if (a != 0) {
-        const auto k = static_cast<size_t>(kj);
-        if (first[k] < 0) first[k] = qi;
-        last[k] = qi;
-        ++nonempty[k];
-        if (row_first < 0) row_first = kj;
-        row_last = kj;
-        ++row_nonempty;
-      }
-    }
-    // The forward walks a row's sub-tiles from its first to its last allowed one.
-    c.row_dead_empty += nk - row_nonempty - (row_first < 0 ? 0 : row_last - row_first + 1 - row_nonempty);
+  return classify_partial(allowed_grid(table, t, rows_per, keys_per, nq, nk), nq, nk, qb.length, kb.length, rows_per,
+                          keys_per);
+}
+
+TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t) {
+  static_assert(kFwdSubRows == 2 * kBwdSubRows, "a forward sub-tile row is two backward ones");
+  if (t.kind != TileKind::Partial)
+    return {count_subtiles(table, t, kFwdSubRows, kSubKeys), count_subtiles(table, t, kBwdSubRows, kSubKeys)};
+  const TokenBlock& qb = table.token_blocks[static_cast<size_t>(t.q_block)];
+  const TokenBlock& kb = table.token_blocks[static_cast<size_t>(t.kv_block)];
+  const int64_t nk = (kb.length + kSubKeys - 1) / kSubKeys;
+  const int64_t nq_bwd = (qb.length + kBwdSubRows - 1) / kBwdSubRows;
+  const int64_t nq_fwd = (qb.length + kFwdSubRows - 1) / kFwdSubRows;
+  const std::vector<int64_t> bwd = allowed_grid(table, t, kBwdSubRows, kSubKeys, nq_bwd, nk);
+  // A forward sub-tile's allowed pairs are those of the two backward sub-tiles it spans.
+  std::vector<int64_t> fwd(static_cast<size_t>(nq_fwd * nk), 0);
+  for (int64_t qi = 0; qi < nq_bwd; ++qi)
+    for (int64_t kj = 0; kj < nk; ++kj) fwd[static_cast<size_t>((qi / 2) * nk + kj)] += bwd[static_cast<size_t>(qi * nk + kj)];
+  return {classify_partial(fwd, nq_fwd, nk, qb.length, kb.length, kFwdSubRows, kSubKeys),
+          classify_partial(bwd, nq_bwd, nk, qb.length, kb.length, kBwdSubRows, kSubKeys)};
+}
+
+const TileSubtiles& SubtileCache::get(const BlockTable& table, const Tile& t) {
+  const auto shape = std::make_tuple(table.block_size, std::ssize(table.token_blocks), std::ssize(table.tiles),
+                                     std::ssize(table.seq_length));
+  if (!bound_) {
+    shape_ = shape;
+    bound_ = true;
+  } else if (shape != shape_) {
+    raise(ErrorKind::InvalidInput,
+          "simulate: SimOptions::table_cache holds the sub-tile counts of another block table (one cache per table)");
   }
-  // The backward walks a live column's sub-tiles from its first to its last allowed one.
-  int64_t walked_empty = 0;
-  c.live_key_subtiles = 0;
-  for (size_t k = 0; k < static_cast<size_t>(nk); ++k) {
-    if (first[k] < 0) continue;
-    ++c.live_key_subtiles;
-    walked_empty += last[k] - first[k] + 1 - nonempty[k];
-  }
-  c.dead_empty = c.empty - walked_empty;
-  return c;
+  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(t.q_block)) << 32) | static_cast<uint32_t>(t.kv_block);
+  auto it = counts_.find(key);
+  if (it == counts_.end()) it = counts_.emplace(key, count_tile_subtiles(table, t)).first;
+  return it->second;
 }
 
 AttendWork& AttendWork::operator+=(const AttendWork& o) {
@@ -103,14 +162,8 @@ double subtile_flops(const BlockTable& table, Pass pass) {
 }
 
 const SubtileCount& AttendCost::counts(const Tile& t, Pass pass) {
-  const bool fwd = pass == Pass::Forward;
-  auto& cache = fwd ? fwd_ : bwd_;
-  const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(t.q_block)) << 32) |
-                       static_cast<uint32_t>(t.kv_block);
-  auto it = cache.find(key);
-  if (it == cache.end())
-    it = cache.emplace(key, count_subtiles(table_, t, fwd ? kFwdSubRows : kBwdSubRows, kSubKeys)).first;
-  return it->second;
+  const TileSubtiles& c = cache_->get(table_, t);
+  return pass == Pass::Forward ? c.fwd : c.bwd;
 }
 
 AttendWork AttendCost::work(const Attend& a, Pass pass) {

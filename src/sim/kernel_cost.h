@@ -22,10 +22,12 @@
 //             Static layouts that cut windows and blocks into slivers pay for whole sub-tiles of
 //             little area and for many short items, which the area model cannot see.
 // Sub-tile counts depend only on a tile's geometry (its q and kv blocks), shared by all head
-// groups, so they are cached per (q block, kv block).
+// groups, so they are cached per (q block, kv block), and the cache can outlive one simulation:
+// a planner simulates many plans over one block table (SimOptions::table_cache).
 #pragma once
 
 #include <cstdint>
+#include <tuple>
 #include <unordered_map>
 #include <variant>
 #include <vector>
@@ -57,6 +59,27 @@ struct SubtileCount {
 // ask how the general mask path would treat the same geometry.
 SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows_per, int64_t keys_per);
 
+// Both passes' counts of tile t from one walk of its rows (a forward sub-tile row of 128 query rows
+// is two backward ones of 64): the same as count_subtiles with each pass's shape.
+struct TileSubtiles {
+  SubtileCount fwd, bwd;
+};
+TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t);
+
+// Counts per tile geometry of one block table. The first table it serves binds it: a table of
+// another shape (block size, token blocks, tiles, sequences) is refused, and one of the same
+// shape must be the same table (the caller's promise: a plan's table is a copy of the one its
+// candidates were built from). Not thread-safe.
+class SubtileCache {
+ public:
+  const TileSubtiles& get(const BlockTable& table, const Tile& t);
+
+ private:
+  std::unordered_map<uint64_t, TileSubtiles> counts_;
+  bool bound_ = false;
+  std::tuple<int64_t, int64_t, int64_t, int64_t> shape_{};
+};
+
 // What one Attend asks of the kernels in one pass, summed over its head groups: sub-tiles (of the
 // pass's shape) by class and CTA work items. The subtiles model's time is linear in it.
 struct AttendWork {
@@ -84,7 +107,11 @@ inline bool joins_merge_batch(const Program& program, size_t pc) {
 
 class AttendCost {
  public:
-  AttendCost(const BlockTable& table, const Calibration& cal) : table_(table), cal_(cal) {}
+  // `cache`: counts kept beyond this object (they must be of `table`); null: its own.
+  AttendCost(const BlockTable& table, const Calibration& cal, SubtileCache* cache = nullptr)
+      : table_(table), cal_(cal), cache_(cache != nullptr ? cache : &own_) {}
+  AttendCost(const AttendCost&) = delete;
+  AttendCost& operator=(const AttendCost&) = delete;
   // Compute-stream seconds of one Attend: its tiles plus the calibration's per-tile and launch
   // overheads.
   double seconds(const Attend& a, Pass pass);
@@ -96,7 +123,8 @@ class AttendCost {
   double overhead_s(const Attend& a) const;
   const BlockTable& table_;
   const Calibration& cal_;
-  std::unordered_map<uint64_t, SubtileCount> fwd_, bwd_;
+  SubtileCache own_;
+  SubtileCache* cache_;
 };
 
 }  // namespace dcp::sim_detail

@@ -50,8 +50,8 @@ struct DevState {
 class PassSim {
  public:
   PassSim(const Plan& plan, const Cluster& c, const Calibration& cal, Pass pass, SimResult& res,
-          nlohmann::json* trace)
-      : plan_(plan), c_(c), cal_(cal), pass_(pass), res_(res), trace_(trace), attend_cost_(plan.table, cal) {}
+          nlohmann::json* trace, sim_detail::SubtileCache& counts)
+      : plan_(plan), c_(c), cal_(cal), pass_(pass), res_(res), trace_(trace), attend_cost_(plan.table, cal, &counts) {}
   void run();
 
  private:
@@ -86,7 +86,7 @@ class PassSim {
     int32_t xfer = -1;
   };
   std::vector<Stall> longest_stall_;
-  sim_detail::AttendCost attend_cost_;  // caches sub-tile counts per tile geometry
+  sim_detail::AttendCost attend_cost_;
 };
 
 void PassSim::run() {
@@ -324,6 +324,14 @@ double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, c
   return 0.0;
 }
 
+struct SimTableCache::Impl {
+  sim_detail::SubtileCache counts;
+};
+SimTableCache::SimTableCache() : impl_(std::make_unique<Impl>()) {}
+SimTableCache::~SimTableCache() = default;
+SimTableCache::SimTableCache(SimTableCache&&) noexcept = default;
+SimTableCache& SimTableCache::operator=(SimTableCache&&) noexcept = default;
+
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& opts) {
   cluster.validate("simulate: cluster");
   opts.calibration.validate("simulate: calibration");
@@ -334,8 +342,12 @@ SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& o
   res.devices.assign(plan.header.world_size, DeviceSim{});
   nlohmann::json events = nlohmann::json::array();
   nlohmann::json* trace = opts.trace ? &events : nullptr;
-  PassSim(plan, cluster, opts.calibration, Pass::Forward, res, trace).run();
-  PassSim(plan, cluster, opts.calibration, Pass::Backward, res, trace).run();
+  // Sub-tile counts per tile geometry, for both passes: the caller's (kept across plans over one
+  // table) or this call's.
+  SimTableCache local;
+  sim_detail::SubtileCache& counts = (opts.table_cache != nullptr ? *opts.table_cache : local).impl().counts;
+  PassSim(plan, cluster, opts.calibration, Pass::Forward, res, trace, counts).run();
+  PassSim(plan, cluster, opts.calibration, Pass::Backward, res, trace, counts).run();
   res.hidden_fraction = res.comm_s > 0 ? std::clamp(1.0 - res.exposed_comm_s / res.comm_s, 0.0, 1.0) : 1.0;
   if (opts.trace) {
     for (int d = 0; d < plan.header.world_size; ++d) {

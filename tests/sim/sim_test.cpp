@@ -2,6 +2,7 @@
 // trace and calibration parsing.
 #include <gtest/gtest.h>
 
+#include <tuple>
 #include <variant>
 
 #include <nlohmann/json.hpp>
@@ -216,6 +217,12 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
           }
         }
         const sim_detail::SubtileCount got = sim_detail::count_subtiles(t, tile, rows_per, keys_per);
+        // Both passes from one walk (the forward's sub-tile rows are pairs of the backward's).
+        const sim_detail::TileSubtiles both = sim_detail::count_tile_subtiles(t, tile);
+        const sim_detail::SubtileCount& pass = rows_per == sim_detail::kFwdSubRows ? both.fwd : both.bwd;
+        EXPECT_EQ(std::make_tuple(pass.full, pass.masked, pass.empty, pass.live_key_subtiles, pass.dead_empty, pass.row_dead_empty),
+                  std::make_tuple(got.full, got.masked, got.empty, got.live_key_subtiles, got.dead_empty, got.row_dead_empty))
+            << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.full, want.full) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.masked, want.masked) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.empty, want.empty) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
@@ -224,6 +231,46 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
         EXPECT_EQ(got.row_dead_empty, want.row_dead_empty) << "tile q" << tile.q_block << " kv" << tile.kv_block;
       }
     }
+  }
+}
+
+// A cache of sub-tile counts shared by the simulations of several plans over one table (other
+// placements, stage counts) gives each the result of a simulation of its own, bit for bit; a plan
+// over another table is refused.
+TEST(SimKernelCost, TableCacheSharedAcrossPlansGivesTheirOwnResults) {
+  const PlacedBatch base = placed(BaselineKind::Packing, skewed_batch("lambda"), 4);
+  Calibration cal = calibration_from_cluster(cluster_for(4));
+  cal.subtile_model = true;
+  SimTableCache cache;
+  int plans = 0;
+  for (uint64_t seed : {0, 1, 2}) {
+    const PlacedBatch pb = seed == 0 ? base : testing::scattered(base, seed);
+    for (int stages : {1, 3}) {
+      const Plan p = plan_for(pb, 4, stages);
+      SimOptions own;
+      own.calibration = cal;
+      SimOptions shared = own;
+      shared.table_cache = &cache;
+      const SimResult a = simulate(p, cluster_for(4), own), b = simulate(p, cluster_for(4), shared);
+      EXPECT_EQ(a.fwd_s, b.fwd_s) << "seed " << seed << " stages " << stages;
+      EXPECT_EQ(a.bwd_s, b.bwd_s) << "seed " << seed << " stages " << stages;
+      ASSERT_EQ(a.devices.size(), b.devices.size());
+      for (size_t d = 0; d < a.devices.size(); ++d)
+        for (int pass : {0, 1}) EXPECT_EQ(a.devices[d].compute_s[pass], b.devices[d].compute_s[pass]) << "device " << d;
+      ++plans;
+    }
+  }
+  EXPECT_EQ(plans, 6);
+  SimOptions other;
+  other.calibration = cal;
+  other.table_cache = &cache;
+  const Plan p = plan_for(placed(BaselineKind::Packing, skewed_batch("causal", 8192), 4), 4);
+  try {
+    (void)simulate(p, cluster_for(4), other);
+    ADD_FAILURE() << "a plan over another table was simulated with the cache";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("another block table"), std::string::npos) << e.what();
   }
 }
 
