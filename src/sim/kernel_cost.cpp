@@ -5,6 +5,7 @@
 #include <compare>
 #include <tuple>
 
+#include "dcp/detail/area.h"
 #include "dcp/error.h"
 
 namespace dcp::sim_detail {
@@ -12,12 +13,36 @@ namespace dcp::sim_detail {
 namespace {
 
 // A Partial tile's allowed pairs per sub-tile of rows_per query rows x keys_per keys, row-major
-// (nq x nk), from every row's ranges: the one walk over a tile's rows.
+// (nq x nk). From the mask's pieces (`pieces`: the sequence's, sorted by first row) where few
+// cover the tile's rows: each piece's exact area in each sub-tile it reaches (area.h), a few
+// closed forms per sub-tile instead of one range query per row. Otherwise (a mask of explicit
+// ranges, whose pieces may be one per row, or no pieces given) from every row's ranges.
 std::vector<int64_t> allowed_grid(const BlockTable& table, const Tile& t, int64_t rows_per, int64_t keys_per, int64_t nq,
-                                  int64_t nk) {
+                                  int64_t nk, std::span<const MaskPiece> pieces = {}) {
   const TokenBlock& qb = table.token_blocks[static_cast<size_t>(t.q_block)];
   const TokenBlock& kb = table.token_blocks[static_cast<size_t>(t.kv_block)];
   std::vector<int64_t> grid(static_cast<size_t>(nq * nk), 0);
+  const int64_t q_end = qb.begin + qb.length, k_end = kb.begin + kb.length;
+  // Pieces are sorted by first row only (a long one, such as a sink's, may come before short
+  // ones), so those that start before the tile's end are all looked at.
+  const auto first = pieces.begin();
+  const auto last = std::partition_point(first, pieces.end(), [&](const MaskPiece& p) { return p.row_begin < q_end; });
+  const int64_t covering = std::count_if(first, last, [&](const MaskPiece& p) { return p.row_end > qb.begin; });
+  if (!pieces.empty() && covering * 8 <= nq * rows_per / 8) {
+    for (auto p = first; p != last; ++p) {
+      const int64_t ra = std::max(qb.begin, p->row_begin), rb = std::min(q_end, p->row_end);
+      if (ra >= rb) continue;
+      for (int64_t qi = (ra - qb.begin) / rows_per; qi * rows_per + qb.begin < rb; ++qi) {
+        const int64_t r0 = std::max(ra, qb.begin + qi * rows_per), r1 = std::min(rb, qb.begin + (qi + 1) * rows_per);
+        // Slopes are 0 or 1, so the piece's keys over rows [r0, r1) lie in [lo(r0), hi(r1 - 1)).
+        const int64_t klo = std::max(kb.begin, p->lo.at(r0)), khi = std::min(k_end, p->hi.at(r1 - 1));
+        for (int64_t kj = (klo - kb.begin) / keys_per; klo < khi && kb.begin + kj * keys_per < khi; ++kj)
+          grid[static_cast<size_t>(qi * nk + kj)] +=
+              piece_area(*p, r0, r1, kb.begin + kj * keys_per, std::min(k_end, kb.begin + (kj + 1) * keys_per));
+      }
+    }
+    return grid;
+  }
   std::vector<Range> ranges;
   for (int64_t r = 0; r < qb.length; ++r) {
     int64_t* allowed = grid.data() + (r / rows_per) * nk;
@@ -104,7 +129,7 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
                           keys_per);
 }
 
-TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t) {
+TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, std::span<const MaskPiece> pieces) {
   static_assert(kFwdSubRows == 2 * kBwdSubRows, "a forward sub-tile row is two backward ones");
   if (t.kind != TileKind::Partial)
     return {count_subtiles(table, t, kFwdSubRows, kSubKeys), count_subtiles(table, t, kBwdSubRows, kSubKeys)};
@@ -113,7 +138,7 @@ TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t) {
   const int64_t nk = (kb.length + kSubKeys - 1) / kSubKeys;
   const int64_t nq_bwd = (qb.length + kBwdSubRows - 1) / kBwdSubRows;
   const int64_t nq_fwd = (qb.length + kFwdSubRows - 1) / kFwdSubRows;
-  const std::vector<int64_t> bwd = allowed_grid(table, t, kBwdSubRows, kSubKeys, nq_bwd, nk);
+  const std::vector<int64_t> bwd = allowed_grid(table, t, kBwdSubRows, kSubKeys, nq_bwd, nk, pieces);
   // A forward sub-tile's allowed pairs are those of the two backward sub-tiles it spans.
   std::vector<int64_t> fwd(static_cast<size_t>(nq_fwd * nk), 0);
   for (int64_t qi = 0; qi < nq_bwd; ++qi)
@@ -134,7 +159,17 @@ const TileSubtiles& SubtileCache::get(const BlockTable& table, const Tile& t) {
   }
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(t.q_block)) << 32) | static_cast<uint32_t>(t.kv_block);
   auto it = counts_.find(key);
-  if (it == counts_.end()) it = counts_.emplace(key, count_tile_subtiles(table, t)).first;
+  if (it == counts_.end()) {
+    // The sequence's mask pieces, made once per sequence (Partial tiles only need them).
+    std::span<const MaskPiece> pieces;
+    if (t.kind == TileKind::Partial) {
+      const auto seq = static_cast<size_t>(t.seq);
+      if (pieces_.size() <= seq) pieces_.resize(table.seq_length.size());
+      if (!pieces_[seq]) pieces_[seq] = table.seq_mask[seq].pieces(table.seq_length[seq]);
+      pieces = *pieces_[seq];
+    }
+    it = counts_.emplace(key, count_tile_subtiles(table, t, pieces)).first;
+  }
   return it->second;
 }
 

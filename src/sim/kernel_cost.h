@@ -27,6 +27,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <variant>
@@ -64,7 +66,9 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
 struct TileSubtiles {
   SubtileCount fwd, bwd;
 };
-TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t);
+// `pieces`: the tile's sequence's mask pieces (Mask::pieces), to count by closed forms where
+// they are few; empty: by the rows' ranges.
+TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, std::span<const MaskPiece> pieces = {});
 
 // Counts per tile geometry of one block table. The first table it serves binds it: a table of
 // another shape (block size, token blocks, tiles, sequences) is refused, and one of the same
@@ -76,6 +80,7 @@ class SubtileCache {
 
  private:
   std::unordered_map<uint64_t, TileSubtiles> counts_;
+  std::vector<std::optional<std::vector<MaskPiece>>> pieces_;  // per sequence, made on first use
   bool bound_ = false;
   std::tuple<int64_t, int64_t, int64_t, int64_t> shape_{};
 };

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dcp/detail/rng.h"
 #include "dcp/error.h"
 #include "dcp/plan_svg.h"
 #include "dcp/sim.h"
@@ -156,9 +157,29 @@ namespace {
 // sub-tile is full only with every one of its rows x keys_per pairs allowed: the kernels mask the
 // keys past a short kv block.
 TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
+  // Explicit ranges: one set per row (pieces as many as rows: counted by rows), and a set per
+  // band of 325 rows (a few pieces: counted by closed forms where a tile meets few).
+  SplitMix64 rng(7);
+  auto random_ranges = [&](int64_t length, int64_t band) {
+    std::vector<std::vector<Range>> rows(static_cast<size_t>(length));
+    for (int64_t i = 0; i < length; ++i) {
+      if (i % band != 0) {
+        rows[static_cast<size_t>(i)] = rows[static_cast<size_t>(i - 1)];
+        continue;
+      }
+      int64_t at = rng.below(length / 4);
+      for (int r = 0; r < 3 && at < length; ++r) {
+        const int64_t end = std::min(length, at + 1 + rng.below(length / 3));
+        rows[static_cast<size_t>(i)].push_back({at, end});
+        at = end + 1 + rng.below(length / 4);
+      }
+    }
+    return Mask::ranges(std::move(rows));
+  };
   const Batch batch = test::batch_of(AttentionShape{4, 2, 64, DType::BF16},
                                      {{700, Mask::causal()}, {333, Mask::lambda(16, 200)},
-                                      {900, Mask::causal_blockwise(96, 2, 1)}, {257, Mask::shared_question_for(257, 0.3, 3)}});
+                                      {900, Mask::causal_blockwise(96, 2, 1)}, {257, Mask::shared_question_for(257, 0.3, 3)},
+                                      {600, random_ranges(600, 1)}, {650, random_ranges(650, 325)}});
   for (int64_t block : {256, 320}) {
     BlockOptions bo;
     bo.block_size = block;
@@ -218,11 +239,15 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
         }
         const sim_detail::SubtileCount got = sim_detail::count_subtiles(t, tile, rows_per, keys_per);
         // Both passes from one walk (the forward's sub-tile rows are pairs of the backward's).
-        const sim_detail::TileSubtiles both = sim_detail::count_tile_subtiles(t, tile);
-        const sim_detail::SubtileCount& pass = rows_per == sim_detail::kFwdSubRows ? both.fwd : both.bwd;
-        EXPECT_EQ(std::make_tuple(pass.full, pass.masked, pass.empty, pass.live_key_subtiles, pass.dead_empty, pass.row_dead_empty),
-                  std::make_tuple(got.full, got.masked, got.empty, got.live_key_subtiles, got.dead_empty, got.row_dead_empty))
-            << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
+        // And with the allowed pairs from the mask's pieces (closed-form areas) instead of rows.
+        const std::vector<MaskPiece> pieces = t.seq_mask[static_cast<size_t>(tile.seq)].pieces(t.seq_length[static_cast<size_t>(tile.seq)]);
+        for (const sim_detail::TileSubtiles& both :
+             {sim_detail::count_tile_subtiles(t, tile), sim_detail::count_tile_subtiles(t, tile, pieces)}) {
+          const sim_detail::SubtileCount& pass = rows_per == sim_detail::kFwdSubRows ? both.fwd : both.bwd;
+          EXPECT_EQ(std::make_tuple(pass.full, pass.masked, pass.empty, pass.live_key_subtiles, pass.dead_empty, pass.row_dead_empty),
+                    std::make_tuple(got.full, got.masked, got.empty, got.live_key_subtiles, got.dead_empty, got.row_dead_empty))
+              << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per << " seq " << tile.seq;
+        }
         EXPECT_EQ(got.full, want.full) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.masked, want.masked) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
         EXPECT_EQ(got.empty, want.empty) << "tile q" << tile.q_block << " kv" << tile.kv_block << " rows " << rows_per;
