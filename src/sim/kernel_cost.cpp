@@ -13,35 +13,41 @@ namespace dcp::sim_detail {
 namespace {
 
 // A Partial tile's allowed pairs per sub-tile of rows_per query rows x keys_per keys, row-major
-// (nq x nk). From the mask's pieces (`pieces`: the sequence's, sorted by first row) where few
-// cover the tile's rows: each piece's exact area in each sub-tile it reaches (area.h), a few
-// closed forms per sub-tile instead of one range query per row. Otherwise (a mask of explicit
-// ranges, whose pieces may be one per row, or no pieces given) from every row's ranges.
+// (nq x nk). From the mask's pieces (`pieces`: its sequence's) where few meet the tile's rows:
+// each piece's exact area in each sub-tile it reaches (area.h), a few closed forms per sub-tile
+// instead of one range query per row. Otherwise (a mask of explicit ranges, whose pieces may be
+// one per row, or no pieces given) from every row's ranges.
 std::vector<int64_t> allowed_grid(const BlockTable& table, const Tile& t, int64_t rows_per, int64_t keys_per, int64_t nq,
-                                  int64_t nk, std::span<const MaskPiece> pieces = {}) {
+                                  int64_t nk, const SeqPieces* pieces = nullptr) {
   const TokenBlock& qb = table.token_blocks[static_cast<size_t>(t.q_block)];
   const TokenBlock& kb = table.token_blocks[static_cast<size_t>(t.kv_block)];
   std::vector<int64_t> grid(static_cast<size_t>(nq * nk), 0);
   const int64_t q_end = qb.begin + qb.length, k_end = kb.begin + kb.length;
-  // Pieces are sorted by first row only (a long one, such as a sink's, may come before short
-  // ones), so those that start before the tile's end are all looked at.
-  const auto first = pieces.begin();
-  const auto last = std::partition_point(first, pieces.end(), [&](const MaskPiece& p) { return p.row_begin < q_end; });
-  const int64_t covering = std::count_if(first, last, [&](const MaskPiece& p) { return p.row_end > qb.begin; });
-  if (!pieces.empty() && covering * 8 <= nq * rows_per / 8) {
-    for (auto p = first; p != last; ++p) {
-      const int64_t ra = std::max(qb.begin, p->row_begin), rb = std::min(q_end, p->row_end);
-      if (ra >= rb) continue;
-      for (int64_t qi = (ra - qb.begin) / rows_per; qi * rows_per + qb.begin < rb; ++qi) {
-        const int64_t r0 = std::max(ra, qb.begin + qi * rows_per), r1 = std::min(rb, qb.begin + (qi + 1) * rows_per);
-        // Slopes are 0 or 1, so the piece's keys over rows [r0, r1) lie in [lo(r0), hi(r1 - 1)).
-        const int64_t klo = std::max(kb.begin, p->lo.at(r0)), khi = std::min(k_end, p->hi.at(r1 - 1));
-        for (int64_t kj = (klo - kb.begin) / keys_per; klo < khi && kb.begin + kj * keys_per < khi; ++kj)
-          grid[static_cast<size_t>(qi * nk + kj)] +=
-              piece_area(*p, r0, r1, kb.begin + kj * keys_per, std::min(k_end, kb.begin + (kj + 1) * keys_per));
+  if (pieces != nullptr) {
+    // The pieces that may meet rows [qb.begin, q_end): from the first whose reach passes
+    // qb.begin to the last that starts before q_end. At most one per 64 rows, or the rows are
+    // cheaper.
+    const std::vector<MaskPiece>& all = pieces->pieces;
+    const auto from = static_cast<size_t>(
+        std::partition_point(pieces->reach.begin(), pieces->reach.end(), [&](int64_t r) { return r <= qb.begin; }) -
+        pieces->reach.begin());
+    std::vector<const MaskPiece*> meeting;
+    for (size_t i = from; i < all.size() && all[i].row_begin < q_end && std::ssize(meeting) * 64 <= qb.length; ++i)
+      if (all[i].row_end > qb.begin) meeting.push_back(&all[i]);
+    if (std::ssize(meeting) * 64 <= qb.length) {
+      for (const MaskPiece* p : meeting) {
+        const int64_t ra = std::max(qb.begin, p->row_begin), rb = std::min(q_end, p->row_end);
+        for (int64_t qi = (ra - qb.begin) / rows_per; qi * rows_per + qb.begin < rb; ++qi) {
+          const int64_t r0 = std::max(ra, qb.begin + qi * rows_per), r1 = std::min(rb, qb.begin + (qi + 1) * rows_per);
+          // Slopes are 0 or 1, so the piece's keys over rows [r0, r1) lie in [lo(r0), hi(r1 - 1)).
+          const int64_t klo = std::max(kb.begin, p->lo.at(r0)), khi = std::min(k_end, p->hi.at(r1 - 1));
+          for (int64_t kj = (klo - kb.begin) / keys_per; klo < khi && kb.begin + kj * keys_per < khi; ++kj)
+            grid[static_cast<size_t>(qi * nk + kj)] +=
+                piece_area(*p, r0, r1, kb.begin + kj * keys_per, std::min(k_end, kb.begin + (kj + 1) * keys_per));
+        }
       }
+      return grid;
     }
-    return grid;
   }
   std::vector<Range> ranges;
   for (int64_t r = 0; r < qb.length; ++r) {
@@ -129,7 +135,7 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
                           keys_per);
 }
 
-TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, std::span<const MaskPiece> pieces) {
+TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, const SeqPieces* pieces) {
   static_assert(kFwdSubRows == 2 * kBwdSubRows, "a forward sub-tile row is two backward ones");
   if (t.kind != TileKind::Partial)
     return {count_subtiles(table, t, kFwdSubRows, kSubKeys), count_subtiles(table, t, kBwdSubRows, kSubKeys)};
@@ -147,6 +153,14 @@ TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, std::sp
           classify_partial(bwd, nq_bwd, nk, qb.length, kb.length, kBwdSubRows, kSubKeys)};
 }
 
+SeqPieces SeqPieces::of(const Mask& mask, int64_t length) {
+  SeqPieces out{mask.pieces(length), {}};
+  out.reach.reserve(out.pieces.size());
+  int64_t reach = 0;
+  for (const MaskPiece& p : out.pieces) out.reach.push_back(reach = std::max(reach, p.row_end));
+  return out;
+}
+
 const TileSubtiles& SubtileCache::get(const BlockTable& table, const Tile& t) {
   const auto shape = std::make_tuple(table.block_size, std::ssize(table.token_blocks), std::ssize(table.tiles),
                                      std::ssize(table.seq_length));
@@ -161,12 +175,12 @@ const TileSubtiles& SubtileCache::get(const BlockTable& table, const Tile& t) {
   auto it = counts_.find(key);
   if (it == counts_.end()) {
     // The sequence's mask pieces, made once per sequence (Partial tiles only need them).
-    std::span<const MaskPiece> pieces;
+    const SeqPieces* pieces = nullptr;
     if (t.kind == TileKind::Partial) {
       const auto seq = static_cast<size_t>(t.seq);
       if (pieces_.size() <= seq) pieces_.resize(table.seq_length.size());
-      if (!pieces_[seq]) pieces_[seq] = table.seq_mask[seq].pieces(table.seq_length[seq]);
-      pieces = *pieces_[seq];
+      if (!pieces_[seq]) pieces_[seq] = SeqPieces::of(table.seq_mask[seq], table.seq_length[seq]);
+      pieces = &*pieces_[seq];
     }
     it = counts_.emplace(key, count_tile_subtiles(table, t, pieces)).first;
   }

@@ -28,7 +28,6 @@
 
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <tuple>
 #include <unordered_map>
 #include <variant>
@@ -66,9 +65,16 @@ SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows
 struct TileSubtiles {
   SubtileCount fwd, bwd;
 };
-// `pieces`: the tile's sequence's mask pieces (Mask::pieces), to count by closed forms where
-// they are few; empty: by the rows' ranges.
-TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, std::span<const MaskPiece> pieces = {});
+// A sequence's mask pieces (Mask::pieces, sorted by first row) and their reach: reach[i] = the
+// largest row_end of pieces 0..i, so the first piece that may meet a row is found by bisection.
+struct SeqPieces {
+  std::vector<MaskPiece> pieces;
+  std::vector<int64_t> reach;
+  static SeqPieces of(const Mask& mask, int64_t length);
+};
+// `pieces`: the tile's sequence's, to count by closed forms where few meet the tile; null: by the
+// rows' ranges.
+TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, const SeqPieces* pieces = nullptr);
 
 // Counts per tile geometry of one block table. The first table it serves binds it: a table of
 // another shape (block size, token blocks, tiles, sequences) is refused, and one of the same
@@ -80,7 +86,7 @@ class SubtileCache {
 
  private:
   std::unordered_map<uint64_t, TileSubtiles> counts_;
-  std::vector<std::optional<std::vector<MaskPiece>>> pieces_;  // per sequence, made on first use
+  std::vector<std::optional<SeqPieces>> pieces_;  // per sequence, made on first use
   bool bound_ = false;
   std::tuple<int64_t, int64_t, int64_t, int64_t> shape_{};
 };

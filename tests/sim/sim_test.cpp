@@ -240,9 +240,10 @@ TEST(SimKernelCost, SubtileCountsMatchPerPairBruteForce) {
         const sim_detail::SubtileCount got = sim_detail::count_subtiles(t, tile, rows_per, keys_per);
         // Both passes from one walk (the forward's sub-tile rows are pairs of the backward's).
         // And with the allowed pairs from the mask's pieces (closed-form areas) instead of rows.
-        const std::vector<MaskPiece> pieces = t.seq_mask[static_cast<size_t>(tile.seq)].pieces(t.seq_length[static_cast<size_t>(tile.seq)]);
+        const sim_detail::SeqPieces pieces = sim_detail::SeqPieces::of(t.seq_mask[static_cast<size_t>(tile.seq)],
+                                                                       t.seq_length[static_cast<size_t>(tile.seq)]);
         for (const sim_detail::TileSubtiles& both :
-             {sim_detail::count_tile_subtiles(t, tile), sim_detail::count_tile_subtiles(t, tile, pieces)}) {
+             {sim_detail::count_tile_subtiles(t, tile), sim_detail::count_tile_subtiles(t, tile, &pieces)}) {
           const sim_detail::SubtileCount& pass = rows_per == sim_detail::kFwdSubRows ? both.fwd : both.bwd;
           EXPECT_EQ(std::make_tuple(pass.full, pass.masked, pass.empty, pass.live_key_subtiles, pass.dead_empty, pass.row_dead_empty),
                     std::make_tuple(got.full, got.masked, got.empty, got.live_key_subtiles, got.dead_empty, got.row_dead_empty))
