@@ -60,8 +60,8 @@ struct SubtileCount {
 // ask how the general mask path would treat the same geometry.
 SubtileCount count_subtiles(const BlockTable& table, const Tile& t, int64_t rows_per, int64_t keys_per);
 
-// Both passes' counts of tile t from one walk of its rows (a forward sub-tile row of 128 query rows
-// is two backward ones of 64): the same as count_subtiles with each pass's shape.
+// Both passes' counts of tile t from one grid of its allowed pairs (a forward sub-tile row of 128
+// query rows is two backward ones of 64): the same as count_subtiles with each pass's shape.
 struct TileSubtiles {
   SubtileCount fwd, bwd;
 };
