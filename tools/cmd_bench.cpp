@@ -9,12 +9,14 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "exit_codes.h"
+#include "gpu_energy.h"
 #include "startup_watchdog.h"
 #include "common.h"
 #include "dcp/detail/attention_cpu.h"
@@ -56,6 +58,7 @@ struct BenchArgs {
   std::vector<int64_t> search_blocks{1024, 2048, 4096};
   std::vector<double> search_eps{0.02, 0.05, 0.1};
   bool dcp_only = false;  // --search without the static layouts among the candidates
+  int energy_iters = 0;   // > 0: that many further steps per pass with GPU 0's energy counter read around them
 };
 
 std::vector<float> random_bf16(uint64_t seed, size_t n, float amplitude) {
@@ -116,7 +119,32 @@ struct Row {
   double check_err = -1;
   double imbalance = 0;
   std::string chosen;  // --search: the planner's choice for dcp
+  // --energy-iters, GPU 0 (rank 0's): joules per layer and pass, mean watts, median SM clock.
+  struct Energy {
+    double joules = 0, watts = 0, mhz = 0;
+  };
+  std::optional<Energy> fwd_energy, bwd_energy;
 };
+
+// Runs `pass` (one step of one pass, all layers, synchronized) `iters` times and reads the energy
+// counter of `meter` around them (null on ranks that do not measure: they only run the steps).
+template <typename F>
+std::optional<Row::Energy> measure_energy(const GpuEnergyMeter* meter, int iters, int layers, F&& pass) {
+  const std::optional<uint64_t> e0 = meter != nullptr ? meter->energy_mj() : std::nullopt;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<double> mhz;
+  for (int i = 0; i < iters; ++i) {
+    pass();
+    if (meter != nullptr)
+      if (const auto c = meter->sm_clock_mhz()) mhz.push_back(*c);
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::optional<uint64_t> e1 = meter != nullptr ? meter->energy_mj() : std::nullopt;
+  if (!e0 || !e1 || seconds <= 0) return std::nullopt;
+  std::sort(mhz.begin(), mhz.end());
+  const double joules = static_cast<double>(*e1 - *e0) / 1e3;
+  return Row::Energy{joules / (iters * layers), joules / seconds, mhz.empty() ? 0.0 : mhz[mhz.size() / 2]};
+}
 
 Plan make_plan(const std::string& method, const Batch& batch, const BenchArgs& args, const Cluster& cluster,
                const Calibration& calibration, std::string& chosen) {
@@ -180,7 +208,7 @@ std::string measured_trace(const std::vector<MeasuredInstruction>& fwd, const st
 }
 
 Row bench_one(const BenchArgs& args, const std::string& method, const Batch& batch, const Cluster& cluster,
-              const Calibration& calibration, Comm& comm, Backend& backend) {
+              const Calibration& calibration, Comm& comm, Backend& backend, const GpuEnergyMeter* meter) {
   using Clock = std::chrono::steady_clock;
   std::string chosen;
   const Plan plan = make_plan(method, batch, args, cluster, calibration, chosen);
@@ -234,6 +262,18 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
     if (it < args.warmup) continue;
     fwd.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count() / args.layers);
     bwd.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count() / args.layers);
+  }
+  if (args.energy_iters > 0) {
+    // Every rank runs the steps (their collectives pair up); rank 0 reads its GPU's counter.
+    progress("energy");
+    row.fwd_energy = measure_energy(meter, args.energy_iters, args.layers, [&] {
+      for (int l = 0; l < args.layers; ++l) exec.forward_layer(l);
+      backend.synchronize();
+    });
+    row.bwd_energy = measure_energy(meter, args.energy_iters, args.layers, [&] {
+      for (int l = args.layers - 1; l >= 0; --l) exec.backward_layer(l);
+      backend.synchronize();
+    });
   }
   if (!args.trace.empty()) {
     // One more step, measured instruction by instruction (markers are reused per pass).
@@ -305,10 +345,16 @@ int bench_main(const BenchArgs& args, int& world_out) {
     methods.push_back("dcp");
     for (BaselineKind k : all_baselines()) methods.push_back(to_string(k));
   }
+  std::unique_ptr<GpuEnergyMeter> meter;
+  if (args.energy_iters > 0 && rank == 0) {
+    std::string why = "the CPU backend";
+    if (cuda) meter = GpuEnergyMeter::open(device, why);
+    if (!meter) std::cerr << "dcp bench: --energy-iters: no energy figures: " << why << "\n";
+  }
   std::vector<Row> rows;
   for (const std::string& m : methods) {
     try {
-      rows.push_back(bench_one(args, m, batch, cluster, calibration, *comm, *backend));
+      rows.push_back(bench_one(args, m, batch, cluster, calibration, *comm, *backend, meter.get()));
       const Row& r = rows.back();
       if (rank == 0)
         std::fprintf(stderr, "%s: fwd %.2f ms, bwd %.2f ms, %.1f / %.1f TFLOP/s per GPU\n", m.c_str(), r.fwd_ms,
@@ -338,6 +384,17 @@ int bench_main(const BenchArgs& args, int& world_out) {
     j.push_back({{"method", r.method}, {"chosen", r.chosen}, {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops_per_gpu", r.fwd_tflops},
                  {"bwd_tflops_per_gpu", r.bwd_tflops}, {"sim_fwd_ms", r.sim_fwd_ms}, {"sim_bwd_ms", r.sim_bwd_ms},
                  {"bytes_sent", r.bytes}, {"speedup_vs_best_static", speed}, {"check_max_rel_err", r.check_err}});
+    // Energy of GPU 0 per layer and pass: TFLOP per kJ counts that GPU's share of the mask-area FLOPs.
+    const auto energy = [&](const char* pass, const std::optional<Row::Energy>& e, double tflops, double ms) {
+      if (!e) return;
+      const double tflop_per_kj = e->joules > 0 ? tflops * ms * 1e-3 / e->joules * 1e3 : 0.0;
+      std::cout << fmt::format("  {} {}: {:.3f} J a layer, {:.0f} W, SM clock {:.0f} MHz, {:.0f} TFLOP per kJ\n", r.method,
+                               pass, e->joules, e->watts, e->mhz, tflop_per_kj);
+      j.back()[std::string(pass) + "_energy"] = {{"joules_per_layer", e->joules}, {"watts", e->watts},
+                                                 {"sm_clock_mhz", e->mhz}, {"tflop_per_kj", tflop_per_kj}};
+    };
+    energy("fwd", r.fwd_energy, r.fwd_tflops, r.fwd_ms);
+    energy("bwd", r.bwd_energy, r.bwd_tflops, r.bwd_ms);
   }
   if (!args.json.empty()) {
     nlohmann::json out = {{"tokens", batch.total_tokens()}, {"sequences", batch.sequences.size()},
@@ -413,6 +470,11 @@ void register_bench(CLI::App& app, Runner& runner) {
                 "instead of FLOPs (--search always does)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
+  sub->add_option("--energy-iters", args->energy_iters,
+                  "After the timed steps, N more steps of each pass with GPU 0's energy counter (NVML) read around "
+                  "them: joules per layer, watts, SM clock and TFLOP per kJ (choose N for a second or more)")
+      ->capture_default_str()
+      ->check(int_range(0, 100000));
   sub->add_flag("--dcp-only", args->dcp_only,
                 "With --search: DCP's own placements only (by default the static layouts are candidates too, "
                 "so the choice is never predicted slower than they are)");

@@ -264,6 +264,22 @@ TEST(CliBench, OutputsInPlaceMatchTheReference) {
   }
 }
 
+// dcp bench --energy-iters: the further steps run, and without a GPU meter (the CPU backend; on a
+// GPU machine without NVML) the command says why there are no energy figures and writes none.
+TEST(CliBench, EnergyItersWithoutAMeterSaysWhy) {
+  const std::string json = ::testing::TempDir() + "dcp_bench_energy.json";
+  const auto r = dcp::test::run_cli("bench --backend cpu --profile ldc --tokens 2048 --q-heads 4 --kv-heads 2 "
+                                    "--head-dim 64 --block 256 --layers 1 --iters 1 --warmup 0 --method dcp "
+                                    "--energy-iters 2 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("--energy-iters: no energy figures: the CPU backend"), std::string::npos) << r.out;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 1u);
+  EXPECT_FALSE(j["rows"][0].contains("fwd_energy"));
+  EXPECT_NE(dcp::test::run_cli("bench --backend cpu --energy-iters -1").exit_code, 0);
+}
+
 // dcp bench --search: dcp runs the planner's choice (one of the candidates, DCP's or a static
 // layout's; --dcp-only: DCP's), reported in the table and the JSON; a calibration file that does
 // not exist is a clear error.

@@ -744,6 +744,15 @@ int cuda_device_count() {
   return n;
 }
 bool cuda_backend_available() { return cuda_device_count() > 0; }
+std::string cuda_device_pci_bus_id(int device) {
+  if (device < 0 || device >= cuda_device_count()) return "";
+  char bus[32] = {};
+  if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return bus;
+}
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   const int n = cuda_device_count();
   if (options.device < 0 || options.device >= n)
