@@ -3,8 +3,8 @@
 Reads the call's ab.tgz (or its unpacked folder) and prints, per list and block size, the mean
 forward and backward TFLOP/s of A and of every other variant (B, C, ...) over their runs, and each
 over A; then the whole plans (every mask, both orders) the same way, with the deterministic
-backward's whole plans and their ratio to the default's where the call ran them (AB_DET=1), and
-cuDNN's figures of the call. Means over the runs because the runs alternate A B A B: a drift of
+backward's whole plans and their ratio to the default's where the call ran them (AB_DET=1), the
+plans' TFLOP per kJ where the call measured energy (AB_ENERGY), and cuDNN's figures of the call. Means over the runs because the runs alternate A B A B: a drift of
 the GPU's clock between runs falls on every side alike.
 
 Usage: python3 bench/ab_table.py ab.tgz [--fwd-route wgmma-runs] [--bwd-route wgmma-cells] [--json OUT]
@@ -78,18 +78,32 @@ def list_rows(files, fwd_route, bwd_route):
     return [compared({"seq": seq, "block": block, "list": lst}, a) for (seq, block, lst), a in sorted(acc.items())]
 
 
-def plan_rows(files, prefix="plan"):
+def rates(r):
+    return r["fwd_tflops_per_gpu"], r["bwd_tflops_per_gpu"]
+
+
+def energy_rates(r):
+    """TFLOP per kJ of GPU 0 (dcp bench --energy-iters), or None where the run has none."""
+    if "fwd_energy" not in r or "bwd_energy" not in r:
+        return None
+    return r["fwd_energy"]["tflop_per_kj"], r["bwd_energy"]["tflop_per_kj"]
+
+
+def plan_rows(files, prefix="plan", figures=rates):
     """One row per mask: the mean whole-plan rate of each variant over both orders, and each over A
-    (prefix detplan: the deterministic backward's runs)."""
+    (prefix detplan: the deterministic backward's runs; figures=energy_rates: TFLOP per kJ, where
+    the runs measured it)."""
     acc = {}
     for name, obj in files.items():
         m = re.fullmatch(prefix + r"_([A-Z])_(.+)_([A-Z]{2,})\.json", name)
         if not m:
             continue
-        r = obj["rows"][0]
+        f = figures(obj["rows"][0])
+        if f is None:
+            continue
         a = acc.setdefault(m.group(2), {}).setdefault(m.group(1), ([], []))
-        a[0].append(r["fwd_tflops_per_gpu"])
-        a[1].append(r["bwd_tflops_per_gpu"])
+        a[0].append(f[0])
+        a[1].append(f[1])
     return [compared({"mask": mask}, a) for mask, a in sorted(acc.items())]
 
 
@@ -135,6 +149,13 @@ def main(argv=None):
         print("|" + " --- |" * (1 + len(head)))
         for r in plans:
             print(f"| {r['mask']} | " + " | ".join(cells(r)) + " |")
+    energy = plan_rows(files, "plan", energy_rates)
+    if energy:
+        print("\nwhole one-GPU plans, energy (AB_ENERGY): TFLOP per kJ of the GPU, mean over both orders")
+        print("| mask | " + " | ".join(head) + " |")
+        print("|" + " --- |" * (1 + len(head)))
+        for r in energy:
+            print(f"| {r['mask']} | " + " | ".join(cells(r)) + " |")
     default_bwd = {r["mask"]: r for r in plans}
     det_tables = {}
     for prefix, title in (("detplan", "deterministic backward"), ("det1plan", "one-pass deterministic backward")):
@@ -158,7 +179,7 @@ def main(argv=None):
             for r in sdpa["rows"] if r["backend"] == "cudnn"))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"lists": lists, "plans": plans, "deterministic_plans": det_tables["detplan"],
+            json.dump({"lists": lists, "plans": plans, "plans_tflop_per_kj": energy, "deterministic_plans": det_tables["detplan"],
                        "one_pass_deterministic_plans": det_tables["det1plan"]}, f, indent=1)
     return 0
 

@@ -13,6 +13,8 @@
 # steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json);
 # AB_DET=2 adds the same for the one-pass deterministic backward (DCP_ATTN_DETERMINISTIC_ONE_PASS=1:
 # det1plan_*.json) beside the two-pass one.
+# AB_ENERGY=N: every whole plan also runs N more steps of each pass with the GPU's energy counter
+# read around them (dcp bench --energy-iters): ab_table.py prints their TFLOP per kJ.
 # cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
 # throughout.
 # Reading it: each list's forward is timed right after the previous list's backward, at the clock
@@ -97,7 +99,8 @@ for det in $dets; do
         say "$prefix $v $m"
         DCP_ATTN_DETERMINISTIC=$((det > 0)) DCP_ATTN_DETERMINISTIC_ONE_PASS=$one timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
           --q-heads 32 --kv-heads 8 --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 \
-          --method dcp --cluster h200-nvl --nodes 1 --json "$x/${prefix}_${v}_${m}_${tag}.json" 2>&1 | tail -1
+          --method dcp --cluster h200-nvl --nodes 1 ${AB_ENERGY:+--energy-iters $AB_ENERGY} \
+          --json "$x/${prefix}_${v}_${m}_${tag}.json" 2>&1 | tail -1
       done
     done
   done

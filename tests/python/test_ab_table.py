@@ -107,3 +107,21 @@ def test_one_pass_deterministic_plans_apart_from_the_two_pass_ones(tmp_path, cap
     printed = capsys.readouterr().out
     assert "one-pass deterministic backward" in printed
     assert "| causal | 370.0 | 0.925 | 380.0 | 1.027 | 0.950 |" in printed
+
+
+def test_energy_of_whole_plans(tmp_path, capsys):
+    def with_energy(fwd, bwd, fkj, bkj):
+        p = plan(fwd, bwd)
+        p["rows"][0]["fwd_energy"] = {"joules_per_layer": 1.0, "watts": 690, "sm_clock_mhz": 1700, "tflop_per_kj": fkj}
+        p["rows"][0]["bwd_energy"] = {"joules_per_layer": 2.0, "watts": 690, "sm_clock_mhz": 1650, "tflop_per_kj": bkj}
+        return p
+    t = table(tmp_path, {
+        "plan_A_lambda_AB.json": with_energy(500, 400, 800, 600), "plan_B_lambda_AB.json": with_energy(505, 416, 880, 630),
+        "plan_A_lambda_BA.json": with_energy(500, 400, 820, 600), "plan_B_lambda_BA.json": with_energy(515, 416, 900, 650),
+        "plan_A_causal_AB.json": plan(600, 450), "plan_B_causal_AB.json": plan(610, 460)})
+    (e,) = t["plans_tflop_per_kj"]  # causal measured no energy: no row
+    assert e["mask"] == "lambda" and e["fwd_A"] == pytest.approx(810) and e["fwd_B_over_A"] == pytest.approx(890 / 810)
+    assert e["bwd_B_over_A"] == pytest.approx(640 / 600)
+    assert len(t["plans"]) == 2
+    assert "energy (AB_ENERGY): TFLOP per kJ" in capsys.readouterr().out
+
