@@ -143,19 +143,18 @@ def main(argv=None):
     print("|" + " --- |" * (3 + len(head)))
     for r in lists:
         print(f"| {r['seq']} | {r['block']} | {r['list']} | " + " | ".join(cells(r)) + " |")
-    if plans:
-        print("\nwhole one-GPU plans; TFLOP/s, mean over both orders")
+    def mask_table(title, rows):
+        if not rows:
+            return
+        print(f"\n{title}")
         print("| mask | " + " | ".join(head) + " |")
         print("|" + " --- |" * (1 + len(head)))
-        for r in plans:
+        for r in rows:
             print(f"| {r['mask']} | " + " | ".join(cells(r)) + " |")
+
+    mask_table("whole one-GPU plans; TFLOP/s, mean over both orders", plans)
     energy = plan_rows(files, "plan", energy_rates)
-    if energy:
-        print("\nwhole one-GPU plans, energy (AB_ENERGY): TFLOP per kJ of the GPU, mean over both orders")
-        print("| mask | " + " | ".join(head) + " |")
-        print("|" + " --- |" * (1 + len(head)))
-        for r in energy:
-            print(f"| {r['mask']} | " + " | ".join(cells(r)) + " |")
+    mask_table("whole one-GPU plans, energy (AB_ENERGY): TFLOP per kJ of the GPU, mean over both orders", energy)
     default_bwd = {r["mask"]: r for r in plans}
     det_tables = {}
     for prefix, title in (("detplan", "deterministic backward"), ("det1plan", "one-pass deterministic backward")):
