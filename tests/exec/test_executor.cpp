@@ -310,6 +310,12 @@ Plan one_node_plan(BaselineKind kind, const Batch& batch, int devices, const Pla
   return build_plan(placed.table, placed.placement, cluster, popts);
 }
 
+// A rank's tensors for its owned rows (inputs zero: these tests look at the instructions run).
+LocalTensors owned_tensors(const Plan& plan, int rank) {
+  const DeviceProgram& dev = plan.devices[static_cast<size_t>(rank)];
+  return LocalTensors::allocate(plan.header.shape, local_tokens(plan.table, dev.owned_blocks).num_rows());
+}
+
 // The measured timeline has one span per instruction of the pass just run (one per batch of
 // merges), in program order and covering it, with the program's instruction kinds, non-negative
 // and non-overlapping on the compute stream.
@@ -318,8 +324,7 @@ TEST(Executor, TimelineMeasuresEveryInstruction) {
   const Plan plan = one_node_plan(BaselineKind::Zigzag, batch, 2);
   run_local_ranks(2, [&](Comm& comm) {
     const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
-    const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
-    LocalTensors t = LocalTensors::allocate(batch.shape, tok.num_rows());
+    LocalTensors t = owned_tensors(plan, comm.rank());
     auto backend = make_cpu_backend();
     Executor exec(plan, *backend, comm, ExecOptions{.comm_timeout_s = 30.0, .timeline = true});
     for (Pass pass : {Pass::Forward, Pass::Backward}) {
@@ -390,8 +395,7 @@ TEST(Executor, AttendCallsKnowWhetherTransfersAreInFlight) {
     const Plan plan = one_node_plan(kind, batch, devices);
     run_local_ranks(devices, [&](Comm& comm) {
       const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
-      const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
-      LocalTensors t = LocalTensors::allocate(batch.shape, tok.num_rows());
+      LocalTensors t = owned_tensors(plan, comm.rank());
       InFlightRecorder backend;
       Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = 30.0});
       int with = 0, without = 0;
@@ -452,9 +456,7 @@ TEST(Executor, BackwardRowsBracketTheBackwardProgram) {
     popts.outputs_in_place = in_place;
     const Plan plan = one_node_plan(BaselineKind::Zigzag, batch, devices, popts);
     run_local_ranks(devices, [&](Comm& comm) {
-      const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
-      const LocalTokens tok = local_tokens(plan.table, dev.owned_blocks);
-      LocalTensors t = LocalTensors::allocate(batch.shape, tok.num_rows());
+      LocalTensors t = owned_tensors(plan, comm.rank());
       BackwardRowsRecorder backend;
       Executor exec(plan, backend, comm, ExecOptions{.comm_timeout_s = 30.0});
       exec.forward(t);
@@ -470,7 +472,7 @@ TEST(Executor, BackwardRowsBracketTheBackwardProgram) {
       EXPECT_EQ(b.dq_row, e.dq_row);
       EXPECT_EQ(b.dout_row, e.dout_row);
       EXPECT_EQ(b.rows, e.rows);
-      EXPECT_EQ(b.rows, tok.num_rows() * plan.table.groups.num_groups);
+      EXPECT_EQ(b.rows, t.rows * plan.table.groups.num_groups);
       EXPECT_EQ(b.one_device, devices == 1);
       EXPECT_EQ(b.dq_in_place, in_place) << devices << " device(s)";
       EXPECT_EQ(e.dq_in_place, b.dq_in_place);
