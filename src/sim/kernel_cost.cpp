@@ -161,26 +161,29 @@ SeqPieces SeqPieces::of(const Mask& mask, int64_t length) {
   return out;
 }
 
-const TileSubtiles& SubtileCache::get(const BlockTable& table, const Tile& t) {
+void SubtileCache::bind(const BlockTable& table) {
   const auto shape = std::make_tuple(table.block_size, std::ssize(table.token_blocks), std::ssize(table.tiles),
                                      std::ssize(table.seq_length));
   if (!bound_) {
     shape_ = shape;
     bound_ = true;
+    pieces_.resize(table.seq_length.size());
   } else if (shape != shape_) {
     raise(ErrorKind::InvalidInput,
           "simulate: SimOptions::table_cache holds the sub-tile counts of another block table (one cache per table)");
   }
+}
+
+const TileSubtiles& SubtileCache::get(const BlockTable& table, const Tile& t) {
   const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(t.q_block)) << 32) | static_cast<uint32_t>(t.kv_block);
   auto it = counts_.find(key);
   if (it == counts_.end()) {
     // The sequence's mask pieces, made once per sequence (Partial tiles only need them).
     const SeqPieces* pieces = nullptr;
     if (t.kind == TileKind::Partial) {
-      const auto seq = static_cast<size_t>(t.seq);
-      if (pieces_.size() <= seq) pieces_.resize(table.seq_length.size());
-      if (!pieces_[seq]) pieces_[seq] = SeqPieces::of(table.seq_mask[seq], table.seq_length[seq]);
-      pieces = &*pieces_[seq];
+      auto& seq_pieces = pieces_[static_cast<size_t>(t.seq)];
+      if (!seq_pieces) seq_pieces = SeqPieces::of(table.seq_mask[static_cast<size_t>(t.seq)], table.seq_length[static_cast<size_t>(t.seq)]);
+      pieces = &*seq_pieces;
     }
     it = counts_.emplace(key, count_tile_subtiles(table, t, pieces)).first;
   }

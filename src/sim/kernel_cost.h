@@ -76,12 +76,14 @@ struct SeqPieces {
 // rows' ranges.
 TileSubtiles count_tile_subtiles(const BlockTable& table, const Tile& t, const SeqPieces* pieces = nullptr);
 
-// Counts per tile geometry of one block table. The first table it serves binds it: a table of
-// another shape (block size, token blocks, tiles, sequences) is refused, and one of the same
-// shape must be the same table (the caller's promise: a plan's table is a copy of the one its
-// candidates were built from). Not thread-safe.
+// Counts per tile geometry of one block table. The first table bound to it is its table: binding
+// one of another shape (block size, token blocks, tiles, sequences) is refused, and one of the
+// same shape must be the same table (the caller's promise: a plan's table is a copy of the one
+// its candidates were built from). Not thread-safe.
 class SubtileCache {
  public:
+  void bind(const BlockTable& table);
+  // Pre: bind(table).
   const TileSubtiles& get(const BlockTable& table, const Tile& t);
 
  private:
@@ -120,7 +122,9 @@ class AttendCost {
  public:
   // `cache`: counts kept beyond this object (they must be of `table`); null: its own.
   AttendCost(const BlockTable& table, const Calibration& cal, SubtileCache* cache = nullptr)
-      : table_(table), cal_(cal), cache_(cache != nullptr ? cache : &own_) {}
+      : table_(table), cal_(cal), cache_(cache != nullptr ? cache : &own_) {
+    cache_->bind(table);
+  }
   AttendCost(const AttendCost&) = delete;
   AttendCost& operator=(const AttendCost&) = delete;
   // Compute-stream seconds of one Attend: its tiles plus the calibration's per-tile and launch
