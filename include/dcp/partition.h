@@ -350,6 +350,19 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
 DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
                               const PlacementOptions& opts, const Placement& start);
 
+// The tiles of `table` placed on token homes fixed beforehand (start.block_home, kept as they
+// are; start.tile_device is where the refinement starts): what a model whose layers attend with
+// different masks needs, since every layer kind must hold the same tokens on every device (the
+// layers between attentions see whole tokens) while each kind's tiles may go anywhere. Tiles
+// move, cheapest objective increase first, out of devices over the compute or full-memory bound
+// (compute <= (1 + eps_compute) x mean, full memory <= (1 + eps_memory) x its mean), then k-way
+// FM (a V-cycle when opts.multilevel is on) lowers the objective under those bounds; the owned
+// memory is the homes' and does not change. Deterministic; report as place_dcp's, partitioner
+// "homes fixed", method "dcp". Pre: start.validate(table) passes and has the cluster's device
+// count.
+DcpPlacement place_tiles_on_homes(const BlockTable& table, const Cluster& cluster,
+                                  const PlacementOptions& opts, const Placement& start);
+
 // Checks the bounds of `opts` on a finished placement (device and node level); returns the
 // violations as text (empty when all hold) and fills the imbalance fields of `report`.
 std::vector<std::string> check_balance(const PlacementHypergraph& h,

@@ -173,6 +173,21 @@ struct StepPlanOptions {
 // with the same arguments gets the same plan, bit for bit (plan_hash).
 Plan plan_step(const Batch& batch, const Cluster& cluster, const StepPlanOptions& options);
 
+// ---- layer kinds: one token placement, a plan per mask -------------------------------------
+
+// A model whose layers attend with different masks (sliding-window layers between global ones, as
+// recent models interleave them) runs one plan per layer kind, and every kind's plan must hold
+// the same tokens on every device in the same order: the layers between attentions see whole
+// tokens. plan_step_kinds plans the kind with the most attention work (mask area; the first on a
+// tie) as plan_step does, cuts every other kind into the same token blocks and places its tiles
+// on the lead's token homes (place_tiles_on_homes, starting from the lead's device of the same
+// tile where the lead has it, else the home of its query block), then schedules it with the
+// lead's plan options. Returns one plan per kind, in the order given; every plan's owned blocks
+// (dispatch order) are the same on every device. Throws InvalidInput naming the kind when the
+// kinds differ in shape or sequence lengths, or a batch is invalid.
+std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
+                                  const StepPlanOptions& options);
+
 // Plans steps ahead of training on a pool of threads. submit() returns at once; get() blocks only
 // until that step's plan is ready and hands it over (the queue keeps no reference after that).
 // A step whose planning failed rethrows its error from get(), its message prefixed with
@@ -193,14 +208,22 @@ class PlanQueue {
 
   // Throws InvalidInput if `step` was already submitted and not yet taken by get().
   void submit(int64_t step, Batch batch);
-  // Throws InvalidInput if `step` was never submitted; Timeout after timeout_s seconds.
+  // The step's layer kinds (plan_step_kinds), planned on one token placement: get_kinds returns
+  // one plan per kind, in the order given. Throws InvalidInput if `kinds` is empty.
+  void submit_kinds(int64_t step, std::vector<Batch> kinds);
+  // Throws InvalidInput if `step` was never submitted (or was submitted with submit_kinds);
+  // Timeout after timeout_s seconds.
   std::shared_ptr<const Plan> get(int64_t step, double timeout_s = 600.0);
+  // Any submitted step: its plans, one per layer kind (one for a step of submit()).
+  std::vector<std::shared_ptr<const Plan>> get_kinds(int64_t step, double timeout_s = 600.0);
   // Figures of a step taken by get() (the last 1024 steps are kept).
   StepStats stats(int64_t step) const;
   int64_t in_flight() const;  // submitted, not yet taken
   const Cluster& cluster() const;
 
  private:
+  void enqueue(int64_t step, std::vector<Batch> kinds, bool layered);
+  std::vector<std::shared_ptr<const Plan>> take(int64_t step, double timeout_s, bool layered);
   struct State;
   std::unique_ptr<State> state_;
 };

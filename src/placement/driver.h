@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "dcp/partition.h"
@@ -68,6 +69,10 @@ void repair_bounds(const BlockTable& table, const PlacementHypergraph& h, const 
                    const PlacementOptions& opts, const Partitioner* backend,
                    AllDevices& all_devices, TaskPool* pool, std::vector<int32_t>& parts);
 
+// The report of a finished placement (bytes, objective, every bound checked) and the placement
+// itself, with `method`; a violated bound is named in its note.
+void measure(const PlacementHypergraph& h, const std::vector<int32_t>& parts, const Cluster& cluster,
+             const PlacementOptions& opts, DcpPlacement& out, const std::string& method);
 // With opts.global_refinement and several nodes: FM over all devices on the exact objective
 // under every bound, kept only when it adds no violation (PlacementOptions::global_refinement).
 // `pool` (may be null): as refine_fm's.

@@ -37,6 +37,10 @@ void check_parts(const std::vector<int32_t>& part, int32_t n, int k, const char*
                                         " outside [0, " + std::to_string(k) + ")");
 }
 
+}  // namespace
+
+namespace placement {
+
 void measure(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
              const Cluster& cluster, const PlacementOptions& opts, DcpPlacement& out,
              const std::string& method) {
@@ -53,7 +57,7 @@ void measure(const PlacementHypergraph& h, const std::vector<int32_t>& parts,
                           "): " + rep.violations.front();
 }
 
-}  // namespace
+}  // namespace placement
 
 std::vector<std::string> check_balance(const PlacementHypergraph& h,
                                        const std::vector<int32_t>& parts, const Cluster& cluster,
@@ -131,7 +135,7 @@ DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
   std::vector<int32_t> parts = placement_to_parts(h, start);
   placement::AllDevices all_devices(table, h, cluster);
   placement::repair_bounds(table, h, cluster, opts, nullptr, all_devices, nullptr, parts);
-  measure(h, parts, cluster, opts, out, start.method);
+  placement::measure(h, parts, cluster, opts, out, start.method);
   out.report.total_s = seconds_since(t_start);
   return out;
 }
@@ -309,7 +313,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   rep.device_level_s = seconds_since(t0);
   const std::vector<int32_t>& best_parts = best.parts;
 
-  measure(h, best_parts, cluster, opts, out, "dcp");
+  placement::measure(h, best_parts, cluster, opts, out, "dcp");
   rep.total_s = seconds_since(t_start);
   return out;
 }

@@ -22,11 +22,12 @@ struct PlanQueue::State {
   std::condition_variable work_ready;  // workers: a step was submitted, or stop
   std::condition_variable plan_ready;  // get(): a step finished
   struct Step {
-    Batch batch;
+    std::vector<Batch> kinds;  // one batch, or the layer kinds of submit_kinds
+    bool layered = false;      // submitted by submit_kinds
     Clock::time_point submitted;
     bool started = false;
     bool done = false;
-    std::shared_ptr<const Plan> plan;
+    std::vector<std::shared_ptr<const Plan>> plans;
     std::exception_ptr error;
     StepStats stats;
   };
@@ -49,12 +50,17 @@ struct PlanQueue::State {
       step.started = true;
       const auto t0 = Clock::now();
       step.stats.queued_ms = std::chrono::duration<double, std::milli>(t0 - step.submitted).count();
-      Batch batch = std::move(step.batch);
+      const std::vector<Batch> kinds = std::move(step.kinds);
+      const bool layered = step.layered;
       lock.unlock();
-      std::shared_ptr<const Plan> plan;
+      std::vector<std::shared_ptr<const Plan>> plans;
       std::exception_ptr error;
       try {
-        plan = std::make_shared<const Plan>(plan_step(batch, cluster, options));
+        if (layered) {
+          for (Plan& p : plan_step_kinds(kinds, cluster, options)) plans.push_back(std::make_shared<const Plan>(std::move(p)));
+        } else {
+          plans.push_back(std::make_shared<const Plan>(plan_step(kinds.front(), cluster, options)));
+        }
       } catch (...) {
         error = std::current_exception();
       }
@@ -62,7 +68,7 @@ struct PlanQueue::State {
       lock.lock();
       // The step is still there: get() waits for done and the destructor joins first.
       Step& s = steps.at(id);
-      s.plan = std::move(plan);
+      s.plans = std::move(plans);
       s.error = error;
       s.stats.planning_ms = ms;
       s.done = true;
@@ -101,22 +107,46 @@ PlanQueue::~PlanQueue() {
 }
 
 void PlanQueue::submit(int64_t step, Batch batch) {
+  std::vector<Batch> kinds;
+  kinds.push_back(std::move(batch));
+  enqueue(step, std::move(kinds), false);
+}
+
+void PlanQueue::submit_kinds(int64_t step, std::vector<Batch> kinds) {
+  if (kinds.empty())
+    raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) + " was submitted with no layer kinds");
+  enqueue(step, std::move(kinds), true);
+}
+
+void PlanQueue::enqueue(int64_t step, std::vector<Batch> kinds, bool layered) {
   std::lock_guard lock(state_->mutex);
   if (state_->steps.count(step) != 0)
     raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) + " was already submitted");
   State::Step& s = state_->steps[step];
-  s.batch = std::move(batch);
+  s.kinds = std::move(kinds);
+  s.layered = layered;
   s.submitted = Clock::now();
   state_->todo.push_back(step);
   state_->work_ready.notify_one();
 }
 
 std::shared_ptr<const Plan> PlanQueue::get(int64_t step, double timeout_s) {
+  return take(step, timeout_s, false).front();
+}
+
+std::vector<std::shared_ptr<const Plan>> PlanQueue::get_kinds(int64_t step, double timeout_s) {
+  return take(step, timeout_s, true);
+}
+
+std::vector<std::shared_ptr<const Plan>> PlanQueue::take(int64_t step, double timeout_s, bool layered) {
   const auto t0 = Clock::now();
   std::unique_lock lock(state_->mutex);
   auto it = state_->steps.find(step);
   if (it == state_->steps.end())
     raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) + " was never submitted (or already taken)");
+  if (it->second.layered && !layered)
+    raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) +
+                                       " was submitted with layer kinds (submit_kinds): take it with get_kinds");
   const auto deadline = t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
   if (!state_->plan_ready.wait_until(lock, deadline, [&] { return state_->steps.at(step).done; }))
     raise(ErrorKind::Timeout, "plan queue: step " + std::to_string(step) + " not planned after " +
@@ -137,7 +167,7 @@ std::shared_ptr<const Plan> PlanQueue::get(int64_t step, double timeout_s) {
       raise(ErrorKind::System, "step " + std::to_string(step) + ": " + e.what());
     }
   }
-  return s.plan;
+  return s.plans;
 }
 
 PlanQueue::StepStats PlanQueue::stats(int64_t step) const {

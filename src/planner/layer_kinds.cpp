@@ -1,0 +1,113 @@
+// plan_step_kinds: the plans of several layer kinds (masks) over one token placement.
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "dcp/error.h"
+#include "dcp/planner.h"
+
+namespace dcp {
+
+namespace {
+
+// Same sequences and shape as kind 0, or an error naming the first difference.
+void check_same_sequences(const std::vector<Batch>& kinds) {
+  const Batch& first = kinds.front();
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    const Batch& b = kinds[k];
+    const std::string where = "layer kind " + std::to_string(k);
+    try {
+      b.validate();
+    } catch (const Error& e) {
+      raise(e.kind(), where + ": " + e.what());
+    }
+    const AttentionShape &s = b.shape, &f = first.shape;
+    if (s.q_heads != f.q_heads || s.kv_heads != f.kv_heads || s.head_dim != f.head_dim || s.dtype != f.dtype)
+      raise(ErrorKind::InvalidInput, where + ": attention shape differs from layer kind 0's (every kind has the "
+                                             "model's heads, head dim and dtype)");
+    if (b.sequences.size() != first.sequences.size())
+      raise(ErrorKind::InvalidInput, where + ": " + std::to_string(b.sequences.size()) + " sequences, layer kind 0 " +
+                                         std::to_string(first.sequences.size()) + " (every kind holds the step's sequences)");
+    for (size_t i = 0; i < b.sequences.size(); ++i)
+      if (b.sequences[i].length != first.sequences[i].length)
+        raise(ErrorKind::InvalidInput, where + ": sequence " + std::to_string(i) + " has " +
+                                           std::to_string(b.sequences[i].length) + " tokens, layer kind 0 " +
+                                           std::to_string(first.sequences[i].length));
+  }
+}
+
+// The lead table's token blocks, as cuts per sequence.
+std::vector<std::vector<int64_t>> cuts_of(const BlockTable& table) {
+  std::vector<std::vector<int64_t>> cuts(static_cast<size_t>(table.num_sequences()));
+  for (const TokenBlock& tb : table.token_blocks) cuts[tb.seq].push_back(tb.begin);
+  for (int s = 0; s < table.num_sequences(); ++s) cuts[s].push_back(table.seq_length[s]);
+  return cuts;
+}
+
+// Where each tile of `table` starts: the lead's device for the same tile (tables are ordered by
+// sequence, head group, q block, kv block), else the home of its query block (its output's home).
+std::vector<int32_t> start_devices(const BlockTable& table, const Plan& lead) {
+  const auto key = [](const Tile& t) { return std::tuple(t.seq, t.head_group, t.q_block, t.kv_block); };
+  const std::vector<Tile>& lt = lead.table.tiles;
+  std::vector<int32_t> dev(table.tiles.size());
+  size_t j = 0;
+  for (size_t i = 0; i < table.tiles.size(); ++i) {
+    const auto k = key(table.tiles[i]);
+    while (j < lt.size() && key(lt[j]) < k) ++j;
+    dev[i] = j < lt.size() && key(lt[j]) == k ? lead.placement.tile_device[j]
+                                              : lead.placement.block_home[table.tiles[i].q_block];
+  }
+  return dev;
+}
+
+}  // namespace
+
+std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
+                                  const StepPlanOptions& options) {
+  if (kinds.empty()) raise(ErrorKind::InvalidInput, "plan_step_kinds: no layer kinds");
+  options.validate();
+  cluster.validate("cluster");
+  check_same_sequences(kinds);
+  size_t lead = 0;
+  for (size_t k = 1; k < kinds.size(); ++k)
+    if (kinds[k].mask_area() > kinds[lead].mask_area()) lead = k;
+  std::vector<Plan> plans(kinds.size());
+  // The other kinds' tiles are balanced as the lead's were: its tolerance and tile weights.
+  PlacementOptions placement = options.placement;
+  if (options.search_candidates) {
+    options.blocks.validate(kinds[lead].shape);
+    PlannedBatch planned = plan_batch(kinds[lead], cluster, options.search);
+    const PlannerOptions& so = options.search;
+    placement = so.placement;
+    if (so.balance_time && placement.tile_cost.is_flops())
+      placement.tile_cost = tile_cost_from(so.calibration ? *so.calibration : calibration_from_cluster(cluster));
+    placement.eps_compute = planned.chosen.eps_compute;
+    plans[lead] = std::move(planned.plan);
+  } else {
+    plans[lead] = plan_step(kinds[lead], cluster, options);
+  }
+  const Plan& lp = plans[lead];
+  BlockOptions blocks;
+  blocks.q_heads_per_group = lp.table.groups.q_heads_per_group;
+  const std::vector<std::vector<int64_t>> cuts = cuts_of(lp.table);
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    if (k == lead) continue;
+    BlockTable table;
+    if (lp.table.block_size > 0) {
+      blocks.block_size = lp.table.block_size;
+      table = build_block_table(kinds[k], blocks);
+    } else {
+      table = build_block_table_with_cuts(kinds[k], blocks, cuts);
+    }
+    Placement start;
+    start.method = "dcp";
+    start.num_devices = cluster.num_devices();
+    start.block_home = lp.placement.block_home;
+    start.tile_device = start_devices(table, lp);
+    const DcpPlacement placed = place_tiles_on_homes(table, cluster, placement, start);
+    plans[k] = build_plan(table, placed.placement, cluster, lp.header.options);
+  }
+  return plans;
+}
+
+}  // namespace dcp

@@ -1,0 +1,151 @@
+// plan_step_kinds: one plan per layer kind over one token placement. Every kind's plan is valid
+// for its own mask, every device holds the same tokens in the same order in every kind, and the
+// lead kind's plan is the one plan_step makes for it alone.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "dcp/error.h"
+#include "dcp/planner.h"
+#include "dcp/profiles.h"
+#include "dcp/validate.h"
+
+namespace dcp {
+namespace {
+
+Batch with_mask(Batch b, const Mask& mask) {
+  for (Sequence& s : b.sequences) s.mask = mask;
+  return b;
+}
+
+// A step of sliding-window layers (listed first) and global causal ones.
+std::vector<Batch> window_and_global(uint64_t seed, int64_t tokens) {
+  ProfileOptions po;
+  po.profile = Profile::Ldc;
+  po.seed = seed;
+  po.token_budget = tokens;
+  po.mask = "causal";
+  po.shape = AttentionShape{8, 2, 64, DType::BF16};
+  const Batch global = generate_batches(po, 1).front();
+  return {with_mask(global, Mask::lambda(32, 512)), global};
+}
+
+void expect_same_tokens(const std::vector<Plan>& plans) {
+  for (size_t k = 1; k < plans.size(); ++k)
+    for (size_t d = 0; d < plans[0].devices.size(); ++d) {
+      EXPECT_EQ(plans[k].devices[d].owned_blocks, plans[0].devices[d].owned_blocks) << "kind " << k << " device " << d;
+      EXPECT_EQ(plans[k].devices[d].owned_token_offset, plans[0].devices[d].owned_token_offset);
+    }
+}
+
+TEST(LayerKinds, EveryKindsPlanIsValidOnOneTokenPlacement) {
+  for (const auto& [preset, nodes] : {std::pair{"h200-nvl", 1}, std::pair{"a100-p4d", 2}}) {
+    const Cluster cluster = cluster_preset(preset, nodes);
+    for (const bool search : {false, true}) {
+      SCOPED_TRACE(std::string(preset) + (search ? " search" : " fixed"));
+      StepPlanOptions o;
+      o.blocks.block_size = 512;
+      o.search_candidates = search;
+      o.search.block_sizes = {512, 1024};
+      const std::vector<Batch> kinds = window_and_global(3, 24576);
+      const std::vector<Plan> plans = plan_step_kinds(kinds, cluster, o);
+      ASSERT_EQ(plans.size(), 2u);
+      for (size_t k = 0; k < plans.size(); ++k) {
+        EXPECT_TRUE(validate_plan(plans[k]).empty()) << "kind " << k;
+        check_tiles_against_masks(plans[k].table);  // the kind's own masks
+        EXPECT_EQ(plans[k].table.seq_mask.front().kind, kinds[k].sequences.front().mask.kind);
+        EXPECT_EQ(plans[k].header.options.schedule.num_comm_stages, plans[1].header.options.schedule.num_comm_stages);
+      }
+      expect_same_tokens(plans);
+      // The global kind has the most work, so it leads: its plan is plan_step's.
+      EXPECT_EQ(plan_hash(plans[1]), plan_hash(plan_step(kinds[1], cluster, o)));
+      // Deterministic.
+      EXPECT_EQ(plan_hash(plan_step_kinds(kinds, cluster, o)[0]), plan_hash(plans[0]));
+    }
+  }
+}
+
+TEST(LayerKinds, ASinkSplitOrAStaticLayoutOfTheLeadCutsEveryKind) {
+  // Lead with custom cuts: lambda's sink in a block of its own (split_sink), then a static layout.
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  for (const std::string method : {"dcp", "zigzag"}) {
+    StepPlanOptions o;
+    o.method = method;
+    o.blocks.block_size = 512;
+    o.blocks.split_sink = true;
+    std::vector<Batch> kinds = window_and_global(5, 16384);
+    kinds[1] = with_mask(kinds[1], Mask::lambda(32, 4096));  // the lead: wider window, same sink
+    const std::vector<Plan> plans = plan_step_kinds(kinds, cluster, o);
+    EXPECT_EQ(plans[0].table.block_size, 0) << method;  // custom cuts, the lead's
+    for (const Plan& p : plans) EXPECT_TRUE(validate_plan(p).empty()) << method;
+    expect_same_tokens(plans);
+  }
+}
+
+TEST(LayerKinds, OneKindIsPlanStep) {
+  const Cluster cluster = cluster_preset("h200-nvl", 1);
+  StepPlanOptions o;
+  const std::vector<Batch> kinds = window_and_global(7, 8192);
+  EXPECT_EQ(plan_hash(plan_step_kinds({kinds[0]}, cluster, o).front()), plan_hash(plan_step(kinds[0], cluster, o)));
+}
+
+void expect_invalid(const std::vector<Batch>& kinds, const std::string& what) {
+  try {
+    plan_step_kinds(kinds, cluster_preset("h200-nvl", 1), {});
+    FAIL() << "expected InvalidInput: " << what;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+  }
+}
+
+TEST(LayerKinds, KindsThatDoNotShareTheirSequencesAreRefused) {
+  Batch global;
+  global.shape = AttentionShape{8, 2, 64, DType::BF16};
+  for (const int64_t n : {3000, 1200, 700}) global.sequences.push_back(Sequence{n, Mask::causal(), ""});
+  const std::vector<Batch> kinds = {with_mask(global, Mask::lambda(32, 512)), global};
+  expect_invalid({}, "no layer kinds");
+  std::vector<Batch> longer = kinds;
+  longer[1].sequences[0].length += 16;
+  expect_invalid(longer, "layer kind 1: sequence 0 has");
+  std::vector<Batch> fewer = kinds;
+  fewer[1].sequences.pop_back();
+  expect_invalid(fewer, "layer kind 1: 2 sequences, layer kind 0 3");
+  std::vector<Batch> heads = kinds;
+  heads[1].shape.q_heads = 16;
+  expect_invalid(heads, "layer kind 1: attention shape differs");
+  std::vector<Batch> empty = kinds;
+  empty[1].sequences[0].length = 0;
+  expect_invalid(empty, "layer kind 1: sequences[0].length");
+}
+
+TEST(LayerKinds, PlanQueueHandsBackEveryKind) {
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  StepPlanOptions o;
+  o.blocks.block_size = 512;
+  PlanQueue queue(cluster, o, 2);
+  for (int64_t step = 0; step < 3; ++step) queue.submit_kinds(step, window_and_global(static_cast<uint64_t>(step + 11), 8192));
+  queue.submit(3, window_and_global(20, 8192)[1]);
+  try {
+    queue.get(0);
+    FAIL() << "expected InvalidInput";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("take it with get_kinds"), std::string::npos) << e.what();
+  }
+  for (int64_t step = 0; step < 3; ++step) {
+    const auto plans = queue.get_kinds(step);
+    const std::vector<Plan> want = plan_step_kinds(window_and_global(static_cast<uint64_t>(step + 11), 8192), cluster, o);
+    ASSERT_EQ(plans.size(), want.size());
+    for (size_t k = 0; k < want.size(); ++k) EXPECT_EQ(plan_hash(*plans[k]), plan_hash(want[k])) << "step " << step;
+  }
+  EXPECT_EQ(queue.get_kinds(3).size(), 1u);  // a step of submit(): its one plan
+  try {
+    queue.submit_kinds(4, {});
+    FAIL() << "expected InvalidInput";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no layer kinds"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dcp
