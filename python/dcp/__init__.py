@@ -10,6 +10,10 @@ stay balanced, and run as exact attention, forward and backward, by fused kernel
     ids = plan.dispatch(global_ids)               # this rank's tokens, in attention order
     o = dcp.torch.attention(q, k, v, plan, layer) # autograd, torch.compile, checkpointing
 
+Layers with different masks (sliding-window and global layers): submit dcp.LayerKinds({"global":
+"causal", "local": dcp.masks.lambda_mask(64, 4096)}) as the masks; every kind is planned on one
+token placement, and plan.kind("local") is what the local layers run.
+
 Modules: dcp.masks (mask specs), dcp.torch (the operator), dcp.hf (transformers). The C++ core
 is dcp._dcp; docs/python.md is the reference.
 """
@@ -22,7 +26,7 @@ from . import masks
 from ._dcp import Batch, Cluster, Error, Plan, PlanOptions
 from ._dcp import cluster, load_batch, load_cluster, placement_methods, plan_from_bytes, profile_batches
 from ._dcp import cuda_available, mpi_available, nccl_available
-from .planner import Planner, StepPlan, make_batch
+from .planner import LayerKinds, Planner, StepPlan, make_batch
 
 __version__ = "0.1.0"
 
@@ -35,6 +39,6 @@ def plan(lengths, masks, shape, cluster="h200-nvl", options=None, world_size: in
     return plan_step(make_batch(lengths, masks, shape, dtype), _cluster(cluster, world_size, None), _options(options))
 
 
-__all__ = ["Batch", "Cluster", "Error", "load_batch", "profile_batches", "Plan", "PlanOptions", "Planner", "StepPlan", "cluster", "load_cluster",
+__all__ = ["Batch", "Cluster", "Error", "LayerKinds", "load_batch", "profile_batches", "Plan", "PlanOptions", "Planner", "StepPlan", "cluster", "load_cluster",
            "make_batch", "masks", "placement_methods", "plan", "plan_from_bytes", "cuda_available", "mpi_available",
            "nccl_available"]

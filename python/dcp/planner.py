@@ -59,6 +59,22 @@ def make_batch(lengths: Sequence[int], masks: Any, shape: Tuple[int, int, int], 
     return _dcp.make_batch(lengths, specs, int(q_heads), int(kv_heads), int(head_dim), dtype, validate)
 
 
+class LayerKinds(dict):
+    """The masks of a step whose layers attend differently, by layer kind: {name: masks}, each
+    value what `Planner.submit` takes as masks (one spec for every document, or one per document),
+    e.g. LayerKinds({"global": "causal", "local": dcp.masks.lambda_mask(64, 4096)}). Every kind is
+    planned on one token placement: each rank holds the same tokens, in the same order, for every
+    kind, and `plan.kind(name)` is the plan that kind's layers run (dcp.torch.attention)."""
+
+    def __init__(self, kinds: Any = (), **named: Any):
+        super().__init__(kinds, **named)
+        if not self:
+            raise ValueError("LayerKinds: no layer kinds")
+        for name in self:
+            if not isinstance(name, str):
+                raise TypeError(f"LayerKinds: kind names are strings, got {name!r}")
+
+
 class StepPlan:
     """One step's plan as this rank uses it: which tokens it holds and how to run its attention.
 
@@ -69,7 +85,8 @@ class StepPlan:
     goes with the object.
     """
 
-    def __init__(self, plan: _dcp.Plan, step: int, rank: int, group: Any, planner: "Planner"):
+    def __init__(self, plan: _dcp.Plan, step: int, rank: int, group: Any, planner: "Planner",
+                 kinds: Optional[Dict[str, _dcp.Plan]] = None):
         self.plan = plan
         self.step = step
         self.rank = rank
@@ -81,6 +98,23 @@ class StepPlan:
         self._cache: Dict[Any, Any] = {}
         self._released = False
         self.runtime_state: Dict[Any, Any] = {}  # dcp.torch keeps its per-device runtime here
+        # Layer kinds (LayerKinds): this object is the first kind's plan and holds the others'.
+        self._kinds: Dict[str, Optional["StepPlan"]] = {}
+        for i, (name, p) in enumerate((kinds or {}).items()):
+            self._kinds[name] = None if i == 0 else StepPlan(p, step, rank, group, planner)
+
+    # ---- layer kinds -------------------------------------------------------------------------
+    @property
+    def kinds(self) -> Tuple[str, ...]:
+        """The step's layer kinds (LayerKinds), in the order given; () for a step of one mask."""
+        return tuple(self._kinds)
+
+    def kind(self, name: str) -> "StepPlan":
+        """The plan of layer kind `name`: the same tokens on this rank as every other kind's."""
+        if name not in self._kinds:
+            raise KeyError(f"step {self.step}: no layer kind {name!r} (kinds: {list(self._kinds) or 'none'})")
+        sub = self._kinds[name]
+        return self if sub is None else sub
 
     # ---- tokens ----------------------------------------------------------------------------
     def _tensor(self, what: str, device: Any):
@@ -158,6 +192,9 @@ class StepPlan:
         self._released = True
         self.runtime_state.clear()
         self._cache.clear()
+        for sub in self._kinds.values():
+            if sub is not None:
+                sub.release()
 
     def check_usable(self) -> None:
         if self._released:
@@ -208,24 +245,34 @@ class Planner:
         self._closed = False
         self._stats: Dict[int, Dict[str, float]] = {}
         self._submitted: set = set()
+        self._kind_names: Dict[int, List[str]] = {}  # steps submitted with LayerKinds
 
     def submit(self, step: int, lengths: Any, masks: Any = None) -> None:
         """Queues the batch of `step` (its documents' lengths, one mask each, or a dcp.Batch);
-        returns at once. The batch is checked on the planning thread: what is wrong with it is
-        raised by get(step)."""
+        returns at once. `masks` may be a LayerKinds (a mask per layer kind): get(step) then holds
+        one plan per kind on one token placement. The batch is checked on the planning thread:
+        what is wrong with it is raised by get(step)."""
         step = int(step)
         if self._closed:
             raise ValueError("the planner was closed")
         if step in self._submitted:
             raise ValueError(f"step {step} was already submitted")
-        if isinstance(lengths, _dcp.Batch):
-            batch = lengths
-            if batch.shape[:3] != self.shape:
-                raise ValueError(f"step {step}: the batch's heads {batch.shape[:3]} are not the planner's {self.shape}")
+        if isinstance(masks, LayerKinds):
+            if isinstance(lengths, _dcp.Batch):
+                raise TypeError(f"step {step}: layer kinds take the documents' lengths, not a dcp.Batch")
+            kinds = [make_batch(lengths, m, self.shape, self.dtype, validate=False) for m in masks.values()]
+            if self._queue is not None:
+                self._queue.submit_kinds(step, kinds)
+            self._kind_names[step] = list(masks)
         else:
-            batch = make_batch(lengths, masks, self.shape, self.dtype, validate=False)
-        if self._queue is not None:
-            self._queue.submit(step, batch)
+            if isinstance(lengths, _dcp.Batch):
+                batch = lengths
+                if batch.shape[:3] != self.shape:
+                    raise ValueError(f"step {step}: the batch's heads {batch.shape[:3]} are not the planner's {self.shape}")
+            else:
+                batch = make_batch(lengths, masks, self.shape, self.dtype, validate=False)
+            if self._queue is not None:
+                self._queue.submit(step, batch)
         self._submitted.add(step)
 
     def get(self, step: int) -> StepPlan:
@@ -235,19 +282,21 @@ class Planner:
         if step not in self._submitted:
             raise ValueError(f"step {step} was never submitted (or was already taken)")
         self._submitted.discard(step)
+        names = self._kind_names.pop(step, None)
         t0 = time.perf_counter()
-        plan = self._queue.get(step, self.timeout_s) if self._queue is not None else None
+        plans = self._queue.get_kinds(step, self.timeout_s) if self._queue is not None else None
         stats = dict(self._queue.stats(step)) if self._queue is not None else {"planning_ms": 0.0, "queued_ms": 0.0}
         if self.broadcast:
-            plan = self._broadcast(plan)
+            plans = self._broadcast(plans)
         stats["waited_ms"] = (time.perf_counter() - t0) * 1e3
         if self.verify == "every" or (self.verify == "first" and not self._verified):
-            self._check_same(plan, step)
+            self._check_same(plans, step)
             self._verified = True
         self._stats[step] = stats
         while len(self._stats) > 4096:
             self._stats.pop(next(iter(self._stats)))
-        return StepPlan(plan, step, self.rank, self.group, self)
+        kinds = dict(zip(names, plans)) if names is not None else None
+        return StepPlan(plans[0], step, self.rank, self.group, self, kinds)
 
     def close(self) -> None:
         """Stops the planning threads (a step being planned finishes first) and drops what is
@@ -255,6 +304,7 @@ class Planner:
         self._queue = None
         self._closed = True
         self._submitted.clear()
+        self._kind_names.clear()
 
     def __enter__(self) -> "Planner":
         return self
@@ -289,23 +339,23 @@ class Planner:
             yield s, item, self.get(s)
 
     # ---- agreement across ranks ----------------------------------------------------------------
-    def _broadcast(self, plan):
+    def _broadcast(self, plans):
         import torch.distributed as dist
 
-        obj = [plan.to_bytes() if self.rank == 0 else None]
+        obj = [[p.to_bytes() for p in plans] if self.rank == 0 else None]
         dist.broadcast_object_list(obj, src=_global_rank(self.group, 0), group=self.group)
-        return plan if self.rank == 0 else _dcp.plan_from_bytes(obj[0])
+        return plans if self.rank == 0 else [_dcp.plan_from_bytes(b) for b in obj[0]]
 
-    def _check_same(self, plan, step: int) -> None:
+    def _check_same(self, plans, step: int) -> None:
         if self.world_size == 1:
             return
         import torch.distributed as dist
 
         hashes = [None] * self.world_size
-        dist.all_gather_object(hashes, plan.hash, group=self.group)
+        dist.all_gather_object(hashes, tuple(p.hash for p in plans), group=self.group)
         if any(h != hashes[0] for h in hashes):
             raise _dcp.Error(f"InvalidPlan: step {step}: ranks planned different plans (hashes "
-                             + ", ".join(f"rank {r}: {h:#x}" for r, h in enumerate(hashes))
+                             + ", ".join(f"rank {r}: " + "/".join(f"{x:#x}" for x in h) for r, h in enumerate(hashes))
                              + "): every rank must submit the same lengths, masks and options")
 
 

@@ -191,3 +191,24 @@ def llama_eager_reference():
         total += float(loss.detach())
         start += n
     return {"loss": torch.tensor(total), "grads": {n: p.grad for n, p in model.named_parameters()}}
+
+
+def kinds_case(rank, world, seed, method):
+    """Two layers of different masks (layer kinds) over one plan: a global layer of random masks and
+    a local sliding-window layer, each with its own inputs; both layers' outputs and the summed
+    gradients gathered back, and whether every kind holds this rank's tokens in the same order."""
+    lengths, specs = random_docs(seed)
+    local = [dcp.masks.lambda_mask(2, 9)] * len(lengths)
+    planner = dcp.Planner(None, "h200-nvl", {"method": method, "block_size": 32, "stages": 2}, shape=SHAPE)
+    planner.submit(seed, lengths, dcp.LayerKinds({"global": specs, "local": local}))
+    plan = planner.get(seed)
+    same_rows = all(torch.equal(plan.kind(name).rows(), plan.rows()) for name in plan.kinds)
+    q, k, v, w = inputs(seed, sum(lengths))
+    ql, kl, vl = (plan.dispatch(t).requires_grad_() for t in (q, k, v))
+    o_global = dt.attention(ql, kl, vl, plan.kind("global"), 0)
+    o_local = dt.attention(ql * 0.5, kl, vl, plan.kind("local"), 1)
+    ((o_global + 2 * o_local) * plan.dispatch(w)).sum().backward()
+    out = {name: plan.undispatch(t.detach()) for name, t in
+           (("o_global", o_global), ("o_local", o_local), ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad))}
+    out.update(kinds=list(plan.kinds), same_rows=same_rows)
+    return out
