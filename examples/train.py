@@ -75,7 +75,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--attn", choices=("dcp", "flex", "flex32"), default="dcp",
                    help="attention kernels: dcp's, or FlexAttention (one process; with --cp torch, native CP); "
                    "flex32: FlexAttention on q, k, v cast to fp32, its output cast back (one process)")
-    g.add_argument("--mask", choices=train_data.MASKS, default="causal", help="mask of every document")
+    g.add_argument("--mask", type=mask_arg, default="causal",
+                   help="mask of every document: causal, lambda or shared_question; or a layer pattern, kinds "
+                   "joined by '+' and repeated by '*N', cycled over the layers (lambda*3+causal: three "
+                   "sliding-window layers, then a global one)")
     g.add_argument("--tokens", type=int, default=65536, help="tokens per step over all ranks (no padding)")
     g.add_argument("--max-doc", type=int, default=65536, help="documents longer than this are cut")
     g.add_argument("--sink", type=int, default=64, help="lambda mask: attention-sink tokens")
@@ -301,13 +304,22 @@ def mode_of(args) -> str:
     return args.attn if args.attn in ("flex", "flex32") else args.cp
 
 
+def mask_arg(value: str) -> str:
+    try:
+        train_data.layer_pattern(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return value
+
+
 def run_name(args, mode: str, world: int, device: torch.device) -> str:
     ranks = f"{world}{'gpu' if device.type == 'cuda' else 'cpu'}"
     ckpt = "_ckpt" if args.checkpoint else ""
     det = ""
     if args.deterministic and mode not in ("flex", "flex32", "torch"):
         det = "_det1" if args.deterministic == "one-pass" else "_det"
-    return args.name or f"{args.preset}_{mode}_{args.mask}_{args.tokens // 1024}k{ckpt}{det}_{ranks}"
+    mask = args.mask.replace("*", "x")  # a layer pattern's repeat, as file names take it
+    return args.name or f"{args.preset}_{mode}_{mask}_{args.tokens // 1024}k{ckpt}{det}_{ranks}"
 
 
 def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_name: str):
@@ -320,7 +332,8 @@ def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_n
     threads = args.plan_threads or (4 if device.type == "cuda" else 1)
     return DcpBackend(mode, (cfg.q_heads, cfg.kv_heads, cfg.head_dim), dtype_name, device, args.block_size,
                       args.stages, threads, args.lookahead, args.cluster, args.outputs_in_place,
-                      [int(b) for b in args.search_blocks.split(",")] if args.search_blocks else None)
+                      [int(b) for b in args.search_blocks.split(",")] if args.search_blocks else None,
+                      train_data.layer_pattern(args.mask))
 
 
 def max_over_mean(values: List[float]) -> float:
@@ -566,9 +579,13 @@ def parse_runs(spec: str, args) -> List[argparse.Namespace]:
     runs = []
     for item in spec.split(","):
         parts = item.strip().split(":")
-        if len(parts) not in (2, 3) or parts[0] not in MODES or parts[1] not in train_data.MASKS:
+        try:
+            ok = len(parts) in (2, 3) and parts[0] in MODES and bool(train_data.layer_pattern(parts[1]))
+        except ValueError:
+            ok = False
+        if not ok:
             raise SystemExit(f"--runs item '{item}': expected MODE:MASK[:TOKENS], MODE one of {', '.join(MODES)}, "
-                             f"MASK one of {', '.join(train_data.MASKS)}")
+                             f"MASK one of {', '.join(train_data.MASKS)} or a layer pattern (lambda*3+causal)")
         one = argparse.Namespace(**vars(args))
         one.cp, one.attn = (parts[0], "dcp") if parts[0] in CP_METHODS else ("torch", "flex") if parts[0] == "torch" \
             else ("dcp", parts[0])

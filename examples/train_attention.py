@@ -27,7 +27,7 @@ import torch
 import dcp
 import dcp.torch as dcp_torch
 
-from train_data import IGNORE_INDEX, Step, token_tables
+from train_data import IGNORE_INDEX, Step, layer_pattern, token_tables
 
 
 @dataclass
@@ -91,8 +91,13 @@ class _OneAhead:
 class DcpBackend:
     def __init__(self, method: str, shape: Tuple[int, int, int], dtype: str, device: torch.device,
                  block_size: int, stages: int, threads: int, lookahead: int, cluster: str = "h200-nvl",
-                 outputs_in_place: Optional[bool] = None, search_blocks: Optional[List[int]] = None):
+                 outputs_in_place: Optional[bool] = None, search_blocks: Optional[List[int]] = None,
+                 layer_kinds: Optional[List[str]] = None):
         self.method = method
+        # Layers of several mask kinds (train_data.layer_pattern): each step is planned as
+        # dcp.LayerKinds, one plan per kind on one token placement; layer i runs the plan of
+        # layer_kinds[i % len(layer_kinds)].
+        self.layer_kinds = layer_kinds if layer_kinds and len(set(layer_kinds)) > 1 else None
         self.device = device
         self.nodes = _NodeRecorder()
         options = {"method": method, "block_size": block_size, "stages": stages}
@@ -104,7 +109,7 @@ class DcpBackend:
                                    shape=shape, dtype=dtype, threads=threads, lookahead=lookahead)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
-        items = ((s.lengths, s.masks, s) for s in steps)
+        items = ((s.lengths, dcp.LayerKinds(s.kind_masks) if self.layer_kinds else s.masks, s) for s in steps)
         plans = self.planner.iterate(items)
         self._ahead = _OneAhead(plans)
         try:
@@ -118,14 +123,19 @@ class DcpBackend:
         runs this step: call it once this step's work is queued."""
         nxt = self._ahead.peek()
         if nxt is not None:
-            dcp_torch.prepare(nxt[2], self.device)
+            plan = nxt[2]
+            for kind in plan.kinds or (None,):
+                dcp_torch.prepare(plan.kind(kind) if kind else plan, self.device)
 
     def _local(self, step: Step, plan) -> Local:
         ids, labels, positions, num_targets = _global_tensors(step, self.device)
         nodes = self.nodes
 
+        kinds = self.layer_kinds
+        plans = [plan.kind(k) for k in kinds] if kinds else [plan]
+
         def attend(q, k, v, layer):
-            o = dcp_torch.attention(q, k, v, plan, layer)
+            o = dcp_torch.attention(q, k, v, plans[layer % len(plans)], layer)
             nodes.note(o)
             return o
 
@@ -178,6 +188,7 @@ class FlexBackend:
         from torch.nn.attention.flex_attention import create_block_mask, create_mask, flex_attention
 
         self.kind, self.sink, self.window, self.device, self.fp32 = kind, sink, window, device, fp32
+        self.layer_kinds = layer_pattern(kind)  # layer i: layer_kinds[i % len]; one block mask per kind
         self.nodes = _NodeRecorder()
         self.dense = device.type == "cpu"
         self.create_mask = create_mask
@@ -185,10 +196,12 @@ class FlexBackend:
         self.create_block_mask = torch.compile(create_block_mask, dynamic=False) if compile else create_block_mask
         self.flex_attention = torch.compile(flex_attention, dynamic=False) if compile else flex_attention
 
-    def block_mask(self, step: Step, block: bool = False):
-        tables = {k: torch.from_numpy(v).to(self.device, non_blocking=True) for k, v in token_tables(step).items()}
+    def block_mask(self, step: Step, block: bool = False, kind: Optional[str] = None):
+        kind = kind or self.layer_kinds[0]
+        tables = {k: torch.from_numpy(v).to(self.device, non_blocking=True)
+                  for k, v in token_tables(step, step.kind_masks.get(kind)).items()}
         n = step.tokens.shape[0]
-        mask_mod = mask_mod_for(self.kind, tables, self.sink, self.window)
+        mask_mod = mask_mod_for(kind, tables, self.sink, self.window)
         if self.dense and not block:
             return self.create_mask(mask_mod, 1, 1, n, n, device=self.device)
         return self.create_block_mask(mask_mod, 1, None, n, n, device=self.device)
@@ -219,11 +232,12 @@ class FlexBackend:
 
     def _local(self, step: Step) -> Local:
         t0 = time.perf_counter()
-        block_mask = self.block_mask(step)
+        by_kind = {kind: self.block_mask(step, kind=kind) for kind in dict.fromkeys(self.layer_kinds)}
+        masks = [by_kind[kind] for kind in self.layer_kinds]
         ids, labels, positions, num_targets = _global_tensors(step, self.device)
         stats = {"mask_host_ms": (time.perf_counter() - t0) * 1e3, "local_tokens": int(ids.shape[0])}
         return Local(ids, labels, positions, num_targets,
-                     lambda q, k, v, layer, bm=block_mask: self.flex(q, k, v, bm), stats=stats)
+                     lambda q, k, v, layer: self.flex(q, k, v, masks[layer % len(masks)]), stats=stats)
 
 
 # ---- PyTorch native context parallelism -------------------------------------------------------------
@@ -256,6 +270,9 @@ class TorchCPBackend(FlexBackend):
         missing = native_cp_missing()
         if missing:
             raise NotImplementedError(missing)
+        if len(set(layer_pattern(kind))) > 1:
+            raise NotImplementedError(f"mask '{kind}': native CP here shards each step by one block mask, so every "
+                                      "layer must attend with the same mask")
         super().__init__(kind, sink, window, device)
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.experimental._attention import (

@@ -80,6 +80,9 @@ class Step:
     tokens: np.ndarray
     lengths: List[int]
     masks: List[tuple] = field(default_factory=list)
+    # A model whose layers attend differently (a layer pattern, layer_pattern): the documents'
+    # masks of every kind in the pattern, the first kind's being `masks`.
+    kind_masks: Dict[str, List[tuple]] = field(default_factory=dict)
 
     def labels(self) -> np.ndarray:
         """Next-byte targets inside each document; IGNORE_INDEX on every document's last token."""
@@ -111,7 +114,8 @@ def _documents(corpus: Corpus, max_doc: int, seed: int) -> Iterator[np.ndarray]:
 def steps(corpus: Corpus, tokens_per_step: int, max_doc: int, seed: int, mask: str,
           sink: int = 64, window: int = 4096, question_fraction: float = 0.2,
           num_answers: int = 4) -> Iterator[Step]:
-    """Steps 0, 1, 2, ...: a deterministic function of the corpus and the arguments."""
+    """Steps 0, 1, 2, ...: a deterministic function of the corpus and the arguments (`mask`: a
+    kind or a layer pattern, layer_pattern)."""
     if tokens_per_step < 1 or max_doc < 1:
         raise ValueError(f"tokens_per_step={tokens_per_step}, max_doc={max_doc}: both must be >= 1")
     docs = _documents(corpus, max_doc, seed)
@@ -128,12 +132,28 @@ def steps(corpus: Corpus, tokens_per_step: int, max_doc: int, seed: int, mask: s
             pieces.append(doc)
             room -= doc.shape[0]
         lengths = [int(p.shape[0]) for p in pieces]
-        masks = [mask_spec(mask, n, sink, window, question_fraction, num_answers) for n in lengths]
-        yield Step(index, np.concatenate(pieces), lengths, masks)
+        kind_masks = {k: [mask_spec(k, n, sink, window, question_fraction, num_answers) for n in lengths]
+                      for k in dict.fromkeys(layer_pattern(mask))}
+        yield Step(index, np.concatenate(pieces), lengths, next(iter(kind_masks.values())), kind_masks)
         index += 1
 
 
 MASKS = ("causal", "lambda", "shared_question")
+
+
+def layer_pattern(mask: str) -> List[str]:
+    """The mask kind of each layer, cycled over the model's layers: a kind ("causal"), or kinds
+    joined by '+', each repeated by '*N' ("lambda*3+causal": three sliding-window layers, then a
+    global one, as recent models interleave them). Raises ValueError naming what is wrong."""
+    kinds: List[str] = []
+    for part in mask.split("+"):
+        kind, _, times = part.partition("*")
+        if kind not in MASKS:
+            raise ValueError(f"mask '{mask}': '{kind}' is not one of {', '.join(MASKS)}")
+        if times and (not times.isdigit() or int(times) < 1):
+            raise ValueError(f"mask '{mask}': '*{times}' must repeat a kind a positive number of times")
+        kinds += [kind] * (int(times) if times else 1)
+    return kinds
 
 
 def mask_spec(kind: str, length: int, sink: int, window: int, question_fraction: float, num_answers: int):
@@ -148,8 +168,8 @@ def mask_spec(kind: str, length: int, sink: int, window: int, question_fraction:
     raise ValueError(f"mask '{kind}': expected one of {', '.join(MASKS)}")
 
 
-def token_tables(step: Step) -> Dict[str, np.ndarray]:
-    """Per-token tables (int64, one entry per token of the batch) from which a FlexAttention
+def token_tables(step: Step, masks: Optional[List[tuple]] = None) -> Dict[str, np.ndarray]:
+    """Per-token tables (int64, one entry per token of the batch; of `masks`, default the step's) from which a FlexAttention
     mask_mod evaluates any of the three masks with a few gathers, never per document:
       doc          document index
       start        the document's first token (global index)
@@ -161,12 +181,13 @@ def token_tables(step: Step) -> Dict[str, np.ndarray]:
       causal: nothing more; lambda: k - start[q] < sink or q - k < window;
       shared question: k < question_end[q] or k >= segment[q]."""
     n = step.tokens.shape[0]
+    masks = step.masks if masks is None else masks
     doc = np.repeat(np.arange(len(step.lengths), dtype=np.int64), step.lengths)
     starts = np.cumsum([0] + step.lengths[:-1]).astype(np.int64)
     start = starts[doc]
     question_end = np.empty(n, dtype=np.int64)
     segment = np.empty(n, dtype=np.int64)
-    for d, (s, length, spec) in enumerate(zip(starts, step.lengths, step.masks)):
+    for d, (s, length, spec) in enumerate(zip(starts, step.lengths, masks)):
         kind, params, _ = spec
         if kind == "shared_question":
             q, answers = params[0], params[1:]
@@ -198,5 +219,5 @@ def first_step_checksum(step: Step) -> str:
     return h.hexdigest()[:16]
 
 
-__all__ = ["Corpus", "IGNORE_INDEX", "MASKS", "Step", "text_corpus", "steps", "mask_spec", "token_tables",
+__all__ = ["Corpus", "IGNORE_INDEX", "MASKS", "Step", "text_corpus", "steps", "mask_spec", "token_tables", "layer_pattern",
            "describe_steps", "first_step_checksum"]

@@ -46,7 +46,9 @@ def rel_error(a, b):
     return float((a - b).norm() / b.norm().clamp_min(1e-30))
 
 
-@pytest.mark.parametrize("mask", ["lambda"])
+# lambda+causal: the tiny model's two layers attend with different masks (layer kinds, one token
+# placement for both).
+@pytest.mark.parametrize("mask", ["lambda", "lambda+causal"])
 def test_two_ranks_match_one_rank_and_the_reference(tmp_path, mask):
     two, grads2 = train(tmp_path, "dcp2", 2, "--mask", mask)
     one, grads1 = train(tmp_path, "dcp1", 1, "--mask", mask)
@@ -72,6 +74,20 @@ def test_two_ranks_match_one_rank_and_the_reference(tmp_path, mask):
             assert err < 1e-5, f"{name}: 2 ranks vs {other}: relative error {err:.3g}"
     for a, b in zip(two["steps"], one["steps"]):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a, b)
+
+
+def test_layer_patterns_name_each_layers_mask():
+    sys.path.insert(0, EXAMPLES)
+    import train_data
+
+    assert train_data.layer_pattern("causal") == ["causal"]
+    assert train_data.layer_pattern("lambda*3+causal") == ["lambda"] * 3 + ["causal"]
+    for bad, why in (("lambda*0", "positive"), ("sliding", "'sliding' is not one of"), ("causal+", "'' is not one of")):
+        with pytest.raises(ValueError, match=why):
+            train_data.layer_pattern(bad)
+    step = next(train_data.steps(train_data.text_corpus(), 600, 150, 5, "lambda*2+shared_question"))
+    assert list(step.kind_masks) == ["lambda", "shared_question"] and step.masks == step.kind_masks["lambda"]
+    assert {spec[0] for spec in step.kind_masks["shared_question"]} <= {"shared_question", "causal"}
 
 
 def test_mask_functions_match_dcp_reference():
