@@ -95,7 +95,7 @@ def plan_rows(files, prefix="plan", figures=rates):
     the runs measured it)."""
     acc = {}
     for name, obj in files.items():
-        m = re.fullmatch(prefix + r"_([A-Z])_(.+)_([A-Z]{2,})\.json", name)
+        m = re.fullmatch(prefix + r"_([A-Z])_(.+)_([A-Z]+[0-9]*)\.json", name)
         if not m:
             continue
         f = figures(obj["rows"][0])

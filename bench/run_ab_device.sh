@@ -92,8 +92,10 @@ for det in $dets; do
   prefix=plan one=0
   [ $det = 1 ] && prefix=detplan
   [ $det = 2 ] && prefix=det1plan one=1
+  n=0
   for order in ${variants_plans:+"$variants_plans"} ${reversed:+"$reversed"}; do
-    tag=$(echo $order | tr -d ' ')
+    n=$((n + 1))
+    tag=$(echo $order | tr -d ' ')$n  # the order, numbered: one variant's two orders stay apart
     for m in causal lambda causal_blockwise shared_question; do
       for v in $order; do
         say "$prefix $v $m"

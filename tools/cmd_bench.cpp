@@ -128,13 +128,23 @@ struct Row {
 
 // Runs `pass` (one step of one pass, all layers, synchronized) `iters` times and reads the energy
 // counter of `meter` around them (null on ranks that do not measure: they only run the steps).
+// The driver updates the counter every few tens of milliseconds, so a window of a few hundred
+// milliseconds reads up to 10 % off (a 0.3 s window of short steps measured 780 W on a 700 W
+// GPU): on one rank the steps go on, in whole steps, until they fill kMinEnergySeconds. Several
+// ranks run exactly `iters` steps: each must run as many as the others (their collectives pair
+// up), and no rank's clock decides for the others.
+constexpr double kMinEnergySeconds = 2.0;
 template <typename F>
-std::optional<Row::Energy> measure_energy(const GpuEnergyMeter* meter, int iters, int layers, F&& pass) {
+std::optional<Row::Energy> measure_energy(const Comm& comm, const GpuEnergyMeter* meter, int iters, int layers,
+                                          F&& pass) {
   const std::optional<uint64_t> e0 = meter != nullptr ? meter->energy_mj() : std::nullopt;
   const auto t0 = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   std::vector<double> mhz;
-  for (int i = 0; i < iters; ++i) {
+  int done = 0;
+  while (done < iters || (comm.world_size() == 1 && elapsed() < kMinEnergySeconds)) {
     pass();
+    ++done;
     if (meter != nullptr)
       if (const auto c = meter->sm_clock_mhz()) mhz.push_back(*c);
   }
@@ -143,7 +153,7 @@ std::optional<Row::Energy> measure_energy(const GpuEnergyMeter* meter, int iters
   if (!e0 || !e1 || seconds <= 0) return std::nullopt;
   std::sort(mhz.begin(), mhz.end());
   const double joules = static_cast<double>(*e1 - *e0) / 1e3;
-  return Row::Energy{joules / (iters * layers), joules / seconds, mhz.empty() ? 0.0 : mhz[mhz.size() / 2]};
+  return Row::Energy{joules / (done * layers), joules / seconds, mhz.empty() ? 0.0 : mhz[mhz.size() / 2]};
 }
 
 Plan make_plan(const std::string& method, const Batch& batch, const BenchArgs& args, const Cluster& cluster,
@@ -266,11 +276,11 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
   if (args.energy_iters > 0) {
     // Every rank runs the steps (their collectives pair up); rank 0 reads its GPU's counter.
     progress("energy");
-    row.fwd_energy = measure_energy(meter, args.energy_iters, args.layers, [&] {
+    row.fwd_energy = measure_energy(comm, meter, args.energy_iters, args.layers, [&] {
       for (int l = 0; l < args.layers; ++l) exec.forward_layer(l);
       backend.synchronize();
     });
-    row.bwd_energy = measure_energy(meter, args.energy_iters, args.layers, [&] {
+    row.bwd_energy = measure_energy(comm, meter, args.energy_iters, args.layers, [&] {
       for (int l = args.layers - 1; l >= 0; --l) exec.backward_layer(l);
       backend.synchronize();
     });
@@ -472,7 +482,8 @@ void register_bench(CLI::App& app, Runner& runner) {
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
   sub->add_option("--energy-iters", args->energy_iters,
                   "After the timed steps, N more steps of each pass with GPU 0's energy counter (NVML) read around "
-                  "them: joules per layer, watts, SM clock and TFLOP per kJ (choose N for a second or more)")
+                  "them: joules per layer, watts, SM clock and TFLOP per kJ (on one rank, more steps until they fill 2 s: the "
+                  "counter's updates would blur a shorter window; on several, exactly N: choose N for 2 s or more)")
       ->capture_default_str()
       ->check(int_range(0, 100000));
   sub->add_flag("--dcp-only", args->dcp_only,

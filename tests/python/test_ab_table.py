@@ -125,3 +125,19 @@ def test_energy_of_whole_plans(tmp_path, capsys):
     assert len(t["plans"]) == 2
     assert "energy (AB_ENERGY): TFLOP per kJ" in capsys.readouterr().out
 
+
+
+def test_one_variant_with_numbered_orders(tmp_path, capsys):
+    # A call of variant A alone (AB_VARIANTS=A: energy or absolute figures): its two orders are
+    # numbered so that neither overwrites the other, and both count.
+    def with_energy(fwd, bwd, bkj):
+        p = plan(fwd, bwd)
+        p["rows"][0]["bwd_energy"] = {"joules_per_layer": 2.0, "watts": 690, "sm_clock_mhz": 1650, "tflop_per_kj": bkj}
+        p["rows"][0]["fwd_energy"] = {"joules_per_layer": 1.0, "watts": 690, "sm_clock_mhz": 1700, "tflop_per_kj": 800}
+        return p
+    t = table(tmp_path, {"kernels_A_1.json": kernels(500, 400),
+                         "plan_A_lambda_A1.json": with_energy(500, 400, 600), "plan_A_lambda_A2.json": with_energy(520, 420, 620)})
+    (p,) = t["plans"]
+    assert p["fwd_A"] == pytest.approx(510) and p["bwd_A"] == pytest.approx(410)
+    (e,) = t["plans_tflop_per_kj"]
+    assert e["bwd_A"] == pytest.approx(610)
