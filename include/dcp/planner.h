@@ -182,7 +182,8 @@ Plan plan_step(const Batch& batch, const Cluster& cluster, const StepPlanOptions
 // tie) as plan_step does, cuts every other kind into the same token blocks and places its tiles
 // on the lead's token homes (place_tiles_on_homes, starting from the lead's device of the same
 // tile where the lead has it, else the home of its query block), then schedules it with the
-// lead's plan options. Returns one plan per kind, in the order given; every plan's owned blocks
+// lead's plan options. A static lead places every kind by its own rule where that keeps the
+// lead's token blocks and homes (place_by_method). Returns one plan per kind, in the order given; every plan's owned blocks
 // (dispatch order) are the same on every device. Throws InvalidInput naming the kind when the
 // kinds differ in shape or sequence lengths, or a batch is invalid.
 std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,

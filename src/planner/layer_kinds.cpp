@@ -36,6 +36,15 @@ void check_same_sequences(const std::vector<Batch>& kinds) {
   }
 }
 
+bool same_token_blocks(const BlockTable& a, const BlockTable& b) {
+  if (a.token_blocks.size() != b.token_blocks.size()) return false;
+  for (size_t i = 0; i < a.token_blocks.size(); ++i) {
+    const TokenBlock &x = a.token_blocks[i], &y = b.token_blocks[i];
+    if (x.seq != y.seq || x.begin != y.begin || x.length != y.length) return false;
+  }
+  return true;
+}
+
 // The lead table's token blocks, as cuts per sequence.
 std::vector<std::vector<int64_t>> cuts_of(const BlockTable& table) {
   std::vector<std::vector<int64_t>> cuts(static_cast<size_t>(table.num_sequences()));
@@ -72,6 +81,7 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
   for (size_t k = 1; k < kinds.size(); ++k)
     if (kinds[k].mask_area() > kinds[lead].mask_area()) lead = k;
   std::vector<Plan> plans(kinds.size());
+  int64_t lead_block_size = options.blocks.block_size;
   // The other kinds' tiles are balanced as the lead's were: its tolerance and tile weights.
   PlacementOptions placement = options.placement;
   if (options.search_candidates) {
@@ -82,6 +92,7 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
     if (so.balance_time && placement.tile_cost.is_flops())
       placement.tile_cost = tile_cost_from(so.calibration ? *so.calibration : calibration_from_cluster(cluster));
     placement.eps_compute = planned.chosen.eps_compute;
+    lead_block_size = planned.chosen.block_size;
     plans[lead] = std::move(planned.plan);
   } else {
     plans[lead] = plan_step(kinds[lead], cluster, options);
@@ -92,6 +103,18 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
   const std::vector<std::vector<int64_t>> cuts = cuts_of(lp.table);
   for (size_t k = 0; k < kinds.size(); ++k) {
     if (k == lead) continue;
+    // A static layout places every kind by its own rule where that rule keeps the lead's token
+    // blocks and homes (ring, zigzag, Ulysses and a2a_p2p cut by length alone; packing balances
+    // compute, so its homes can move with the mask): the baseline stays what it claims to be.
+    if (lp.header.method != "dcp") {
+      BlockOptions own = options.blocks;
+      own.block_size = lead_block_size;
+      PlacedMethod placed = place_by_method(lp.header.method, kinds[k], own, cluster, placement);
+      if (same_token_blocks(placed.placed.table, lp.table) && placed.placed.placement.block_home == lp.placement.block_home) {
+        plans[k] = build_plan(placed.placed.table, placed.placed.placement, cluster, lp.header.options);
+        continue;
+      }
+    }
     BlockTable table;
     if (lp.table.block_size > 0) {
       blocks.block_size = lp.table.block_size;

@@ -82,6 +82,19 @@ TEST(LayerKinds, ASinkSplitOrAStaticLayoutOfTheLeadCutsEveryKind) {
   }
 }
 
+TEST(LayerKinds, AStaticLayoutPlacesEveryKindByItsOwnRule) {
+  // zigzag cuts and homes depend on the lengths alone: the window kind's plan is the layout's own.
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  StepPlanOptions o;
+  o.method = "zigzag";
+  o.blocks.block_size = 512;
+  const std::vector<Batch> kinds = window_and_global(13, 16384);
+  const std::vector<Plan> plans = plan_step_kinds(kinds, cluster, o);
+  EXPECT_EQ(plans[0].header.method, "zigzag");
+  EXPECT_EQ(plan_hash(plans[0]), plan_hash(plan_step(kinds[0], cluster, o)));
+  expect_same_tokens(plans);
+}
+
 TEST(LayerKinds, OneKindIsPlanStep) {
   const Cluster cluster = cluster_preset("h200-nvl", 1);
   StepPlanOptions o;
