@@ -8,6 +8,10 @@
 
 The model sees one sequence of this rank's tokens (batch size 1); masks come from the plan, so
 no attention mask is built. Position ids must be the plan's positions (RoPE per document).
+
+Models whose layers attend differently (config.layer_types: "full_attention" and
+"sliding_attention", as Qwen2, Mistral-style and Gemma configs name them): plan each step with
+`dcp.hf.layer_kinds(config)` as the masks; every layer then runs the plan of its own type.
 """
 from __future__ import annotations
 
@@ -51,8 +55,49 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
                          "this rank's tokens (batch size 1)")
     # [1, heads, tokens, dim] -> [tokens, heads, dim]: a strided view, no copy.
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
-    o = dcp_torch.attention(q, k, v, plan, getattr(module, "layer_idx", 0) or 0)
+    o = dcp_torch.attention(q, k, v, _plan_of_layer(plan, module), getattr(module, "layer_idx", 0) or 0)
     return o.unsqueeze(0), None  # [1, tokens, heads, dim], no weights
+
+
+def _plan_of_layer(plan: Any, module: torch.nn.Module):
+    """The plan this layer runs: with layer kinds (dcp.LayerKinds), the kind named by the layer's
+    type (module.layer_type, else config.layer_types[layer_idx])."""
+    kinds = getattr(plan, "kinds", ())
+    if not kinds:
+        return plan
+    kind = getattr(module, "layer_type", None)
+    if kind is None:
+        types = getattr(getattr(module, "config", None), "layer_types", None)
+        idx = getattr(module, "layer_idx", None)
+        kind = types[idx] if types is not None and idx is not None else None
+    if kind not in kinds:
+        raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} is of type {kind!r}, "
+                         f"but the plan's layer kinds are {list(kinds)} (plan with dcp.hf.layer_kinds(config))")
+    return plan.kind(kind)
+
+
+def layer_kinds(config: Any, full: Any = None) -> Any:
+    """The masks of a model whose config names each layer's type (config.layer_types), as
+    dcp.LayerKinds: "full_attention" layers causal (or `full`: any dcp mask, one for every
+    document or one per document), "sliding_attention" layers causal within config.sliding_window
+    keys (the row itself included, no sink: dcp.masks.lambda_mask(0, window)). Pass it to
+    Planner.submit as the masks."""
+    from .masks import causal, lambda_mask
+    from .planner import LayerKinds
+
+    types = list(dict.fromkeys(getattr(config, "layer_types", None) or ["full_attention"]))
+    masks = {}
+    for t in types:
+        if t == "full_attention":
+            masks[t] = full if full is not None else causal()
+        elif t == "sliding_attention":
+            window = getattr(config, "sliding_window", None)
+            if not window:
+                raise ValueError("layer_kinds: sliding_attention layers, but config.sliding_window is not set")
+            masks[t] = lambda_mask(0, int(window))
+        else:
+            raise ValueError(f"layer_kinds: layer type {t!r} has no dcp mask (full_attention and sliding_attention do)")
+    return LayerKinds(masks)
 
 
 def _no_mask(*args: Any, **kwargs: Any):

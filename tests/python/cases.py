@@ -179,18 +179,7 @@ def llama_dcp_case(rank, world):
 
 def llama_eager_reference():
     """The same loss with eager attention, one document at a time (no packing involved)."""
-    model = tiny_llama("eager")
-    lengths, ids, labels = llama_docs()
-    targets = int((labels != -100).sum())
-    start, total = 0, 0.0
-    for n in lengths:
-        logits = model(input_ids=ids[start:start + n][None]).logits[0]
-        loss = torch.nn.functional.cross_entropy(logits, labels[start:start + n], ignore_index=-100,
-                                                 reduction="sum") / targets
-        loss.backward()
-        total += float(loss.detach())
-        start += n
-    return {"loss": torch.tensor(total), "grads": {n: p.grad for n, p in model.named_parameters()}}
+    return eager_reference(tiny_llama("eager"))
 
 
 def kinds_case(rank, world, seed, method):
@@ -212,3 +201,59 @@ def kinds_case(rank, world, seed, method):
            (("o_global", o_global), ("o_local", o_local), ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad))}
     out.update(kinds=list(plan.kinds), same_rows=same_rows)
     return out
+
+
+def tiny_qwen2(attn: str):
+    """A Qwen2 whose first layer attends within a sliding window of 8 keys and second globally."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    import dcp.hf
+
+    dcp.hf.register()
+    torch.manual_seed(4321)
+    config = Qwen2Config(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                         attention_dropout=0.0, tie_word_embeddings=False, use_sliding_window=True,
+                         sliding_window=8, max_window_layers=0,
+                         layer_types=["sliding_attention", "full_attention"])
+    config._attn_implementation = attn
+    return Qwen2ForCausalLM(config).float()
+
+
+def qwen2_dcp_case(rank, world):
+    """tiny_qwen2's loss and gradients through attn_implementation='dcp', planned with
+    dcp.hf.layer_kinds (one plan per layer type on one token placement)."""
+    import torch.distributed as dist
+
+    import dcp.hf
+
+    model = tiny_qwen2("dcp")
+    lengths, ids, labels = llama_docs()
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")
+    planner.submit(0, lengths, dcp.hf.layer_kinds(model.config))
+    plan = planner.get(0)
+    logits = model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan).logits[0]
+    loss = torch.nn.functional.cross_entropy(logits, plan.dispatch(labels), ignore_index=-100, reduction="sum")
+    loss = loss / plan.num_targets(labels)
+    loss.backward()
+    total = loss.detach().clone()
+    if world > 1:
+        dist.all_reduce(total)
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+    return {"loss": total, "grads": {n: p.grad for n, p in model.named_parameters()}, "kinds": list(plan.kinds)}
+
+
+def eager_reference(model):
+    """The loss of `model` (eager attention) one document at a time, and its gradients."""
+    lengths, ids, labels = llama_docs()
+    targets = int((labels != -100).sum())
+    start, total = 0, 0.0
+    for n in lengths:
+        logits = model(input_ids=ids[start:start + n][None]).logits[0]
+        loss = torch.nn.functional.cross_entropy(logits, labels[start:start + n], ignore_index=-100,
+                                                 reduction="sum") / targets
+        loss.backward()
+        total += float(loss.detach())
+        start += n
+    return {"loss": torch.tensor(total), "grads": {n: p.grad for n, p in model.named_parameters()}}

@@ -1,20 +1,55 @@
-"""A Hugging Face Llama (tiny config, random init) with attn_implementation="dcp" on 2 CPU ranks
-gives the loss and gradients of the same model with eager attention on one rank."""
+"""Hugging Face models with attn_implementation="dcp" on 1 and 2 CPU ranks give the loss and
+gradients of the same model with eager attention on one rank: a Llama (tiny config, random init),
+and a Qwen2 whose layers alternate a sliding window and global attention (planned as layer kinds,
+dcp.hf.layer_kinds)."""
 import pytest
 import torch
 
 pytest.importorskip("transformers")
 
 import cases
+import dcp
 from ranks import run_ranks
 from reference import rel_error
 
 
-@pytest.mark.parametrize("world", [1, 2])
-def test_llama_dcp_matches_eager(world):
-    want = cases.llama_eager_reference()
-    for r, got in enumerate(run_ranks(world, cases.llama_dcp_case)):
+def check(got_all, want):
+    for r, got in enumerate(got_all):
         assert abs(float(got["loss"]) - float(want["loss"])) < 1e-5 * abs(float(want["loss"])), (got["loss"], want["loss"])
         for name, g in want["grads"].items():
             err = rel_error(got["grads"][name], g)
             assert err < 1e-4, f"rank {r} {name}: relative gradient error {err:.3g}"
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_llama_dcp_matches_eager(world):
+    check(run_ranks(world, cases.llama_dcp_case), cases.llama_eager_reference())
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_sliding_and_global_layers_match_eager(world):
+    got = run_ranks(world, cases.qwen2_dcp_case)
+    assert got[0]["kinds"] == ["sliding_attention", "full_attention"]
+    check(got, cases.eager_reference(cases.tiny_qwen2("eager")))
+
+
+def test_layer_kinds_of_a_config():
+    import dcp.hf
+    from transformers import LlamaConfig
+
+    model = cases.tiny_qwen2("eager")
+    kinds = dcp.hf.layer_kinds(model.config)
+    assert list(kinds) == ["sliding_attention", "full_attention"]
+    assert kinds["sliding_attention"] == dcp.masks.lambda_mask(0, 8) and kinds["full_attention"] == dcp.masks.causal()
+    assert list(dcp.hf.layer_kinds(LlamaConfig(num_hidden_layers=2))) == ["full_attention"]
+    model.config.sliding_window = None
+    with pytest.raises(ValueError, match="sliding_window is not set"):
+        dcp.hf.layer_kinds(model.config)
+    # A plan of other kinds than the model's layer types is refused, naming both.
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 16}, shape=(4, 2, 32), dtype="fp32")
+    planner.submit(0, [30, 20], dcp.LayerKinds({"global": "causal", "local": dcp.masks.lambda_mask(0, 8)}))
+    plan = planner.get(0)
+    model = cases.tiny_qwen2("dcp")
+    ids = torch.randint(0, 64, (50,))
+    with pytest.raises(ValueError, match="is of type 'sliding_attention', but the plan's layer kinds are"):
+        model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan)
