@@ -153,17 +153,19 @@ def llama_docs():
     return lengths, ids, labels
 
 
-def llama_dcp_case(rank, world):
+def hf_dcp_case(rank, world, model_name):
     """Loss and gradients of the packed batch through attn_implementation='dcp' on `world` ranks
-    (gradients summed over ranks, as data parallelism does)."""
+    (gradients summed over ranks, as data parallelism does): tiny_llama planned causal, or
+    tiny_qwen2 planned with dcp.hf.layer_kinds (one plan per layer type on one token placement)."""
     import torch.distributed as dist
 
     import dcp.hf
 
-    model = tiny_llama("dcp")
+    model = {"llama": tiny_llama, "qwen2": tiny_qwen2}[model_name]("dcp")
+    masks = dcp.hf.layer_kinds(model.config) if model_name == "qwen2" else dcp.masks.causal()
     lengths, ids, labels = llama_docs()
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")
-    planner.submit(0, lengths, dcp.masks.causal())
+    planner.submit(0, lengths, masks)
     plan = planner.get(0)
     logits = model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan).logits[0]
     loss = torch.nn.functional.cross_entropy(logits, plan.dispatch(labels), ignore_index=-100, reduction="sum")
@@ -174,7 +176,7 @@ def llama_dcp_case(rank, world):
         dist.all_reduce(total)
         for p in model.parameters():
             dist.all_reduce(p.grad)
-    return {"loss": total, "grads": {n: p.grad for n, p in model.named_parameters()}}
+    return {"loss": total, "grads": {n: p.grad for n, p in model.named_parameters()}, "kinds": list(plan.kinds)}
 
 
 def llama_eager_reference():
@@ -218,30 +220,6 @@ def tiny_qwen2(attn: str):
                          layer_types=["sliding_attention", "full_attention"])
     config._attn_implementation = attn
     return Qwen2ForCausalLM(config).float()
-
-
-def qwen2_dcp_case(rank, world):
-    """tiny_qwen2's loss and gradients through attn_implementation='dcp', planned with
-    dcp.hf.layer_kinds (one plan per layer type on one token placement)."""
-    import torch.distributed as dist
-
-    import dcp.hf
-
-    model = tiny_qwen2("dcp")
-    lengths, ids, labels = llama_docs()
-    planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")
-    planner.submit(0, lengths, dcp.hf.layer_kinds(model.config))
-    plan = planner.get(0)
-    logits = model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan).logits[0]
-    loss = torch.nn.functional.cross_entropy(logits, plan.dispatch(labels), ignore_index=-100, reduction="sum")
-    loss = loss / plan.num_targets(labels)
-    loss.backward()
-    total = loss.detach().clone()
-    if world > 1:
-        dist.all_reduce(total)
-        for p in model.parameters():
-            dist.all_reduce(p.grad)
-    return {"loss": total, "grads": {n: p.grad for n, p in model.named_parameters()}, "kinds": list(plan.kinds)}
 
 
 def eager_reference(model):

@@ -23,12 +23,12 @@ def check(got_all, want):
 
 @pytest.mark.parametrize("world", [1, 2])
 def test_llama_dcp_matches_eager(world):
-    check(run_ranks(world, cases.llama_dcp_case), cases.llama_eager_reference())
+    check(run_ranks(world, cases.hf_dcp_case, "llama"), cases.llama_eager_reference())
 
 
 @pytest.mark.parametrize("world", [1, 2])
 def test_sliding_and_global_layers_match_eager(world):
-    got = run_ranks(world, cases.qwen2_dcp_case)
+    got = run_ranks(world, cases.hf_dcp_case, "qwen2")
     assert got[0]["kinds"] == ["sliding_attention", "full_attention"]
     check(got, cases.eager_reference(cases.tiny_qwen2("eager")))
 
