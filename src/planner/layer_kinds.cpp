@@ -92,7 +92,7 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
     if (so.balance_time && placement.tile_cost.is_flops())
       placement.tile_cost = tile_cost_from(so.calibration ? *so.calibration : calibration_from_cluster(cluster));
     placement.eps_compute = planned.chosen.eps_compute;
-    lead_block_size = planned.chosen.block_size;
+    if (planned.chosen.block_size > 0) lead_block_size = planned.chosen.block_size;  // 0: a layout's own cuts
     plans[lead] = std::move(planned.plan);
   } else {
     plans[lead] = plan_step(kinds[lead], cluster, options);

@@ -95,6 +95,23 @@ TEST(LayerKinds, AStaticLayoutPlacesEveryKindByItsOwnRule) {
   expect_same_tokens(plans);
 }
 
+TEST(LayerKinds, TheSearchMayChooseAStaticLayoutForTheLead) {
+  // On two devices the static layouts are search candidates; whichever wins the lead, every kind
+  // gets a valid plan on its token placement.
+  const Cluster cluster = cluster_preset("h200-nvl", 1);
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    StepPlanOptions o;
+    o.search_candidates = true;
+    o.search.block_sizes = {256, 512};
+    Cluster two = cluster;
+    two.devices_per_node = 2;
+    const std::vector<Batch> kinds = window_and_global(seed, 4096);
+    const std::vector<Plan> plans = plan_step_kinds(kinds, two, o);
+    for (const Plan& p : plans) EXPECT_TRUE(validate_plan(p).empty()) << "seed " << seed << " " << p.header.method;
+    expect_same_tokens(plans);
+  }
+}
+
 TEST(LayerKinds, OneKindIsPlanStep) {
   const Cluster cluster = cluster_preset("h200-nvl", 1);
   StepPlanOptions o;
