@@ -330,10 +330,13 @@ def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_n
     if mode == "torch":
         return TorchCPBackend(args.mask, args.sink, args.window, device, world)
     threads = args.plan_threads or (4 if device.type == "cuda" else 1)
+    pattern = train_data.layer_pattern(args.mask)
+    if len(set(pattern[i % len(pattern)] for i in range(cfg.layers))) < len(set(pattern)):
+        raise ValueError(f"mask '{args.mask}': the model's {cfg.layers} layers leave a kind of the pattern unused")
     return DcpBackend(mode, (cfg.q_heads, cfg.kv_heads, cfg.head_dim), dtype_name, device, args.block_size,
                       args.stages, threads, args.lookahead, args.cluster, args.outputs_in_place,
                       [int(b) for b in args.search_blocks.split(",")] if args.search_blocks else None,
-                      train_data.layer_pattern(args.mask))
+                      [pattern[i % len(pattern)] for i in range(cfg.layers)])
 
 
 def max_over_mean(values: List[float]) -> float:

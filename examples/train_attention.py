@@ -94,10 +94,11 @@ class DcpBackend:
                  outputs_in_place: Optional[bool] = None, search_blocks: Optional[List[int]] = None,
                  layer_kinds: Optional[List[str]] = None):
         self.method = method
-        # Layers of several mask kinds (train_data.layer_pattern): each step is planned as
-        # dcp.LayerKinds, one plan per kind on one token placement; layer i runs the plan of
-        # layer_kinds[i % len(layer_kinds)].
+        # Layers of several mask kinds (the model's kind of every layer, train_data.layer_pattern):
+        # each step is planned as dcp.LayerKinds weighed by the layers of each kind, one plan per
+        # kind on one token placement; layer i runs the plan of layer_kinds[i].
         self.layer_kinds = layer_kinds if layer_kinds and len(set(layer_kinds)) > 1 else None
+        self.kind_layers = {k: layer_kinds.count(k) for k in dict.fromkeys(layer_kinds)} if self.layer_kinds else None
         self.device = device
         self.nodes = _NodeRecorder()
         options = {"method": method, "block_size": block_size, "stages": stages}
@@ -109,7 +110,8 @@ class DcpBackend:
                                    shape=shape, dtype=dtype, threads=threads, lookahead=lookahead)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
-        items = ((s.lengths, dcp.LayerKinds(s.kind_masks) if self.layer_kinds else s.masks, s) for s in steps)
+        items = ((s.lengths, dcp.LayerKinds(s.kind_masks, layers=self.kind_layers) if self.layer_kinds else s.masks, s)
+                 for s in steps)
         plans = self.planner.iterate(items)
         self._ahead = _OneAhead(plans)
         try:

@@ -178,16 +178,19 @@ Plan plan_step(const Batch& batch, const Cluster& cluster, const StepPlanOptions
 // A model whose layers attend with different masks (sliding-window layers between global ones, as
 // recent models interleave them) runs one plan per layer kind, and every kind's plan must hold
 // the same tokens on every device in the same order: the layers between attentions see whole
-// tokens. plan_step_kinds plans the kind with the most attention work (mask area; the first on a
-// tie) as plan_step does, cuts every other kind into the same token blocks and places its tiles
-// on the lead's token homes (place_tiles_on_homes, starting from the lead's device of the same
-// tile where the lead has it, else the home of its query block), then schedules it with the
-// lead's plan options. A static lead places every kind by its own rule where that keeps the
-// lead's token blocks and homes (place_by_method). Returns one plan per kind, in the order given; every plan's owned blocks
-// (dispatch order) are the same on every device. Throws InvalidInput naming the kind when the
-// kinds differ in shape or sequence lengths, or a batch is invalid.
+// tokens. plan_step_kinds plans the kind with the most attention work (mask area x its layers;
+// the first on a tie) as plan_step does, cuts every other kind into the same token blocks and
+// places its tiles on the lead's token homes (place_tiles_on_homes, starting from the lead's device
+// of the same tile where the lead has it, else the home of its query block), then schedules it
+// with the lead's plan options. A static lead places every kind by its own rule where that keeps
+// the lead's token blocks and homes (place_by_method). With the candidate search, every block
+// size is tried this way and the one whose plans are predicted fastest over all layers (each
+// kind's forward + backward x its layers) is kept. `layers`: the layers of each kind (empty: one
+// each). Returns one plan per kind, in the order given; every plan's owned blocks (dispatch order)
+// are the same on every device. Throws InvalidInput naming the kind when the kinds differ in
+// shape or sequence lengths, a batch is invalid, or a layer count is not positive.
 std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
-                                  const StepPlanOptions& options);
+                                  const StepPlanOptions& options, const std::vector<double>& layers = {});
 
 // Plans steps ahead of training on a pool of threads. submit() returns at once; get() blocks only
 // until that step's plan is ready and hands it over (the queue keeps no reference after that).
@@ -209,9 +212,10 @@ class PlanQueue {
 
   // Throws InvalidInput if `step` was already submitted and not yet taken by get().
   void submit(int64_t step, Batch batch);
-  // The step's layer kinds (plan_step_kinds), planned on one token placement: get_kinds returns
-  // one plan per kind, in the order given. Throws InvalidInput if `kinds` is empty.
-  void submit_kinds(int64_t step, std::vector<Batch> kinds);
+  // The step's layer kinds (plan_step_kinds, with `layers` per kind), planned on one token
+  // placement: get_kinds returns one plan per kind, in the order given. Throws InvalidInput if
+  // `kinds` is empty.
+  void submit_kinds(int64_t step, std::vector<Batch> kinds, std::vector<double> layers = {});
   // Throws InvalidInput if `step` was never submitted (or was submitted with submit_kinds);
   // Timeout after timeout_s seconds.
   std::shared_ptr<const Plan> get(int64_t step, double timeout_s = 600.0);
@@ -223,7 +227,7 @@ class PlanQueue {
   const Cluster& cluster() const;
 
  private:
-  void enqueue(int64_t step, std::vector<Batch> kinds, bool layered);
+  void enqueue(int64_t step, std::vector<Batch> kinds, std::vector<double> layers, bool layered);
   std::vector<std::shared_ptr<const Plan>> take(int64_t step, double timeout_s, bool layered);
   struct State;
   std::unique_ptr<State> state_;

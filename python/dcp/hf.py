@@ -78,14 +78,15 @@ def _plan_of_layer(plan: Any, module: torch.nn.Module):
 
 def layer_kinds(config: Any, full: Any = None) -> Any:
     """The masks of a model whose config names each layer's type (config.layer_types), as
-    dcp.LayerKinds: "full_attention" layers causal (or `full`: any dcp mask, one for every
+    dcp.LayerKinds weighed by how many layers each type has: "full_attention" layers causal (or `full`: any dcp mask, one for every
     document or one per document), "sliding_attention" layers causal within config.sliding_window
     keys (the row itself included, no sink: dcp.masks.lambda_mask(0, window)). Pass it to
     Planner.submit as the masks."""
     from .masks import causal, lambda_mask
     from .planner import LayerKinds
 
-    types = list(dict.fromkeys(getattr(config, "layer_types", None) or ["full_attention"]))
+    layer_types = list(getattr(config, "layer_types", None) or ["full_attention"])
+    types = list(dict.fromkeys(layer_types))
     masks = {}
     for t in types:
         if t == "full_attention":
@@ -97,7 +98,7 @@ def layer_kinds(config: Any, full: Any = None) -> Any:
             masks[t] = lambda_mask(0, int(window))
         else:
             raise ValueError(f"layer_kinds: layer type {t!r} has no dcp mask (full_attention and sliding_attention do)")
-    return LayerKinds(masks)
+    return LayerKinds(masks, layers={t: layer_types.count(t) for t in types})
 
 
 def _no_mask(*args: Any, **kwargs: Any):

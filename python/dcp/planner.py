@@ -64,15 +64,26 @@ class LayerKinds(dict):
     value what `Planner.submit` takes as masks (one spec for every document, or one per document),
     e.g. LayerKinds({"global": "causal", "local": dcp.masks.lambda_mask(64, 4096)}). Every kind is
     planned on one token placement: each rank holds the same tokens, in the same order, for every
-    kind, and `plan.kind(name)` is the plan that kind's layers run (dcp.torch.attention)."""
+    kind, and `plan.kind(name)` is the plan that kind's layers run (dcp.torch.attention).
+    `layers` ({name: how many layers}, default one each) weighs the kinds: the kind with the most
+    attention work over its layers leads the placement, and the block-size search (option
+    `search`) keeps the size whose plans are predicted fastest over all layers."""
 
-    def __init__(self, kinds: Any = (), **named: Any):
-        super().__init__(kinds, **named)
+    def __init__(self, kinds: Any, *, layers: Optional[Dict[str, float]] = None):
+        super().__init__(kinds)
         if not self:
             raise ValueError("LayerKinds: no layer kinds")
         for name in self:
             if not isinstance(name, str):
                 raise TypeError(f"LayerKinds: kind names are strings, got {name!r}")
+        self.layers = None
+        if layers is not None:
+            if set(layers) != set(self):
+                raise ValueError(f"LayerKinds: layers names kinds {sorted(layers)}, the kinds are {sorted(self)}")
+            for name, n in layers.items():
+                if not n > 0:
+                    raise ValueError(f"LayerKinds: kind {name!r} has {n} layers (must be > 0)")
+            self.layers = [float(layers[name]) for name in self]
 
 
 class StepPlan:
@@ -262,7 +273,7 @@ class Planner:
                 raise TypeError(f"step {step}: layer kinds take the documents' lengths, not a dcp.Batch")
             kinds = [make_batch(lengths, m, self.shape, self.dtype, validate=False) for m in masks.values()]
             if self._queue is not None:
-                self._queue.submit_kinds(step, kinds)
+                self._queue.submit_kinds(step, kinds, masks.layers or [])
             self._kind_names[step] = list(masks)
         else:
             if isinstance(lengths, _dcp.Batch):

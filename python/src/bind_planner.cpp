@@ -142,18 +142,20 @@ void bind_planner(nb::module_& m) {
 
   m.def(
       "plan_step_kinds",
-      [](const std::vector<Batch>& kinds, const Cluster& cluster, const StepPlanOptions& options) {
+      [](const std::vector<Batch>& kinds, const Cluster& cluster, const StepPlanOptions& options,
+         const std::vector<double>& layers) {
         std::vector<std::shared_ptr<const Plan>> out;
-        for (Plan& p : plan_step_kinds(kinds, cluster, options)) out.push_back(std::make_shared<const Plan>(std::move(p)));
+        for (Plan& p : plan_step_kinds(kinds, cluster, options, layers)) out.push_back(std::make_shared<const Plan>(std::move(p)));
         return out;
       },
-      nb::arg("kinds"), nb::arg("cluster"), nb::arg("options"), nb::call_guard<nb::gil_scoped_release>());
+      nb::arg("kinds"), nb::arg("cluster"), nb::arg("options"), nb::arg("layers") = std::vector<double>{},
+      nb::call_guard<nb::gil_scoped_release>());
 
   nb::class_<PlanQueue>(m, "PlanQueue")
       .def(nb::init<Cluster, StepPlanOptions, int>(), nb::arg("cluster"), nb::arg("options"), nb::arg("threads"))
       .def("submit", &PlanQueue::submit, nb::arg("step"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>())
       .def("submit_kinds", &PlanQueue::submit_kinds, nb::arg("step"), nb::arg("kinds"),
-           nb::call_guard<nb::gil_scoped_release>())
+           nb::arg("layers") = std::vector<double>{}, nb::call_guard<nb::gil_scoped_release>())
       .def("get", &PlanQueue::get, nb::arg("step"), nb::arg("timeout_s") = 600.0,
            nb::call_guard<nb::gil_scoped_release>())
       .def("get_kinds", &PlanQueue::get_kinds, nb::arg("step"), nb::arg("timeout_s") = 600.0,

@@ -1,4 +1,6 @@
 // plan_step_kinds: the plans of several layer kinds (masks) over one token placement.
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -71,32 +73,13 @@ std::vector<int32_t> start_devices(const BlockTable& table, const Plan& lead) {
 
 }  // namespace
 
-std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
-                                  const StepPlanOptions& options) {
-  if (kinds.empty()) raise(ErrorKind::InvalidInput, "plan_step_kinds: no layer kinds");
-  options.validate();
-  cluster.validate("cluster");
-  check_same_sequences(kinds);
-  size_t lead = 0;
-  for (size_t k = 1; k < kinds.size(); ++k)
-    if (kinds[k].mask_area() > kinds[lead].mask_area()) lead = k;
-  std::vector<Plan> plans(kinds.size());
-  int64_t lead_block_size = options.blocks.block_size;
-  // The other kinds' tiles are balanced as the lead's were: its tolerance and tile weights.
-  PlacementOptions placement = options.placement;
-  if (options.search_candidates) {
-    options.blocks.validate(kinds[lead].shape);
-    PlannedBatch planned = plan_batch(kinds[lead], cluster, options.search);
-    const PlannerOptions& so = options.search;
-    placement = so.placement;
-    if (so.balance_time && placement.tile_cost.is_flops())
-      placement.tile_cost = tile_cost_from(so.calibration ? *so.calibration : calibration_from_cluster(cluster));
-    placement.eps_compute = planned.chosen.eps_compute;
-    if (planned.chosen.block_size > 0) lead_block_size = planned.chosen.block_size;  // 0: a layout's own cuts
-    plans[lead] = std::move(planned.plan);
-  } else {
-    plans[lead] = plan_step(kinds[lead], cluster, options);
-  }
+namespace {
+
+// Every kind's plan given the lead's: the other kinds cut into the lead's token blocks and placed
+// on its homes (or by the lead's static layout where that keeps them), scheduled as the lead is.
+void plan_other_kinds(const std::vector<Batch>& kinds, size_t lead, const Cluster& cluster,
+                      const StepPlanOptions& options, const PlacementOptions& placement, int64_t lead_block_size,
+                      std::vector<Plan>& plans) {
   const Plan& lp = plans[lead];
   BlockOptions blocks;
   blocks.q_heads_per_group = lp.table.groups.q_heads_per_group;
@@ -129,6 +112,84 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
     start.tile_device = start_devices(table, lp);
     const DcpPlacement placed = place_tiles_on_homes(table, cluster, placement, start);
     plans[k] = build_plan(table, placed.placement, cluster, lp.header.options);
+  }
+}
+
+}  // namespace
+
+std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
+                                  const StepPlanOptions& options, const std::vector<double>& layers) {
+  if (kinds.empty()) raise(ErrorKind::InvalidInput, "plan_step_kinds: no layer kinds");
+  if (!layers.empty() && layers.size() != kinds.size())
+    raise(ErrorKind::InvalidInput, "plan_step_kinds: " + std::to_string(layers.size()) + " layer counts for " +
+                                       std::to_string(kinds.size()) + " layer kinds");
+  for (size_t k = 0; k < layers.size(); ++k)
+    if (!(layers[k] > 0) || !std::isfinite(layers[k]))
+      raise(ErrorKind::InvalidInput, "plan_step_kinds: layer kind " + std::to_string(k) + " has " +
+                                         std::to_string(layers[k]) + " layers (must be > 0)");
+  options.validate();
+  cluster.validate("cluster");
+  check_same_sequences(kinds);
+  const auto weight = [&](size_t k) { return layers.empty() ? 1.0 : layers[k]; };
+  size_t lead = 0;
+  for (size_t k = 1; k < kinds.size(); ++k)
+    if (weight(k) * static_cast<double>(kinds[k].mask_area()) > weight(lead) * static_cast<double>(kinds[lead].mask_area()))
+      lead = k;
+  std::vector<Plan> plans(kinds.size());
+  if (!options.search_candidates) {
+    plans[lead] = plan_step(kinds[lead], cluster, options);
+    plan_other_kinds(kinds, lead, cluster, options, options.placement, options.blocks.block_size, plans);
+    return plans;
+  }
+  // The search: each block size's best plan of the lead (plan_batch over that size), the other
+  // kinds on its placement, and the size whose plans the simulator predicts fastest over all
+  // layers (each kind's forward + backward times its layers) wins; earlier sizes win ties. With
+  // one kind this is plan_batch's own choice.
+  options.blocks.validate(kinds[lead].shape);
+  const PlannerOptions& so = options.search;
+  const Calibration calibration = so.calibration ? *so.calibration : calibration_from_cluster(cluster);
+  PlacementOptions placement = so.placement;
+  if (so.balance_time && placement.tile_cost.is_flops()) placement.tile_cost = tile_cost_from(calibration);
+  // The block sizes tried, one at a time, under the search's tile budget
+  // (PlannerOptions::max_tiles_per_device: a size over it is skipped, never the largest).
+  std::vector<std::vector<int64_t>> sizes;
+  if (kinds.size() == 1) {
+    sizes.push_back(so.block_sizes);
+  } else {
+    const int64_t coarsest = *std::max_element(so.block_sizes.begin(), so.block_sizes.end());
+    const int64_t budget = std::max(so.max_tiles_per_device * int64_t{cluster.num_devices()}, so.min_tile_budget);
+    for (int64_t b : so.block_sizes) {
+      BlockOptions bo;
+      bo.block_size = b;
+      bo.q_heads_per_group = so.q_heads_per_group;
+      if (so.max_tiles_per_device > 0 && b != coarsest && std::ssize(build_block_table(kinds[lead], bo).tiles) > budget)
+        continue;
+      sizes.push_back({b});
+    }
+  }
+  bool have = false;
+  double best = 0;
+  for (const std::vector<int64_t>& b : sizes) {
+    PlannerOptions one = so;
+    one.block_sizes = b;
+    PlannedBatch planned = plan_batch(kinds[lead], cluster, one);
+    std::vector<Plan> trial(kinds.size());
+    PlacementOptions kind_placement = placement;
+    kind_placement.eps_compute = planned.chosen.eps_compute;
+    const int64_t lead_block_size = planned.chosen.block_size > 0 ? planned.chosen.block_size  // 0: a layout's own cuts
+                                                                  : options.blocks.block_size;
+    trial[lead] = std::move(planned.plan);
+    plan_other_kinds(kinds, lead, cluster, options, kind_placement, lead_block_size, trial);
+    double total = weight(lead) * planned.chosen.predicted_s;
+    SimOptions sim;
+    sim.calibration = calibration;
+    for (size_t k = 0; k < kinds.size(); ++k)
+      if (k != lead) total += weight(k) * simulate(trial[k], cluster, sim).total_s();
+    if (!have || total < best) {
+      have = true;
+      best = total;
+      plans = std::move(trial);
+    }
   }
   return plans;
 }

@@ -23,6 +23,7 @@ struct PlanQueue::State {
   std::condition_variable plan_ready;  // get(): a step finished
   struct Step {
     std::vector<Batch> kinds;  // one batch, or the layer kinds of submit_kinds
+    std::vector<double> layers;  // submit_kinds: layers per kind
     bool layered = false;      // submitted by submit_kinds
     Clock::time_point submitted;
     bool started = false;
@@ -52,12 +53,13 @@ struct PlanQueue::State {
       step.stats.queued_ms = std::chrono::duration<double, std::milli>(t0 - step.submitted).count();
       const std::vector<Batch> kinds = std::move(step.kinds);
       const bool layered = step.layered;
+      const std::vector<double> layers = std::move(step.layers);
       lock.unlock();
       std::vector<std::shared_ptr<const Plan>> plans;
       std::exception_ptr error;
       try {
         if (layered) {
-          for (Plan& p : plan_step_kinds(kinds, cluster, options)) plans.push_back(std::make_shared<const Plan>(std::move(p)));
+          for (Plan& p : plan_step_kinds(kinds, cluster, options, layers)) plans.push_back(std::make_shared<const Plan>(std::move(p)));
         } else {
           plans.push_back(std::make_shared<const Plan>(plan_step(kinds.front(), cluster, options)));
         }
@@ -109,21 +111,22 @@ PlanQueue::~PlanQueue() {
 void PlanQueue::submit(int64_t step, Batch batch) {
   std::vector<Batch> kinds;
   kinds.push_back(std::move(batch));
-  enqueue(step, std::move(kinds), false);
+  enqueue(step, std::move(kinds), {}, false);
 }
 
-void PlanQueue::submit_kinds(int64_t step, std::vector<Batch> kinds) {
+void PlanQueue::submit_kinds(int64_t step, std::vector<Batch> kinds, std::vector<double> layers) {
   if (kinds.empty())
     raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) + " was submitted with no layer kinds");
-  enqueue(step, std::move(kinds), true);
+  enqueue(step, std::move(kinds), std::move(layers), true);
 }
 
-void PlanQueue::enqueue(int64_t step, std::vector<Batch> kinds, bool layered) {
+void PlanQueue::enqueue(int64_t step, std::vector<Batch> kinds, std::vector<double> layers, bool layered) {
   std::lock_guard lock(state_->mutex);
   if (state_->steps.count(step) != 0)
     raise(ErrorKind::InvalidInput, "plan queue: step " + std::to_string(step) + " was already submitted");
   State::Step& s = state_->steps[step];
   s.kinds = std::move(kinds);
+  s.layers = std::move(layers);
   s.layered = layered;
   s.submitted = Clock::now();
   state_->todo.push_back(step);

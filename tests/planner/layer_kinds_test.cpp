@@ -8,6 +8,7 @@
 #include "dcp/error.h"
 #include "dcp/planner.h"
 #include "dcp/profiles.h"
+#include "dcp/sim.h"
 #include "dcp/validate.h"
 
 namespace dcp {
@@ -57,12 +58,57 @@ TEST(LayerKinds, EveryKindsPlanIsValidOnOneTokenPlacement) {
         EXPECT_EQ(plans[k].header.options.schedule.num_comm_stages, plans[1].header.options.schedule.num_comm_stages);
       }
       expect_same_tokens(plans);
-      // The global kind has the most work, so it leads: its plan is plan_step's.
-      EXPECT_EQ(plan_hash(plans[1]), plan_hash(plan_step(kinds[1], cluster, o)));
+      // The global kind has the most work, so it leads: its plan is plan_step's (with the search,
+      // its block size is chosen for both kinds at once, below).
+      if (!search) {
+        EXPECT_EQ(plan_hash(plans[1]), plan_hash(plan_step(kinds[1], cluster, o)));
+      }
       // Deterministic.
       EXPECT_EQ(plan_hash(plan_step_kinds(kinds, cluster, o)[0]), plan_hash(plans[0]));
     }
   }
+}
+
+// The search keeps the block size whose plans are predicted fastest over all layers: never slower
+// than planning with any one of its sizes alone. Layer counts weigh the kinds.
+TEST(LayerKinds, TheSearchChoosesTheBlockSizeForEveryLayer) {
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  const std::vector<Batch> kinds = window_and_global(17, 24576);
+  const std::vector<double> layers = {9, 3};
+  StepPlanOptions o;
+  o.search_candidates = true;
+  o.search.block_sizes = {256, 512, 1024};
+  o.search.calibration = calibration_from_cluster(cluster);
+  SimOptions sim;
+  sim.calibration = *o.search.calibration;
+  const auto total = [&](const std::vector<Plan>& plans) {
+    double t = 0;
+    for (size_t k = 0; k < plans.size(); ++k) t += layers[k] * simulate(plans[k], cluster, sim).total_s();
+    return t;
+  };
+  const double chosen = total(plan_step_kinds(kinds, cluster, o, layers));
+  for (const int64_t b : o.search.block_sizes) {
+    StepPlanOptions one = o;
+    one.search.block_sizes = {b};
+    EXPECT_LE(chosen, total(plan_step_kinds(kinds, cluster, one, layers)) * (1 + 1e-12)) << "B " << b;
+  }
+}
+
+TEST(LayerKinds, LayerCountsChooseTheLead) {
+  // One global layer against a hundred window layers: the window kind does the most work, leads,
+  // and its plan is plan_step's.
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  StepPlanOptions o;
+  o.blocks.block_size = 512;
+  const std::vector<Batch> kinds = window_and_global(19, 16384);
+  ASSERT_LT(kinds[0].mask_area(), kinds[1].mask_area());
+  ASSERT_GT(kinds[0].mask_area() * 100, kinds[1].mask_area());
+  const std::vector<Plan> plans = plan_step_kinds(kinds, cluster, o, {100, 1});
+  EXPECT_EQ(plan_hash(plans[0]), plan_hash(plan_step(kinds[0], cluster, o)));
+  EXPECT_NE(plan_hash(plans[1]), plan_hash(plan_step(kinds[1], cluster, o)));
+  expect_same_tokens(plans);
+  EXPECT_THROW(plan_step_kinds(kinds, cluster, o, {1}), Error);
+  EXPECT_THROW(plan_step_kinds(kinds, cluster, o, {1, 0}), Error);
 }
 
 TEST(LayerKinds, ASinkSplitOrAStaticLayoutOfTheLeadCutsEveryKind) {

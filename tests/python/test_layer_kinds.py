@@ -50,3 +50,12 @@ def test_kinds_are_named_and_checked():
     planner.submit(2, [100, 60], dcp.LayerKinds({"a": "causal", "b": [dcp.masks.causal(), dcp.masks.ranges([[(0, 1)]] * 61)]}))
     with pytest.raises(dcp.Error, match="step 2: .*layer kind 1"):
         planner.get(2)
+
+
+def test_layer_counts_weigh_the_kinds():
+    with pytest.raises(ValueError, match="layers names kinds"):
+        dcp.LayerKinds({"global": "causal", "local": "causal"}, layers={"global": 1})
+    with pytest.raises(ValueError, match="must be > 0"):
+        dcp.LayerKinds({"global": "causal"}, layers={"global": 0})
+    weighed, unweighed, alone = run_ranks(2, cases.layer_counts_case)[0]
+    assert weighed == alone and unweighed != alone
