@@ -40,6 +40,35 @@ def test_op_matches_fp64_reference_on_gpu(shape, seed):
         assert err < 2e-2, f"{name}: relative error {err:.3g} (shape {shape}, seed {seed})"
 
 
+def test_layer_kinds_interleaved_on_gpu():
+    # Two kinds' runners on one GPU, their layers interleaved through forward and backward (as a
+    # model of sliding-window and global layers runs them), each against its own mask's fp64
+    # reference; the deterministic path's per-layer state is not involved (default backward).
+    shape = (8, 2, 128)
+    lengths, specs = cases.random_docs(21, max_len=900, num_docs=6)
+    local = [dcp.masks.lambda_mask(16, 96)] * len(lengths)
+    p = dcp.Planner(None, "h200-nvl", {"block_size": 128, "stages": 2}, shape=shape)
+    p.submit(0, lengths, dcp.LayerKinds({"global": specs, "local": local}, layers={"global": 1, "local": 2}))
+    plan = p.get(0)
+    q, k, v, w = cases.inputs(21, sum(lengths), shape)
+    q, k, v = (t.to(torch.bfloat16) for t in (q, k, v))
+    ql, kl, vl = (plan.dispatch(t).to(DEV).requires_grad_() for t in (q, k, v))
+    wl = plan.dispatch(w).to(DEV)
+    o1 = dt.attention(ql, kl, vl, plan.kind("local"), 0)
+    o2 = dt.attention(ql, kl, vl, plan.kind("global"), 1)
+    o3 = dt.attention(ql * 0.5, kl, vl, plan.kind("local"), 2)
+    ((o1.float() + 2 * o2.float() + 3 * o3.float()) * wl).sum().backward()
+    qr, kr, vr = (t.double().requires_grad_() for t in (q, k, v))
+    r1, _ = attention_fp64(qr, kr, vr, lengths, local)
+    r2, _ = attention_fp64(qr, kr, vr, lengths, specs)
+    r3, _ = attention_fp64(qr * 0.5, kr, vr, lengths, local)
+    ((r1 + 2 * r2 + 3 * r3) * w.double()).sum().backward()
+    for name, got, want in (("o local", o1, r1), ("o global", o2, r2), ("o local 2", o3, r3), ("dq", ql.grad, qr.grad),
+                            ("dk", kl.grad, kr.grad), ("dv", vl.grad, vr.grad)):
+        err = rel_error(plan.undispatch(got.detach().float().cpu()), want.detach())
+        assert err < 2e-2, f"{name}: relative error {err:.3g}"
+
+
 def test_side_stream_checkpointing_and_steady_state_allocations():
     shape = (8, 2, 128)
     lengths, specs = cases.random_docs(9, max_len=900, num_docs=5)
