@@ -19,6 +19,7 @@
 #include "dcp/planner.h"
 #include "dcp/sim.h"
 #include "dcp/validate.h"
+#include "layer_kinds.h"
 #include "sweep.h"
 #include "table.h"
 
@@ -38,6 +39,7 @@ struct SimulateArgs {
   std::vector<double> search_eps{0.02, 0.05, 0.1};
   bool dcp_only = false;  // --search without the static layouts among the candidates
   int64_t max_tiles = kDefaultMaxTiles;
+  std::string layer_masks;  // --layer-masks: several masks over the layers (layer_kinds.h)
 };
 
 struct MethodTotals {
@@ -60,6 +62,20 @@ int run_simulate(const SimulateArgs& args) {
   const Cluster cluster = resolve_cluster(in.cluster);
   in.placement.validate();
   const PlanOptions popts = plan_options_for(args.stages, args.outputs_in_place);
+  if (!args.layer_masks.empty()) {
+    if (!args.trace.empty()) raise(ErrorKind::InvalidInput, "--trace: not with --layer-masks");
+    LayerKindsInputs k;
+    k.in = in;
+    k.pattern = parse_layer_pattern(args.layer_masks);
+    k.methods = args.methods;
+    k.plan = popts;
+    k.calibration = args.calibration.empty() ? calibration_from_cluster(cluster) : load_calibration(args.calibration);
+    k.search = args.search;
+    k.search_blocks = args.search_blocks;
+    k.search_eps = args.search_eps;
+    k.dcp_only = args.dcp_only;
+    return run_layer_kinds(k);
+  }
   std::vector<std::string> methods = args.methods.empty() ? all_methods() : args.methods;
   for (const auto& m : methods) check_method(m, "--method");
   std::vector<std::string> skipped;
@@ -256,6 +272,11 @@ void register_simulate(CLI::App& app, Runner& runner) {
   sub->add_flag("--dcp-only", args->dcp_only,
                 "With --search: DCP's own placements only (by default the static layouts are candidates too, "
                 "so the choice is never predicted slower than they are)");
+  sub->add_option("--layer-masks", args->layer_masks,
+                  "A model whose layers use several masks: kinds joined by '+', each repeated by '*N' "
+                  "(lambda*3+causal: three sliding-window layers per global one). Every method plans all kinds "
+                  "on one token placement; the table gives each kind's time, the step's over all layers, and "
+                  "DCP with every kind placed alone beside them (--mask is then ignored)");
   sub->add_flag("--validate", args->validate, "Also validate every plan (symbolic execution) before simulating");
   sub->add_option("--eps-compute", args->in.placement.eps_compute, "DCP per-device compute tolerance")
       ->capture_default_str();

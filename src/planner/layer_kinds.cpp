@@ -131,64 +131,86 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
   cluster.validate("cluster");
   check_same_sequences(kinds);
   const auto weight = [&](size_t k) { return layers.empty() ? 1.0 : layers[k]; };
-  size_t lead = 0;
+  // Leads tried: on one device the homes are all on it and the lead sets only the block size, so
+  // the kind with the most attention work (mask area x layers) alone; on several, every kind, that
+  // one first. The homes that suit one kind's tiles can cost another's dearly (the paper setting,
+  // 4 x 8 A100, 131072 tokens, three lambda layers per causal one: with causal's homes a lambda
+  // layer predicted 2.0x its time alone, with lambda's a causal layer 1.7x; lambda's homes won the
+  // step by 6 %), so the simulator decides.
+  size_t first = 0;
   for (size_t k = 1; k < kinds.size(); ++k)
-    if (weight(k) * static_cast<double>(kinds[k].mask_area()) > weight(lead) * static_cast<double>(kinds[lead].mask_area()))
-      lead = k;
-  std::vector<Plan> plans(kinds.size());
-  if (!options.search_candidates) {
-    plans[lead] = plan_step(kinds[lead], cluster, options);
-    plan_other_kinds(kinds, lead, cluster, options, options.placement, options.blocks.block_size, plans);
-    return plans;
-  }
-  // The search: each block size's best plan of the lead (plan_batch over that size), the other
-  // kinds on its placement, and the size whose plans the simulator predicts fastest over all
-  // layers (each kind's forward + backward times its layers) wins; earlier sizes win ties. With
-  // one kind this is plan_batch's own choice.
-  options.blocks.validate(kinds[lead].shape);
+    if (weight(k) * static_cast<double>(kinds[k].mask_area()) > weight(first) * static_cast<double>(kinds[first].mask_area()))
+      first = k;
+  std::vector<size_t> leads{first};
+  if (cluster.num_devices() > 1)
+    for (size_t k = 0; k < kinds.size(); ++k)
+      if (k != first) leads.push_back(k);
   const PlannerOptions& so = options.search;
   const Calibration calibration = so.calibration ? *so.calibration : calibration_from_cluster(cluster);
-  PlacementOptions placement = so.placement;
-  if (so.balance_time && placement.tile_cost.is_flops()) placement.tile_cost = tile_cost_from(calibration);
-  // The block sizes tried, one at a time, under the search's tile budget
-  // (PlannerOptions::max_tiles_per_device: a size over it is skipped, never the largest).
-  std::vector<std::vector<int64_t>> sizes;
-  if (kinds.size() == 1) {
-    sizes.push_back(so.block_sizes);
-  } else {
-    const int64_t coarsest = *std::max_element(so.block_sizes.begin(), so.block_sizes.end());
-    const int64_t budget = std::max(so.max_tiles_per_device * int64_t{cluster.num_devices()}, so.min_tile_budget);
-    for (int64_t b : so.block_sizes) {
-      BlockOptions bo;
-      bo.block_size = b;
-      bo.q_heads_per_group = so.q_heads_per_group;
-      if (so.max_tiles_per_device > 0 && b != coarsest && std::ssize(build_block_table(kinds[lead], bo).tiles) > budget)
-        continue;
-      sizes.push_back({b});
-    }
-  }
+  SimOptions sim;
+  sim.calibration = calibration;
+  // Every kind's predicted forward + backward times its layers; `lead_s`: the lead's, known.
+  const auto predicted = [&](const std::vector<Plan>& plans, size_t lead, double lead_s) {
+    double total = weight(lead) * lead_s;
+    for (size_t k = 0; k < plans.size(); ++k)
+      if (k != lead) total += weight(k) * simulate(plans[k], cluster, sim).total_s();
+    return total;
+  };
+  std::vector<Plan> plans;
   bool have = false;
   double best = 0;
-  for (const std::vector<int64_t>& b : sizes) {
-    PlannerOptions one = so;
-    one.block_sizes = b;
-    PlannedBatch planned = plan_batch(kinds[lead], cluster, one);
-    std::vector<Plan> trial(kinds.size());
-    PlacementOptions kind_placement = placement;
-    kind_placement.eps_compute = planned.chosen.eps_compute;
-    const int64_t lead_block_size = planned.chosen.block_size > 0 ? planned.chosen.block_size  // 0: a layout's own cuts
-                                                                  : options.blocks.block_size;
-    trial[lead] = std::move(planned.plan);
-    plan_other_kinds(kinds, lead, cluster, options, kind_placement, lead_block_size, trial);
-    double total = weight(lead) * planned.chosen.predicted_s;
-    SimOptions sim;
-    sim.calibration = calibration;
-    for (size_t k = 0; k < kinds.size(); ++k)
-      if (k != lead) total += weight(k) * simulate(trial[k], cluster, sim).total_s();
-    if (!have || total < best) {
+  const auto keep = [&](std::vector<Plan>& trial, double total) {
+    if (!have || total < best) {  // earlier leads and sizes win ties
       have = true;
       best = total;
       plans = std::move(trial);
+    }
+  };
+  for (const size_t lead : leads) {
+    if (!options.search_candidates) {
+      std::vector<Plan> trial(kinds.size());
+      trial[lead] = plan_step(kinds[lead], cluster, options);
+      plan_other_kinds(kinds, lead, cluster, options, options.placement, options.blocks.block_size, trial);
+      if (leads.size() == 1) return trial;
+      const double lead_s = simulate(trial[lead], cluster, sim).total_s();
+      keep(trial, predicted(trial, lead, lead_s));
+      continue;
+    }
+    // The search: each block size's best plan of the lead (plan_batch over that size), the other
+    // kinds on its placement, and the size whose plans the simulator predicts fastest over all
+    // layers wins. With one kind this is plan_batch's own choice.
+    options.blocks.validate(kinds[lead].shape);
+    PlacementOptions placement = so.placement;
+    if (so.balance_time && placement.tile_cost.is_flops()) placement.tile_cost = tile_cost_from(calibration);
+    // The block sizes tried, one at a time, under the search's tile budget
+    // (PlannerOptions::max_tiles_per_device: a size over it is skipped, never the largest).
+    std::vector<std::vector<int64_t>> sizes;
+    if (kinds.size() == 1) {
+      sizes.push_back(so.block_sizes);
+    } else {
+      const int64_t coarsest = *std::max_element(so.block_sizes.begin(), so.block_sizes.end());
+      const int64_t budget = std::max(so.max_tiles_per_device * int64_t{cluster.num_devices()}, so.min_tile_budget);
+      for (int64_t b : so.block_sizes) {
+        BlockOptions bo;
+        bo.block_size = b;
+        bo.q_heads_per_group = so.q_heads_per_group;
+        if (so.max_tiles_per_device > 0 && b != coarsest && std::ssize(build_block_table(kinds[lead], bo).tiles) > budget)
+          continue;
+        sizes.push_back({b});
+      }
+    }
+    for (const std::vector<int64_t>& b : sizes) {
+      PlannerOptions one = so;
+      one.block_sizes = b;
+      PlannedBatch planned = plan_batch(kinds[lead], cluster, one);
+      std::vector<Plan> trial(kinds.size());
+      PlacementOptions kind_placement = placement;
+      kind_placement.eps_compute = planned.chosen.eps_compute;
+      const int64_t lead_block_size = planned.chosen.block_size > 0 ? planned.chosen.block_size  // 0: a layout's own cuts
+                                                                    : options.blocks.block_size;
+      trial[lead] = std::move(planned.plan);
+      plan_other_kinds(kinds, lead, cluster, options, kind_placement, lead_block_size, trial);
+      keep(trial, predicted(trial, lead, planned.chosen.predicted_s));
     }
   }
   return plans;

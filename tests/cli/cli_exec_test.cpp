@@ -135,6 +135,33 @@ TEST(CliSimulate, EveryMethodHasAPositivePredictedTime) {
     EXPECT_NE(r.out.find(name), std::string::npos) << name;
 }
 
+TEST(CliSimulate, LayerMasksPredictEveryKindOnOnePlacement) {
+  auto r = run_cli("simulate --layer-masks lambda*3+causal --profile ldc --seed 4 --tokens 32768 --cluster a100-p4d "
+                   "--nodes 2 --batches 2 --block 1024 --json",
+                   false);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["kinds"], nlohmann::json::array({"lambda", "causal"}));
+  EXPECT_EQ(j["layers"], nlohmann::json::array({3.0, 1.0}));
+  const auto& methods = j["methods"];
+  ASSERT_EQ(methods.size(), 7u);  // dcp, the five static layouts, dcp with every kind alone
+  EXPECT_EQ(methods[0]["method"], "dcp");
+  EXPECT_EQ(methods[6]["method"], "dcp (each kind alone)");
+  for (const auto& m : methods) {
+    const double lambda = m["kind_ms"][0], causal = m["kind_ms"][1];
+    EXPECT_GT(lambda, 0.0) << m["method"];
+    EXPECT_GT(causal, lambda) << m["method"];  // a causal layer has more work than a lambda one
+    EXPECT_NEAR(m["step_ms"].get<double>(), 3 * lambda + causal, 1e-9) << m["method"];
+    EXPECT_NEAR(m["dcp_speedup"].get<double>(), m["step_ms"].get<double>() / methods[0]["step_ms"].get<double>(), 1e-9);
+  }
+  r = run_cli("simulate --layer-masks lambda*0+causal --tokens 8192 --nodes 1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--layer-masks 'lambda*0+causal': '*0' must repeat a kind a positive number of times"),
+            std::string::npos) << r.out;
+  r = run_cli("simulate --layer-masks sliding+causal --tokens 8192 --nodes 1");
+  EXPECT_NE(r.out.find("'sliding' is not a mask kind"), std::string::npos) << r.out;
+}
+
 TEST(CliSimulate, BlockSweepTablesAndChart) {
   const std::string svg = temp("sweep.svg");
   auto r = run_cli("simulate --sweep block --tokens 16384 --nodes 2 --batches 1 --json --svg " + svg, false);

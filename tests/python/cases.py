@@ -238,12 +238,13 @@ def eager_reference(model):
 
 
 def layer_counts_case(rank, world):
-    """The local kind's plan hash with a hundred local layers to one global, without layer counts,
-    and planned alone: with the counts the local kind leads, so its plan is the one it gets alone."""
+    """The local kind's plan hash with a hundred local layers to one global, with a hundred global
+    layers to one local, and planned alone. The lead is the kind whose token homes give the fastest
+    predicted step over all layers, so the counts decide which kind keeps its own placement."""
     lengths = [900, 400, 700, 300]
     local = dcp.masks.lambda_mask(0, 32)
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 64}, shape=SHAPE)
-    planner.submit(0, lengths, dcp.LayerKinds({"global": "causal", "local": local}, layers={"global": 1, "local": 100}))
-    planner.submit(1, lengths, dcp.LayerKinds({"global": "causal", "local": local}))
+    for step, layers in enumerate(({"global": 1, "local": 100}, {"global": 100, "local": 1})):
+        planner.submit(step, lengths, dcp.LayerKinds({"global": "causal", "local": local}, layers=layers))
     planner.submit(2, lengths, local)
     return [planner.get(0).kind("local").plan.hash, planner.get(1).kind("local").plan.hash, planner.get(2).plan.hash]

@@ -57,5 +57,5 @@ def test_layer_counts_weigh_the_kinds():
         dcp.LayerKinds({"global": "causal", "local": "causal"}, layers={"global": 1})
     with pytest.raises(ValueError, match="must be > 0"):
         dcp.LayerKinds({"global": "causal"}, layers={"global": 0})
-    weighed, unweighed, alone = run_ranks(2, cases.layer_counts_case)[0]
-    assert weighed == alone and unweighed != alone
+    local_heavy, global_heavy, alone = run_ranks(2, cases.layer_counts_case)[0]
+    assert local_heavy == alone and global_heavy != alone
