@@ -248,3 +248,13 @@ def layer_counts_case(rank, world):
         planner.submit(step, lengths, dcp.LayerKinds({"global": "causal", "local": local}, layers=layers))
     planner.submit(2, lengths, local)
     return [planner.get(0).kind("local").plan.hash, planner.get(1).kind("local").plan.hash, planner.get(2).plan.hash]
+
+
+def kinds_broadcast_case(rank, world):
+    """Layer kinds planned on rank 0 only and sent to the others (broadcast=True): every rank's
+    plan of every kind, by hash."""
+    lengths = [300, 120, 500]
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 64}, shape=SHAPE, broadcast=True)
+    planner.submit(0, lengths, dcp.LayerKinds({"global": "causal", "local": dcp.masks.lambda_mask(4, 40)}))
+    plan = planner.get(0)
+    return {name: plan.kind(name).plan.hash for name in plan.kinds}

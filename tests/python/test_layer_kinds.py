@@ -59,3 +59,9 @@ def test_layer_counts_weigh_the_kinds():
         dcp.LayerKinds({"global": "causal"}, layers={"global": 0})
     local_heavy, global_heavy, alone = run_ranks(2, cases.layer_counts_case)[0]
     assert local_heavy == alone and global_heavy != alone
+
+
+def test_kinds_planned_on_rank_0_reach_every_rank():
+    got = run_ranks(2, cases.kinds_broadcast_case)
+    assert list(got[0]) == ["global", "local"] and got[0] == got[1]
+    assert got[0]["global"] != got[0]["local"]
