@@ -363,6 +363,18 @@ DcpPlacement repair_placement(const BlockTable& table, const Cluster& cluster,
 DcpPlacement place_tiles_on_homes(const BlockTable& table, const Cluster& cluster,
                                   const PlacementOptions& opts, const Placement& start);
 
+// Token homes refined for several tables at once: the layer kinds of one step, whose tables share
+// their token blocks (same cuts) and whose tiles are all placed on the same homes. `starts[k]` is
+// table k's placement (every one with the same block_home); `layers[k]` weighs it. FM over all
+// devices moves token blocks and tiles of every table to lower the sum of the tables' objectives
+// (each times its layers) under owned memory, full memory (every table's copies) and the summed
+// compute (each tile times its table's layers); a kind's own compute balance is the caller's to
+// restore (place_tiles_on_homes on the returned homes). Returns the placements (homes shared).
+// Deterministic. Pre: every start validates against its table, tables have equal token blocks.
+std::vector<Placement> refine_homes_for_kinds(const std::vector<const BlockTable*>& tables,
+                                              const std::vector<double>& layers, const Cluster& cluster,
+                                              const PlacementOptions& opts, const std::vector<Placement>& starts);
+
 // Checks the bounds of `opts` on a finished placement (device and node level); returns the
 // violations as text (empty when all hold) and fills the imbalance fields of `report`.
 std::vector<std::string> check_balance(const PlacementHypergraph& h,

@@ -115,6 +115,29 @@ void plan_other_kinds(const std::vector<Batch>& kinds, size_t lead, const Cluste
   }
 }
 
+// The homes refined for every kind at once (refine_homes_for_kinds), then each kind's tiles
+// balanced on them again (place_tiles_on_homes); plans scheduled as `plans` were. Empty when the
+// plans are not DCP's (a static layout's homes are its own) or run on one device.
+std::vector<Plan> refined_for_all_kinds(const std::vector<Plan>& plans, const std::vector<double>& layers,
+                                        const Cluster& cluster, const PlacementOptions& placement) {
+  if (cluster.num_devices() <= 1) return {};
+  for (const Plan& p : plans)
+    if (p.header.method != "dcp") return {};
+  std::vector<const BlockTable*> tables;
+  std::vector<Placement> starts;
+  for (const Plan& p : plans) {
+    tables.push_back(&p.table);
+    starts.push_back(p.placement);
+  }
+  const std::vector<Placement> refined = refine_homes_for_kinds(tables, layers, cluster, placement, starts);
+  std::vector<Plan> out;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const DcpPlacement placed = place_tiles_on_homes(plans[k].table, cluster, placement, refined[k]);
+    out.push_back(build_plan(plans[k].table, placed.placement, cluster, plans[k].header.options));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
@@ -131,6 +154,8 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
   cluster.validate("cluster");
   check_same_sequences(kinds);
   const auto weight = [&](size_t k) { return layers.empty() ? 1.0 : layers[k]; };
+  std::vector<double> weights;
+  for (size_t k = 0; k < kinds.size(); ++k) weights.push_back(weight(k));
   // Leads tried: on one device the homes are all on it and the lead sets only the block size, so
   // the kind with the most attention work (mask area x layers) alone; on several, every kind, that
   // one first. The homes that suit one kind's tiles can cost another's dearly (the paper setting,
@@ -173,7 +198,10 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
       plan_other_kinds(kinds, lead, cluster, options, options.placement, options.blocks.block_size, trial);
       if (leads.size() == 1) return trial;
       const double lead_s = simulate(trial[lead], cluster, sim).total_s();
+      std::vector<Plan> joint;
+      if (options.kinds_joint_homes) joint = refined_for_all_kinds(trial, weights, cluster, options.placement);
       keep(trial, predicted(trial, lead, lead_s));
+      if (!joint.empty()) keep(joint, predicted(joint, lead, simulate(joint[lead], cluster, sim).total_s()));
       continue;
     }
     // The search: each block size's best plan of the lead (plan_batch over that size), the other
@@ -210,7 +238,10 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
                                                                     : options.blocks.block_size;
       trial[lead] = std::move(planned.plan);
       plan_other_kinds(kinds, lead, cluster, options, kind_placement, lead_block_size, trial);
+      std::vector<Plan> joint;
+      if (options.kinds_joint_homes) joint = refined_for_all_kinds(trial, weights, cluster, kind_placement);
       keep(trial, predicted(trial, lead, planned.chosen.predicted_s));
+      if (!joint.empty()) keep(joint, predicted(joint, lead, simulate(joint[lead], cluster, sim).total_s()));
     }
   }
   return plans;

@@ -70,6 +70,40 @@ TEST(TilesOnHomes, KeepsEveryHomeAndMeetsEveryBound) {
   }
 }
 
+TEST(HomesForKinds, RefinesEveryKindsBytesTogetherKeepingHomesShared) {
+  uint64_t seed = 70;
+  for (const auto& [nodes, dpn] : {std::pair{2, 4}, std::pair{4, 2}}) {
+    const Cluster cluster = make_cluster(nodes, dpn);
+    Batch global = random_batch(++seed, 8000, 4, 2, Mask::causal());
+    Batch window = global;
+    for (Sequence& s : window.sequences) s.mask = Mask::lambda(16, 256);
+    BlockOptions bo;
+    bo.block_size = 128;
+    const BlockTable tg = build_block_table(global, bo), tw = build_block_table(window, bo);
+    PlacementOptions opts;
+    const DcpPlacement lead = place_dcp(tg, cluster, opts);
+    const DcpPlacement other = place_tiles_on_homes(tw, cluster, opts, tiles_at_lead_devices(tw, tg, lead.placement));
+    const std::vector<double> layers = {1, 3};
+    const std::vector<Placement> out =
+        refine_homes_for_kinds({&tg, &tw}, layers, cluster, opts, {lead.placement, other.placement});
+    ASSERT_EQ(out.size(), 2u);
+    out[0].validate(tg);
+    out[1].validate(tw);
+    EXPECT_EQ(out[0].block_home, out[1].block_home);
+    const PlacementHypergraph hg = build_placement_hypergraph(tg), hw = build_placement_hypergraph(tw);
+    const auto objective = [&](const Placement& g, const Placement& w) {
+      return layers[0] * connectivity_bytes(hg, placement_to_parts(hg, g), cluster).objective +
+             layers[1] * connectivity_bytes(hw, placement_to_parts(hw, w), cluster).objective;
+    };
+    EXPECT_LE(objective(out[0], out[1]), objective(lead.placement, other.placement) * (1 + 1e-12));
+    // Owned memory (the homes) stays within its bound.
+    PlacementReport r;
+    check_balance(hg, placement_to_parts(hg, out[0]), cluster, opts, r);
+    EXPECT_LE(r.memory_imbalance, 1 + opts.eps_memory + 1e-9);
+  }
+  EXPECT_THROW(refine_homes_for_kinds({}, {}, make_cluster(1, 2), {}, {}), Error);
+}
+
 TEST(TilesOnHomes, BalancedStartOnlyImproves) {
   const Cluster cluster = make_cluster(2, 2);
   const Batch batch = random_batch(7, 5000, 4, 2, Mask::lambda(16, 256));

@@ -58,12 +58,6 @@ TEST(LayerKinds, EveryKindsPlanIsValidOnOneTokenPlacement) {
         EXPECT_EQ(plans[k].header.options.schedule.num_comm_stages, plans[1].header.options.schedule.num_comm_stages);
       }
       expect_same_tokens(plans);
-      // One kind leads, and its plan is plan_step's (with the search, its block size is chosen for
-      // both kinds at once, below).
-      if (!search) {
-        EXPECT_TRUE(plan_hash(plans[0]) == plan_hash(plan_step(kinds[0], cluster, o)) ||
-                    plan_hash(plans[1]) == plan_hash(plan_step(kinds[1], cluster, o)));
-      }
       // Deterministic.
       EXPECT_EQ(plan_hash(plan_step_kinds(kinds, cluster, o)[0]), plan_hash(plans[0]));
     }
@@ -95,13 +89,17 @@ TEST(LayerKinds, TheSearchChoosesTheBlockSizeForEveryLayer) {
   }
 }
 
-// The lead is the kind whose homes give the fastest predicted step over every layer: the plans
-// chosen for some layer counts are never predicted slower, under those counts, than the plans
-// chosen for other counts.
-TEST(LayerKinds, LayerCountsWeighTheChoice) {
+// The plans chosen are the fastest predicted over every layer among the candidates: each kind as
+// the lead, and (kinds_joint_homes) the homes refined for every kind at once. So the default is
+// never predicted slower than without the joint homes; and without them the candidates do not
+// depend on the layer counts, so the plans chosen for some counts are never slower, under those
+// counts, than the plans chosen for others.
+TEST(LayerKinds, TheFastestCandidateOverEveryLayerIsKept) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   StepPlanOptions o;
   o.blocks.block_size = 512;
+  StepPlanOptions own = o;
+  own.kinds_joint_homes = false;
   const std::vector<Batch> kinds = window_and_global(19, 16384);
   SimOptions sim;
   sim.calibration = calibration_from_cluster(cluster);
@@ -112,15 +110,18 @@ TEST(LayerKinds, LayerCountsWeighTheChoice) {
   };
   const std::vector<std::vector<double>> counts = {{100, 1}, {1, 1}, {1, 100}};
   std::vector<std::vector<Plan>> chosen;
-  for (const auto& c : counts) chosen.push_back(plan_step_kinds(kinds, cluster, o, c));
+  for (const auto& c : counts) chosen.push_back(plan_step_kinds(kinds, cluster, own, c));
   for (size_t i = 0; i < counts.size(); ++i) {
     expect_same_tokens(chosen[i]);
     for (size_t j = 0; j < counts.size(); ++j)
       EXPECT_LE(total(chosen[i], counts[i]), total(chosen[j], counts[i]) * (1 + 1e-12)) << i << " vs " << j;
+    const std::vector<Plan> joint = plan_step_kinds(kinds, cluster, o, counts[i]);
+    expect_same_tokens(joint);
+    EXPECT_LE(total(joint, counts[i]), total(chosen[i], counts[i]) * (1 + 1e-12)) << i;
   }
-  // On this batch the counts do change the choice: each extreme keeps its heavy kind's own homes.
-  EXPECT_EQ(plan_hash(chosen[0][0]), plan_hash(plan_step(kinds[0], cluster, o)));  // the window kind leads
-  EXPECT_EQ(plan_hash(chosen[2][1]), plan_hash(plan_step(kinds[1], cluster, o)));  // the global kind leads
+  // On this batch the counts change the lead: each extreme keeps its heavy kind's own plan.
+  EXPECT_EQ(plan_hash(chosen[0][0]), plan_hash(plan_step(kinds[0], cluster, o)));
+  EXPECT_EQ(plan_hash(chosen[2][1]), plan_hash(plan_step(kinds[1], cluster, o)));
   EXPECT_THROW(plan_step_kinds(kinds, cluster, o, {1}), Error);
   EXPECT_THROW(plan_step_kinds(kinds, cluster, o, {1, 0}), Error);
 }
