@@ -183,14 +183,17 @@ Plan plan_step(const Batch& batch, const Cluster& cluster, const StepPlanOptions
 // A model whose layers attend with different masks (sliding-window layers between global ones, as
 // recent models interleave them) runs one plan per layer kind, and every kind's plan must hold
 // the same tokens on every device in the same order: the layers between attentions see whole
-// tokens. plan_step_kinds plans the kind with the most attention work (mask area x its layers;
-// the first on a tie) as plan_step does, cuts every other kind into the same token blocks and
-// places its tiles on the lead's token homes (place_tiles_on_homes, starting from the lead's device
-// of the same tile where the lead has it, else the home of its query block), then schedules it
-// with the lead's plan options. A static lead places every kind by its own rule where that keeps
-// the lead's token blocks and homes (place_by_method). With the candidate search, every block
-// size is tried this way and the one whose plans are predicted fastest over all layers (each
-// kind's forward + backward x its layers) is kept. `layers`: the layers of each kind (empty: one
+// tokens. A lead kind is planned as plan_step plans it; every other kind is cut into the same token
+// blocks and its tiles placed on the lead's token homes (place_tiles_on_homes, starting from the
+// lead's device of the same tile where the lead has it, else the home of its query block), then
+// scheduled with the lead's plan options; a static lead places every kind by its own rule where
+// that keeps the lead's token blocks and homes (place_by_method). On one device the lead is the
+// kind with the most attention work (mask area x its layers; the first on a tie). On several,
+// every kind leads in turn, and with each lead the homes refined for every kind at once
+// (refine_homes_for_kinds, then each kind's tiles balanced again; StepPlanOptions::
+// kinds_joint_homes) are a candidate too; with the candidate search, every block size is tried
+// this way. The plans predicted fastest over all layers (each kind's forward + backward x its
+// layers) are kept; earlier candidates win ties. `layers`: the layers of each kind (empty: one
 // each). Returns one plan per kind, in the order given; every plan's owned blocks (dispatch order)
 // are the same on every device. Throws InvalidInput naming the kind when the kinds differ in
 // shape or sequence lengths, a batch is invalid, or a layer count is not positive.

@@ -65,9 +65,9 @@ class LayerKinds(dict):
     e.g. LayerKinds({"global": "causal", "local": dcp.masks.lambda_mask(64, 4096)}). Every kind is
     planned on one token placement: each rank holds the same tokens, in the same order, for every
     kind, and `plan.kind(name)` is the plan that kind's layers run (dcp.torch.attention).
-    `layers` ({name: how many layers}, default one each) weighs the kinds: the kind with the most
-    attention work over its layers leads the placement, and the block-size search (option
-    `search`) keeps the size whose plans are predicted fastest over all layers."""
+    `layers` ({name: how many layers}, default one each) weighs the kinds in the planner's choices
+    (whose token homes every kind shares, and with option `search` the block size): the plans
+    predicted fastest over all layers are kept."""
 
     def __init__(self, kinds: Any, *, layers: Optional[Dict[str, float]] = None):
         super().__init__(kinds)
