@@ -70,6 +70,8 @@ def _plan_of_layer(plan: Any, module: torch.nn.Module):
         types = getattr(getattr(module, "config", None), "layer_types", None)
         idx = getattr(module, "layer_idx", None)
         kind = types[idx] if types is not None and idx is not None else None
+    if kind is None and len(kinds) == 1:  # a model of one layer type that names none (Mistral)
+        kind = kinds[0]
     if kind not in kinds:
         raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} is of type {kind!r}, "
                          f"but the plan's layer kinds are {list(kinds)} (plan with dcp.hf.layer_kinds(config))")
@@ -77,7 +79,8 @@ def _plan_of_layer(plan: Any, module: torch.nn.Module):
 
 
 def layer_kinds(config: Any, full: Any = None) -> Any:
-    """The masks of a model whose config names each layer's type (config.layer_types), as
+    """The masks of a model whose config names each layer's type (config.layer_types; without it,
+    every layer is of one type: sliding where config.sliding_window is set, as in Mistral), as
     dcp.LayerKinds weighed by how many layers each type has: "full_attention" layers causal (or `full`: any dcp mask, one for every
     document or one per document), "sliding_attention" layers causal within config.sliding_window
     keys (the row itself included, no sink: dcp.masks.lambda_mask(0, window)). Pass it to
@@ -85,7 +88,9 @@ def layer_kinds(config: Any, full: Any = None) -> Any:
     from .masks import causal, lambda_mask
     from .planner import LayerKinds
 
-    layer_types = list(getattr(config, "layer_types", None) or ["full_attention"])
+    # A config without layer_types has one type: sliding where it sets a window (Mistral), else full.
+    one_type = "sliding_attention" if getattr(config, "sliding_window", None) else "full_attention"
+    layer_types = list(getattr(config, "layer_types", None) or [one_type] * int(getattr(config, "num_hidden_layers", 1)))
     types = list(dict.fromkeys(layer_types))
     masks = {}
     for t in types:

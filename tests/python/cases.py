@@ -153,16 +153,33 @@ def llama_docs():
     return lengths, ids, labels
 
 
+def tiny_mistral(attn: str):
+    """A Mistral: every layer attends within a sliding window of 8 keys (config.sliding_window, no
+    layer_types)."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    import dcp.hf
+
+    dcp.hf.register()
+    torch.manual_seed(2468)
+    config = MistralConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                           attention_dropout=0.0, tie_word_embeddings=False, sliding_window=8)
+    config._attn_implementation = attn
+    return MistralForCausalLM(config).float()
+
+
 def hf_dcp_case(rank, world, model_name):
     """Loss and gradients of the packed batch through attn_implementation='dcp' on `world` ranks
     (gradients summed over ranks, as data parallelism does): tiny_llama planned causal, or
-    tiny_qwen2 planned with dcp.hf.layer_kinds (one plan per layer type on one token placement)."""
+    tiny_qwen2 and tiny_mistral planned with dcp.hf.layer_kinds (one plan per layer type on one
+    token placement)."""
     import torch.distributed as dist
 
     import dcp.hf
 
-    model = {"llama": tiny_llama, "qwen2": tiny_qwen2}[model_name]("dcp")
-    masks = dcp.hf.layer_kinds(model.config) if model_name == "qwen2" else dcp.masks.causal()
+    model = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral}[model_name]("dcp")
+    masks = dcp.masks.causal() if model_name == "llama" else dcp.hf.layer_kinds(model.config)
     lengths, ids, labels = llama_docs()
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")
     planner.submit(0, lengths, masks)

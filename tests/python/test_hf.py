@@ -1,7 +1,7 @@
 """Hugging Face models with attn_implementation="dcp" on 1 and 2 CPU ranks give the loss and
 gradients of the same model with eager attention on one rank: a Llama (tiny config, random init),
-and a Qwen2 whose layers alternate a sliding window and global attention (planned as layer kinds,
-dcp.hf.layer_kinds)."""
+a Qwen2 whose layers alternate a sliding window and global attention (planned as layer kinds,
+dcp.hf.layer_kinds), and a Mistral whose every layer has a sliding window."""
 import pytest
 import torch
 
@@ -33,6 +33,12 @@ def test_sliding_and_global_layers_match_eager(world):
     check(got, cases.eager_reference(cases.tiny_qwen2("eager")))
 
 
+def test_mistral_sliding_window_matches_eager():
+    got = run_ranks(1, cases.hf_dcp_case, "mistral")
+    assert got[0]["kinds"] == ["sliding_attention"]
+    check(got, cases.eager_reference(cases.tiny_mistral("eager")))
+
+
 def test_layer_kinds_of_a_config():
     import dcp.hf
     from transformers import LlamaConfig
@@ -42,6 +48,8 @@ def test_layer_kinds_of_a_config():
     assert list(kinds) == ["sliding_attention", "full_attention"]
     assert kinds["sliding_attention"] == dcp.masks.lambda_mask(0, 8) and kinds["full_attention"] == dcp.masks.causal()
     assert list(dcp.hf.layer_kinds(LlamaConfig(num_hidden_layers=2))) == ["full_attention"]
+    mistral = cases.tiny_mistral("eager").config
+    assert dict(dcp.hf.layer_kinds(mistral)) == {"sliding_attention": dcp.masks.lambda_mask(0, 8)}
     model.config.sliding_window = None
     with pytest.raises(ValueError, match="sliding_window is not set"):
         dcp.hf.layer_kinds(model.config)
