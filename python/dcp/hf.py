@@ -53,9 +53,12 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if query.shape[0] != 1:
         raise ValueError(f"attn_implementation='dcp': batch size {query.shape[0]}; pack a step into one sequence of "
                          "this rank's tokens (batch size 1)")
+    layer_plan = _plan_of_layer(plan, module)
+    if kwargs.get("sliding_window"):
+        _check_window(layer_plan, module, int(kwargs["sliding_window"]))
     # [1, heads, tokens, dim] -> [tokens, heads, dim]: a strided view, no copy.
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
-    o = dcp_torch.attention(q, k, v, _plan_of_layer(plan, module), getattr(module, "layer_idx", 0) or 0)
+    o = dcp_torch.attention(q, k, v, layer_plan, getattr(module, "layer_idx", 0) or 0)
     return o.unsqueeze(0), None  # [1, tokens, heads, dim], no weights
 
 
@@ -76,6 +79,26 @@ def _plan_of_layer(plan: Any, module: torch.nn.Module):
         raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} is of type {kind!r}, "
                          f"but the plan's layer kinds are {list(kinds)} (plan with dcp.hf.layer_kinds(config))")
     return plan.kind(kind)
+
+
+def _check_window(plan: Any, module: torch.nn.Module, window: int) -> None:
+    """A layer that attends within a sliding window must run a plan of that window (HF's: the row
+    and the window - 1 keys before it, no sink), not silently another mask."""
+    from .masks import lambda_mask, normalize
+
+    masks = getattr(plan, "masks", None)
+    if masks is None:  # planned from a dcp.Batch: nothing to compare
+        return
+    single = not isinstance(masks, (list, tuple)) or (isinstance(masks, tuple) and len(masks) == 3 and
+                                                      isinstance(masks[0], str))
+    specs = [masks] if single else list(masks)
+    want = lambda_mask(0, window)
+    for spec in specs:
+        got = normalize(spec)
+        if got != want:
+            raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} attends within a "
+                             f"sliding window of {window} keys, but its plan's mask is {got[0]} {got[1]} (plan the step "
+                             "with dcp.hf.layer_kinds(config) as the masks)")
 
 
 def layer_kinds(config: Any, full: Any = None) -> Any:

@@ -97,8 +97,11 @@ class StepPlan:
     """
 
     def __init__(self, plan: _dcp.Plan, step: int, rank: int, group: Any, planner: "Planner",
-                 kinds: Optional[Dict[str, _dcp.Plan]] = None):
+                 kinds: Optional[Dict[str, _dcp.Plan]] = None, masks: Any = None):
         self.plan = plan
+        # The masks it was planned for, as submitted (one spec, or one per document; a kind's own
+        # for a step of LayerKinds; None for a dcp.Batch): what dcp.hf checks a layer against.
+        self.masks = masks.get(next(iter(masks))) if isinstance(masks, LayerKinds) else masks
         self.step = step
         self.rank = rank
         self.group = group
@@ -112,7 +115,8 @@ class StepPlan:
         # Layer kinds (LayerKinds): this object is the first kind's plan and holds the others'.
         self._kinds: Dict[str, Optional["StepPlan"]] = {}
         for i, (name, p) in enumerate((kinds or {}).items()):
-            self._kinds[name] = None if i == 0 else StepPlan(p, step, rank, group, planner)
+            kind_masks = masks.get(name) if isinstance(masks, LayerKinds) else None
+            self._kinds[name] = None if i == 0 else StepPlan(p, step, rank, group, planner, masks=kind_masks)
 
     # ---- layer kinds -------------------------------------------------------------------------
     @property
@@ -257,6 +261,7 @@ class Planner:
         self._stats: Dict[int, Dict[str, float]] = {}
         self._submitted: set = set()
         self._kind_names: Dict[int, List[str]] = {}  # steps submitted with LayerKinds
+        self._masks: Dict[int, Any] = {}  # each submitted step's masks, for StepPlan.masks
 
     def submit(self, step: int, lengths: Any, masks: Any = None) -> None:
         """Queues the batch of `step` (its documents' lengths, one mask each, or a dcp.Batch);
@@ -275,6 +280,7 @@ class Planner:
             if self._queue is not None:
                 self._queue.submit_kinds(step, kinds, masks.layers or [])
             self._kind_names[step] = list(masks)
+            self._masks[step] = masks
         else:
             if isinstance(lengths, _dcp.Batch):
                 batch = lengths
@@ -284,6 +290,7 @@ class Planner:
                 batch = make_batch(lengths, masks, self.shape, self.dtype, validate=False)
             if self._queue is not None:
                 self._queue.submit(step, batch)
+            self._masks[step] = None if isinstance(lengths, _dcp.Batch) else masks
         self._submitted.add(step)
 
     def get(self, step: int) -> StepPlan:
@@ -294,6 +301,7 @@ class Planner:
             raise ValueError(f"step {step} was never submitted (or was already taken)")
         self._submitted.discard(step)
         names = self._kind_names.pop(step, None)
+        masks = self._masks.pop(step, None)
         t0 = time.perf_counter()
         plans = self._queue.get_kinds(step, self.timeout_s) if self._queue is not None else None
         stats = dict(self._queue.stats(step)) if self._queue is not None else {"planning_ms": 0.0, "queued_ms": 0.0}
@@ -307,7 +315,7 @@ class Planner:
         while len(self._stats) > 4096:
             self._stats.pop(next(iter(self._stats)))
         kinds = dict(zip(names, plans)) if names is not None else None
-        return StepPlan(plans[0], step, self.rank, self.group, self, kinds)
+        return StepPlan(plans[0], step, self.rank, self.group, self, kinds, masks)
 
     def close(self) -> None:
         """Stops the planning threads (a step being planned finishes first) and drops what is
@@ -316,6 +324,7 @@ class Planner:
         self._closed = True
         self._submitted.clear()
         self._kind_names.clear()
+        self._masks.clear()
 
     def __enter__(self) -> "Planner":
         return self

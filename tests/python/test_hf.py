@@ -53,6 +53,14 @@ def test_layer_kinds_of_a_config():
     model.config.sliding_window = None
     with pytest.raises(ValueError, match="sliding_window is not set"):
         dcp.hf.layer_kinds(model.config)
+    # A sliding-window model planned with a causal mask is refused, not run with the wrong mask.
+    mistral = cases.tiny_mistral("dcp")
+    causal_planner = dcp.Planner(None, "h200-nvl", {"block_size": 16}, shape=(4, 2, 32), dtype="fp32")
+    causal_planner.submit(0, [30, 20], dcp.masks.causal())
+    causal_plan = causal_planner.get(0)
+    ids = torch.randint(0, 64, (50,))
+    with pytest.raises(ValueError, match="attends within a sliding window of 8 keys, but its plan's mask is causal"):
+        mistral(input_ids=causal_plan.dispatch(ids)[None], position_ids=causal_plan.positions()[None], dcp_plan=causal_plan)
     # A plan of other kinds than the model's layer types is refused, naming both.
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 16}, shape=(4, 2, 32), dtype="fp32")
     planner.submit(0, [30, 20], dcp.LayerKinds({"global": "causal", "local": dcp.masks.lambda_mask(0, 8)}))
