@@ -1,5 +1,6 @@
-// Tiles placed on token homes fixed beforehand (place_tiles_on_homes): one token placement shared
-// by the plans of several layer kinds.
+// Tiles placed on token homes fixed beforehand (place_tiles_on_homes), and homes refined for
+// several tables at once (refine_homes_for_kinds): one token placement shared by the plans of
+// several layer kinds.
 //
 // The homes are pinned without a special case in the refinement: every device's owned-memory
 // capacity is set to exactly what its homes own. Tiles weigh no memory, so they move freely under
@@ -121,30 +122,13 @@ std::vector<Placement> refine_homes_for_kinds(const std::vector<const BlockTable
   for (int32_t v = 0; v < nv; ++v) s.global[v] = v;
   s.compute.assign(static_cast<size_t>(nv), 0.0);
   s.memory.assign(static_cast<size_t>(nv), 0.0);
-  s.seq.resize(static_cast<size_t>(nv));
-  s.group.resize(static_cast<size_t>(nv));
-  s.row.resize(static_cast<size_t>(nv));
-  s.col.resize(static_cast<size_t>(nv));
-  s.anchor.assign(static_cast<size_t>(nv), -1);
-  for (int32_t b = 0; b < nb; ++b) {
-    s.memory[b] = static_cast<double>(hs[0].memory_bytes[hs[0].block_vertex(b)]);
-    s.seq[b] = tables[0]->token_blocks[b].seq;
-    s.group[b] = -1;
-    s.row[b] = s.col[b] = b;
-  }
+  // Flat FM reads no geometry (seq, group, row, col, anchor): they stay empty.
+  for (int32_t b = 0; b < nb; ++b) s.memory[b] = static_cast<double>(hs[0].memory_bytes[hs[0].block_vertex(b)]);
   s.net_begin.push_back(0);
   for (size_t k = 0; k < nk; ++k) {
     const PlacementHypergraph& h = hs[k];
     const auto map = [&](int32_t v) { return v < h.num_tiles ? offset[k] + v : v - h.num_tiles; };
-    for (int32_t t = 0; t < h.num_tiles; ++t) {
-      const Tile& tile = tables[k]->tiles[t];
-      const int32_t v = offset[k] + t;
-      s.compute[v] = layers[k] * h.compute_flops[t];
-      s.seq[v] = tile.seq;
-      s.group[v] = tile.head_group;
-      s.row[v] = tile.q_block;
-      s.col[v] = tile.kv_block;
-    }
+    for (int32_t t = 0; t < h.num_tiles; ++t) s.compute[offset[k] + t] = layers[k] * h.compute_flops[t];
     for (int32_t e = 0; e < h.num_nets(); ++e) {
       if (h.net_begin[e + 1] - h.net_begin[e] < 2) continue;  // a home alone costs nothing
       for (int64_t i = h.net_begin[e]; i < h.net_begin[e + 1]; ++i) s.pins.push_back(map(h.pins[i]));
