@@ -89,6 +89,9 @@ def _check_window(plan: Any, module: torch.nn.Module, window: int) -> None:
     masks = getattr(plan, "masks", None)
     if masks is None:  # planned from a dcp.Batch: nothing to compare
         return
+    checked = plan.runtime_state.setdefault("hf_windows_checked", set())
+    if window in checked:  # once per plan and window: every layer of the step calls this
+        return
     single = not isinstance(masks, (list, tuple)) or (isinstance(masks, tuple) and len(masks) == 3 and
                                                       isinstance(masks[0], str))
     specs = [masks] if single else list(masks)
@@ -99,6 +102,7 @@ def _check_window(plan: Any, module: torch.nn.Module, window: int) -> None:
             raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} attends within a "
                              f"sliding window of {window} keys, but its plan's mask is {got[0]} {got[1]} (plan the step "
                              "with dcp.hf.layer_kinds(config) as the masks)")
+    checked.add(window)
 
 
 def layer_kinds(config: Any, full: Any = None) -> Any:
