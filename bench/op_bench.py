@@ -12,6 +12,9 @@ Phases (all by default; --phases picks):
              thread), median over calls.
   lookahead  --steps steps, each a new batch of the profile planned with lookahead 2 while the
              previous step trains: the time get() waited per step.
+  graph      the op phase's step (every layer's forward, then backward; operator calls without
+             autograd) captured once into a CUDA graph, its replay timed against the same step
+             called eagerly: what a graph saves of the host's launch work (most on short steps).
 Prints a table and, with --json, writes the figures.
 """
 from __future__ import annotations
@@ -165,6 +168,44 @@ def phase_host(a, device):
             "cxx_us_per_call_median": cxx[0], "python_us_per_call_median": whole[0] - cxx[0]}
 
 
+def phase_graph(a, device):
+    batch = batches(a, 1)[0]
+    planner = dcp.Planner(None, "h200-nvl", options(a), shape=tuple(a.heads))
+    planner.submit(0, batch)
+    plan = planner.get(0)
+    layers = Layers(plan.num_tokens, a.heads, a.layers, device, torch.bfloat16)
+    run = lambda: step(plan, layers, a.layers, autograd=False)  # noqa: E731
+    dt.prepare(plan)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up before the capture, as PyTorch asks
+        for _ in range(a.warmup):
+            run()
+    torch.cuda.current_stream().wait_stream(side)
+    run()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+
+    def timed(call):
+        times = []
+        for _ in range(max(a.iters, 20)):
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+            torch.cuda.synchronize()
+            ev[0].record()
+            call()
+            ev[1].record()
+            torch.cuda.synchronize()
+            times.append(ev[0].elapsed_time(ev[1]))
+        return statistics.median(times)
+
+    eager, replay = timed(run), timed(graph.replay)
+    flops = batch.forward_flops * a.layers * 3.5
+    return {"tokens": batch.total_tokens, "layers": a.layers, "eager_ms_per_step": eager,
+            "replay_ms_per_step": replay, "eager_over_replay": eager / replay,
+            "eager_tflops": flops / (eager * 1e-3) / 1e12, "replay_tflops": flops / (replay * 1e-3) / 1e12}
+
+
 def phase_lookahead(a, device):
     items = batches(a, a.steps)
     planner = dcp.Planner(None, "h200-nvl", options(a), shape=tuple(a.heads), threads=a.threads, lookahead=a.lookahead)
@@ -190,7 +231,8 @@ def main():
     device = torch.device(a.device)
     out = {"args": vars(a), "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__}
     for phase in a.phases.split(","):
-        out[phase] = {"op": phase_op, "host": phase_host, "lookahead": phase_lookahead}[phase](a, device)
+        out[phase] = {"op": phase_op, "host": phase_host, "lookahead": phase_lookahead,
+                      "graph": phase_graph}[phase](a, device)
         shown = {k: v for k, v in out[phase].items() if k != "steps"}
         print(f"{phase}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()),
               flush=True)

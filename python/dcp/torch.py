@@ -253,8 +253,14 @@ def _attention_of(plan: StepPlan, device: torch.device):
     uploaded in one copy); on a GPU, bound to the current stream."""
     entry = plan.runtime_state.get(device)
     if entry is None:
-        rt = _runtime(plan, device)
         cuda = device.type == "cuda"
+        if cuda and torch.cuda.is_current_stream_capturing():
+            # Making a runner uploads the plan's work lists and waits for the copy: no work a
+            # graph capture may contain (and its first NCCL set-up could not be captured either).
+            raise RuntimeError(f"dcp attention: step {plan.step}'s plan has no runner on {device} yet, and the "
+                               "stream is capturing a CUDA graph; call dcp.torch.prepare(plan) (or run the "
+                               "step once) before the capture")
+        rt = _runtime(plan, device)
         if cuda:
             rt.backend.set_stream(_raw_stream(device))
         attn = _dcp.Attention(plan.plan, rt.backend, rt.comm, float(_config["timeout_s"]))

@@ -1,6 +1,6 @@
 """The operator on one GPU (skipped without one): bf16 against the fp64 reference over every
-mask kind and both head dims, on a side stream, under activation checkpointing and
-torch.compile, with no device allocation once a plan is running."""
+mask kind and both head dims, on a side stream, under activation checkpointing,
+torch.compile and CUDA graph capture, with no device allocation once a plan is running."""
 import pytest
 import torch
 
@@ -142,3 +142,69 @@ def test_deterministic_backward_repeats_bitwise(one_pass):
             assert rel_error(plan.undispatch(got.float().cpu()), want) < 2e-2
     finally:
         dt.configure(deterministic=False, deterministic_one_pass=False)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_cuda_graph_replays_a_step(deterministic):
+    # A layer's forward and backward captured once into a CUDA graph, then replayed on new inputs
+    # copied into the graph's static tensors, equals the eager operator on those inputs: the
+    # forward bitwise, the gradients bitwise with the deterministic backward and within bf16's
+    # tolerance otherwise (its dQ and dK / dV partial sums land in any order).
+    shape = (8, 2, 128)
+    lengths, specs = cases.random_docs(17, max_len=900, num_docs=5)
+    dt.configure(deterministic=deterministic)
+    try:
+        plan = planned(lengths, specs, shape)
+
+        def inputs(seed):
+            g = torch.Generator().manual_seed(seed)
+            return [torch.randn(plan.num_tokens, h, 128, generator=g).to(DEV, torch.bfloat16) for h in (8, 2, 2, 8)]
+
+        def layer(q, k, v, d_o):
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+            o = dt.attention(q, k, v, plan, 0)
+            return (o, *torch.autograd.grad(o, (q, k, v), d_o))
+
+        static = inputs(1)
+        dt.prepare(plan)  # the runner is made outside the capture (a capture may not wait for its upload)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up, as PyTorch asks before a capture
+            layer(*static)
+        torch.cuda.current_stream().wait_stream(side)
+        layer(*static)  # the current stream's first call (its persistent-forward counter)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = layer(*static)
+        backend = plan.runtime_state[("backend", "cuda:0")]
+        allocations = backend.num_allocations  # the capture's own counter included
+        for seed in (2, 3):
+            new = inputs(seed)
+            for dst, src in zip(static, new):
+                dst.copy_(src)
+            graph.replay()
+            want = layer(*new)
+            for name, got, ref in zip(("o", "dq", "dk", "dv"), captured, want):
+                if deterministic or name == "o":
+                    assert torch.equal(got, ref), f"{name}: the replay differs from the eager call (seed {seed})"
+                else:
+                    assert rel_error(got.float().cpu(), ref.float().cpu()) < 1e-2, name
+        torch.cuda.synchronize()
+        assert backend.num_allocations == allocations, "replays allocate nothing"
+    finally:
+        dt.configure(deterministic=False)
+
+
+def test_cuda_graph_capture_refuses_a_plan_without_runner():
+    shape = (8, 2, 128)
+    lengths, specs = cases.random_docs(19, max_len=600, num_docs=3)
+    plan = planned(lengths, specs, shape)
+    q = torch.randn(plan.num_tokens, 8, 128, device=DEV, dtype=torch.bfloat16)
+    k = torch.randn(plan.num_tokens, 2, 128, device=DEV, dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="prepare"):
+        with torch.cuda.graph(graph):
+            dt.attention(q, k, k, plan, 0)
+    dt.prepare(plan)  # the same plan works once its runner is made
+    o = dt.attention(q, k, k, plan, 0)
+    assert torch.isfinite(o.float()).all()

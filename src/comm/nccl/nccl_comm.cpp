@@ -118,7 +118,10 @@ class NcclComm final : public Comm {
       raise(ErrorKind::InvalidInput, "nccl comm rank " + std::to_string(rank_) + ": wait for round " +
                                          std::to_string(round) + " that was not started");
     cudaEvent_t ev = done_[round];
-    if (blocking_) poll(ev, timeout_s, "round " + std::to_string(round));
+    // While the compute stream is being captured into a CUDA graph, the round's event is a node
+    // of that graph, not work the host could wait for (querying it is an error there): the
+    // stream-side wait below is the whole ordering, and a dead peer shows when the graph runs.
+    if (blocking_ && !capturing()) poll(ev, timeout_s, "round " + std::to_string(round));
     else check_async("round " + std::to_string(round));
     // The compute stream reads what the round received only after it has landed.
     ck_cuda(cudaStreamWaitEvent(compute_, ev, 0), "cudaStreamWaitEvent");
@@ -156,6 +159,11 @@ class NcclComm final : public Comm {
       }
       if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+  }
+  bool capturing() const {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    ck_cuda(cudaStreamIsCapturing(compute_, &status), "cudaStreamIsCapturing");
+    return status != cudaStreamCaptureStatusNone;
   }
   void check_async(const std::string& what) {
     ncclResult_t async = ncclSuccess;

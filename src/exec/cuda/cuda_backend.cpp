@@ -233,9 +233,16 @@ class CudaBackend final : public Backend {
       // Persistent unless transfers run meanwhile: a persistent launch holds every SM until its
       // last item, so NCCL's kernels would wait for the whole call instead of taking SMs as CTAs
       // retire. Calls on one stream run one after another and share its counter; calls on
-      // different streams (set_compute_stream) may overlap, so each stream has its own.
+      // different streams (set_compute_stream) may overlap, so each stream has its own. Work
+      // captured into a CUDA graph runs whenever the graph is replayed, next to anything queued
+      // on any stream: each capture has a counter of its own.
       if (kernels_.persistent_forward && !call.comm_in_flight) {
-        int32_t*& counter = work_counters_[stream_];
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        unsigned long long capture_id = 0;
+        ck(cudaStreamGetCaptureInfo(stream_, &capture, &capture_id), "cudaStreamGetCaptureInfo");
+        int32_t*& counter = capture == cudaStreamCaptureStatusActive
+                                ? capture_counters_[capture_id]
+                                : work_counters_[stream_];
         if (counter == nullptr) counter = static_cast<int32_t*>(allocate(2 * sizeof(int32_t)));
         p.work_counter = counter;
       }
@@ -730,6 +737,7 @@ class CudaBackend final : public Backend {
   };
   std::vector<PendingCounts> pending_;
   std::map<cudaStream_t, int32_t*> work_counters_;  // persistent forward launches, per stream (zeroed by allocate)
+  std::map<unsigned long long, int32_t*> capture_counters_;  // the same, per CUDA graph capture
   int32_t semaphore_capacity_ = 0;
 };
 
