@@ -124,6 +124,38 @@ def wrong_world_case(rank, world):
     return "accepted"
 
 
+def mesh_case(rank, world, dims, broadcast):
+    """Context parallelism inside data parallelism: a (dp, cp) DeviceMesh of 2 x 2 CPU ranks, laid
+    out as `dims` says (("dp", "cp"): cp groups {0, 1}, {2, 3}; ("cp", "dp"): {0, 2}, {1, 3}).
+    Each cp group plans its own batch over its group (seed 30 + its dp index), runs the operator
+    and gathers its outputs and gradients over the cp group; then the gradient of a weight every
+    rank holds is summed over its tokens: over the cp group (its batch's tokens are split there),
+    then over the dp group (the batches), as DDP over the dp x cp ranks does."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=dims)
+    cp, dp = mesh["cp"].get_group(), mesh["dp"].get_group()
+    dp_index = mesh["dp"].get_local_rank()
+    seed = 30 + dp_index
+    lengths, specs = random_docs(seed)
+    planner = dcp.Planner(cp, "h200-nvl", {"block_size": 32, "stages": 2}, shape=SHAPE, dtype="fp32",
+                          broadcast=broadcast)
+    planner.submit(0, lengths, specs)
+    plan = planner.get(0)
+    q, k, v, w = inputs(seed, sum(lengths))
+    scale = torch.ones((), requires_grad=True)  # a parameter every rank holds
+    ql, kl, vl = (plan.dispatch(t).requires_grad_() for t in (q, k, v))
+    o = dt.attention(ql * scale, kl, vl, plan, 0)
+    (o * plan.dispatch(w)).sum().backward()
+    torch.distributed.all_reduce(scale.grad, group=cp)
+    torch.distributed.all_reduce(scale.grad, group=dp)
+    out = {name: plan.undispatch(t.detach()) for name, t in
+           (("o", o), ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad))}
+    out.update(seed=seed, cp_rank=plan.rank, cp_ranks=torch.distributed.get_process_group_ranks(cp),
+               scale_grad=scale.grad.detach(), hash=plan.plan.hash)
+    return out
+
+
 # ---- HF Llama ---------------------------------------------------------------------------------
 def tiny_llama(attn: str):
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -109,3 +109,28 @@ def test_prepare_builds_the_runner_ahead_and_changes_nothing():
         dt.prepare(plan, "cpu")
     with pytest.raises(TypeError, match="StepPlan"):
         dt.prepare(lengths, "cpu")
+
+
+@pytest.mark.parametrize("dims,broadcast", [(("dp", "cp"), False), (("cp", "dp"), True)])
+def test_context_parallel_groups_inside_data_parallel(dims, broadcast):
+    """Two cp groups of two ranks in a DeviceMesh, contiguous or strided, each planning its own
+    batch (by every rank, or by the group's first rank and broadcast): each group's outputs and
+    gradients match its batch's fp64 reference, and a shared weight's gradient summed over the cp
+    and then the dp group is the sum of both batches'."""
+    got = run_ranks(4, cases.mesh_case, dims, broadcast)
+    want_groups = [[0, 1], [2, 3]] if dims == ("dp", "cp") else [[0, 2], [1, 3]]
+    scale_grads = {}
+    for r, res in enumerate(got):
+        assert res["cp_ranks"] in want_groups and r in res["cp_ranks"]
+        assert res["cp_rank"] == res["cp_ranks"].index(r)
+        want = reference(res["seed"], torch.float32)
+        for name in ("o", "dq", "dk", "dv"):
+            err = rel_error(res[name], want[name])
+            assert err < 1e-5, f"rank {r} {name}: relative error {err:.3g}"
+        # d(sum(o w)) / d scale = sum over q of dq * q (scale 1), this batch's part of the total
+        q = cases.inputs(res["seed"], want["dq"].shape[0])[0].double()
+        scale_grads[res["seed"]] = float((want["dq"] * q).sum())
+    assert len({res["seed"] for res in got}) == 2, "the two cp groups planned different batches"
+    total = sum(scale_grads.values())
+    for r, res in enumerate(got):
+        assert abs(float(res["scale_grad"]) - total) <= 1e-4 * max(1.0, abs(total)), f"rank {r}: cp + dp all-reduce"
