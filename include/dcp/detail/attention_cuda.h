@@ -3,7 +3,8 @@
 // A tile is one (q token range) x (kv token range) x (kv head group) piece of a stage's attention
 // work. One launch runs a whole tile list, so a stage with thousands of small tiles still costs
 // one kernel launch. Kernels are standalone from the executor: raw device pointers, a stream.
-// Built (CMake target dcp_cuda / dcp::cuda, sm_90a) only when a CUDA compiler is found; measured
+// Built (CMake target dcp_cuda / dcp::cuda; sm_80 and sm_90a by default) only when a CUDA compiler
+// is found; measured
 // figures and the route to a wgmma/TMA version: bench/results/cuda_attention_*.md.
 //
 // Data layout (every buffer, every data block): [tokens][heads][head_dim], row-major, i.e.
@@ -193,7 +194,7 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 // aside. A wgmma route off sm_90 raises Unsupported.
 // Every route gives the same outputs (the backward's up to summation order).
 //   Mma         mma.sync m16n8k16, FA2 style (attention_forward.cu, attention_backward.cu): any
-//               sm_80+ device.
+//               sm_80+ device the build has code for (its sm_80 machine code or PTX).
 //   Wgmma       the fastest Hopper kernels measured (bench/results/cuda_attention_h200.md):
 //               forward warp-specialised (attention_forward_sm90_ws.cu: a producer warpgroup
 //               walks and classifies the kv sub-tiles and fills a 2-slot K / V ring by TMA; the

@@ -265,8 +265,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
             p.dq + (static_cast<int64_t>(dq_row0 + rq0 + row) * hq + qh) * kD + col0 + dc * 32 + 2 * tq;
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          atomicAdd(reinterpret_cast<float2*>(dq_row + j * 8),
-                    make_float2(acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale));
+          atomic_add2(dq_row + j * 8, acc[j][2 * r] * scale, acc[j][2 * r + 1] * scale);
         }
       }
     }
@@ -284,8 +283,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) attention_backward_kernel(cons
     const int64_t off = (static_cast<int64_t>(dkv_row0 + c0 + key) * hkv + kvh) * kD + 2 * tq;
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
-      atomicAdd(reinterpret_cast<float2*>(p.dk + off + j * 8), make_float2(dk[j][2 * r] * scale, dk[j][2 * r + 1] * scale));
-      atomicAdd(reinterpret_cast<float2*>(p.dv + off + j * 8), make_float2(dv[j][2 * r], dv[j][2 * r + 1]));
+      atomic_add2(p.dk + off + j * 8, dk[j][2 * r] * scale, dk[j][2 * r + 1] * scale);
+      atomic_add2(p.dv + off + j * 8, dv[j][2 * r], dv[j][2 * r + 1]);
     }
   }
 }

@@ -71,6 +71,12 @@
 #include "wgmma_sm90.cuh"
 #include "wgmma_sm90_bwd.cuh"
 
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The device pass for GPUs before Hopper keeps only the kernel's trap: its helpers and most of
+// its locals go unused there.
+#pragma nv_diag_suppress 177
+#endif
+
 namespace dcp::cuda::detail {
 namespace {
 

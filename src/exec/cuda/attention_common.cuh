@@ -42,6 +42,17 @@ __device__ __forceinline__ uint32_t swz(int row, int col) {
   return static_cast<uint32_t>((row * kChunks + chunk) * 16 + (col & 7) * 2);
 }
 
+// Two adjacent fp32 additions into global memory: one 8-byte atomic where the GPU has vector
+// atomics (sm_90), two 4-byte ones before it.
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }

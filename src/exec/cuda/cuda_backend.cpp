@@ -33,6 +33,16 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const CudaBackendOptions& options)
       : device_(options.device), allocator_(options.allocator), kernels_(options.kernels) {
     ck(cudaSetDevice(device_), "cudaSetDevice");
+    if (!cuda::build_runs_on_current_device()) {
+      int major = 0, minor = 0;
+      ck(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device_), "cudaDeviceGetAttribute");
+      ck(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device_), "cudaDeviceGetAttribute");
+      raise(ErrorKind::Unsupported, "cuda backend: device " + std::to_string(device_) + " is sm_" + std::to_string(major) +
+                                        std::to_string(minor) + ", and this build has GPU code for " +
+                                        DCP_CUDA_ARCHITECTURES +
+                                        " only (the kernels need sm_80 or later; rebuild with "
+                                        "-DCMAKE_CUDA_ARCHITECTURES naming it)");
+    }
     ck(cudaStreamCreateWithFlags(&own_stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     stream_ = options.own_stream ? own_stream_ : static_cast<cudaStream_t>(options.stream);
     ck(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming), "cudaEventCreate");

@@ -260,6 +260,14 @@ void check(const char* where) {
 
 }  // namespace
 
+bool build_runs_on_current_device() {
+  cudaFuncAttributes attributes{};
+  const cudaError_t e = cudaFuncGetAttributes(&attributes, zero_ranges_kernel);
+  if (e == cudaSuccess) return true;
+  (void)cudaGetLastError();  // the probe's error is an answer, not a failure to keep
+  return false;
+}
+
 void delta_bf16_f32(const void* dout, const float* out, float* delta, float* norm2, int64_t num_row_heads,
                     int head_dim, cudaStream_t stream) {
   if (num_row_heads == 0) return;

@@ -21,6 +21,9 @@ void delta_bf16_f32(const void* dout, const float* out, float* delta, float* nor
 void fill_random(void* p, bool bf16, int64_t n, uint64_t seed, float amplitude, cudaStream_t stream);
 // Zeroes every range (device array of num_ranges ZeroRange).
 void zero_ranges(const ZeroRange* ranges, int num_ranges, cudaStream_t stream);
+// Whether this build holds code the current device can run (machine code for its architecture, or
+// PTX it can compile): false where every kernel launch would fail with "no kernel image".
+bool build_runs_on_current_device();
 
 // One move between group-major array rows and a caller's strided tensor of all heads (see
 // dcp::LocalExchange): element (g, r, h, d) of the array is array[((g * num_rows + r) *
