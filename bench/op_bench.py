@@ -60,6 +60,14 @@ def batches(a, count):
     return dcp.profile_batches(a.profile, a.seed, a.tokens, a.mask, hq, hkv, d, count)
 
 
+def first_plan(a):
+    """The profile's first batch and its plan on this one device."""
+    batch = batches(a, 1)[0]
+    planner = dcp.Planner(None, "h200-nvl", options(a), shape=tuple(a.heads))
+    planner.submit(0, batch)
+    return batch, planner.get(0)
+
+
 class Layers:
     """Per layer: q, k, v as views of one fused projection output, and an upstream gradient."""
 
@@ -102,10 +110,7 @@ def step(plan, layers, n_layers, events=None, autograd=True):
 
 
 def phase_op(a, device):
-    batch = batches(a, 1)[0]
-    planner = dcp.Planner(None, "h200-nvl", options(a), shape=tuple(a.heads))
-    planner.submit(0, batch)
-    plan = planner.get(0)
+    batch, plan = first_plan(a)
     layers = Layers(plan.num_tokens, a.heads, a.layers, device, torch.bfloat16)
     flops = batch.forward_flops
     out = {"tokens": batch.total_tokens, "sequences": batch.num_sequences, "plan_hash": plan.plan.hash}
@@ -127,10 +132,7 @@ def phase_op(a, device):
 
 
 def phase_host(a, device):
-    batch = batches(a, 1)[0]
-    planner = dcp.Planner(None, "h200-nvl", options(a), shape=tuple(a.heads))
-    planner.submit(0, batch)
-    plan = planner.get(0)
+    _, plan = first_plan(a)
     layers = Layers(plan.num_tokens, a.heads, 1, device, torch.bfloat16)
     q, k, v = (t.detach() for t in layers.views(0))
     dt.attention(q, k, v, plan, 0)  # first call: runtime and scratch
@@ -169,10 +171,7 @@ def phase_host(a, device):
 
 
 def phase_graph(a, device):
-    batch = batches(a, 1)[0]
-    planner = dcp.Planner(None, "h200-nvl", options(a), shape=tuple(a.heads))
-    planner.submit(0, batch)
-    plan = planner.get(0)
+    batch, plan = first_plan(a)
     layers = Layers(plan.num_tokens, a.heads, a.layers, device, torch.bfloat16)
     run = lambda: step(plan, layers, a.layers, autograd=False)  # noqa: E731
     dt.prepare(plan)
