@@ -15,16 +15,20 @@ Phases (all by default; --phases picks):
   graph      the op phase's step (every layer's forward, then backward; operator calls without
              autograd) captured once into a CUDA graph, its replay timed against the same step
              called eagerly: what a graph saves of the host's launch work (most on short steps).
-Prints a table and, with --json, writes the figures.
+Prints a table and, with --json, writes the figures. Under torchrun with several ranks (one GPU
+each, NCCL) every phase runs on every rank and reports, step by step, the slowest rank's time,
+as `dcp bench` does; host costs are rank 0's.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
 import torch
+import torch.distributed as dist
 
 import dcp
 import dcp.torch as dt
@@ -58,6 +62,15 @@ def options(a):
 def batches(a, count):
     hq, hkv, d = a.heads
     return dcp.profile_batches(a.profile, a.seed, a.tokens, a.mask, hq, hkv, d, count)
+
+
+def slowest(values):
+    """Per entry, the slowest rank's value (a step waits for it); with one rank, the values."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return list(values)
+    t = torch.tensor(list(values), dtype=torch.float64, device="cuda")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
 
 
 def first_plan(a):
@@ -125,7 +138,7 @@ def phase_op(a, device):
             torch.cuda.synchronize()
             fwd.append(ev[0].elapsed_time(ev[1]) / a.layers)
             bwd.append(ev[1].elapsed_time(ev[2]) / a.layers)
-        f, b = statistics.median(fwd), statistics.median(bwd)
+        f, b = statistics.median(slowest(fwd)), statistics.median(slowest(bwd))
         out.update({f"{name}_fwd_ms_per_layer": f, f"{name}_bwd_ms_per_layer": b,
                     f"{name}_fwd_tflops": flops / (f * 1e-3) / 1e12, f"{name}_bwd_tflops": 2.5 * flops / (b * 1e-3) / 1e12})
     return out
@@ -196,9 +209,9 @@ def phase_graph(a, device):
             ev[1].record()
             torch.cuda.synchronize()
             times.append(ev[0].elapsed_time(ev[1]))
-        return statistics.median(times)
+        return times
 
-    eager, replay = timed(run), timed(graph.replay)
+    eager, replay = statistics.median(slowest(timed(run))), statistics.median(slowest(timed(graph.replay)))
     flops = batch.forward_flops * a.layers * 3.5
     return {"tokens": batch.total_tokens, "layers": a.layers, "eager_ms_per_step": eager,
             "replay_ms_per_step": replay, "eager_over_replay": eager / replay,
@@ -218,6 +231,9 @@ def phase_lookahead(a, device):
         torch.cuda.synchronize()
         st = planner.stats(s)
         rows.append({"step": s, "step_ms": (time.perf_counter() - t0) * 1e3, **st})
+    for key in ("waited_ms", "step_ms"):
+        for r, value in zip(rows, slowest(r[key] for r in rows)):
+            r[key] = value
     measured = rows[a.lookahead:]  # the first steps wait for a planner that had no head start
     return {"steps": rows, "waited_ms_median": statistics.median(r["waited_ms"] for r in measured),
             "waited_ms_max": max(r["waited_ms"] for r in measured),
@@ -228,16 +244,25 @@ def phase_lookahead(a, device):
 def main():
     a = parse()
     device = torch.device(a.device)
-    out = {"args": vars(a), "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__}
+    rank, world = 0, int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1:  # torchrun: one GPU per rank
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device)
+        rank = dist.get_rank()
+    out = {"args": vars(a), "gpu": torch.cuda.get_device_name(device), "torch": torch.__version__, "ranks": world}
     for phase in a.phases.split(","):
         out[phase] = {"op": phase_op, "host": phase_host, "lookahead": phase_lookahead,
                       "graph": phase_graph}[phase](a, device)
         shown = {k: v for k, v in out[phase].items() if k != "steps"}
-        print(f"{phase}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in shown.items()),
-              flush=True)
-    if a.json:
+        if rank == 0:
+            print(f"{phase}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                           for k, v in shown.items()), flush=True)
+    if a.json and rank == 0:
         with open(a.json, "w") as f:
             json.dump(out, f, indent=1)
+    if world > 1:
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

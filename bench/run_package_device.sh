@@ -4,13 +4,16 @@
 # and whole plans against fp64, run the package's tests on the GPU, then time the operator against
 # `dcp bench` of the same plan, its host cost per call, and planning hidden by lookahead.
 # Usage (repository root): bench/run_package_device.sh DEPS_DIR [phases...]
-#   phases: build checks pytest op bench det kernels plans (default: all but det, kernels and plans); results and
+#   phases: build checks pytest op bench det kernels plans pair (default: all but det, kernels, plans and pair); results and
 #   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
 #   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows,
 #   in det.tar; the kernel table's routes and lengths: $DET_ROUTES, $DET_SEQ);
 #   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both (all in kernels.tar);
-#   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run)
+#   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run;
+#   pair: two GPUs (the two-GPU issue's operator runs): the package's two-GPU tests, the operator
+#   on ldc 131072 against `dcp bench` of the same plan on 2 ranks, planning hidden with lookahead 2,
+#   and a captured step's replay against eager, all in pair.tar)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 set -u
 cd "$(dirname "$0")/.."
@@ -74,6 +77,24 @@ if has bench; then
   timeout 200 $b/dcp bench --profile ldc --seed 1 --tokens 131072 --mask causal --q-heads 32 --kv-heads 8 \
     --head-dim 128 --block 2048 --stages 2 --layers 4 --iters 5 --warmup 2 --method dcp --cluster h200-nvl --nodes 1 \
     --json "$out/dcp_bench.json" 2>&1 | tail -12 | tee -a "$log"
+fi
+if has pair; then
+  say "two GPUs: package tests (the operator against fp64, CUDA graphs with NCCL rounds)"
+  (cd /tmp && timeout 300 python3 -m pytest -q -o faulthandler_timeout=120 -k "two_gpus or on_ranks" \
+    "$OLDPWD/tests/python/test_gpu.py" >"$out/pytest_pair.log" 2>&1)
+  echo "pytest (2 GPUs): rc=$?" | tee -a "$log"
+  tail -3 "$out/pytest_pair.log" | tee -a "$log"
+  say "two GPUs: operator, ldc 131072 causal, 32/8 heads x 128, B 2048, 4 layers (op, lookahead, graph)"
+  timeout 300 python3 -m torch.distributed.run --standalone --nproc-per-node 2 bench/op_bench.py --tokens 131072 \
+    --block 2048 --stages 2 --layers 4 --iters 5 --phases op,lookahead,graph --json "$out/op_bench_pair.json" 2>&1 \
+    | grep -v Warning | tail -4 | tee -a "$log"
+  say "two GPUs: dcp bench, the same plan"
+  timeout 200 mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np 2 $b/dcp bench --profile ldc --seed 1 \
+    --tokens 131072 --mask causal --q-heads 32 --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 4 \
+    --iters 5 --warmup 2 --method dcp --cluster h200-nvl --nodes 1 --devices-per-node 2 \
+    --json "$out/dcp_bench_pair.json" 2>&1 | tail -12 | tee -a "$log"
+  (cd "$out" && tar -cf pair.tar pytest_pair.log op_bench_pair.json dcp_bench_pair.json 2>/dev/null && \
+    rm -f pytest_pair.log op_bench_pair.json dcp_bench_pair.json)
 fi
 if has det; then  # the deterministic backward: kernel table beside the default, whole plans, repeatability
   say "kernel bench: the default backward and the deterministic one"

@@ -119,6 +119,7 @@ struct Row {
   double check_err = -1;
   double imbalance = 0;
   std::string chosen;  // --search: the planner's choice for dcp
+  uint64_t plan_hash = 0;  // what a run through another front end (the PyTorch operator) compares
   // --energy-iters, GPU 0 (rank 0's): joules per layer and pass, mean watts, median SM clock.
   struct Energy {
     double joules = 0, watts = 0, mhz = 0;
@@ -225,6 +226,7 @@ Row bench_one(const BenchArgs& args, const std::string& method, const Batch& bat
   Row row;
   row.method = method;
   row.chosen = chosen;
+  row.plan_hash = plan_hash(plan);
   const auto progress = [&](const std::string& what) {
     if (args.verbose) std::fprintf(stderr, "[rank %d] %s: %s\n", comm.rank(), method.c_str(), what.c_str());
   };
@@ -393,7 +395,8 @@ int bench_main(const BenchArgs& args, int& world_out) {
     if (!r.chosen.empty()) std::cout << fmt::format("  {}: planner chose {}\n", r.method, r.chosen);
     j.push_back({{"method", r.method}, {"chosen", r.chosen}, {"fwd_ms", r.fwd_ms}, {"bwd_ms", r.bwd_ms}, {"fwd_tflops_per_gpu", r.fwd_tflops},
                  {"bwd_tflops_per_gpu", r.bwd_tflops}, {"sim_fwd_ms", r.sim_fwd_ms}, {"sim_bwd_ms", r.sim_bwd_ms},
-                 {"bytes_sent", r.bytes}, {"speedup_vs_best_static", speed}, {"check_max_rel_err", r.check_err}});
+                 {"bytes_sent", r.bytes}, {"speedup_vs_best_static", speed}, {"check_max_rel_err", r.check_err},
+                 {"plan_hash", r.plan_hash}});
     // Energy of GPU 0 per layer and pass: TFLOP per kJ counts that GPU's share of the mask-area FLOPs.
     const auto energy = [&](const char* pass, const std::optional<Row::Energy>& e, double tflops, double ms) {
       if (!e) return;

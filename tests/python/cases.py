@@ -156,6 +156,87 @@ def mesh_case(rank, world, dims, broadcast):
     return out
 
 
+# ---- the operator on each rank's device (GPU r under nccl, else the CPU) ---------------------
+DEVICE_SHAPE = (8, 2, 128)
+
+
+def _rank_device(rank):
+    import torch.distributed as dist
+
+    return torch.device("cuda", rank) if dist.get_backend() == "nccl" else torch.device("cpu")
+
+
+def device_docs(seed: int):
+    return random_docs(seed, max_len=700, num_docs=6)
+
+
+def _device_plan(seed: int):
+    lengths, specs = device_docs(seed)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 128, "stages": 2}, shape=DEVICE_SHAPE)
+    planner.submit(0, lengths, specs)
+    return planner.get(0), sum(lengths)
+
+
+def device_op_case(rank, world, seed):
+    """bf16 forward and backward of one layer; outputs and gradients gathered back (every rank)."""
+    dev = _rank_device(rank)
+    plan, total = _device_plan(seed)
+    q, k, v, w = inputs(seed, total, DEVICE_SHAPE)
+    ql, kl, vl = (plan.dispatch(t.to(torch.bfloat16)).to(dev).requires_grad_() for t in (q, k, v))
+    o, lse = dt.attention(ql, kl, vl, plan, 0, return_lse=True)
+    (o.float() * plan.dispatch(w).to(dev)).sum().backward()
+    return {name: plan.undispatch(t.detach().float()).cpu() for name, t in
+            (("o", o), ("lse", lse), ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad))}
+
+
+def graph_case(rank, world, seed, deterministic):
+    """One layer's forward and backward captured into a CUDA graph on every rank (its transfers
+    too), replayed on new inputs: per output, whether the replay equals the eager operator
+    bitwise, and its relative error against it."""
+    from reference import rel_error
+
+    dev = _rank_device(rank)
+    dt.configure(deterministic=deterministic)
+    try:
+        plan, _ = _device_plan(seed)
+        hq, hkv, d = DEVICE_SHAPE
+
+        def new_inputs(s):
+            g = torch.Generator().manual_seed(1000 * s + rank)
+            return [torch.randn(plan.num_tokens, h, d, generator=g).to(dev, torch.bfloat16) for h in (hq, hkv, hkv, hq)]
+
+        def layer(q, k, v, d_o):
+            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+            o = dt.attention(q, k, v, plan, 0)
+            return (o, *torch.autograd.grad(o, (q, k, v), d_o))
+
+        static = new_inputs(1)
+        dt.prepare(plan, dev)
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):
+            layer(*static)
+        torch.cuda.current_stream(dev).wait_stream(side)
+        layer(*static)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = layer(*static)
+        out = {}
+        for s in (2, 3):
+            fresh = new_inputs(s)
+            for dst, src in zip(static, fresh):
+                dst.copy_(src)
+            graph.replay()
+            want = layer(*fresh)
+            for name, got, ref in zip(("o", "dq", "dk", "dv"), captured, want):
+                out[f"{name}_{s}_equal"] = bool(torch.equal(got, ref))
+                out[f"{name}_{s}_error"] = rel_error(got.float().cpu(), ref.float().cpu())
+        torch.cuda.synchronize(dev)
+        return out
+    finally:
+        dt.configure(deterministic=False)
+
+
 # ---- HF Llama ---------------------------------------------------------------------------------
 def tiny_llama(attn: str):
     from transformers import LlamaConfig, LlamaForCausalLM

@@ -1,5 +1,6 @@
-"""Runs a function on N CPU ranks (processes, gloo over a file rendezvous) and returns each rank's
-result, raising the first rank's error. The function must live in an importable module."""
+"""Runs a function on N ranks (processes over a file rendezvous: gloo on CPUs, or nccl with rank r
+on GPU r) and returns each rank's result, raising the first rank's error. The function must live
+in an importable module."""
 from __future__ import annotations
 
 import os
@@ -34,12 +35,15 @@ def _tensors(x):
     return x
 
 
-def _entry(rank, world, init_file, fn, args, results):
+def _entry(rank, world, init_file, fn, args, results, backend):
+    import torch
     import torch.distributed as dist
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
-        dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+        dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
         # Gloo's init returns on a rank once its own side of the mesh is connected: a function that
         # needs no collective could let that rank finish and exit while a slower one still connects
         # to it, which then fails ("connection closed by peer"). Every rank passes this barrier only
@@ -53,12 +57,12 @@ def _entry(rank, world, init_file, fn, args, results):
             dist.destroy_process_group()
 
 
-def run_ranks(world: int, fn, *args, timeout_s: float = 300.0):
+def run_ranks(world: int, fn, *args, timeout_s: float = 300.0, backend: str = "gloo"):
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        procs = [ctx.Process(target=_entry, args=(r, world, init_file, fn, args, results)) for r in range(world)]
+        procs = [ctx.Process(target=_entry, args=(r, world, init_file, fn, args, results, backend)) for r in range(world)]
         for p in procs:
             p.start()
         out = {}

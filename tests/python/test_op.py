@@ -134,3 +134,18 @@ def test_context_parallel_groups_inside_data_parallel(dims, broadcast):
     total = sum(scale_grads.values())
     for r, res in enumerate(got):
         assert abs(float(res["scale_grad"]) - total) <= 1e-4 * max(1.0, abs(total)), f"rank {r}: cp + dp all-reduce"
+
+
+def test_device_op_case_on_cpu_ranks():
+    """The two-GPU test's case (tests/python/test_gpu.py) on two CPU ranks, bf16: the same body
+    against the same fp64 reference, so the GPU run tests the GPUs, not the case."""
+    lengths, specs = cases.device_docs(31)
+    q, k, v, w = cases.inputs(31, sum(lengths), cases.DEVICE_SHAPE)
+    q, k, v = (t.to(torch.bfloat16).double().requires_grad_() for t in (q, k, v))
+    o_ref, _ = attention_fp64(q, k, v, lengths, specs)
+    (o_ref * w.double()).sum().backward()
+    got = run_ranks(2, cases.device_op_case, 31)
+    for r in range(2):
+        for name, want in (("o", o_ref.detach()), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
+            err = rel_error(got[r][name], want)
+            assert err < 2e-2, f"rank {r} {name}: relative error {err:.3g}"
