@@ -47,9 +47,13 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
                          "dcp.hf.use_plan(plan)")
     if dropout:
         raise ValueError("attn_implementation='dcp': attention dropout is not supported (set attention_dropout=0)")
+    if kwargs.get("softcap"):
+        raise ValueError("attn_implementation='dcp': attention logit soft-capping is not supported (Gemma 2's "
+                         "attn_logit_softcapping; set it to None)")
+    if kwargs.get("s_aux") is not None:
+        raise ValueError("attn_implementation='dcp': learned attention-sink logits (s_aux, as GPT-OSS has) are not "
+                         "supported")
     head_dim = query.shape[-1]
-    if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-6):
-        raise ValueError(f"attn_implementation='dcp': softmax scale {scaling} is not 1/sqrt(head_dim)")
     if query.shape[0] != 1:
         raise ValueError(f"attn_implementation='dcp': batch size {query.shape[0]}; pack a step into one sequence of "
                          "this rank's tokens (batch size 1)")
@@ -58,6 +62,10 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
         _check_window(layer_plan, module, int(kwargs["sliding_window"]))
     # [1, heads, tokens, dim] -> [tokens, heads, dim]: a strided view, no copy.
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+    if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-6):
+        # dcp scales scores by 1/sqrt(head_dim); softmax(s q.k) is that of (s sqrt(head_dim) q).k / sqrt(head_dim)
+        # (Gemma's query_pre_attn_scalar), and autograd carries the factor into dq.
+        q = q * (scaling * math.sqrt(head_dim))
     o = dcp_torch.attention(q, k, v, layer_plan, getattr(module, "layer_idx", 0) or 0)
     return o.unsqueeze(0), None  # [1, tokens, heads, dim], no weights
 

@@ -282,6 +282,23 @@ def tiny_mistral(attn: str):
     return MistralForCausalLM(config).float()
 
 
+def tiny_gemma3(attn: str):
+    """A Gemma 3 (text): a sliding-window layer (8 keys) then a global one, scores scaled by
+    query_pre_attn_scalar**-0.5 (not 1/sqrt(head_dim)), QK norms and local / global RoPE bases."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    import dcp.hf
+
+    dcp.hf.register()
+    torch.manual_seed(1357)
+    config = Gemma3TextConfig(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=32, query_pre_attn_scalar=24,
+                              max_position_embeddings=512, attention_dropout=0.0, sliding_window=8,
+                              layer_types=["sliding_attention", "full_attention"])
+    config._attn_implementation = attn
+    return Gemma3ForCausalLM(config).float()
+
+
 def hf_dcp_case(rank, world, model_name):
     """Loss and gradients of the packed batch through attn_implementation='dcp' on `world` ranks
     (gradients summed over ranks, as data parallelism does): tiny_llama planned causal, or
@@ -291,7 +308,7 @@ def hf_dcp_case(rank, world, model_name):
 
     import dcp.hf
 
-    model = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral}[model_name]("dcp")
+    model = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral, "gemma3": tiny_gemma3}[model_name]("dcp")
     masks = dcp.masks.causal() if model_name == "llama" else dcp.hf.layer_kinds(model.config)
     lengths, ids, labels = llama_docs()
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")

@@ -1,7 +1,8 @@
 """Hugging Face models with attn_implementation="dcp" on 1 and 2 CPU ranks give the loss and
 gradients of the same model with eager attention on one rank: a Llama (tiny config, random init),
 a Qwen2 whose layers alternate a sliding window and global attention (planned as layer kinds,
-dcp.hf.layer_kinds), and a Mistral whose every layer has a sliding window."""
+dcp.hf.layer_kinds), a Mistral whose every layer has a sliding window, and a Gemma 3 with its own
+score scale."""
 import pytest
 import torch
 
@@ -37,6 +38,28 @@ def test_mistral_sliding_window_matches_eager():
     got = run_ranks(1, cases.hf_dcp_case, "mistral")
     assert got[0]["kinds"] == ["sliding_attention"]
     check(got, cases.eager_reference(cases.tiny_mistral("eager")))
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_gemma3_with_its_own_score_scale_matches_eager(world):
+    got = run_ranks(world, cases.hf_dcp_case, "gemma3")
+    assert got[0]["kinds"] == ["sliding_attention", "full_attention"]
+    check(got, cases.eager_reference(cases.tiny_gemma3("eager")))
+
+
+def test_unsupported_attention_features_are_refused():
+    import dcp.hf
+
+    q = torch.zeros(1, 4, 6, 32)
+    k = torch.zeros(1, 2, 6, 32)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 16}, shape=(4, 2, 32), dtype="fp32")
+    planner.submit(0, [6], dcp.masks.causal())
+    plan = planner.get(0)
+    module = torch.nn.Module()
+    with pytest.raises(ValueError, match="soft-capping is not supported"):
+        dcp.hf._attention(module, q, k, k, None, softcap=50.0, dcp_plan=plan)
+    with pytest.raises(ValueError, match="attention-sink logits"):
+        dcp.hf._attention(module, q, k, k, None, s_aux=torch.zeros(4), dcp_plan=plan)
 
 
 def test_layer_kinds_of_a_config():
