@@ -225,9 +225,10 @@ class Backend {
   // and num_groups x the array's heads per group heads of the array's head_dim (LSE, Delta: 1).
   virtual void exchange(const ArraySet& arrays, std::span<const LocalExchange> moves) = 0;
   // Delta rows [delta_row + g * num_rows, + num_rows) of group g = rowsum(dO * O) over head_dim,
-  // read from the caller's dO and O (all heads) directly.
+  // read from the caller's dO and O (all heads) directly, minus d_lse (fp32, all heads, head_dim
+  // 1) where given (AttentionBackwardArgs::d_lse).
   virtual void delta_from(const ArraySet& arrays, int64_t delta_row, int64_t num_rows, int num_groups,
-                          const TensorView& d_o, const TensorView& o) = 0;
+                          const TensorView& d_o, const TensorView& o, const TensorView* d_lse) = 0;
   // Host fp32 rows (host_ld floats apart, row_elems used) <-> array rows (converted).
   virtual void upload(const ArraySet& arrays, Array a, int64_t row, const float* host, int64_t host_ld,
                       int64_t num_rows) = 0;

@@ -110,7 +110,7 @@ class Executor {
   // dO and O. Queued on the backend like compute.
   void exchange(int layer, std::span<const std::pair<Array, TensorView>> imports,
                 std::span<const std::pair<Array, TensorView>> exports);
-  void delta_from(int layer, const TensorView& d_o, const TensorView& o);
+  void delta_from(int layer, const TensorView& d_o, const TensorView& o, const TensorView* d_lse = nullptr);
   // backward_layer without computing Delta (delta_from already did).
   ExecStats backward_layer_with_delta(int layer);
   // Tokens this device owns (rows of its local tensors).

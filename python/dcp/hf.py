@@ -50,9 +50,6 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     if kwargs.get("softcap"):
         raise ValueError("attn_implementation='dcp': attention logit soft-capping is not supported (Gemma 2's "
                          "attn_logit_softcapping; set it to None)")
-    if kwargs.get("s_aux") is not None:
-        raise ValueError("attn_implementation='dcp': learned attention-sink logits (s_aux, as GPT-OSS has) are not "
-                         "supported")
     head_dim = query.shape[-1]
     if query.shape[0] != 1:
         raise ValueError(f"attn_implementation='dcp': batch size {query.shape[0]}; pack a step into one sequence of "
@@ -66,7 +63,16 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
         # dcp scales scores by 1/sqrt(head_dim); softmax(s q.k) is that of (s sqrt(head_dim) q).k / sqrt(head_dim)
         # (Gemma's query_pre_attn_scalar), and autograd carries the factor into dq.
         q = q * (scaling * math.sqrt(head_dim))
-    o = dcp_torch.attention(q, k, v, layer_plan, getattr(module, "layer_idx", 0) or 0)
+    layer = getattr(module, "layer_idx", 0) or 0
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        o = dcp_torch.attention(q, k, v, layer_plan, layer)
+    else:
+        # Learned sink logits (GPT-OSS): a logit s_h per head beside every row's scores, with no
+        # value. The softmax over [scores, s_h] scales the row's output by exp(lse) / (exp(lse) +
+        # exp(s_h)) = sigmoid(lse - s_h); lse's gradient reaches q and k through the operator.
+        o, lse = dcp_torch.attention(q, k, v, layer_plan, layer, return_lse=True)
+        o = (o.float() * torch.sigmoid(lse - sinks.float()[None, :]).unsqueeze(-1)).to(o.dtype)
     return o.unsqueeze(0), None  # [1, tokens, heads, dim], no weights
 
 

@@ -324,14 +324,20 @@ def _forward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _backward_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                   d_o: torch.Tensor, handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   d_o: torch.Tensor, handle: torch.Tensor,
+                   d_lse: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     plan = _plan_of(handle)
     _check_tokens(plan, q, d_o)
     dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
     dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    if d_lse is not None:
+        d_lse = d_lse.float()
+        if tuple(d_lse.shape) != tuple(lse.shape):
+            raise ValueError(f"dcp attention: the gradient of lse is {tuple(d_lse.shape)}, lse {tuple(lse.shape)}")
     _attention_of(plan, q.device).backward(_view(q), _view(k), _view(v), _view(o), _lse_view(lse), _view(d_o),
-                                           _view(dq), _view(dk), _view(dv))
+                                           _view(dq), _view(dk), _view(dv),
+                                           None if d_lse is None else _lse_view(d_lse))
     return dq, dk, dv
 
 
@@ -349,12 +355,13 @@ def _(q, k, v, handle):
 
 @torch.library.custom_op("dcp::attention_backward", mutates_args=())
 def _attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, lse: torch.Tensor,
-                        d_o: torch.Tensor, handle: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _backward_impl(q, k, v, o, lse, d_o, handle)
+                        d_o: torch.Tensor, handle: torch.Tensor,
+                        d_lse: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _backward_impl(q, k, v, o, lse, d_o, handle, d_lse)
 
 
 @_attention_backward.register_fake
-def _(q, k, v, o, lse, d_o, handle):
+def _(q, k, v, o, lse, d_o, handle, d_lse=None):
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
@@ -362,14 +369,20 @@ def _setup_context(ctx, inputs, output):
     q, k, v, handle = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, handle)
-    ctx.mark_non_differentiable(lse)
+    ctx.set_materialize_grads(False)  # an unused lse (or o) passes None, not a tensor of zeros
+
+
+def _gradients_in(o, d_o):
+    """The upstream gradient of o as the kernels take it: zeros when only lse was used."""
+    if d_o is None:
+        return torch.zeros_like(o)
+    return d_o if d_o.stride(-1) == 1 else d_o.contiguous()
 
 
 def _backward(ctx, d_o, d_lse):
     q, k, v, o, lse, handle = ctx.saved_tensors
-    if d_o.stride(-1) != 1:
-        d_o = d_o.contiguous()
-    dq, dk, dv = torch.ops.dcp.attention_backward(q, k, v, o, lse, d_o, handle)
+    d_o = _gradients_in(o, d_o)
+    dq, dk, dv = torch.ops.dcp.attention_backward(q, k, v, o, lse, d_o, handle, d_lse)
     return dq, dk, dv, None
 
 
@@ -384,15 +397,13 @@ class _EagerAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, handle):
         o, lse = _forward_impl(q, k, v, handle)
         ctx.save_for_backward(q, k, v, o, lse, handle)
-        ctx.mark_non_differentiable(lse)
+        ctx.set_materialize_grads(False)  # an unused lse (or o) passes None, not a tensor of zeros
         return o, lse
 
     @staticmethod
     def backward(ctx, d_o, d_lse):
         q, k, v, o, lse, handle = ctx.saved_tensors
-        if d_o.stride(-1) != 1:
-            d_o = d_o.contiguous()
-        dq, dk, dv = _backward_impl(q, k, v, o, lse, d_o, handle)
+        dq, dk, dv = _backward_impl(q, k, v, o, lse, _gradients_in(o, d_o), handle, d_lse)
         return dq, dk, dv, None
 
 
@@ -408,7 +419,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Any, laye
 
     plan: the StepPlan (Planner.get) or its handle (plan.handle). layer: the model layer (any
     order; every layer of a step shares the plan). Returns o, or (o, lse) with return_lse (lse
-    [tokens, q_heads] fp32, natural log, not differentiable)."""
+    [tokens, q_heads] fp32, natural log of each row's softmax denominator, differentiable: a loss
+    that reads it, as learned sink logits do, gets its gradient through Delta; not with the
+    one-pass deterministic backward on a GPU)."""
     handle = plan if isinstance(plan, torch.Tensor) else handle_of(plan)
     q, k, v = _as_input(q, "q"), _as_input(k, "k"), _as_input(v, "v")
     if not (q.dtype == k.dtype == v.dtype):

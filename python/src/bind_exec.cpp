@@ -2,6 +2,7 @@
 // torch.distributed), backends (CPU, CUDA on the caller's stream and allocator), and Attention
 // on caller tensors given as (pointer, type, rows, heads, head_dim, row stride, head stride).
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
@@ -9,6 +10,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "bind.h"
 #include "dcp/attention.h"
@@ -231,14 +233,15 @@ void bind_exec(nb::module_& m) {
       .def(
           "backward",
           [](PyAttention& a, const View& q, const View& k, const View& v, const View& o, const View& lse, const View& d_o,
-             const View& dq, const View& dk, const View& dv) {
-            const AttentionBackwardArgs args{view_of(q),   view_of(k),  view_of(v),  view_of(o), view_of(lse),
-                                             view_of(d_o), view_of(dq), view_of(dk), view_of(dv)};
+             const View& dq, const View& dk, const View& dv, const std::optional<View>& d_lse) {
+            AttentionBackwardArgs args{view_of(q),   view_of(k),  view_of(v),  view_of(o), view_of(lse),
+                                       view_of(d_o), view_of(dq), view_of(dk), view_of(dv)};
+            if (d_lse) args.d_lse = view_of(*d_lse);
             nb::gil_scoped_release release;
             a.attention->backward(args);
           },
           nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"), nb::arg("d_o"), nb::arg("dq"),
-          nb::arg("dk"), nb::arg("dv"));
+          nb::arg("dk"), nb::arg("dv"), nb::arg("d_lse") = nb::none());
 }
 
 }  // namespace dcp::python

@@ -103,12 +103,17 @@ ExecStats Attention::backward(const AttentionBackwardArgs& args) {
   m.check("dq", args.dq, s.q_heads, s.head_dim);
   m.check("dk", args.dk, s.kv_heads, s.head_dim);
   m.check("dv", args.dv, s.kv_heads, s.head_dim);
+  const bool d_lse = args.d_lse.data != nullptr || args.d_lse.rows != 0;
+  if (d_lse) {
+    m.check("d_lse", args.d_lse, s.q_heads, 1);
+    m.check_type("d_lse", args.d_lse, ElemType::F32);
+  }
   const std::pair<Array, TensorView> in[] = {
       {Array::Q, args.q}, {Array::K, args.k}, {Array::V, args.v}, {Array::dO, args.d_o}, {Array::LSE, args.lse}};
   const std::pair<Array, TensorView> out[] = {{Array::dQ, args.dq}, {Array::dK, args.dk}, {Array::dV, args.dv}};
   if (m.tokens > 0) {
     m.executor.exchange(0, in, {});
-    m.executor.delta_from(0, args.d_o, args.o);
+    m.executor.delta_from(0, args.d_o, args.o, d_lse ? &args.d_lse : nullptr);
   }
   ExecStats stats = m.executor.backward_layer_with_delta(0);
   if (m.tokens > 0) m.executor.exchange(0, {}, out);

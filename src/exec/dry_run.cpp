@@ -54,7 +54,8 @@ class NullBackend final : public Backend {
   void zero_rows(const ArraySet&, Array, int64_t, int64_t) override {}
   void compute_delta(const ArraySet&, int64_t, int64_t, int64_t, int64_t) override {}
   void exchange(const ArraySet&, std::span<const LocalExchange>) override {}
-  void delta_from(const ArraySet&, int64_t, int64_t, int, const TensorView&, const TensorView&) override {}
+  void delta_from(const ArraySet&, int64_t, int64_t, int, const TensorView&, const TensorView&,
+                  const TensorView*) override {}
   void upload(const ArraySet&, Array, int64_t, const float*, int64_t, int64_t) override {}
   void download(const ArraySet&, Array, int64_t, float*, int64_t, int64_t) override {}
   void fill_random(const ArraySet&, Array, int64_t, int64_t, uint64_t, float) override {}

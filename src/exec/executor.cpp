@@ -737,7 +737,7 @@ void Executor::exchange(int layer, std::span<const std::pair<Array, TensorView>>
   m.backend.exchange(m.arrays, moves);
 }
 
-void Executor::delta_from(int layer, const TensorView& d_o, const TensorView& o) {
+void Executor::delta_from(int layer, const TensorView& d_o, const TensorView& o, const TensorView* d_lse) {
   Impl& m = *impl_;
   if (layer < 0 || layer >= m.options.num_layers)
     raise(ErrorKind::InvalidInput, "executor: layer " + std::to_string(layer) + " outside [0, " +
@@ -749,8 +749,16 @@ void Executor::delta_from(int layer, const TensorView& d_o, const TensorView& o)
                                          std::to_string(v->rows) + ", " + std::to_string(v->heads) + ", " +
                                          std::to_string(v->head_dim) + "], expected [" + std::to_string(m.local_rows) +
                                          ", " + std::to_string(m.qpg * m.num_groups) + ", " + std::to_string(m.dim) + "]");
+  if (d_lse != nullptr && (d_lse->data == nullptr || d_lse->rows != m.local_rows ||
+                          d_lse->heads != int64_t{m.qpg} * m.num_groups || d_lse->head_dim != 1 ||
+                          d_lse->type != ElemType::F32))
+    raise(ErrorKind::InvalidInput, "executor: d_lse for Delta is [" + std::to_string(d_lse->rows) + ", " +
+                                       std::to_string(d_lse->heads) + ", " + std::to_string(d_lse->head_dim) + "] " +
+                                       to_string(d_lse->type) + ", expected [" + std::to_string(m.local_rows) + ", " +
+                                       std::to_string(m.qpg * m.num_groups) + ", 1] f32");
+  const TensorView d_lse_resolved = d_lse != nullptr ? d_lse->resolved() : TensorView{};
   m.backend.delta_from(m.arrays, m.local_row(DataKind::Delta, 0), m.local_rows, m.num_groups, d_o.resolved(),
-                       o.resolved());
+                       o.resolved(), d_lse != nullptr ? &d_lse_resolved : nullptr);
 }
 
 int64_t Executor::local_rows() const { return impl_->local_rows; }

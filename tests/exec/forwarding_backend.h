@@ -29,8 +29,9 @@ class ForwardingBackend : public Backend {
     cpu->compute_delta(a, d_o, o, delta, n);
   }
   void exchange(const ArraySet& a, std::span<const LocalExchange> moves) override { cpu->exchange(a, moves); }
-  void delta_from(const ArraySet& a, int64_t row, int64_t n, int g, const TensorView& d_o, const TensorView& o) override {
-    cpu->delta_from(a, row, n, g, d_o, o);
+  void delta_from(const ArraySet& a, int64_t row, int64_t n, int g, const TensorView& d_o, const TensorView& o,
+                  const TensorView* d_lse) override {
+    cpu->delta_from(a, row, n, g, d_o, o, d_lse);
   }
   void upload(const ArraySet& a, Array arr, int64_t r, const float* host, int64_t ld, int64_t n) override {
     cpu->upload(a, arr, r, host, ld, n);

@@ -30,6 +30,8 @@ struct DenseProblem {
   int head_dim = 64;
   std::vector<uint8_t> allowed;
   std::vector<float> q, k, v, d_o;
+  // Optional, [num_q][q_heads]: the gradient of lse, which the backward takes as Delta - d_lse.
+  std::vector<float> d_lse;
 };
 
 struct DenseResult {
@@ -58,6 +60,18 @@ inline DenseResult dense_reference(const DenseProblem& p) {
     }
   };
   ReferenceResult r = reference_attention(rp);
+  if (rp.d_o != nullptr && !p.d_lse.empty()) {
+    // The backward again with this forward's LSE and Delta - d_lse (dS = P (dP - Delta + d_lse)).
+    std::vector<float> lse(r.lse.begin(), r.lse.end());
+    std::vector<float> delta(r.delta.size());
+    for (size_t i = 0; i < delta.size(); ++i) delta[i] = static_cast<float>(r.delta[i] - double{p.d_lse[i]});
+    rp.backward_lse = lse.data();
+    rp.backward_delta = delta.data();
+    ReferenceResult b = reference_attention(rp);
+    r.dq = std::move(b.dq);
+    r.dk = std::move(b.dk);
+    r.dv = std::move(b.dv);
+  }
   if (rp.d_o == nullptr) {
     r.dq.assign(r.o.size(), 0.0);
     r.dk.assign(static_cast<size_t>(p.num_kv * p.kv_heads * p.head_dim), 0.0);

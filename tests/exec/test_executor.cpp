@@ -35,6 +35,7 @@ Batch test_batch(int q_heads, int kv_heads, int head_dim, DType dtype = DType::F
 struct Global {
   std::vector<float> q, k, v, d_o;
   std::vector<float> o, lse, dq, dk, dv;
+  std::vector<float> d_lse;  // empty: lse takes no gradient
 };
 
 DenseResult reference(const Batch& batch, const Global& g) {
@@ -68,6 +69,7 @@ DenseResult reference(const Batch& batch, const Global& g) {
     p.k = slice(g.k, kw);
     p.v = slice(g.v, kw);
     p.d_o = slice(g.d_o, qw);
+    if (!g.d_lse.empty()) p.d_lse = slice(g.d_lse, s.q_heads);
     const DenseResult r = dense_reference(p);
     std::copy(r.o.begin(), r.o.end(), all.o.begin() + start * qw);
     std::copy(r.dq.begin(), r.dq.end(), all.dq.begin() + start * qw);
@@ -500,7 +502,7 @@ struct CallerTensors {
   int64_t rows = 0;
   int q_heads = 0, kv_heads = 0, dim = 0;
   std::vector<uint8_t> qkv, o, d_o, dq, dk, dv;
-  std::vector<float> lse;
+  std::vector<float> lse, d_lse;
 
   CallerTensors(ElemType t, int64_t r, const AttentionShape& s)
       : type(t), rows(r), q_heads(s.q_heads), kv_heads(s.kv_heads), dim(s.head_dim) {
@@ -520,6 +522,9 @@ struct CallerTensors {
     return view(qkv.data() + int64_t{q_heads + kv_heads} * dim * elem_bytes(type), kv_heads, fused_width());
   }
   TensorView lse_view() { return TensorView{lse.data(), ElemType::F32, rows, q_heads, 1, 0, 0}; }
+  TensorView d_lse_view() {
+    return d_lse.empty() ? TensorView{} : TensorView{d_lse.data(), ElemType::F32, rows, q_heads, 1, 0, 0};
+  }
 
   void put(std::vector<uint8_t>& buf, int64_t index, float x) const {
     if (type == ElemType::F32) reinterpret_cast<float*>(buf.data())[index] = x;
@@ -542,6 +547,13 @@ struct CallerTensors {
         put(qkv, r * fused_width() + qw + x, in.k[static_cast<size_t>(g * kw + x)]);
         put(qkv, r * fused_width() + qw + kw + x, in.v[static_cast<size_t>(g * kw + x)]);
       }
+    }
+    if (!in.d_lse.empty()) {
+      d_lse.resize(static_cast<size_t>(rows * q_heads));
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t h = 0; h < q_heads; ++h)
+          d_lse[static_cast<size_t>(r * q_heads + h)] =
+              in.d_lse[static_cast<size_t>(tok.global_row[static_cast<size_t>(r)] * q_heads + h)];
     }
   }
   void scatter(Global& out, const LocalTokens& tok) const {
@@ -585,10 +597,14 @@ Global random_global(const Batch& batch, uint64_t seed, bool bf16) {
 // Two "layers" (different inputs) through one Attention per rank, in the order autograd with
 // activation checkpointing runs them: forward 0, forward 1, backward 1, forward 0 again
 // (recomputation), backward 0. Every output matches the dense fp64 reference.
-void run_attention_case(const Plan& plan, const Batch& batch, ElemType type) {
+void run_attention_case(const Plan& plan, const Batch& batch, ElemType type, bool with_d_lse = false) {
   const int world = plan.header.world_size;
   const bool bf16 = type == ElemType::BF16;
   Global layer_in[2] = {random_global(batch, 11, bf16), random_global(batch, 12, bf16)};
+  if (with_d_lse) {
+    SplitMix64 rng(13);
+    for (Global& g : layer_in) g.d_lse = random_tensor(rng, static_cast<size_t>(g.lse.size()));
+  }
   Global layer_out[2] = {layer_in[0], layer_in[1]};
   run_local_ranks(world, [&](Comm& comm) {
     const DeviceProgram& dev = plan.devices[static_cast<size_t>(comm.rank())];
@@ -608,7 +624,8 @@ void run_attention_case(const Plan& plan, const Batch& batch, ElemType type) {
     auto backward = [&](int l) {
       CallerTensors& x = t[static_cast<size_t>(l)];
       attn.backward({x.q(), x.k(), x.v(), x.view(x.o.data(), x.q_heads), x.lse_view(), x.view(x.d_o.data(), x.q_heads),
-                     x.view(x.dq.data(), x.q_heads), x.view(x.dk.data(), x.kv_heads), x.view(x.dv.data(), x.kv_heads)});
+                     x.view(x.dq.data(), x.q_heads), x.view(x.dk.data(), x.kv_heads), x.view(x.dv.data(), x.kv_heads),
+                     x.d_lse_view()});
     };
     forward(0);
     forward(1);
@@ -649,6 +666,16 @@ TEST(Attention, CallerTensorsEveryLayerOrderFp32) {
     run_attention_case(dcp_plan(batch, devices), batch, ElemType::F32);
   }
   run_attention_case(one_node_plan(BaselineKind::Zigzag, batch, 2), batch, ElemType::F32);
+}
+
+// A loss that reads lse itself (learned sink logits): its gradient enters as Delta - d_lse, on
+// every rank count and layer order, against the reference's backward with that Delta.
+TEST(Attention, GradientOfLseEntersThroughDelta) {
+  const Batch batch = test_batch(4, 2, 64);
+  for (int devices : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(devices) + " ranks");
+    run_attention_case(dcp_plan(batch, devices), batch, ElemType::F32, true);
+  }
 }
 
 TEST(Attention, CallerTensorsBf16) {

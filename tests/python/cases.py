@@ -156,6 +156,37 @@ def mesh_case(rank, world, dims, broadcast):
     return out
 
 
+def lse_docs():
+    """Documents whose every row has an allowed key (lse finite: a loss may read it)."""
+    lengths = [37, 80, 19, 64]
+    specs = [dcp.masks.causal(), dcp.masks.lambda_mask(4, 16), dcp.masks.shared_question_for(19, 0.2, 2),
+             dcp.masks.causal_blockwise(16, 1, 1)]
+    return lengths, specs
+
+
+def lse_case(rank, world, use_o, device_type="cpu", dtype_name="fp32"):
+    """A loss that reads lse (sum(lse * u)), with or without o (sum(o * w)): outputs and
+    gradients gathered back."""
+    dev = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    lengths, specs = lse_docs()
+    shape = (4, 2, 64) if device_type == "cpu" else (8, 2, 128)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 16 if device_type == "cpu" else 128, "stages": 2},
+                          shape=shape, dtype=dtype_name)
+    planner.submit(0, lengths, specs)
+    plan = planner.get(0)
+    q, k, v, w = inputs(41, sum(lengths), shape)
+    u = torch.randn(sum(lengths), shape[0], generator=torch.Generator().manual_seed(42))
+    ql, kl, vl = (plan.dispatch(t.to(dtype)).to(dev).requires_grad_() for t in (q, k, v))
+    o, lse = dt.attention(ql, kl, vl, plan, 0, return_lse=True)
+    loss = (lse * plan.dispatch(u).to(dev)).sum()
+    if use_o:
+        loss = loss + (o.float() * plan.dispatch(w).to(dev)).sum()
+    loss.backward()
+    return {name: plan.undispatch(t.detach().float()).cpu() for name, t in
+            (("o", o), ("lse", lse), ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad))}
+
+
 # ---- the operator on each rank's device (GPU r under nccl, else the CPU) ---------------------
 DEVICE_SHAPE = (8, 2, 128)
 
@@ -299,6 +330,28 @@ def tiny_gemma3(attn: str):
     return Gemma3ForCausalLM(config).float()
 
 
+def tiny_gpt_oss(attn: str):
+    """A GPT-OSS: learned sink logits per head (s_aux), a sliding-window layer (8 keys) then a
+    global one, two experts."""
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    import dcp.hf
+
+    dcp.hf.register()
+    torch.manual_seed(8642)
+    config = GptOssConfig(vocab_size=64, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_local_experts=2,
+                          num_experts_per_tok=1, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                          max_position_embeddings=512, attention_dropout=0.0, tie_word_embeddings=False,
+                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0})
+    config._attn_implementation = attn
+    model = GptOssForCausalLM(config).float()
+    with torch.no_grad():  # sinks of the order of the scores, so that they matter
+        for layer in model.model.layers:
+            layer.self_attn.sinks.normal_(0.0, 1.0)
+    return model
+
+
 def hf_dcp_case(rank, world, model_name):
     """Loss and gradients of the packed batch through attn_implementation='dcp' on `world` ranks
     (gradients summed over ranks, as data parallelism does): tiny_llama planned causal, or
@@ -308,7 +361,8 @@ def hf_dcp_case(rank, world, model_name):
 
     import dcp.hf
 
-    model = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral, "gemma3": tiny_gemma3}[model_name]("dcp")
+    model = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral, "gemma3": tiny_gemma3,
+             "gpt_oss": tiny_gpt_oss}[model_name]("dcp")
     masks = dcp.masks.causal() if model_name == "llama" else dcp.hf.layer_kinds(model.config)
     lengths, ids, labels = llama_docs()
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")

@@ -251,3 +251,25 @@ def test_cuda_graph_on_ranks(ranks, deterministic):
     # On two GPUs the captured layer includes its NCCL rounds (the host's wait skipped while
     # capturing); on one, the same case through a spawned rank.
     check_graph_case(run_ranks(ranks, cases.graph_case, 33, deterministic, backend="nccl"), deterministic)
+
+
+def test_gradient_through_lse_on_gpu():
+    # The CUDA Delta kernels subtract the gradient of lse (a loss reading lse, as learned sink
+    # logits do); the one-pass deterministic backward refuses it (its dQ units do not bound it).
+    lengths, specs = cases.lse_docs()
+    shape = (8, 2, 128)
+    q, k, v, w = cases.inputs(41, sum(lengths), shape)
+    u = torch.randn(sum(lengths), shape[0], generator=torch.Generator().manual_seed(42))
+    qr, kr, vr = (t.to(torch.bfloat16).double().requires_grad_() for t in (q, k, v))
+    o_ref, lse_ref = attention_fp64(qr, kr, vr, lengths, specs)
+    ((lse_ref * u.double()).sum() + (o_ref * w.double()).sum()).backward()
+    got = cases.lse_case(0, 1, True, "cuda", "bf16")
+    for name, want in (("o", o_ref), ("lse", lse_ref), ("dq", qr.grad), ("dk", kr.grad), ("dv", vr.grad)):
+        err = rel_error(got[name], want.detach())
+        assert err < 2e-2, f"{name}: relative error {err:.3g}"
+    dt.configure(deterministic=True)
+    try:
+        with pytest.raises(dcp.Error, match="one-pass deterministic"):
+            cases.lse_case(0, 1, True, "cuda", "bf16")
+    finally:
+        dt.configure(deterministic=False)

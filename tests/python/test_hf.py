@@ -1,8 +1,8 @@
 """Hugging Face models with attn_implementation="dcp" on 1 and 2 CPU ranks give the loss and
 gradients of the same model with eager attention on one rank: a Llama (tiny config, random init),
 a Qwen2 whose layers alternate a sliding window and global attention (planned as layer kinds,
-dcp.hf.layer_kinds), a Mistral whose every layer has a sliding window, and a Gemma 3 with its own
-score scale."""
+dcp.hf.layer_kinds), a Mistral whose every layer has a sliding window, a Gemma 3 with its own
+score scale, and a GPT-OSS with learned sink logits (through the operator's differentiable lse)."""
 import pytest
 import torch
 
@@ -47,7 +47,16 @@ def test_gemma3_with_its_own_score_scale_matches_eager(world):
     check(got, cases.eager_reference(cases.tiny_gemma3("eager")))
 
 
-def test_unsupported_attention_features_are_refused():
+@pytest.mark.parametrize("world", [1, 2])
+def test_gpt_oss_with_learned_sink_logits_matches_eager(world):
+    got = run_ranks(world, cases.hf_dcp_case, "gpt_oss")
+    assert got[0]["kinds"] == ["sliding_attention", "full_attention"]
+    want = cases.eager_reference(cases.tiny_gpt_oss("eager"))
+    assert want["grads"]["model.layers.0.self_attn.sinks"].abs().sum() > 0, "the sinks take a gradient"
+    check(got, want)
+
+
+def test_logit_soft_capping_is_refused():
     import dcp.hf
 
     q = torch.zeros(1, 4, 6, 32)
@@ -58,8 +67,6 @@ def test_unsupported_attention_features_are_refused():
     module = torch.nn.Module()
     with pytest.raises(ValueError, match="soft-capping is not supported"):
         dcp.hf._attention(module, q, k, k, None, softcap=50.0, dcp_plan=plan)
-    with pytest.raises(ValueError, match="attention-sink logits"):
-        dcp.hf._attention(module, q, k, k, None, s_aux=torch.zeros(4), dcp_plan=plan)
 
 
 def test_layer_kinds_of_a_config():

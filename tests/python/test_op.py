@@ -149,3 +149,28 @@ def test_device_op_case_on_cpu_ranks():
         for name, want in (("o", o_ref.detach()), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
             err = rel_error(got[r][name], want)
             assert err < 2e-2, f"rank {r} {name}: relative error {err:.3g}"
+
+
+def lse_reference(use_o, shape=cases.SHAPE, dtype=torch.float32):
+    lengths, specs = cases.lse_docs()
+    q, k, v, w = cases.inputs(41, sum(lengths), shape)
+    u = torch.randn(sum(lengths), shape[0], generator=torch.Generator().manual_seed(42))
+    q, k, v = (t.to(dtype).double().requires_grad_() for t in (q, k, v))
+    o, lse = attention_fp64(q, k, v, lengths, specs)
+    loss = (lse * u.double()).sum() + ((o * w.double()).sum() if use_o else 0)
+    loss.backward()
+    return {"o": o.detach(), "lse": lse.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
+
+
+@pytest.mark.parametrize("world,use_o", [(1, True), (2, True), (2, False)])
+def test_gradient_through_lse_matches_fp64_reference(world, use_o):
+    """lse is differentiable: its gradient enters the backward through Delta (dS = P (dP - Delta
+    + d_lse)); with o unused too (the backward then gets zeros for dO)."""
+    got = run_ranks(world, cases.lse_case, use_o)
+    want = lse_reference(use_o)
+    for r in range(world):
+        for name in ("o", "lse", "dq", "dk") + (("dv",) if use_o else ()):
+            err = rel_error(got[r][name], want[name])
+            assert err < 1e-5, f"rank {r} {name}: relative error {err:.3g}"
+        if not use_o:
+            assert float(got[r]["dv"].abs().max()) == 0.0, "V takes no gradient from lse"

@@ -163,7 +163,7 @@ class CpuBackend final : public Backend {
     }
   }
   void delta_from(const ArraySet& a, int64_t delta_row, int64_t num_rows, int num_groups, const TensorView& d_o,
-                  const TensorView& o) override {
+                  const TensorView& o, const TensorView* d_lse) override {
     const int64_t heads_per_group = a.q_heads;
     for (int g = 0; g < num_groups; ++g)
       for (int64_t r = 0; r < num_rows; ++r) {
@@ -174,6 +174,7 @@ class CpuBackend final : public Backend {
           const int64_t at_o = r * o.row_stride + head * o.head_stride;
           double sum = 0;
           for (int64_t d = 0; d < a.head_dim; ++d) sum += double{load(d_o, at_do + d)} * double{load(o, at_o + d)};
+          if (d_lse != nullptr) sum -= double{load(*d_lse, r * d_lse->row_stride + head * d_lse->head_stride)};
           delta[h] = static_cast<float>(sum);
         }
       }

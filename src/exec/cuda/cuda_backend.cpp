@@ -373,7 +373,12 @@ class CudaBackend final : public Backend {
     }
   }
   void delta_from(const ArraySet& a, int64_t delta_row, int64_t num_rows, int num_groups, const TensorView& d_o,
-                  const TensorView& o) override {
+                  const TensorView& o, const TensorView* d_lse) override {
+    // The one-pass deterministic backward bounds each dQ contribution by |dO| max|V| max|K|, which
+    // a gradient of lse would exceed: its counts could overflow.
+    if (d_lse != nullptr && one_pass())
+      raise(ErrorKind::Unsupported, "cuda backend: a gradient of lse (d_lse) with the one-pass deterministic "
+                                    "backward; set deterministic_one_pass off (two passes) or deterministic off");
     cuda::DeltaFromParams p;
     p.d_o = d_o.data;
     p.o = o.data;
@@ -389,6 +394,11 @@ class CudaBackend final : public Backend {
     p.head_dim = a.head_dim;
     p.do_bf16 = d_o.type == ElemType::BF16 ? 1 : 0;
     p.o_bf16 = o.type == ElemType::BF16 ? 1 : 0;
+    if (d_lse != nullptr) {
+      p.d_lse = static_cast<const float*>(d_lse->data);
+      p.dlse_row_stride = d_lse->row_stride;
+      p.dlse_head_stride = d_lse->head_stride;
+    }
     cuda::delta_from_tensors(p, stream_);
   }
   // Host copies run on the compute stream and finish before returning. A plain cudaMemcpy from

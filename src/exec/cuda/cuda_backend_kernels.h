@@ -70,6 +70,10 @@ struct DeltaFromParams {
   int32_t head_dim = 0;
   int32_t do_bf16 = 1;
   int32_t o_bf16 = 1;
+  // Optional: Delta -= d_lse[r * dlse_row_stride + head * dlse_head_stride] (fp32; the gradient
+  // of lse, AttentionBackwardArgs::d_lse).
+  const float* d_lse = nullptr;
+  int64_t dlse_row_stride = 0, dlse_head_stride = 0;
 };
 void delta_from_tensors(const DeltaFromParams& p, cudaStream_t stream);
 
