@@ -220,13 +220,14 @@ def device_op_case(rank, world, seed):
             (("o", o), ("lse", lse), ("dq", ql.grad), ("dk", kl.grad), ("dv", vl.grad))}
 
 
-def graph_case(rank, world, seed, deterministic):
+def graph_case(rank, world, seed, deterministic, device=None):
     """One layer's forward and backward captured into a CUDA graph on every rank (its transfers
     too), replayed on new inputs: per output, whether the replay equals the eager operator
-    bitwise, and its relative error against it."""
+    bitwise, and its relative error against it; whether the replays allocated nothing. device:
+    this process's GPU when called in-process (default: GPU r of a spawned rank)."""
     from reference import rel_error
 
-    dev = _rank_device(rank)
+    dev = device if device is not None else _rank_device(rank)
     dt.configure(deterministic=deterministic)
     try:
         plan, _ = _device_plan(seed)
@@ -252,6 +253,8 @@ def graph_case(rank, world, seed, deterministic):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             captured = layer(*static)
+        backend = plan.runtime_state[("backend", str(static[0].device))]
+        allocations = backend.num_allocations  # the capture's own counter included
         out = {}
         for s in (2, 3):
             fresh = new_inputs(s)
@@ -263,6 +266,7 @@ def graph_case(rank, world, seed, deterministic):
                 out[f"{name}_{s}_equal"] = bool(torch.equal(got, ref))
                 out[f"{name}_{s}_error"] = rel_error(got.float().cpu(), ref.float().cpu())
         torch.cuda.synchronize(dev)
+        out["allocations_steady"] = backend.num_allocations == allocations
         return out
     finally:
         dt.configure(deterministic=False)

@@ -150,50 +150,9 @@ def test_cuda_graph_replays_a_step(deterministic):
     # A layer's forward and backward captured once into a CUDA graph, then replayed on new inputs
     # copied into the graph's static tensors, equals the eager operator on those inputs: the
     # forward bitwise, the gradients bitwise with the deterministic backward and within bf16's
-    # tolerance otherwise (its dQ and dK / dV partial sums land in any order).
-    shape = (8, 2, 128)
-    lengths, specs = cases.random_docs(17, max_len=900, num_docs=5)
-    dt.configure(deterministic=deterministic)
-    try:
-        plan = planned(lengths, specs, shape)
-
-        def inputs(seed):
-            g = torch.Generator().manual_seed(seed)
-            return [torch.randn(plan.num_tokens, h, 128, generator=g).to(DEV, torch.bfloat16) for h in (8, 2, 2, 8)]
-
-        def layer(q, k, v, d_o):
-            q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-            o = dt.attention(q, k, v, plan, 0)
-            return (o, *torch.autograd.grad(o, (q, k, v), d_o))
-
-        static = inputs(1)
-        dt.prepare(plan)  # the runner is made outside the capture (a capture may not wait for its upload)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm-up, as PyTorch asks before a capture
-            layer(*static)
-        torch.cuda.current_stream().wait_stream(side)
-        layer(*static)  # the current stream's first call (its persistent-forward counter)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = layer(*static)
-        backend = plan.runtime_state[("backend", "cuda:0")]
-        allocations = backend.num_allocations  # the capture's own counter included
-        for seed in (2, 3):
-            new = inputs(seed)
-            for dst, src in zip(static, new):
-                dst.copy_(src)
-            graph.replay()
-            want = layer(*new)
-            for name, got, ref in zip(("o", "dq", "dk", "dv"), captured, want):
-                if deterministic or name == "o":
-                    assert torch.equal(got, ref), f"{name}: the replay differs from the eager call (seed {seed})"
-                else:
-                    assert rel_error(got.float().cpu(), ref.float().cpu()) < 1e-2, name
-        torch.cuda.synchronize()
-        assert backend.num_allocations == allocations, "replays allocate nothing"
-    finally:
-        dt.configure(deterministic=False)
+    # tolerance otherwise (its dQ and dK / dV partial sums land in any order); replays allocate
+    # nothing. In this process; test_cuda_graph_on_ranks runs the same case on spawned ranks.
+    check_graph_case([cases.graph_case(0, 1, 17, deterministic, DEV)], deterministic)
 
 
 def test_cuda_graph_capture_refuses_a_plan_without_runner():
@@ -237,6 +196,7 @@ def test_two_gpus_op_matches_fp64_reference(seed):
 
 def check_graph_case(results, deterministic):
     for r, out in enumerate(results):
+        assert out["allocations_steady"], f"rank {r}: the replays allocated"
         for s in (2, 3):
             for name in ("o", "dq", "dk", "dv"):
                 if deterministic or name == "o":
