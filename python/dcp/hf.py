@@ -57,6 +57,8 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     layer_plan = _plan_of_layer(plan, module)
     if kwargs.get("sliding_window"):
         _check_window(layer_plan, module, int(kwargs["sliding_window"]))
+    if getattr(module, "is_causal", True) is False:
+        _check_bidirectional(layer_plan, module)
     # [1, heads, tokens, dim] -> [tokens, heads, dim]: a strided view, no copy.
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
     if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-6):
@@ -95,23 +97,44 @@ def _plan_of_layer(plan: Any, module: torch.nn.Module):
     return plan.kind(kind)
 
 
+def _plan_specs(plan: Any):
+    """The masks a plan was made for, one spec per entry (None: planned from a dcp.Batch)."""
+    from .masks import normalize
+
+    masks = getattr(plan, "masks", None)
+    if masks is None:
+        return None
+    single = not isinstance(masks, (list, tuple)) or (isinstance(masks, tuple) and len(masks) == 3 and
+                                                      isinstance(masks[0], str))
+    return [normalize(m) for m in ([masks] if single else list(masks))]
+
+
+def _check_bidirectional(plan: Any, module: torch.nn.Module) -> None:
+    """A layer that attends both ways (is_causal False: encoders) must not run a plan of a causal
+    kind; full masks, or explicit ranges the caller wrote, are what such a layer means."""
+    checked = plan.runtime_state.setdefault("hf_windows_checked", set())
+    if "bidirectional" in checked:
+        return
+    for kind, *_ in _plan_specs(plan) or []:
+        if kind not in ("full", "ranges"):
+            raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} attends both ways "
+                             f"(is_causal=False), but its plan's mask is {kind} (plan it with dcp.masks.full())")
+    checked.add("bidirectional")
+
+
 def _check_window(plan: Any, module: torch.nn.Module, window: int) -> None:
     """A layer that attends within a sliding window must run a plan of that window (HF's: the row
     and the window - 1 keys before it, no sink), not silently another mask."""
-    from .masks import lambda_mask, normalize
+    from .masks import lambda_mask
 
-    masks = getattr(plan, "masks", None)
-    if masks is None:  # planned from a dcp.Batch: nothing to compare
+    specs = _plan_specs(plan)
+    if specs is None:  # planned from a dcp.Batch: nothing to compare
         return
     checked = plan.runtime_state.setdefault("hf_windows_checked", set())
     if window in checked:  # once per plan and window: every layer of the step calls this
         return
-    single = not isinstance(masks, (list, tuple)) or (isinstance(masks, tuple) and len(masks) == 3 and
-                                                      isinstance(masks[0], str))
-    specs = [masks] if single else list(masks)
     want = lambda_mask(0, window)
-    for spec in specs:
-        got = normalize(spec)
+    for got in specs:
         if got != want:
             raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} attends within a "
                              f"sliding window of {window} keys, but its plan's mask is {got[0]} {got[1]} (plan the step "

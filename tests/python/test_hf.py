@@ -56,7 +56,7 @@ def test_gpt_oss_with_learned_sink_logits_matches_eager(world):
     check(got, want)
 
 
-def test_logit_soft_capping_is_refused():
+def test_soft_capping_and_a_causal_plan_for_an_encoder_are_refused():
     import dcp.hf
 
     q = torch.zeros(1, 4, 6, 32)
@@ -67,6 +67,14 @@ def test_logit_soft_capping_is_refused():
     module = torch.nn.Module()
     with pytest.raises(ValueError, match="soft-capping is not supported"):
         dcp.hf._attention(module, q, k, k, None, softcap=50.0, dcp_plan=plan)
+    # An encoder's layer (is_causal False) planned causal is refused; planned full, it runs.
+    module.is_causal = False
+    with pytest.raises(ValueError, match=r"attends both ways \(is_causal=False\), but its plan's mask is causal"):
+        dcp.hf._attention(module, q, k, k, None, dcp_plan=plan)
+    full_planner = dcp.Planner(None, "h200-nvl", {"block_size": 16}, shape=(4, 2, 32), dtype="fp32")
+    full_planner.submit(0, [6], dcp.masks.full())
+    o, _ = dcp.hf._attention(module, q, k, k, None, dcp_plan=full_planner.get(0))
+    assert o.shape == (1, 6, 4, 32)
 
 
 def test_layer_kinds_of_a_config():
