@@ -40,6 +40,7 @@ struct SimulateArgs {
   bool dcp_only = false;  // --search without the static layouts among the candidates
   int64_t max_tiles = kDefaultMaxTiles;
   std::string layer_masks;  // --layer-masks: several masks over the layers (layer_kinds.h)
+  bool same_kind_blocks = false;  // --same-kind-blocks: StepPlanOptions::kinds_finer_blocks off
 };
 
 struct MethodTotals {
@@ -74,6 +75,7 @@ int run_simulate(const SimulateArgs& args) {
     k.search_blocks = args.search_blocks;
     k.search_eps = args.search_eps;
     k.dcp_only = args.dcp_only;
+    k.finer_blocks = !args.same_kind_blocks;
     return run_layer_kinds(k);
   }
   std::vector<std::string> methods = args.methods.empty() ? all_methods() : args.methods;
@@ -277,6 +279,9 @@ void register_simulate(CLI::App& app, Runner& runner) {
                   "(lambda*3+causal: three sliding-window layers per global one). Every method plans all kinds "
                   "on one token placement; the table gives each kind's time, the step's over all layers, and "
                   "DCP with every kind placed alone beside them (--mask is then ignored)");
+  sub->add_flag("--same-kind-blocks", args->same_kind_blocks,
+                "With --layer-masks: every kind on the lead kind's token blocks (by default each other kind also "
+                "tries them cut into 2 and 4 pieces on the same devices and keeps the fastest)");
   sub->add_flag("--validate", args->validate, "Also validate every plan (symbolic execution) before simulating");
   sub->add_option("--eps-compute", args->in.placement.eps_compute, "DCP per-device compute tolerance")
       ->capture_default_str();

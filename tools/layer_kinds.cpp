@@ -102,6 +102,7 @@ int run_layer_kinds(const LayerKindsInputs& inputs) {
       o.blocks = in.blocks;
       o.placement = in.placement;
       o.plan = inputs.plan;
+      o.kinds_finer_blocks = inputs.finer_blocks;
       if (inputs.search && method == "dcp") {
         o.search_candidates = true;
         o.search.block_sizes = inputs.search_blocks;

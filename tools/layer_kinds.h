@@ -29,6 +29,7 @@ struct LayerKindsInputs {
   std::vector<int64_t> search_blocks;
   std::vector<double> search_eps;
   bool dcp_only = false;
+  bool finer_blocks = true;  // StepPlanOptions::kinds_finer_blocks
 };
 
 // Per method: each kind's predicted forward + backward time, the step's attention time (each

@@ -171,6 +171,13 @@ struct StepPlanOptions {
   // --layer-masks "lambda*3+causal" --search` (bench/results/plan_sim.md): the predicted step
   // 19.39 -> 17.70 ms on a100-p4d 4 x 8 (131072 tokens), 13.91 -> 13.47 on 2 x 8 (65536).
   bool kinds_joint_homes = true;
+  // Layer kinds: every kind but the lead is also planned on the lead's token blocks cut into 2
+  // pieces (same homes, so the same tokens in the same order on every device), and each kind keeps
+  // the cut the simulator predicts fastest. Measured with `dcp simulate --layer-masks
+  // "lambda*3+causal" --search` (bench/results/plan_sim.md): a100-p4d 2 x 8 (65536 tokens) 13.47 ->
+  // 12.38 ms, 4 x 8 (131072) 17.70 -> 16.89, planning 15-18 % longer; 4 pieces as well changed
+  // nothing more for twice the planning.
+  bool kinds_finer_blocks = true;
   void validate() const;  // throws InvalidInput naming the option
 };
 
@@ -192,11 +199,14 @@ Plan plan_step(const Batch& batch, const Cluster& cluster, const StepPlanOptions
 // every kind leads in turn, and with each lead the homes refined for every kind at once
 // (refine_homes_for_kinds, then each kind's tiles balanced again; StepPlanOptions::
 // kinds_joint_homes) are a candidate too; with the candidate search, every block size is tried
-// this way. The plans predicted fastest over all layers (each kind's forward + backward x its
-// layers) are kept; earlier candidates win ties. `layers`: the layers of each kind (empty: one
-// each). Returns one plan per kind, in the order given; every plan's owned blocks (dispatch order)
-// are the same on every device. Throws InvalidInput naming the kind when the kinds differ in
-// shape or sequence lengths, a batch is invalid, or a layer count is not positive.
+// this way. Each kind but the lead may also take its token blocks cut into 2 pieces on the same
+// devices (StepPlanOptions::kinds_finer_blocks), where the simulator predicts it faster. The plans
+// predicted fastest over all layers (each kind's forward + backward x its layers) are kept;
+// earlier candidates win ties. `layers`: the layers of each kind (empty: one each). Returns one
+// plan per kind, in the order given; every plan holds the same tokens in the same order on every
+// device (local_tokens(...).global_row), though a kind's blocks may be finer than the lead's.
+// Throws InvalidInput naming the kind when the kinds differ in shape or sequence lengths, a batch
+// is invalid, or a layer count is not positive.
 std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
                                   const StepPlanOptions& options, const std::vector<double>& layers = {});
 

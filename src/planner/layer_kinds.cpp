@@ -71,9 +71,51 @@ std::vector<int32_t> start_devices(const BlockTable& table, const Plan& lead) {
   return dev;
 }
 
+// Each token block of `cuts` cut into `parts` pieces of equal length (a multiple of 64 tokens, the
+// last piece the rest): a kind whose mask is sparse (a sliding window) wastes less of its tiles on
+// finer blocks, and every piece stays on its block's device in the block's order, so the kind's
+// plan holds the same tokens in the same order as the lead's on every device.
+std::vector<std::vector<int64_t>> finer_cuts(const std::vector<std::vector<int64_t>>& cuts, int parts) {
+  std::vector<std::vector<int64_t>> out(cuts.size());
+  for (size_t s = 0; s < cuts.size(); ++s) {
+    for (size_t i = 0; i + 1 < cuts[s].size(); ++i) {
+      const int64_t a = cuts[s][i], b = cuts[s][i + 1];
+      const int64_t piece = std::max<int64_t>(64, ((b - a + parts - 1) / parts + 63) / 64 * 64);
+      for (int64_t x = a; x < b; x += piece) out[s].push_back(x);
+    }
+    out[s].push_back(cuts[s].back());
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
+
+// The plan of `kind` on the token homes of `homes` (a plan of another kind of the same step), its
+// token blocks each cut into `parts` pieces on their block's device, its tiles placed on those
+// homes; scheduled as `homes` is.
+Plan on_finer_blocks(const Batch& kind, const Plan& homes, int parts, const Cluster& cluster,
+                     const PlacementOptions& placement) {
+  BlockOptions blocks;
+  blocks.q_heads_per_group = homes.table.groups.q_heads_per_group;
+  const BlockTable table = build_block_table_with_cuts(kind, blocks, finer_cuts(cuts_of(homes.table), parts));
+  Placement start;
+  start.method = "dcp";
+  start.num_devices = cluster.num_devices();
+  // Both tables list their blocks by sequence and position: each piece lies in the block whose
+  // range holds its first token.
+  size_t parent = 0;
+  for (const TokenBlock& tb : table.token_blocks) {
+    while (homes.table.token_blocks[parent].seq != tb.seq ||
+           homes.table.token_blocks[parent].begin + homes.table.token_blocks[parent].length <= tb.begin)
+      ++parent;
+    start.block_home.push_back(homes.placement.block_home[parent]);
+  }
+  for (const Tile& t : table.tiles) start.tile_device.push_back(start.block_home[t.q_block]);
+  const DcpPlacement placed = place_tiles_on_homes(table, cluster, placement, start);
+  return build_plan(table, placed.placement, cluster, homes.header.options);
+}
 
 // Every kind's plan given the lead's: the other kinds cut into the lead's token blocks and placed
 // on its homes (or by the lead's static layout where that keeps them), scheduled as the lead is.
@@ -140,6 +182,29 @@ std::vector<Plan> refined_for_all_kinds(const std::vector<Plan>& plans, const st
 
 }  // namespace
 
+namespace {
+
+// Each kind but the lead, where DCP placed it, planned again on finer token blocks of the same
+// homes (2 pieces per block), keeping the plan the simulator predicts fastest: the block size
+// suits the lead, and another kind's tiles may fit its mask better on finer blocks.
+void refine_kind_blocks(const std::vector<Batch>& kinds, size_t lead, const Cluster& cluster,
+                        const PlacementOptions& placement, const SimOptions& sim, std::vector<Plan>& plans) {
+  for (size_t k = 0; k < kinds.size(); ++k) {
+    if (k == lead || plans[k].header.method != "dcp") continue;
+    double best = simulate(plans[k], cluster, sim).total_s();
+    for (const int parts : {2}) {
+      Plan finer = on_finer_blocks(kinds[k], plans[k], parts, cluster, placement);
+      const double t = simulate(finer, cluster, sim).total_s();
+      if (t < best) {
+        best = t;
+        plans[k] = std::move(finer);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster& cluster,
                                   const StepPlanOptions& options, const std::vector<double>& layers) {
   if (kinds.empty()) raise(ErrorKind::InvalidInput, "plan_step_kinds: no layer kinds");
@@ -196,10 +261,15 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
       std::vector<Plan> trial(kinds.size());
       trial[lead] = plan_step(kinds[lead], cluster, options);
       plan_other_kinds(kinds, lead, cluster, options, options.placement, options.blocks.block_size, trial);
+      std::vector<Plan> joint;
+      if (options.kinds_joint_homes && leads.size() > 1)
+        joint = refined_for_all_kinds(trial, weights, cluster, options.placement);
+      if (options.kinds_finer_blocks) {
+        refine_kind_blocks(kinds, lead, cluster, options.placement, sim, trial);
+        if (!joint.empty()) refine_kind_blocks(kinds, lead, cluster, options.placement, sim, joint);
+      }
       if (leads.size() == 1) return trial;
       const double lead_s = simulate(trial[lead], cluster, sim).total_s();
-      std::vector<Plan> joint;
-      if (options.kinds_joint_homes) joint = refined_for_all_kinds(trial, weights, cluster, options.placement);
       keep(trial, predicted(trial, lead, lead_s));
       if (!joint.empty()) keep(joint, predicted(joint, lead, simulate(joint[lead], cluster, sim).total_s()));
       continue;
@@ -240,6 +310,10 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
       plan_other_kinds(kinds, lead, cluster, options, kind_placement, lead_block_size, trial);
       std::vector<Plan> joint;
       if (options.kinds_joint_homes) joint = refined_for_all_kinds(trial, weights, cluster, kind_placement);
+      if (options.kinds_finer_blocks) {
+        refine_kind_blocks(kinds, lead, cluster, kind_placement, sim, trial);
+        if (!joint.empty()) refine_kind_blocks(kinds, lead, cluster, kind_placement, sim, joint);
+      }
       keep(trial, predicted(trial, lead, planned.chosen.predicted_s));
       if (!joint.empty()) keep(joint, predicted(joint, lead, simulate(joint[lead], cluster, sim).total_s()));
     }

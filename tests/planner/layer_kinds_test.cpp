@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "dcp/dispatch.h"
 #include "dcp/error.h"
 #include "dcp/planner.h"
 #include "dcp/profiles.h"
@@ -31,12 +32,14 @@ std::vector<Batch> window_and_global(uint64_t seed, int64_t tokens) {
   return {with_mask(global, Mask::lambda(32, 512)), global};
 }
 
+// Every kind's plan holds the same tokens on every device, in the same order (a kind may cut them
+// into finer blocks than another).
 void expect_same_tokens(const std::vector<Plan>& plans) {
   for (size_t k = 1; k < plans.size(); ++k)
-    for (size_t d = 0; d < plans[0].devices.size(); ++d) {
-      EXPECT_EQ(plans[k].devices[d].owned_blocks, plans[0].devices[d].owned_blocks) << "kind " << k << " device " << d;
-      EXPECT_EQ(plans[k].devices[d].owned_token_offset, plans[0].devices[d].owned_token_offset);
-    }
+    for (size_t d = 0; d < plans[0].devices.size(); ++d)
+      EXPECT_EQ(local_tokens(plans[k].table, plans[k].devices[d].owned_blocks).global_row,
+                local_tokens(plans[0].table, plans[0].devices[d].owned_blocks).global_row)
+          << "kind " << k << " device " << d;
 }
 
 TEST(LayerKinds, EveryKindsPlanIsValidOnOneTokenPlacement) {
@@ -91,15 +94,16 @@ TEST(LayerKinds, TheSearchChoosesTheBlockSizeForEveryLayer) {
 
 // The plans chosen are the fastest predicted over every layer among the candidates: each kind as
 // the lead, and (kinds_joint_homes) the homes refined for every kind at once. So the default is
-// never predicted slower than without the joint homes; and without them the candidates do not
-// depend on the layer counts, so the plans chosen for some counts are never slower, under those
-// counts, than the plans chosen for others.
+// never predicted slower than without the joint homes; and without them (and without finer
+// blocks for the other kinds) the candidates do not depend on the layer counts, so the plans
+// chosen for some counts are never slower, under those counts, than the plans chosen for others.
 TEST(LayerKinds, TheFastestCandidateOverEveryLayerIsKept) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   StepPlanOptions o;
   o.blocks.block_size = 512;
   StepPlanOptions own = o;
   own.kinds_joint_homes = false;
+  own.kinds_finer_blocks = false;
   const std::vector<Batch> kinds = window_and_global(19, 16384);
   SimOptions sim;
   sim.calibration = calibration_from_cluster(cluster);
@@ -119,6 +123,22 @@ TEST(LayerKinds, TheFastestCandidateOverEveryLayerIsKept) {
     expect_same_tokens(joint);
     EXPECT_LE(total(joint, counts[i]), total(chosen[i], counts[i]) * (1 + 1e-12)) << i;
   }
+  // Finer token blocks for the kinds that do not lead are candidates too: never predicted slower
+  // than the lead's blocks alone, and taken on this batch by some kind.
+  StepPlanOptions same_blocks = o;
+  same_blocks.kinds_finer_blocks = false;
+  bool finer_taken = false;
+  for (const auto& c : counts) {
+    const std::vector<Plan> with = plan_step_kinds(kinds, cluster, o, c);
+    const std::vector<Plan> without = plan_step_kinds(kinds, cluster, same_blocks, c);
+    EXPECT_LE(total(with, c), total(without, c) * (1 + 1e-12));
+    for (const Plan& p : with) {
+      EXPECT_TRUE(validate_plan(p).empty());
+      finer_taken |= p.table.num_token_blocks() > with[0].table.num_token_blocks() ||
+                     p.table.num_token_blocks() < with[0].table.num_token_blocks();
+    }
+  }
+  EXPECT_TRUE(finer_taken) << "no kind took finer blocks on this batch";
   // On this batch the counts change the lead: each extreme keeps its heavy kind's own plan.
   EXPECT_EQ(plan_hash(chosen[0][0]), plan_hash(plan_step(kinds[0], cluster, o)));
   EXPECT_EQ(plan_hash(chosen[2][1]), plan_hash(plan_step(kinds[1], cluster, o)));
