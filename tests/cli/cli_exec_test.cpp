@@ -154,6 +154,13 @@ TEST(CliSimulate, LayerMasksPredictEveryKindOnOnePlacement) {
     EXPECT_NEAR(m["step_ms"].get<double>(), 3 * lambda + causal, 1e-9) << m["method"];
     EXPECT_NEAR(m["dcp_speedup"].get<double>(), m["step_ms"].get<double>() / methods[0]["step_ms"].get<double>(), 1e-9);
   }
+  // Every kind on the lead's blocks: DCP's candidates are a subset, so never predicted faster.
+  auto same = run_cli("simulate --layer-masks lambda*3+causal --profile ldc --seed 4 --tokens 32768 --cluster a100-p4d "
+                      "--nodes 2 --batches 2 --block 1024 --json --same-kind-blocks",
+                      false);
+  ASSERT_EQ(same.exit_code, 0) << same.out;
+  const auto js = nlohmann::json::parse(same.out);
+  EXPECT_GE(js["methods"][0]["step_ms"].get<double>(), methods[0]["step_ms"].get<double>() * (1 - 1e-12));
   r = run_cli("simulate --layer-masks lambda*0+causal --tokens 8192 --nodes 1");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("--layer-masks 'lambda*0+causal': '*0' must repeat a kind a positive number of times"),
