@@ -79,9 +79,9 @@ if has bench; then
     --json "$out/dcp_bench.json" 2>&1 | tail -12 | tee -a "$log"
 fi
 if has pair; then
-  say "two GPUs: package tests (the operator against fp64, CUDA graphs with NCCL rounds)"
+  say "two GPUs: package tests (the operator against fp64, CUDA graphs with NCCL rounds, per-rank data)"
   (cd /tmp && timeout 300 python3 -m pytest -q -o faulthandler_timeout=120 -k "two_gpus or on_ranks" \
-    "$OLDPWD/tests/python/test_gpu.py" >"$out/pytest_pair.log" 2>&1)
+    "$OLDPWD/tests/python/test_gpu.py" "$OLDPWD/tests/python/test_per_rank_data.py" >"$out/pytest_pair.log" 2>&1)
   echo "pytest (2 GPUs): rc=$?" | tee -a "$log"
   tail -3 "$out/pytest_pair.log" | tee -a "$log"
   say "two GPUs: operator, ldc 131072 causal, 32/8 heads x 128, B 2048, 4 layers (op, lookahead, graph)"

@@ -118,6 +118,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "(default: the library's PlanOptions default)")
     g.add_argument("--plan-threads", type=int, default=None, help="planning threads (default: 4 on GPUs, 1 on CPUs)")
     g.add_argument("--lookahead", type=int, default=2, help="steps planned ahead")
+    g.add_argument("--per-rank-data", action="store_true",
+                   help="each rank reads only its share of a step's documents, as a data loader per rank "
+                        "would; the planner gathers their lengths and masks, and dispatch moves the tokens "
+                        "(same plans and loss as without)")
     g.add_argument("--cluster", default="h200-nvl", help="dcp cluster preset or JSON file")
     g = p.add_argument_group("measurement and output")
     g.add_argument("--measure-from", type=int, default=10, help="first step of the timing medians")
@@ -336,7 +340,7 @@ def make_backend(args, mode: str, cfg, world: int, device: torch.device, dtype_n
     return DcpBackend(mode, (cfg.q_heads, cfg.kv_heads, cfg.head_dim), dtype_name, device, args.block_size,
                       args.stages, threads, args.lookahead, args.cluster, args.outputs_in_place,
                       [int(b) for b in args.search_blocks.split(",")] if args.search_blocks else None,
-                      [pattern[i % len(pattern)] for i in range(cfg.layers)])
+                      [pattern[i % len(pattern)] for i in range(cfg.layers)], args.per_rank_data)
 
 
 def max_over_mean(values: List[float]) -> float:

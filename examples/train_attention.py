@@ -92,7 +92,7 @@ class DcpBackend:
     def __init__(self, method: str, shape: Tuple[int, int, int], dtype: str, device: torch.device,
                  block_size: int, stages: int, threads: int, lookahead: int, cluster: str = "h200-nvl",
                  outputs_in_place: Optional[bool] = None, search_blocks: Optional[List[int]] = None,
-                 layer_kinds: Optional[List[str]] = None):
+                 layer_kinds: Optional[List[str]] = None, per_rank_data: bool = False):
         self.method = method
         # Layers of several mask kinds (the model's kind of every layer, train_data.layer_pattern):
         # each step is planned as dcp.LayerKinds weighed by the layers of each kind, one plan per
@@ -106,12 +106,31 @@ class DcpBackend:
             options["outputs_in_place"] = outputs_in_place
         if search_blocks and method == "dcp":  # the static layouts keep block_size
             options.update(search=True, search_block_sizes=search_blocks)
-        self.planner = dcp.Planner(None, cluster, options,
-                                   shape=shape, dtype=dtype, threads=threads, lookahead=lookahead)
+        # Per-rank data: each rank reads only its share of a step's documents (those starting in its
+        # 1/world of the tokens), as a data loader of its own would, and the planner gathers the
+        # shares; packed in rank order they are the step's batch, so the plans are the same.
+        self.per_rank_data = per_rank_data
+        self.planner = dcp.Planner(None, cluster, options, shape=shape, dtype=dtype, threads=threads,
+                                   lookahead=lookahead, per_rank_data=per_rank_data)
+
+    def _share(self, step: Step) -> Tuple[int, int]:
+        """The documents [first, last) this rank reads with per-rank data."""
+        rank, world = self.planner.rank, self.planner.world_size
+        starts = np.cumsum([0] + step.lengths[:-1])
+        total = int(step.tokens.shape[0])
+        first, last = (int(np.searchsorted(starts, r * total // world)) for r in (rank, rank + 1))
+        return first, last
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
-        items = ((s.lengths, dcp.LayerKinds(s.kind_masks, layers=self.kind_layers) if self.layer_kinds else s.masks, s)
-                 for s in steps)
+        def share(s: Step):
+            first, last = self._share(s) if self.per_rank_data else (0, len(s.lengths))
+            if self.layer_kinds:
+                masks = dcp.LayerKinds({k: m[first:last] for k, m in s.kind_masks.items()}, layers=self.kind_layers)
+            else:
+                masks = s.masks[first:last]
+            return s.lengths[first:last], masks, s
+
+        items = (share(s) for s in steps)
         plans = self.planner.iterate(items)
         self._ahead = _OneAhead(plans)
         try:
@@ -131,6 +150,11 @@ class DcpBackend:
 
     def _local(self, step: Step, plan) -> Local:
         ids, labels, positions, num_targets = _global_tensors(step, self.device)
+        if self.per_rank_data:  # this rank's documents only; the step's target count summed over ranks
+            first, last = self._share(step)
+            begin, end = sum(step.lengths[:first]), sum(step.lengths[:last])
+            ids, labels = ids[begin:end], labels[begin:end]
+            num_targets = plan.num_targets(labels, IGNORE_INDEX)
         nodes = self.nodes
 
         kinds = self.layer_kinds

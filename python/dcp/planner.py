@@ -13,7 +13,7 @@ import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from . import _dcp
-from . import masks as _masks
+from . import exchange as _exchange
 
 
 def _options(options: Any) -> _dcp.PlanOptions:
@@ -52,9 +52,7 @@ def make_batch(lengths: Sequence[int], masks: Any, shape: Tuple[int, int, int], 
     """A batch (checked unless validate=False): `masks` is one spec per sequence (dcp.masks), or
     one spec for all."""
     lengths = [int(n) for n in lengths]
-    if not isinstance(masks, (list, tuple)) or (isinstance(masks, tuple) and len(masks) == 3 and isinstance(masks[0], str)):
-        masks = [masks] * len(lengths)
-    specs = [_masks.normalize(m) for m in masks]
+    specs = _exchange.per_document(masks, len(lengths), "make_batch")
     q_heads, kv_heads, head_dim = shape
     return _dcp.make_batch(lengths, specs, int(q_heads), int(kv_heads), int(head_dim), dtype, validate)
 
@@ -94,10 +92,15 @@ class StepPlan:
     `positions(device)` are their positions inside their documents (RoPE ids). Attention:
     dcp.torch.attention(q, k, v, plan, layer). `release()` frees its scratch early; otherwise it
     goes with the object.
+
+    With per-rank data (Planner(per_rank_data=True)) each rank loaded its own documents:
+    `dispatch` takes this rank's loaded tokens and `undispatch` gives them back, each one
+    all-to-all over the group; `loaded_tokens[r]` is how many rank r loaded.
     """
 
     def __init__(self, plan: _dcp.Plan, step: int, rank: int, group: Any, planner: "Planner",
-                 kinds: Optional[Dict[str, _dcp.Plan]] = None, masks: Any = None):
+                 kinds: Optional[Dict[str, _dcp.Plan]] = None, masks: Any = None,
+                 loaded_tokens: Optional[Sequence[int]] = None):
         self.plan = plan
         # The masks it was planned for, as submitted (one spec, or one per document; a kind's own
         # for a step of LayerKinds; None for a dcp.Batch): what dcp.hf checks a layer against.
@@ -108,6 +111,8 @@ class StepPlan:
         self.world_size = plan.world_size
         self.group_size = planner.world_size  # the ranks that run it (checked against world_size)
         self.num_tokens = plan.num_tokens(rank)
+        self.loaded_tokens = None if loaded_tokens is None else [int(c) for c in loaded_tokens]
+        self._exchange: Optional[_exchange.TokenExchange] = None
         self._planner = planner
         self._cache: Dict[Any, Any] = {}
         self._released = False
@@ -116,7 +121,8 @@ class StepPlan:
         self._kinds: Dict[str, Optional["StepPlan"]] = {}
         for i, (name, p) in enumerate((kinds or {}).items()):
             kind_masks = masks.get(name) if isinstance(masks, LayerKinds) else None
-            self._kinds[name] = None if i == 0 else StepPlan(p, step, rank, group, planner, masks=kind_masks)
+            self._kinds[name] = None if i == 0 else StepPlan(p, step, rank, group, planner, masks=kind_masks,
+                                                             loaded_tokens=loaded_tokens)
 
     # ---- layer kinds -------------------------------------------------------------------------
     @property
@@ -154,8 +160,21 @@ class StepPlan:
         """Document index of each local token (int64 tensor)."""
         return self._tensor("sequences", device)
 
+    def _token_exchange(self) -> _exchange.TokenExchange:
+        if self._exchange is None:
+            self._exchange = _exchange.TokenExchange(self.loaded_tokens, self.plan.local_rows, self.rank,
+                                                     self.world_size)
+        return self._exchange
+
     def dispatch(self, x, dim: int = 0):
-        """This rank's tokens of a per-token tensor of the whole packed batch (`dim` indexes tokens)."""
+        """This rank's tokens of a per-token tensor of the whole packed batch (`dim` indexes tokens).
+        With per-rank data, `x` holds the tokens this rank loaded, and every rank of the group calls
+        it (an all-to-all; differentiable: the gradient goes back to the loading ranks)."""
+        if self.loaded_tokens is not None:
+            if x.shape[dim] != self.loaded_tokens[self.rank]:
+                raise ValueError(f"dispatch: tensor has {x.shape[dim]} tokens along dim {dim}; with per-rank data "
+                                 f"it holds the {self.loaded_tokens[self.rank]} tokens rank {self.rank} loaded")
+            return _exchange.exchange(x, self._token_exchange(), self.group, True, dim)
         if x.shape[dim] != self.plan.total_tokens:
             raise ValueError(f"dispatch: tensor has {x.shape[dim]} tokens along dim {dim}, the step's batch "
                              f"{self.plan.total_tokens}")
@@ -163,11 +182,14 @@ class StepPlan:
 
     def undispatch(self, x, dim: int = 0):
         """The whole packed batch from every rank's local tokens (all-gather over the group); with
-        one rank, the inverse of dispatch."""
+        one rank, the inverse of dispatch. With per-rank data, the inverse of dispatch: the tokens
+        this rank loaded, in loading order (an all-to-all; differentiable)."""
         import torch
 
         if x.shape[dim] != self.num_tokens:
             raise ValueError(f"undispatch: tensor has {x.shape[dim]} tokens, this rank holds {self.num_tokens}")
+        if self.loaded_tokens is not None:
+            return _exchange.exchange(x, self._token_exchange(), self.group, False, dim)
         x = x.movedim(dim, 0)
         out = x.new_empty((self.plan.total_tokens,) + tuple(x.shape[1:]))
         if self.world_size == 1:
@@ -187,8 +209,18 @@ class StepPlan:
 
     def num_targets(self, labels, ignore_index: int = -100) -> int:
         """Loss targets of the whole step (labels of the global batch not equal to ignore_index):
-        the denominator that makes a sum of per-rank losses the global mean."""
-        return int((labels != ignore_index).sum().item())
+        the denominator that makes a sum of per-rank losses the global mean. With per-rank data,
+        `labels` are this rank's loaded ones (or its dispatched ones), summed over the group."""
+        count = int((labels != ignore_index).sum().item())
+        if self.loaded_tokens is None or self.world_size == 1:
+            return count
+        import torch
+        import torch.distributed as dist
+
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend(self.group) == "nccl" else "cpu"
+        total = torch.tensor([count], dtype=torch.int64, device=device)
+        dist.all_reduce(total, group=self.group)
+        return int(total.item())
 
     @property
     def handle(self):
@@ -235,12 +267,16 @@ class Planner:
     threads:  planning threads; lookahead: how many steps `iterate` keeps submitted ahead.
     verify:   compare the plan hash across the group: 'every' plan (default), 'first', 'never'.
     broadcast: plan on rank 0 only and send the plan bytes to the others.
+    per_rank_data: each rank submits only the documents its own data loader read; the step's batch
+              is every rank's documents in rank order (submit then all-gathers their lengths and
+              masks over the group), and StepPlan.dispatch moves the loaded tokens to the ranks
+              that hold them.
     """
 
     def __init__(self, group: Any = None, cluster: Any = "h200-nvl", options: Any = None, *,
                  shape: Tuple[int, int, int], dtype: str = "bf16", threads: int = 4, lookahead: int = 2,
                  verify: str = "every", broadcast: bool = False, devices_per_node: Optional[int] = None,
-                 timeout_s: float = 600.0):
+                 timeout_s: float = 600.0, per_rank_data: bool = False):
         self.group, self.rank, self.world_size = _group_info(group)
         self.shape = tuple(int(x) for x in shape)
         self.dtype = dtype
@@ -254,6 +290,7 @@ class Planner:
         self.broadcast = bool(broadcast) and self.world_size > 1
         self.lookahead = int(lookahead)
         self.timeout_s = float(timeout_s)
+        self.per_rank_data = bool(per_rank_data)
         self._plans_here = not self.broadcast or self.rank == 0
         self._queue = _dcp.PlanQueue(self.cluster, self.options, int(threads)) if self._plans_here else None
         self._verified = False
@@ -262,17 +299,22 @@ class Planner:
         self._submitted: set = set()
         self._kind_names: Dict[int, List[str]] = {}  # steps submitted with LayerKinds
         self._masks: Dict[int, Any] = {}  # each submitted step's masks, for StepPlan.masks
+        self._loaded: Dict[int, List[int]] = {}  # per-rank data: the tokens each rank loaded
 
     def submit(self, step: int, lengths: Any, masks: Any = None) -> None:
         """Queues the batch of `step` (its documents' lengths, one mask each, or a dcp.Batch);
         returns at once. `masks` may be a LayerKinds (a mask per layer kind): get(step) then holds
         one plan per kind on one token placement. The batch is checked on the planning thread:
-        what is wrong with it is raised by get(step)."""
+        what is wrong with it is raised by get(step). With per_rank_data, this rank's documents
+        only, and a collective: every rank submits the same steps in the same order."""
         step = int(step)
         if self._closed:
             raise ValueError("the planner was closed")
         if step in self._submitted:
             raise ValueError(f"step {step} was already submitted")
+        if self.per_rank_data:
+            lengths, masks, self._loaded[step] = _exchange.gather_documents(
+                self.group, self.rank, self.world_size, step, lengths, masks)
         if isinstance(masks, LayerKinds):
             if isinstance(lengths, _dcp.Batch):
                 raise TypeError(f"step {step}: layer kinds take the documents' lengths, not a dcp.Batch")
@@ -302,6 +344,7 @@ class Planner:
         self._submitted.discard(step)
         names = self._kind_names.pop(step, None)
         masks = self._masks.pop(step, None)
+        loaded = self._loaded.pop(step, None)
         t0 = time.perf_counter()
         plans = self._queue.get_kinds(step, self.timeout_s) if self._queue is not None else None
         stats = dict(self._queue.stats(step)) if self._queue is not None else {"planning_ms": 0.0, "queued_ms": 0.0}
@@ -315,7 +358,7 @@ class Planner:
         while len(self._stats) > 4096:
             self._stats.pop(next(iter(self._stats)))
         kinds = dict(zip(names, plans)) if names is not None else None
-        return StepPlan(plans[0], step, self.rank, self.group, self, kinds, masks)
+        return StepPlan(plans[0], step, self.rank, self.group, self, kinds, masks, loaded)
 
     def close(self) -> None:
         """Stops the planning threads (a step being planned finishes first) and drops what is
@@ -325,6 +368,7 @@ class Planner:
         self._submitted.clear()
         self._kind_names.clear()
         self._masks.clear()
+        self._loaded.clear()
 
     def __enter__(self) -> "Planner":
         return self

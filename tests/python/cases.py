@@ -463,3 +463,88 @@ def kinds_broadcast_case(rank, world):
     planner.submit(0, lengths, dcp.LayerKinds({"global": "causal", "local": dcp.masks.lambda_mask(4, 40)}))
     plan = planner.get(0)
     return {name: plan.kind(name).plan.hash for name in plan.kinds}
+
+
+def per_rank_docs(seed: int, rank: int):
+    """Rank r's own documents in the per-rank data tests (rank 1 loads none)."""
+    count = [2, 0, 3, 1][rank % 4]
+    lengths, specs = random_docs(seed * 10 + rank, max_len=120, num_docs=max(count, 1))
+    return lengths[:count], specs[:count]
+
+
+def per_rank_case(rank, world, seed, dtype_name, block=32):
+    """Each rank loads its own documents and inputs; the operator runs on the dispatched tokens
+    and its outputs go back to the loading ranks, differentiably (the gradients arrive in the
+    loaded tensors). On GPUs (nccl) with rank r on GPU r."""
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    dev = _rank_device(rank)
+    lengths, specs = per_rank_docs(seed, rank)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": block, "stages": 2}, shape=SHAPE, dtype=dtype_name,
+                          per_rank_data=True)
+    planner.submit(0, lengths, specs)
+    plan = planner.get(0)
+    q, k, v, w = (t.to(dev) for t in inputs(seed * 10 + rank, sum(lengths)))
+    q, k, v = (t.to(dtype).detach().requires_grad_() for t in (q, k, v))
+    o, lse = dt.attention(plan.dispatch(q), plan.dispatch(k), plan.dispatch(v), plan, 0, return_lse=True)
+    o_loaded = plan.undispatch(o)
+    (o_loaded.float() * w).sum().backward()
+    ids = torch.arange(sum(lengths), dtype=torch.int64, device=dev) + 1000 * rank
+    labels = torch.where(ids % 3 == 0, torch.full_like(ids, -100), ids)
+    return {"o": o_loaded.detach().float(), "lse": plan.undispatch(lse.detach()).float(),
+            "dq": q.grad.float(), "dk": k.grad.float(), "dv": v.grad.float(),
+            "ids_back": plan.undispatch(plan.dispatch(ids)), "ids_held": plan.dispatch(ids),
+            "rows": plan.rows(), "positions": plan.undispatch(plan.positions(dev)),
+            "targets": plan.num_targets(labels), "loaded": plan.loaded_tokens, "total": plan.plan.total_tokens}
+
+
+def per_rank_error_case(rank, world, what):
+    """One rank submits something wrong: every rank gets the same error, none waits."""
+    lengths, specs = per_rank_docs(3, rank)
+    masks = specs
+    if what == "masks" and rank == 1:
+        lengths, masks = [5, 6], [dcp.masks.causal()] * 3
+    if what == "kinds":
+        masks = dcp.LayerKinds({"global": "causal", ("local" if rank == 0 else "window"): "full"})
+    if what == "batch" and rank == 0:
+        lengths = dcp.make_batch([8], "causal", SHAPE)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=SHAPE, per_rank_data=True)
+    try:
+        planner.submit(0, lengths, masks)
+    except ValueError as e:
+        return str(e)
+    return "accepted"
+
+
+def per_rank_kinds_case(rank, world):
+    """Per-rank data with layers of two masks: every kind holds the same tokens, and each kind's
+    gathered masks are the documents' in rank order."""
+    lengths, _ = per_rank_docs(4, rank)
+    local = dcp.masks.lambda_mask(4, 16)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=SHAPE, per_rank_data=True)
+    planner.submit(0, lengths, dcp.LayerKinds({"global": "causal", "local": [local] * len(lengths)},
+                                              layers={"global": 1, "local": 3}))
+    plan = planner.get(0)
+    ids = torch.arange(sum(lengths), dtype=torch.int64) + 1000 * rank
+    return {"kinds": plan.kinds, "same_tokens": bool(torch.equal(plan.dispatch(ids), plan.kind("local").dispatch(ids))),
+            "local_masks": plan.kind("local").masks, "loaded": plan.kind("local").loaded_tokens}
+
+
+def exchange_case(rank, world, seed):
+    """TokenExchange on a random assignment of rows to ranks in a random held order (plans hold
+    rows in ascending order; the exchange must not rely on it): held ids, and the round trip."""
+    from dcp.exchange import TokenExchange, exchange
+
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(0, 9, (world,), generator=g).tolist()
+    total = sum(counts)
+    owner = torch.randint(0, world, (total,), generator=g)
+    order = torch.randperm(total, generator=g)
+    held = {d: order[owner[order] == d].numpy() for d in range(world)}
+    ex = TokenExchange(counts, lambda d: held[d], rank, world)
+    start = sum(counts[:rank])
+    x = (torch.arange(counts[rank], dtype=torch.float64) + start).requires_grad_()
+    y = exchange(x.unsqueeze(1).repeat(1, 2), ex, None, True)
+    (y[:, 0] * (y[:, 0] + 1)).sum().backward()  # d/dx of x(x+1) summed: 2x + 1, at the loader
+    back = exchange(y.detach(), ex, None, False)
+    return {"held": y.detach()[:, 0], "want": torch.from_numpy(held[rank]).double(), "back": back[:, 1],
+            "x": x.detach(), "grad": x.grad}

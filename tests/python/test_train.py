@@ -76,6 +76,21 @@ def test_two_ranks_match_one_rank_and_the_reference(tmp_path, mask):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a, b)
 
 
+def test_per_rank_data_trains_as_the_global_batch(tmp_path):
+    """--per-rank-data: each rank reads only its share of every step's documents; the planner
+    gathers them and dispatch moves the tokens, so the steps, losses and gradients are those of
+    every rank reading the whole batch."""
+    shared, grads_shared = train(tmp_path, "global2", 2, "--mask", "lambda+causal")
+    split, grads_split = train(tmp_path, "split2", 2, "--mask", "lambda+causal", "--per-rank-data")
+    assert split["config"]["per_rank_data"] is True and shared["config"]["per_rank_data"] is False
+    for a, b in zip(split["steps"], shared["steps"]):
+        assert abs(a["loss"] - b["loss"]) < 1e-6, (a, b)
+    assert abs(grads_split["loss"] - grads_shared["loss"]) < 1e-6
+    for name, g in grads_shared["grads"].items():
+        err = rel_error(grads_split["grads"][name], g)
+        assert err < 1e-6, f"{name}: per-rank data vs the global batch: relative error {err:.3g}"
+
+
 def test_layer_patterns_name_each_layers_mask():
     sys.path.insert(0, EXAMPLES)
     import train_data
