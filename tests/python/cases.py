@@ -548,3 +548,77 @@ def exchange_case(rank, world, seed):
     back = exchange(y.detach(), ex, None, False)
     return {"held": y.detach()[:, 0], "want": torch.from_numpy(held[rank]).double(), "back": back[:, 1],
             "x": x.detach(), "grad": x.grad}
+
+
+TP_SHAPE = (4, 2, 16)  # the whole layer's heads; each of 2 tensor-parallel ranks holds half
+TP_MODEL = 24
+
+
+def tp_weights(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    hq, hkv, d = TP_SHAPE
+    scale = TP_MODEL ** -0.5
+    return {"wq": torch.randn(TP_MODEL, hq * d, generator=g) * scale,
+            "wk": torch.randn(TP_MODEL, hkv * d, generator=g) * scale,
+            "wv": torch.randn(TP_MODEL, hkv * d, generator=g) * scale,
+            "wo": torch.randn(hq * d, TP_MODEL, generator=g) * (hq * d) ** -0.5}
+
+
+class _SumOverTp(torch.autograd.Function):
+    """The row-parallel projection's sum of partial outputs: forward an all-reduce; the gradient of
+    each partial is the sum's gradient itself, already whole on every tp rank."""
+
+    @staticmethod
+    def forward(ctx, x, group):
+        x = x.clone()
+        torch.distributed.all_reduce(x, group=group)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def tp_cp_case(rank, world, seed):
+    """Tensor parallelism inside context parallelism: a (cp, tp) DeviceMesh of 2 x 2 CPU ranks
+    (tp groups {0, 1}, {2, 3}; cp groups {0, 2}, {1, 3}). An attention layer's heads are split
+    over tp (q, k, v projections by columns, the output projection by rows, its partial outputs
+    summed over tp); each tp rank's cp group plans the batch for its own heads. The tp ranks of a
+    token must hold it in the same place, which one plan per head count guarantees: the planner is
+    deterministic. Returns the layer's output and every gradient, gathered whole."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("cp", "tp"))
+    cp, tp = mesh["cp"].get_group(), mesh["tp"].get_group()
+    t = mesh["tp"].get_local_rank()
+    hq, hkv, d = TP_SHAPE
+    local_shape = (hq // 2, hkv // 2, d)
+    lengths, specs = random_docs(seed, num_docs=5)
+    planner = dcp.Planner(cp, "h200-nvl", {"block_size": 32, "stages": 2}, shape=local_shape, dtype="fp32")
+    planner.submit(0, lengths, specs)
+    plan = planner.get(0)
+    total = sum(lengths)
+    x = torch.randn(total, TP_MODEL, generator=torch.Generator().manual_seed(seed)).requires_grad_()
+    w_out = torch.randn(total, TP_MODEL, generator=torch.Generator().manual_seed(seed + 1))
+    full = tp_weights(seed)
+    cols = lambda w, heads: w[:, t * heads * d:(t + 1) * heads * d]  # noqa: E731
+    shard = {"wq": cols(full["wq"], hq // 2), "wk": cols(full["wk"], hkv // 2), "wv": cols(full["wv"], hkv // 2),
+             "wo": full["wo"][t * (hq // 2) * d:(t + 1) * (hq // 2) * d]}
+    shard = {k: v.clone().requires_grad_() for k, v in shard.items()}
+    xl = plan.dispatch(x)
+    q = (xl @ shard["wq"]).view(-1, hq // 2, d)
+    k = (xl @ shard["wk"]).view(-1, hkv // 2, d)
+    v = (xl @ shard["wv"]).view(-1, hkv // 2, d)
+    o = dt.attention(q, k, v, plan, 0)
+    y = _SumOverTp.apply(o.reshape(o.shape[0], -1) @ shard["wo"], tp)  # row-parallel output
+    (y * plan.dispatch(w_out)).sum().backward()
+    grads = {}
+    for name, p in shard.items():  # the shard's gradient: its tokens' parts summed over cp
+        g = p.grad.clone()
+        dist.all_reduce(g, group=cp)
+        grads[name] = g
+    dx = x.grad.clone()
+    dist.all_reduce(dx)  # every rank's tokens, every rank's heads
+    return {"y": plan.undispatch(y.detach()), "dx": dx, "grads": grads, "tp": t,
+            "rows": plan.rows(), "hash": plan.plan.hash, "tp_ranks": dist.get_process_group_ranks(tp)}
