@@ -34,7 +34,7 @@ void add_batch_options(CLI::App* app, BatchSource& src) {
       app->add_option("--scale", src.scale, "Length scale factor of the profile (paper: 0.5, 1, 2, 4)")
           ->capture_default_str(),
       app->add_option("--mask", src.mask,
-                      "Mask of generated sequences: causal, full, lambda, causal_blockwise, shared_question, mixed")
+                      "Mask of generated sequences: causal, full, lambda, causal_blockwise, chunked, shared_question, mixed")
           ->capture_default_str(),
       app->add_option("--q-heads", src.q_heads, "Query heads (generated batches)")->capture_default_str(),
       app->add_option("--kv-heads", src.kv_heads, "KV heads (generated batches)")->capture_default_str(),

@@ -18,7 +18,7 @@
 namespace dcp::cli {
 namespace {
 
-const char* const kKinds[] = {"causal", "full", "lambda", "causal_blockwise", "shared_question"};
+const char* const kKinds[] = {"causal", "full", "lambda", "causal_blockwise", "chunked", "shared_question"};
 
 // The kind's paper mask for a sequence of `length` tokens (as the profiles make them).
 Mask mask_named(const std::string& kind, int64_t length) {
@@ -26,6 +26,7 @@ Mask mask_named(const std::string& kind, int64_t length) {
   if (kind == "full") return Mask::full();
   if (kind == "lambda") return Mask::lambda();
   if (kind == "causal_blockwise") return Mask::causal_blockwise();
+  if (kind == "chunked") return Mask::chunked();
   return length >= 5 ? Mask::shared_question_for(length) : Mask::causal();
 }
 
@@ -50,7 +51,7 @@ LayerPattern parse_layer_pattern(const std::string& spelling) {
     const std::string kind = part.substr(0, star);
     if (std::find(std::begin(kKinds), std::end(kKinds), kind) == std::end(kKinds))
       raise(ErrorKind::InvalidInput, "--layer-masks '" + spelling + "': '" + kind +
-                                         "' is not a mask kind (causal, full, lambda, causal_blockwise, shared_question)");
+                                         "' is not a mask kind (causal, full, lambda, causal_blockwise, chunked, shared_question)");
     double layers = 1;
     if (star != std::string::npos) {
       const std::string n = part.substr(star + 1);

@@ -22,7 +22,7 @@ struct Range {
   friend bool operator==(const Range&, const Range&) = default;
 };
 
-enum class MaskKind { Full, Causal, Lambda, CausalBlockwise, SharedQuestion, Ranges };
+enum class MaskKind { Full, Causal, Lambda, CausalBlockwise, SharedQuestion, Ranges, Chunked };
 
 const char* to_string(MaskKind kind);  // the JSON spelling: "full", "causal", "lambda", ...
 
@@ -49,6 +49,8 @@ struct Mask {
   int64_t sink = 64;
   int64_t window = 4096;
   // CausalBlockwise: mask block size, local blocks and sink blocks (paper defaults 256/2/1).
+  // Chunked (local attention in chunks, as Llama 4's chunked layers): rows see their own chunk
+  // causally, [block * floor(i / block), i+1); `block` is the chunk size.
   int64_t block = 256;
   int64_t local_blocks = 2;
   int64_t sink_blocks = 1;
@@ -62,6 +64,7 @@ struct Mask {
   static Mask causal() { Mask m; m.kind = MaskKind::Causal; return m; }
   static Mask lambda(int64_t sink = 64, int64_t window = 4096);
   static Mask causal_blockwise(int64_t block = 256, int64_t local_blocks = 2, int64_t sink_blocks = 1);
+  static Mask chunked(int64_t chunk = 8192);
   // Question = `question_fraction` of the length, the rest split into `num_answers` answers.
   static Mask shared_question_for(int64_t length, double question_fraction = 0.2, int num_answers = 4);
   static Mask ranges(std::vector<std::vector<Range>> rows);

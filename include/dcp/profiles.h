@@ -22,7 +22,7 @@ struct ProfileOptions {
   int64_t token_budget = 131072;  // tokens per batch
   double scale = 1.0;             // length scale factor (paper: 0.5, 1, 2, 4)
   double min_fill = 0.75;         // keep a batch only if it is at least this full
-  // Mask of every sequence: a kind name ("causal", "lambda", "causal_blockwise",
+  // Mask of every sequence: a kind name ("causal", "lambda", "causal_blockwise", "chunked",
   // "shared_question", "full") with paper parameters, or "mixed" (a random kind per sequence).
   std::string mask = "causal";
   int64_t fixed_length = 8192;          // Fixed profile

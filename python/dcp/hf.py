@@ -9,9 +9,10 @@
 The model sees one sequence of this rank's tokens (batch size 1); masks come from the plan, so
 no attention mask is built. Position ids must be the plan's positions (RoPE per document).
 
-Models whose layers attend differently (config.layer_types: "full_attention" and
-"sliding_attention", as Qwen2, Mistral-style and Gemma configs name them): plan each step with
-`dcp.hf.layer_kinds(config)` as the masks; every layer then runs the plan of its own type.
+Models whose layers attend differently (config.layer_types: "full_attention",
+"sliding_attention" and "chunked_attention", as Qwen2, Mistral-style, Gemma and Llama 4 configs
+name them): plan each step with `dcp.hf.layer_kinds(config)` as the masks; every layer then runs
+the plan of its own type.
 """
 from __future__ import annotations
 
@@ -57,10 +58,14 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     layer_plan = _plan_of_layer(plan, module)
     if kwargs.get("sliding_window"):
         _check_window(layer_plan, module, int(kwargs["sliding_window"]))
+    if _layer_type(module) == "chunked_attention":
+        _check_chunks(layer_plan, module, int(module.config.attention_chunk_size))
     if getattr(module, "is_causal", True) is False:
         _check_bidirectional(layer_plan, module)
     # [1, heads, tokens, dim] -> [tokens, heads, dim]: a strided view, no copy.
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))
+    if getattr(module, "attn_temperature_tuning", False) and not getattr(module, "use_rope", True):
+        q = _retune_temperature(q, module, layer_plan)
     if scaling is not None and not math.isclose(scaling, head_dim ** -0.5, rel_tol=1e-6):
         # dcp scales scores by 1/sqrt(head_dim); softmax(s q.k) is that of (s sqrt(head_dim) q).k / sqrt(head_dim)
         # (Gemma's query_pre_attn_scalar), and autograd carries the factor into dq.
@@ -78,17 +83,37 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     return o.unsqueeze(0), None  # [1, tokens, heads, dim], no weights
 
 
+def _temperature(positions: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:
+    return torch.log1p(torch.floor((positions.float() + 1.0) / module.floor_scale)) * module.attn_scale + 1.0
+
+
+def _retune_temperature(q: torch.Tensor, module: torch.nn.Module, plan: Any) -> torch.Tensor:
+    """Llama 4's attention temperature tuning (its layers without RoPE) scales each query by a
+    function of its position, which the model takes as the query's index in the sequence it was
+    given: here this rank's packed tokens, not the position inside the query's document. The
+    factor is replaced by that of the plan's positions (what each document alone would get)."""
+    index = torch.arange(q.shape[0], device=q.device)
+    fix = _temperature(plan.positions(q.device), module) / _temperature(index, module)
+    return (q.float() * fix[:, None, None]).to(q.dtype)
+
+
+def _layer_type(module: torch.nn.Module) -> Optional[str]:
+    """module.layer_type, else config.layer_types[layer_idx] (None where neither says)."""
+    kind = getattr(module, "layer_type", None)
+    if kind is None:
+        types = getattr(getattr(module, "config", None), "layer_types", None)
+        idx = getattr(module, "layer_idx", None)
+        kind = types[idx] if types is not None and idx is not None else None
+    return kind
+
+
 def _plan_of_layer(plan: Any, module: torch.nn.Module):
     """The plan this layer runs: with layer kinds (dcp.LayerKinds), the kind named by the layer's
     type (module.layer_type, else config.layer_types[layer_idx])."""
     kinds = getattr(plan, "kinds", ())
     if not kinds:
         return plan
-    kind = getattr(module, "layer_type", None)
-    if kind is None:
-        types = getattr(getattr(module, "config", None), "layer_types", None)
-        idx = getattr(module, "layer_idx", None)
-        kind = types[idx] if types is not None and idx is not None else None
+    kind = _layer_type(module)
     if kind is None and len(kinds) == 1:  # a model of one layer type that names none (Mistral)
         kind = kinds[0]
     if kind not in kinds:
@@ -142,14 +167,34 @@ def _check_window(plan: Any, module: torch.nn.Module, window: int) -> None:
     checked.add(window)
 
 
+def _check_chunks(plan: Any, module: torch.nn.Module, chunk: int) -> None:
+    """A layer that attends within chunks must run a plan of those chunks."""
+    from .masks import chunked
+
+    specs = _plan_specs(plan)
+    if specs is None:
+        return
+    checked = plan.runtime_state.setdefault("hf_windows_checked", set())
+    if ("chunk", chunk) in checked:
+        return
+    want = chunked(chunk)
+    for got in specs:
+        if got != want:
+            raise ValueError(f"attn_implementation='dcp': layer {getattr(module, 'layer_idx', '?')} attends within chunks "
+                             f"of {chunk} tokens, but its plan's mask is {got[0]} {got[1]} (plan the step with "
+                             "dcp.hf.layer_kinds(config) as the masks)")
+    checked.add(("chunk", chunk))
+
+
 def layer_kinds(config: Any, full: Any = None) -> Any:
     """The masks of a model whose config names each layer's type (config.layer_types; without it,
     every layer is of one type: sliding where config.sliding_window is set, as in Mistral), as
     dcp.LayerKinds weighed by how many layers each type has: "full_attention" layers causal (or `full`: any dcp mask, one for every
     document or one per document), "sliding_attention" layers causal within config.sliding_window
-    keys (the row itself included, no sink: dcp.masks.lambda_mask(0, window)). Pass it to
-    Planner.submit as the masks."""
-    from .masks import causal, lambda_mask
+    keys (the row itself included, no sink: dcp.masks.lambda_mask(0, window)), "chunked_attention"
+    layers causal within chunks of config.attention_chunk_size tokens (dcp.masks.chunked). Pass it
+    to Planner.submit as the masks."""
+    from .masks import causal, chunked, lambda_mask
     from .planner import LayerKinds
 
     # A config without layer_types has one type: sliding where it sets a window (Mistral), else full.
@@ -165,8 +210,14 @@ def layer_kinds(config: Any, full: Any = None) -> Any:
             if not window:
                 raise ValueError("layer_kinds: sliding_attention layers, but config.sliding_window is not set")
             masks[t] = lambda_mask(0, int(window))
+        elif t == "chunked_attention":
+            chunk = getattr(config, "attention_chunk_size", None)
+            if not chunk:
+                raise ValueError("layer_kinds: chunked_attention layers, but config.attention_chunk_size is not set")
+            masks[t] = chunked(int(chunk))
         else:
-            raise ValueError(f"layer_kinds: layer type {t!r} has no dcp mask (full_attention and sliding_attention do)")
+            raise ValueError(f"layer_kinds: layer type {t!r} has no dcp mask (full_attention, sliding_attention and "
+                             "chunked_attention do)")
     return LayerKinds(masks, layers={t: layer_types.count(t) for t in types})
 
 

@@ -38,6 +38,12 @@ def causal_blockwise(block: int = 256, local_blocks: int = 2, sink_blocks: int =
     return ("causal_blockwise", [int(block), int(local_blocks), int(sink_blocks)], [])
 
 
+def chunked(chunk: int = 8192) -> Spec:
+    """Local attention in chunks (Llama 4's chunked layers): row i sees its own chunk causally,
+    keys [chunk * (i // chunk), i]."""
+    return ("chunked", [int(chunk)], [])
+
+
 def shared_question(question: int, answers: Sequence[int]) -> Spec:
     """A question of `question` tokens followed by answers that each see the question and,
     causally, themselves. question + sum(answers) must be the sequence's length."""
@@ -67,7 +73,8 @@ def normalize(mask) -> Spec:
     if isinstance(mask, tuple) and len(mask) == 3:
         return mask
     if isinstance(mask, str):
-        named = {"causal": causal, "full": full, "lambda": lambda_mask, "causal_blockwise": causal_blockwise}
+        named = {"causal": causal, "full": full, "lambda": lambda_mask, "causal_blockwise": causal_blockwise,
+                 "chunked": chunked}
         if mask not in named:
             raise ValueError(f"mask '{mask}': a name must be one of {sorted(named)} (others need parameters)")
         return named[mask]()
@@ -75,7 +82,7 @@ def normalize(mask) -> Spec:
         d = dict(mask)
         kind = d.pop("kind", None)
         makers = {"causal": causal, "full": full, "lambda": lambda_mask, "causal_blockwise": causal_blockwise,
-                  "shared_question": shared_question, "ranges": ranges}
+                  "chunked": chunked, "shared_question": shared_question, "ranges": ranges}
         if kind not in makers:
             raise ValueError(f"mask {mask!r}: 'kind' must be one of {sorted(makers)}")
         return makers[kind](**d)
@@ -100,6 +107,8 @@ def allowed_ranges(spec: Spec, length: int, row: int) -> List[Tuple[int, int]]:
             out = [(0, i + 1)]
         else:
             out = [(0, sinks * block), (max(sinks * block, (b - local) * block), i + 1)]
+    elif kind == "chunked":
+        out = [(i // p[0] * p[0], i + 1)]
     elif kind == "shared_question":
         q, answers = p[0], p[1:]
         if i < q:

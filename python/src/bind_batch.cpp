@@ -19,6 +19,7 @@ namespace {
 
 // (kind, params, rows) as the package's mask helpers make them:
 //   full, causal: no params; lambda: (sink, window); causal_blockwise: (block, local, sink);
+//   chunked: (chunk);
 //   shared_question: (question, answer lengths...); ranges: rows = per row [(begin, end), ...].
 using MaskSpec = std::tuple<std::string, std::vector<int64_t>, std::vector<std::vector<std::pair<int64_t, int64_t>>>>;
 
@@ -34,6 +35,7 @@ Mask mask_from(const MaskSpec& spec, size_t index) {
   if (kind == "causal") return need(0, "nothing"), Mask::causal();
   if (kind == "lambda") return need(2, "sink, window"), Mask::lambda(p[0], p[1]);
   if (kind == "causal_blockwise") return need(3, "block, local blocks, sink blocks"), Mask::causal_blockwise(p[0], p[1], p[2]);
+  if (kind == "chunked") return need(1, "the chunk size"), Mask::chunked(p[0]);
   if (kind == "shared_question") {
     if (p.size() < 2) raise(ErrorKind::InvalidInput, where + ": shared_question takes the question length and answer lengths");
     Mask m;
@@ -49,7 +51,7 @@ Mask mask_from(const MaskSpec& spec, size_t index) {
     return Mask::ranges(std::move(r));
   }
   raise(ErrorKind::InvalidInput, where + ": unknown mask kind '" + kind +
-                                     "' (expected full, causal, lambda, causal_blockwise, shared_question, ranges)");
+                                     "' (expected full, causal, lambda, causal_blockwise, chunked, shared_question, ranges)");
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ using detail::member;
 
 namespace {
 
-constexpr const char* kMaskKinds = "full, causal, lambda, causal_blockwise, shared_question, ranges";
+constexpr const char* kMaskKinds = "full, causal, lambda, causal_blockwise, chunked, shared_question, ranges";
 
 // Reads an optional integer member: absent keeps `fallback`.
 int64_t optional_int(const JsonReader& r, const Json& obj, const std::string& path, const char* key,
@@ -157,6 +157,13 @@ Mask parse_mask(const JsonReader& r, const Json& m, const std::string& path, int
     require_at_least(r, mask.sink_blocks, 0, member(path, "sink"));
     return mask;
   }
+  if (kind == "chunked") {
+    r.check_keys(m, path, {"kind", "chunk"});
+    Mask mask = Mask::chunked();
+    mask.block = optional_int(r, m, path, "chunk", mask.block);
+    require_at_least(r, mask.block, 1, member(path, "chunk"));
+    return mask;
+  }
   if (kind == "shared_question") {
     r.check_keys(m, path, {"kind", "question", "answers"});
     return parse_shared_question(r, m, path, length);
@@ -239,6 +246,7 @@ nlohmann::ordered_json mask_to_json(const Mask& m) {
       j["local"] = m.local_blocks;
       j["sink"] = m.sink_blocks;
       break;
+    case MaskKind::Chunked: j["chunk"] = m.block; break;
     case MaskKind::SharedQuestion:
       j["question"] = m.question;
       j["answers"] = m.answers;

@@ -22,6 +22,7 @@ const char* to_string(MaskKind kind) {
     case MaskKind::CausalBlockwise: return "causal_blockwise";
     case MaskKind::SharedQuestion: return "shared_question";
     case MaskKind::Ranges: return "ranges";
+    case MaskKind::Chunked: return "chunked";
   }
   return "unknown";
 }
@@ -38,6 +39,12 @@ Mask Mask::causal_blockwise(int64_t block, int64_t local_blocks, int64_t sink_bl
   m.block = block;
   m.local_blocks = local_blocks;
   m.sink_blocks = sink_blocks;
+  return m;
+}
+
+Mask Mask::chunked(int64_t chunk) {
+  Mask m{.kind = MaskKind::Chunked};
+  m.block = chunk;
   return m;
 }
 
@@ -118,6 +125,9 @@ void Mask::validate(int64_t length, const std::string& where) const {
       if (block <= 0) bad(where, "block must be > 0" + got(block));
       if (local_blocks < 0) bad(where, "local_blocks must be >= 0" + got(local_blocks));
       if (sink_blocks < 0) bad(where, "sink_blocks must be >= 0" + got(sink_blocks));
+      return;
+    case MaskKind::Chunked:
+      if (block <= 0) bad(where, "chunk must be > 0" + got(block));
       return;
     case MaskKind::SharedQuestion: {
       if (question < 0) bad(where, "question must be >= 0" + got(question));
@@ -204,6 +214,7 @@ void Mask::row_ranges(int64_t i, int64_t length, std::vector<Range>& out) const 
     case MaskKind::Ranges:
       for (const Range& r : (*rows)[static_cast<size_t>(i)]) push_canonical(out, r);
       return;
+    case MaskKind::Chunked: push_canonical(out, {i / block * block, i + 1}); return;
   }
 }
 
@@ -323,6 +334,10 @@ std::vector<MaskPiece> Mask::pieces(int64_t length) const {
       break;
     }
     case MaskKind::Ranges: return ranges_pieces(*rows);
+    case MaskKind::Chunked:
+      // One causal triangle per chunk, starting at the chunk's first key.
+      for (int64_t c = 0; c < L; c += block) add_piece(out, c, std::min(L, c + block), constant(c), diagonal(1));
+      break;
   }
   std::stable_sort(out.begin(), out.end(),
                    [](const MaskPiece& a, const MaskPiece& b) { return a.row_begin < b.row_begin; });

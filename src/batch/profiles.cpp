@@ -23,7 +23,7 @@ constexpr double kLdcSigma = 1.4;
 // LongAlign-10k-like: 90% log-uniform in [8K, 64K], 10% log-uniform in [1K, 8K).
 constexpr double kLongAlignShortFraction = 0.1;
 
-const char* const kMaskNames[] = {"full", "causal", "lambda", "causal_blockwise", "shared_question", "mixed"};
+const char* const kMaskNames[] = {"full", "causal", "lambda", "causal_blockwise", "chunked", "shared_question", "mixed"};
 const MaskKind kMixedKinds[] = {MaskKind::Causal, MaskKind::Lambda, MaskKind::CausalBlockwise,
                                 MaskKind::SharedQuestion};
 
@@ -53,6 +53,7 @@ MaskKind kind_from_name(const std::string& name) {
   if (name == "full") return MaskKind::Full;
   if (name == "lambda") return MaskKind::Lambda;
   if (name == "causal_blockwise") return MaskKind::CausalBlockwise;
+  if (name == "chunked") return MaskKind::Chunked;
   if (name == "shared_question") return MaskKind::SharedQuestion;
   return MaskKind::Causal;
 }
@@ -62,6 +63,7 @@ Mask mask_of_kind(MaskKind kind, int64_t length) {
     case MaskKind::Full: return Mask::full();
     case MaskKind::Lambda: return Mask::lambda();
     case MaskKind::CausalBlockwise: return Mask::causal_blockwise();
+    case MaskKind::Chunked: return Mask::chunked();
     case MaskKind::SharedQuestion:
       // A question and 4 answers need at least 5 tokens; shorter sequences stay causal.
       return length >= 5 ? Mask::shared_question_for(length) : Mask::causal();

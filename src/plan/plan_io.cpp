@@ -161,7 +161,7 @@ void put_mask(Writer& w, const Mask& m) {
 }
 Mask get_mask(Reader& r) {
   Mask m;
-  m.kind = r.enm<MaskKind>(6, "mask kind");
+  m.kind = r.enm<MaskKind>(7, "mask kind");
   m.sink = r.i64();
   m.window = r.i64();
   m.block = r.i64();

@@ -27,6 +27,7 @@ inline Mask random_mask(Rng& rng, MaskKind kind, int64_t length) {
       const int num_answers = static_cast<int>(rng.uniform(1, 4));
       return Mask::shared_question_for(length, 0.25, num_answers);
     }
+    case MaskKind::Chunked: return Mask::chunked(rng.uniform(1, 40));
     case MaskKind::Ranges: {
       // Each row: up to three random ranges (sorted, disjoint), some rows empty.
       std::vector<std::vector<Range>> rows(static_cast<size_t>(length));
@@ -49,7 +50,8 @@ inline Mask random_mask(Rng& rng, MaskKind kind, int64_t length) {
 inline const std::vector<MaskKind>& all_mask_kinds() {
   static const std::vector<MaskKind> kinds = {MaskKind::Full,           MaskKind::Causal,
                                               MaskKind::Lambda,         MaskKind::CausalBlockwise,
-                                              MaskKind::SharedQuestion, MaskKind::Ranges};
+                                              MaskKind::SharedQuestion, MaskKind::Ranges,
+                                              MaskKind::Chunked};
   return kinds;
 }
 

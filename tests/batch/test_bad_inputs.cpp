@@ -23,7 +23,7 @@ const std::vector<BadInput>& bad_inputs() {
       {"bad_batch_malformed.json", {"malformed JSON", "line 3"}},
       {"bad_batch_unknown_mask_kind.json",
        {"sequences[2].mask.kind: unknown mask kind 'foo' (expected one of full, causal, lambda, causal_blockwise, "
-        "shared_question, ranges)"}},
+        "chunked, shared_question, ranges)"}},
       {"bad_batch_negative_length.json", {"sequences[3].length: must be > 0, got -5"}},
       {"bad_batch_zero_length.json", {"sequences[0].length: must be > 0, got 0"}},
       {"bad_batch_kv_not_dividing.json", {"heads.kv: 3 does not divide heads.q 32"}},

@@ -45,7 +45,8 @@ TEST(BatchJson, MissingParametersTakePaperDefaults) {
       {"length": 9000, "mask": {"kind": "causal_blockwise", "block": 128}},
       {"length": 12000, "mask": {"kind": "shared_question"}},
       {"length": 1000, "mask": {"kind": "shared_question", "question": 200}},
-      {"length": 1000, "mask": {"kind": "shared_question", "answers": [300, 300]}}]})",
+      {"length": 1000, "mask": {"kind": "shared_question", "answers": [300, 300]}},
+      {"length": 20000, "mask": {"kind": "chunked"}}]})",
                               "defaults.json");
   const AttentionShape shape;
   EXPECT_EQ(b.shape.q_heads, shape.q_heads);
@@ -61,6 +62,7 @@ TEST(BatchJson, MissingParametersTakePaperDefaults) {
   EXPECT_EQ(b.sequences[3].mask.answers.size(), 4u);
   EXPECT_EQ(b.sequences[4].mask.answers, (std::vector<int64_t>{200, 200, 200, 200}));
   EXPECT_EQ(b.sequences[5].mask.question, 400);
+  test::expect_same_mask(b.sequences[6].mask, Mask::chunked(8192), "default chunked");
 }
 
 // Generated batches of every mask kind, plus ranges masks copied row by row from them.
@@ -79,7 +81,8 @@ std::vector<Batch> batches_of_every_kind() {
   }
   Batch ranges;
   std::vector<Range> row;
-  for (const Mask& m : {Mask::lambda(3, 5), Mask::causal_blockwise(4, 1, 1), Mask::shared_question_for(40)}) {
+  for (const Mask& m : {Mask::lambda(3, 5), Mask::causal_blockwise(4, 1, 1), Mask::shared_question_for(40),
+                        Mask::chunked(7)}) {
     std::vector<std::vector<Range>> rows;
     for (int64_t i = 0; i < 40; ++i) {
       m.row_ranges(i, 40, row);
@@ -88,6 +91,7 @@ std::vector<Batch> batches_of_every_kind() {
     ranges.sequences.push_back(Sequence{.length = 40, .mask = Mask::ranges(std::move(rows)), .id = "r"});
   }
   ranges.sequences.push_back(Sequence{.length = 3, .mask = Mask::ranges({{}, {}, {}}), .id = {}});
+  ranges.sequences.push_back(Sequence{.length = 40, .mask = Mask::chunked(7), .id = "c"});
   out.push_back(ranges);
   return out;
 }

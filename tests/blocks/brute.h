@@ -42,6 +42,7 @@ inline bool allowed(const Mask& m, int64_t L, int64_t i, int64_t k) {
       for (const Range& r : (*m.rows)[static_cast<size_t>(i)])
         if (in(r.begin, r.end)) return true;
       return false;
+    case MaskKind::Chunked: return k <= i && k / m.block == i / m.block;
   }
   return false;
 }
@@ -111,7 +112,7 @@ inline std::vector<std::vector<Range>> random_rows(Rng& rng, int64_t L, const Ma
 
 // A random mask of any kind for a sequence of length L (valid for L).
 inline Mask random_mask(Rng& rng, int64_t L) {
-  switch (rng.uniform(0, 5)) {
+  switch (rng.uniform(0, 6)) {
     case 0: return Mask::full();
     case 1: return Mask::causal();
     case 2: return Mask::lambda(rng.uniform(0, 20), rng.uniform(1, std::max<int64_t>(2, L / 2 + 3)));
@@ -122,6 +123,7 @@ inline Mask random_mask(Rng& rng, int64_t L) {
       const double fraction = static_cast<double>(rng.uniform(0, 100)) / 100.0;
       return Mask::shared_question_for(L, fraction, num_answers);
     }
+    case 5: return Mask::chunked(rng.uniform(1, std::max<int64_t>(2, L / 2 + 3)));
     default: {
       Rng inner(rng.next());
       Mask pattern = random_mask(inner, L);

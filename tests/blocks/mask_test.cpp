@@ -97,7 +97,8 @@ TEST(Mask, ParametersLargerThanTheSequence) {
   const int64_t L = 50;
   for (const Mask& m : {Mask::lambda(1000000, 1), Mask::lambda(0, 1000000), Mask::lambda(int64_t{1} << 62, int64_t{1} << 62),
                         Mask::causal_blockwise(1000000, 3, 1), Mask::causal_blockwise(7, 1000000, 1000000),
-                        Mask::causal_blockwise(int64_t{1} << 62, int64_t{1} << 40, int64_t{1} << 40)}) {
+                        Mask::causal_blockwise(int64_t{1} << 62, int64_t{1} << 40, int64_t{1} << 40),
+                        Mask::chunked(1000000), Mask::chunked(int64_t{1} << 62)}) {
     SCOPED_TRACE(describe(m, L));
     ASSERT_NO_THROW(m.validate(L, "mask"));
     int64_t brute = 0;
@@ -132,6 +133,7 @@ TEST(Mask, KindSpellings) {
   EXPECT_STREQ(to_string(MaskKind::CausalBlockwise), "causal_blockwise");
   EXPECT_STREQ(to_string(MaskKind::SharedQuestion), "shared_question");
   EXPECT_STREQ(to_string(MaskKind::Ranges), "ranges");
+  EXPECT_STREQ(to_string(MaskKind::Chunked), "chunked");
 }
 
 // Expects InvalidInput whose message names `where` and contains every fragment.
@@ -153,6 +155,7 @@ TEST(Mask, BadParametersNameTheField) {
   expect_invalid(Mask::causal_blockwise(0, 2, 1), 10, {"block", "0"});
   expect_invalid(Mask::causal_blockwise(16, -2, 1), 10, {"local_blocks", "-2"});
   expect_invalid(Mask::causal_blockwise(16, 2, -3), 10, {"sink_blocks", "-3"});
+  expect_invalid(Mask::chunked(0), 10, {"chunk", "0"});
 
   Mask sq{.kind = MaskKind::SharedQuestion};
   sq.question = -1;

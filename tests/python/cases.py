@@ -17,7 +17,7 @@ def random_docs(seed: int, max_len: int = 150, num_docs: int = 4):
     lengths, specs = [], []
     for i in range(num_docs):
         n = rng.randint(1, max_len)
-        kind = (seed + i) % 6
+        kind = (seed + i) % 7
         if kind == 0:
             spec = dcp.masks.causal()
         elif kind == 1:
@@ -28,6 +28,8 @@ def random_docs(seed: int, max_len: int = 150, num_docs: int = 4):
             spec = dcp.masks.causal_blockwise(16 * rng.randint(1, 2), rng.randint(0, 2), rng.randint(0, 1))
         elif kind == 4 and n >= 5:
             spec = dcp.masks.shared_question_for(n, 0.2, rng.randint(1, 4))
+        elif kind == 5:
+            spec = dcp.masks.chunked(rng.randint(1, 48))
         else:
             rows = []
             for r in range(n):
@@ -356,6 +358,27 @@ def tiny_gpt_oss(attn: str):
     return model
 
 
+def tiny_llama4(attn: str):
+    """A Llama 4 (text): a chunked layer (chunks of 16 tokens, RoPE) then a global one without
+    RoPE whose queries are temperature-tuned by position (floor_scale 4, so that the tuning acts
+    on these short documents), QK norms, two experts."""
+    from transformers import Llama4ForCausalLM, Llama4TextConfig
+
+    import dcp.hf
+
+    dcp.hf.register()
+    torch.manual_seed(9753)
+    config = Llama4TextConfig(vocab_size=64, hidden_size=128, intermediate_size=128, intermediate_size_mlp=256,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                              num_local_experts=2, num_experts_per_tok=1, attention_chunk_size=16,
+                              layer_types=["chunked_attention", "full_attention"], no_rope_layers=[1, 0],
+                              attn_temperature_tuning=True, floor_scale=4, attn_scale=0.5, use_qk_norm=True,
+                              moe_layers=[0], max_position_embeddings=512, attention_dropout=0.0,
+                              tie_word_embeddings=False)
+    config._attn_implementation = attn
+    return Llama4ForCausalLM(config).float()
+
+
 def hf_dcp_case(rank, world, model_name):
     """Loss and gradients of the packed batch through attn_implementation='dcp' on `world` ranks
     (gradients summed over ranks, as data parallelism does): tiny_llama planned causal, or
@@ -366,7 +389,7 @@ def hf_dcp_case(rank, world, model_name):
     import dcp.hf
 
     model = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral, "gemma3": tiny_gemma3,
-             "gpt_oss": tiny_gpt_oss}[model_name]("dcp")
+             "gpt_oss": tiny_gpt_oss, "llama4": tiny_llama4}[model_name]("dcp")
     masks = dcp.masks.causal() if model_name == "llama" else dcp.hf.layer_kinds(model.config)
     lengths, ids, labels = llama_docs()
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")

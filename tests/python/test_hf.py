@@ -2,7 +2,8 @@
 gradients of the same model with eager attention on one rank: a Llama (tiny config, random init),
 a Qwen2 whose layers alternate a sliding window and global attention (planned as layer kinds,
 dcp.hf.layer_kinds), a Mistral whose every layer has a sliding window, a Gemma 3 with its own
-score scale, and a GPT-OSS with learned sink logits (through the operator's differentiable lse)."""
+score scale, a GPT-OSS with learned sink logits (through the operator's differentiable lse), and
+a Llama 4 with chunked layers and temperature-tuned queries."""
 import pytest
 import torch
 
@@ -54,6 +55,15 @@ def test_gpt_oss_with_learned_sink_logits_matches_eager(world):
     want = cases.eager_reference(cases.tiny_gpt_oss("eager"))
     assert want["grads"]["model.layers.0.self_attn.sinks"].abs().sum() > 0, "the sinks take a gradient"
     check(got, want)
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_llama4_chunked_layers_and_temperature_tuning_match_eager(world):
+    """Chunked local attention (dcp.masks.chunked) beside a global layer without RoPE, whose query
+    temperature follows each token's position in its document, not its index on the rank."""
+    got = run_ranks(world, cases.hf_dcp_case, "llama4")
+    assert got[0]["kinds"] == ["chunked_attention", "full_attention"]
+    check(got, cases.eager_reference(cases.tiny_llama4("eager")))
 
 
 def test_soft_capping_and_a_causal_plan_for_an_encoder_are_refused():
