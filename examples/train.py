@@ -76,13 +76,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="attention kernels: dcp's, or FlexAttention (one process; with --cp torch, native CP); "
                    "flex32: FlexAttention on q, k, v cast to fp32, its output cast back (one process)")
     g.add_argument("--mask", type=mask_arg, default="causal",
-                   help="mask of every document: causal, lambda or shared_question; or a layer pattern, kinds "
+                   help="mask of every document: causal, lambda, shared_question or chunked; or a layer pattern, kinds "
                    "joined by '+' and repeated by '*N', cycled over the layers (lambda*3+causal: three "
                    "sliding-window layers, then a global one)")
     g.add_argument("--tokens", type=int, default=65536, help="tokens per step over all ranks (no padding)")
     g.add_argument("--max-doc", type=int, default=65536, help="documents longer than this are cut")
     g.add_argument("--sink", type=int, default=64, help="lambda mask: attention-sink tokens")
-    g.add_argument("--window", type=int, default=4096, help="lambda mask: sliding window")
+    g.add_argument("--window", type=int, default=4096,
+                   help="lambda mask: sliding window; chunked mask (Llama 4's local layers): chunk size")
     g.add_argument("--question", type=float, default=0.2, help="shared question: share of a document that is question")
     g.add_argument("--answers", type=int, default=4, help="shared question: answers per document")
     g.add_argument("--data", default=None, help="directory of .py files (default: this Python's standard library)")

@@ -197,7 +197,13 @@ def mask_mod_for(kind: str, tables: Dict[str, torch.Tensor], sink: int, window: 
         def shared_question(b, h, q, k):
             return (doc[q] == doc[k]) & (k <= q) & ((k < question_end[q]) | (k >= segment[q]))
         return shared_question
-    raise ValueError(f"mask '{kind}': FlexAttention masks exist for causal, lambda and shared_question")
+    if kind == "chunked":
+        start = tables["start"]
+
+        def chunked(b, h, q, k):
+            return (doc[q] == doc[k]) & (k <= q) & ((q - start[q]) // window == (k - start[q]) // window)
+        return chunked
+    raise ValueError(f"mask '{kind}': FlexAttention masks exist for causal, lambda, shared_question and chunked")
 
 
 class FlexBackend:

@@ -138,7 +138,7 @@ def steps(corpus: Corpus, tokens_per_step: int, max_doc: int, seed: int, mask: s
         index += 1
 
 
-MASKS = ("causal", "lambda", "shared_question")
+MASKS = ("causal", "lambda", "shared_question", "chunked")
 
 
 def layer_pattern(mask: str) -> List[str]:
@@ -157,7 +157,8 @@ def layer_pattern(mask: str) -> List[str]:
 
 
 def mask_spec(kind: str, length: int, sink: int, window: int, question_fraction: float, num_answers: int):
-    """The dcp mask spec of one document of `length` tokens."""
+    """The dcp mask spec of one document of `length` tokens (`window`: lambda's sliding window, and
+    the chunk size of chunked)."""
     if kind == "causal":
         return dcp.masks.causal()
     if kind == "lambda":
@@ -165,6 +166,8 @@ def mask_spec(kind: str, length: int, sink: int, window: int, question_fraction:
     if kind == "shared_question":
         # Documents too short to hold a question and an answer stay causal (the helper says so).
         return dcp.masks.shared_question_for(length, question_fraction, num_answers)
+    if kind == "chunked":
+        return dcp.masks.chunked(window)
     raise ValueError(f"mask '{kind}': expected one of {', '.join(MASKS)}")
 
 
@@ -179,7 +182,8 @@ def token_tables(step: Step, masks: Optional[List[tuple]] = None) -> Dict[str, n
                    document's start for question tokens
     Row q of the batch sees key k iff doc[k] == doc[q], k <= q, and, by kind:
       causal: nothing more; lambda: k - start[q] < sink or q - k < window;
-      shared question: k < question_end[q] or k >= segment[q]."""
+      shared question: k < question_end[q] or k >= segment[q];
+      chunked: (q - start[q]) // chunk == (k - start[q]) // chunk."""
     n = step.tokens.shape[0]
     masks = step.masks if masks is None else masks
     doc = np.repeat(np.arange(len(step.lengths), dtype=np.int64), step.lengths)
