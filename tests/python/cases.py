@@ -379,6 +379,47 @@ def tiny_llama4(attn: str):
     return Llama4ForCausalLM(config).float()
 
 
+# More Hugging Face architectures, each tiny (the shape of tiny_llama) with what sets it apart:
+# name -> config arguments beyond the common ones. Every one runs attn_implementation="dcp" planned
+# with dcp.hf.layer_kinds(config).
+_ZOO_COMMON = dict(vocab_size=64, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                   num_key_value_heads=2, head_dim=32, max_position_embeddings=512, attention_dropout=0.0,
+                   tie_word_embeddings=False, pad_token_id=0)
+_SLIDING = dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+HF_ZOO = {
+    "Qwen3": {},                                                    # q and k norms per head
+    "Qwen3Moe": dict(num_experts=2, num_experts_per_tok=1, moe_intermediate_size=64, decoder_sparse_step=1),
+    "Mixtral": dict(num_local_experts=2, num_experts_per_tok=2),
+    "Phi3": {},                                                     # fused qkv projection
+    "Granite": dict(attention_multiplier=0.1, embedding_multiplier=2.0, residual_multiplier=0.5,
+                    logits_scaling=2.0),                            # its own score scale
+    "Olmo2": {},                                                    # q and k norms over all heads
+    "SmolLM3": dict(no_rope_layers=[1, 0]),                         # a layer without RoPE
+    "Glm4": {}, "Apertus": {}, "Arcee": {},
+    "SeedOss": dict(residual_dropout=0.0),                          # attention biases
+    "Starcoder2": dict(sliding_window=None, use_bias=True),
+    "Cohere2": dict(_SLIDING), "Exaone4": dict(_SLIDING), "Ministral": dict(_SLIDING), "Olmo3": dict(_SLIDING),
+    "Gemma2": dict(attn_logit_softcapping=None, final_logit_softcapping=None, query_pre_attn_scalar=24, **_SLIDING),
+}
+
+
+def tiny_zoo(name: str, attn: str):
+    import transformers
+
+    import dcp.hf
+
+    dcp.hf.register()
+    config = getattr(transformers, name + "Config")(**dict(_ZOO_COMMON, **HF_ZOO[name]))
+    config._attn_implementation = attn
+    torch.manual_seed(4242)
+    return getattr(transformers, name + "ForCausalLM")(config).float()
+
+
+def hf_zoo_case(rank, world, names):
+    """hf_dcp_case for each architecture of HF_ZOO in `names` (one spawn for all of them)."""
+    return {name: hf_dcp_case(rank, world, name) for name in names}
+
+
 def hf_dcp_case(rank, world, model_name):
     """Loss and gradients of the packed batch through attn_implementation='dcp' on `world` ranks
     (gradients summed over ranks, as data parallelism does): tiny_llama planned causal, or
@@ -388,8 +429,9 @@ def hf_dcp_case(rank, world, model_name):
 
     import dcp.hf
 
-    model = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral, "gemma3": tiny_gemma3,
-             "gpt_oss": tiny_gpt_oss, "llama4": tiny_llama4}[model_name]("dcp")
+    makers = {"llama": tiny_llama, "qwen2": tiny_qwen2, "mistral": tiny_mistral, "gemma3": tiny_gemma3,
+              "gpt_oss": tiny_gpt_oss, "llama4": tiny_llama4}
+    model = makers[model_name]("dcp") if model_name in makers else tiny_zoo(model_name, "dcp")
     masks = dcp.masks.causal() if model_name == "llama" else dcp.hf.layer_kinds(model.config)
     lengths, ids, labels = llama_docs()
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")

@@ -3,7 +3,8 @@ gradients of the same model with eager attention on one rank: a Llama (tiny conf
 a Qwen2 whose layers alternate a sliding window and global attention (planned as layer kinds,
 dcp.hf.layer_kinds), a Mistral whose every layer has a sliding window, a Gemma 3 with its own
 score scale, a GPT-OSS with learned sink logits (through the operator's differentiable lse), and
-a Llama 4 with chunked layers and temperature-tuned queries."""
+a Llama 4 with chunked layers and temperature-tuned queries; and 17 more architectures on 2 ranks
+(cases.HF_ZOO)."""
 import pytest
 import torch
 
@@ -64,6 +65,27 @@ def test_llama4_chunked_layers_and_temperature_tuning_match_eager(world):
     got = run_ranks(world, cases.hf_dcp_case, "llama4")
     assert got[0]["kinds"] == ["chunked_attention", "full_attention"]
     check(got, cases.eager_reference(cases.tiny_llama4("eager")))
+
+
+def _zoo_available():
+    import transformers
+
+    return [n for n in cases.HF_ZOO if hasattr(transformers, n + "Config") and hasattr(transformers, n + "ForCausalLM")]
+
+
+@pytest.fixture(scope="module")
+def zoo_on_two_ranks():
+    return run_ranks(2, cases.hf_zoo_case, _zoo_available())
+
+
+@pytest.mark.parametrize("name", list(cases.HF_ZOO))
+def test_more_architectures_match_eager_on_two_ranks(name, zoo_on_two_ranks):
+    """Each architecture of cases.HF_ZOO (those this transformers has), planned with
+    dcp.hf.layer_kinds and run on 2 ranks, against itself with eager attention."""
+    if name not in _zoo_available():
+        pytest.skip(f"transformers has no {name}")
+    got = [r[name] for r in zoo_on_two_ranks]
+    check(got, cases.eager_reference(cases.tiny_zoo(name, "eager")))
 
 
 def test_soft_capping_and_a_causal_plan_for_an_encoder_are_refused():
