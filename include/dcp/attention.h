@@ -34,8 +34,8 @@ struct AttentionBackwardArgs {
   TensorView dq, dk, dv;            // outputs (overwritten)
   // Optional (data null: none): the gradient of lse, [tokens, q_heads] fp32, for a loss that
   // reads lse itself (learned sink logits, outputs merged by the caller). Since d lse_i / d S_ij
-  // = P_ij, it enters as dS = P (dP - (Delta - d_lse)): one subtraction from Delta. Not with the
-  // one-pass deterministic backward (its dQ units are bounded without it): Unsupported there.
+  // = P_ij, it enters as dS = P (dP - (Delta - d_lse)): one subtraction from Delta (the CUDA
+  // one-pass deterministic backward widens its dQ units by |d_lse|, dcp/detail/dq_units.h).
   TensorView d_lse{};
 };
 

@@ -420,8 +420,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan: Any, laye
     plan: the StepPlan (Planner.get) or its handle (plan.handle). layer: the model layer (any
     order; every layer of a step shares the plan). Returns o, or (o, lse) with return_lse (lse
     [tokens, q_heads] fp32, natural log of each row's softmax denominator, differentiable: a loss
-    that reads it, as learned sink logits do, gets its gradient through Delta; not with the
-    one-pass deterministic backward on a GPU)."""
+    that reads it, as learned sink logits do, gets its gradient through Delta)."""
     handle = plan if isinstance(plan, torch.Tensor) else handle_of(plan)
     q, k, v = _as_input(q, "q"), _as_input(k, "k"), _as_input(v, "v")
     if not (q.dtype == k.dtype == v.dtype):

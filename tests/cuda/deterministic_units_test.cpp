@@ -4,7 +4,9 @@
 // fill half its bound, the most any row can: every row's contributions to dQ, one per 128-key
 // chunk, stay within half the row's bound in every column; as integer counts of the row's unit
 // they stay 8x inside int32 and sum to the same bits in any order; and that sum, back in fp32, is
-// within half a unit per chunk (and fp32's rounding) of the exact one.
+// within half a unit per chunk (and fp32's rounding) of the exact one. On odd seeds every row
+// also takes a gradient of its lse (d_lse, up to 4x the row's |dO| max |V|, zero-dO rows too),
+// which the bound widens by.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -158,6 +160,7 @@ TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
       v2_max = std::max(v2_max, v2);
     }
     dcp::SplitMix64 order_rng(seed);
+    dcp::SplitMix64 dl_rng(seed + 977);
     for (int i = 0; i < p.rows; ++i) {
       std::vector<int> keys;
       for (const auto& [b, e] : p.allowed[static_cast<size_t>(i)])
@@ -185,7 +188,10 @@ TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
       }
       float n2 = 0;
       for (int d = 0; d < dim; ++d) n2 = std::fma(p.d_o[static_cast<size_t>(i) * dim + d], p.d_o[static_cast<size_t>(i) * dim + d], n2);
-      const float b = units::bound(scale, k_max, v2_max, n2);
+      // d_lse as the caller passes it (fp32); rows with dO = 0 get one of magnitude up to 4.
+      const double reach = std::sqrt(static_cast<double>(n2) * v2_max);
+      const float dl = seed % 2 == 1 ? static_cast<float>((reach > 0 ? reach : 1.0) * (8 * dl_rng.uniform() - 4)) : 0.0F;
+      const float b = units::bound(scale, k_max, v2_max, n2, std::fabs(dl));
       const int32_t e = units::exponent(b);
       const float u = units::unit(e);
       double row_sq = 0, err_sq = 0;
@@ -195,7 +201,8 @@ TEST(DqUnits, RoundedContributionsSumExactlyInAnyOrder) {
         for (size_t x = 0; x < keys.size();) {
           const int chunk = keys[x] / kChunk;
           double acc = 0;
-          for (; x < keys.size() && keys[x] / kChunk == chunk; ++x) acc += s[x] * (dp[x] - delta) * at(p.k, keys[x], d);
+          for (; x < keys.size() && keys[x] / kChunk == chunk; ++x)
+            acc += s[x] * (dp[x] - delta + static_cast<double>(dl)) * at(p.k, keys[x], d);
           x_c.push_back(acc);
         }
         double abs_sum = 0, exact = 0;

@@ -333,10 +333,11 @@ void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const
 // The same from |dO|_2^2 of each (row, q head) (dout_norm2, indexed like units: what the Delta
 // kernels write beside Delta), which spares the pass over dO. Where those norms come from other
 // values than the kernel's dO (an fp32 dO that the arrays hold in bf16), the bound's factor-2
-// margin covers the difference.
+// margin covers the difference. `dlse_abs` (optional, indexed like units): |d_lse| of each
+// (row, q head) where the backward takes a gradient of lse, which widens the bound (dq_units.h).
 void deterministic_dq_units_from_norms(const void* k, const void* v, int64_t kv_rows, const float* dout_norm2,
                                        int64_t rows, const AttnShape& shape, float* bound, int32_t* units,
-                                       cudaStream_t stream);
+                                       cudaStream_t stream, const float* dlse_abs = nullptr);
 
 // dq rows [0, rows) ([rows][num_q_heads][head_dim], int32 counts of units as the one-pass
 // deterministic backward left them) := their fp32 values, in place; units indexed like dq

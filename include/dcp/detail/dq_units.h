@@ -6,7 +6,9 @@
 // M = |dO_i|_2 max_j |V_j|_2, and Delta_i their P-weighted mean, sum_j P_ij |dP_ij - Delta_i| is a
 // mean absolute deviation of values in [-M, M]: at most their standard deviation, at most M. So
 // every contribution, and every sum of them, is at most scale M max |K| = b / 2 in every column,
-// b = 2 scale |dO_i|_2 max |V|_2 max |K|.
+// b = 2 scale |dO_i|_2 max |V|_2 max |K|. A gradient of the row's lse (AttentionBackwardArgs::
+// d_lse) enters as dP_ij - Delta_i + d_lse_i: each |dP_ij - Delta_i| gains at most |d_lse_i|, and
+// P sums to one, so b = 2 scale max |K| (|dO_i|_2 max |V|_2 + |d_lse_i|).
 //
 // Each contribution is rounded to an integer count of the row's unit u = 2^(floor(log2 b) - 28)
 // (b < 2^29 u) and the counts are summed as int32: integer addition is associative, so the
@@ -35,8 +37,10 @@ namespace dcp::cuda::dq_units {
 // Bits of the unit below the bound's binade: b < 2^(kBits + 1) u.
 inline constexpr int kBits = 28;
 
-// b for a row: k_max = max |K| over the kv head's rows, v2_max = max |V|_2^2, n2 = |dO|_2^2.
-DCP_DQ_UNITS_FN float bound(float scale, float k_max, float v2_max, float n2) {
+// b for a row: k_max = max |K| over the kv head's rows, v2_max = max |V|_2^2, n2 = |dO|_2^2,
+// dl_abs = |d_lse| of the row (0 without a gradient of lse).
+DCP_DQ_UNITS_FN float bound(float scale, float k_max, float v2_max, float n2, float dl_abs = 0.0F) {
+  if (dl_abs > 0.0F) return 2.0F * scale * k_max * (sqrtf(v2_max) * sqrtf(n2) + dl_abs);
   return 2.0F * scale * k_max * sqrtf(v2_max) * sqrtf(n2);
 }
 

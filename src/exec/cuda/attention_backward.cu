@@ -353,13 +353,14 @@ __global__ void dq_units_kernel(const __nv_bfloat16* dout, int64_t rows, int q_h
   if (lane == 0) units[warp] = dq_units::exponent(dq_units::bound(scale, bound[2 * kvh], bound[2 * kvh + 1], n2));
 }
 
-// One thread per (row, q head), from |dO|_2^2 computed beside Delta.
-__global__ void dq_units_from_norms_kernel(const float* norm2, int64_t count, int q_heads, int group, float scale,
-                                           const float* bound, int32_t* units) {
+// One thread per (row, q head), from |dO|_2^2 (and |d_lse| where given) computed beside Delta.
+__global__ void dq_units_from_norms_kernel(const float* norm2, const float* dlse_abs, int64_t count, int q_heads,
+                                           int group, float scale, const float* bound, int32_t* units) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= count) return;
   const int kvh = static_cast<int>(i % q_heads) / group;
-  units[i] = dq_units::exponent(dq_units::bound(scale, bound[2 * kvh], bound[2 * kvh + 1], norm2[i]));
+  const float dl = dlse_abs != nullptr ? dlse_abs[i] : 0.0F;
+  units[i] = dq_units::exponent(dq_units::bound(scale, bound[2 * kvh], bound[2 * kvh + 1], norm2[i], dl));
 }
 
 // dq counts of units -> fp32 in place, four elements per thread (head_dim % 4 == 0) or one.
@@ -415,13 +416,13 @@ void deterministic_dq_units(const void* k, const void* v, int64_t kv_rows, const
 
 void deterministic_dq_units_from_norms(const void* k, const void* v, int64_t kv_rows, const float* dout_norm2,
                                        int64_t rows, const AttnShape& shape, float* bound, int32_t* units,
-                                       cudaStream_t stream) {
+                                       cudaStream_t stream, const float* dlse_abs) {
   dq_bound(k, v, kv_rows, shape, bound, stream);
   const int64_t count = rows * shape.num_q_heads;
   if (count <= 0) return;
   constexpr int kThreads = 256;
   detail::dq_units_from_norms_kernel<<<static_cast<unsigned int>((count + kThreads - 1) / kThreads), kThreads, 0,
-                                       stream>>>(dout_norm2, count, shape.num_q_heads,
+                                       stream>>>(dout_norm2, dlse_abs, count, shape.num_q_heads,
                                                  shape.num_q_heads / shape.num_kv_heads, shape.softmax_scale, bound,
                                                  units);
   const cudaError_t e = cudaGetLastError();

@@ -148,6 +148,7 @@ class CudaBackend final : public Backend {
   // deterministic backward (null when it is off): the units then need no pass over dO.
   float* dout_norms_at(const ArraySet& a, int64_t delta_row, int64_t num_rows) {
     norms_begin_ = norms_end_ = 0;
+    dlse_begin_ = dlse_end_ = 0;  // a Delta without d_lse (delta_from sets them after this where given)
     if (!one_pass()) return nullptr;
     const int64_t n = a.rows[idx(Array::Delta)] * a.q_heads;
     if (dout_norms_capacity_ < n) {
@@ -158,6 +159,18 @@ class CudaBackend final : public Backend {
     norms_begin_ = delta_row;
     norms_end_ = delta_row + num_rows;
     return dout_norms_ + delta_row * a.q_heads;
+  }
+  // The same for |d_lse| (delta_from with a gradient of lse), which widens the units' bound.
+  float* dlse_abs_at(const ArraySet& a, int64_t delta_row, int64_t num_rows) {
+    const int64_t n = a.rows[idx(Array::Delta)] * a.q_heads;
+    if (dlse_abs_capacity_ < n) {
+      if (dlse_abs_ != nullptr) deallocate(dlse_abs_);
+      dlse_abs_ = static_cast<float*>(allocate(n * static_cast<int64_t>(sizeof(float))));
+      dlse_abs_capacity_ = n;
+    }
+    dlse_begin_ = delta_row;
+    dlse_end_ = delta_row + num_rows;
+    return dlse_abs_ + delta_row * a.q_heads;
   }
 
   // The one-pass deterministic backward's units, from the layer's K and V and |dO|_2^2 (written
@@ -178,8 +191,15 @@ class CudaBackend final : public Backend {
     else if (mine != pending_.end()) pending_.erase(mine);
     dq_units_ready_ = false;
     const bool have_norms = norms_begin_ <= r.delta_row && r.delta_row + r.rows <= norms_end_;
+    const bool dlse_given = dlse_end_ > dlse_begin_;
+    const bool have_dlse = dlse_given && dlse_begin_ <= r.delta_row && r.delta_row + r.rows <= dlse_end_;
     norms_begin_ = norms_end_ = 0;  // the norms serve the backward of the layer whose Delta made them
+    dlse_begin_ = dlse_end_ = 0;
     if (!one_pass() || !r.one_device || !r.dq_in_place) return;
+    // Units made without the |d_lse| of these rows would not bound their contributions.
+    if (dlse_given && !(have_norms && have_dlse))
+      raise(ErrorKind::Unsupported, "cuda backend: one-pass deterministic backward: a gradient of lse for Delta "
+                                    "rows that are not this backward's; set deterministic_one_pass off");
     const int64_t units = a.rows[idx(Array::dO)] * a.q_heads;
     if (dq_units_ == nullptr || dq_units_capacity_ < units || dq_bound_heads_ < a.kv_heads) {
       settle();  // pending counts read their units from the old buffer
@@ -195,7 +215,7 @@ class CudaBackend final : public Backend {
     if (have_norms) {
       cuda::deterministic_dq_units_from_norms(a.at(Array::K, r.kv_row), a.at(Array::V, r.kv_row), r.kv_rows,
                                               dout_norms_ + r.delta_row * a.q_heads, r.rows, shape, dq_bound_,
-                                              units_at, stream_);
+                                              units_at, stream_, have_dlse ? dlse_abs_ + r.delta_row * a.q_heads : nullptr);
     } else {
       cuda::deterministic_dq_units(a.at(Array::K, r.kv_row), a.at(Array::V, r.kv_row), r.kv_rows,
                                    a.at(Array::dO, r.dout_row), r.rows, shape, dq_bound_, units_at, stream_);
@@ -374,11 +394,6 @@ class CudaBackend final : public Backend {
   }
   void delta_from(const ArraySet& a, int64_t delta_row, int64_t num_rows, int num_groups, const TensorView& d_o,
                   const TensorView& o, const TensorView* d_lse) override {
-    // The one-pass deterministic backward bounds each dQ contribution by |dO| max|V| max|K|, which
-    // a gradient of lse would exceed: its counts could overflow.
-    if (d_lse != nullptr && one_pass())
-      raise(ErrorKind::Unsupported, "cuda backend: a gradient of lse (d_lse) with the one-pass deterministic "
-                                    "backward; set deterministic_one_pass off (two passes) or deterministic off");
     cuda::DeltaFromParams p;
     p.d_o = d_o.data;
     p.o = o.data;
@@ -398,6 +413,8 @@ class CudaBackend final : public Backend {
       p.d_lse = static_cast<const float*>(d_lse->data);
       p.dlse_row_stride = d_lse->row_stride;
       p.dlse_head_stride = d_lse->head_stride;
+      // The one-pass deterministic backward's units widen by |d_lse| (dq_units.h).
+      if (one_pass()) p.dlse_abs = dlse_abs_at(a, delta_row, num_rows * num_groups);
     }
     cuda::delta_from_tensors(p, stream_);
   }
@@ -745,6 +762,10 @@ class CudaBackend final : public Backend {
   int64_t dout_norms_capacity_ = 0;
   int64_t norms_begin_ = 0;
   int64_t norms_end_ = 0;
+  float* dlse_abs_ = nullptr;  // |d_lse| indexed like Delta, rows [dlse_begin_, dlse_end_) valid
+  int64_t dlse_abs_capacity_ = 0;
+  int64_t dlse_begin_ = 0;
+  int64_t dlse_end_ = 0;
   float* dq_bound_ = nullptr;
   int dq_bound_heads_ = 0;
   bool dq_units_ready_ = false;

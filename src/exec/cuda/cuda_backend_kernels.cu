@@ -209,7 +209,11 @@ __global__ void delta_from_kernel(DeltaFromParams p) {
   }
   if (lane == 0) {
     const int64_t i = (g * p.num_rows + r) * p.heads_per_group + h;
-    if (p.d_lse != nullptr) sum -= p.d_lse[r * p.dlse_row_stride + (g * p.heads_per_group + h) * p.dlse_head_stride];
+    if (p.d_lse != nullptr) {
+      const float dl = p.d_lse[r * p.dlse_row_stride + (g * p.heads_per_group + h) * p.dlse_head_stride];
+      sum -= dl;
+      if (p.dlse_abs != nullptr) p.dlse_abs[i] = fabsf(dl);
+    }
     p.delta[i] = sum;
     if (p.norm2 != nullptr) p.norm2[i] = n2;
   }
@@ -249,7 +253,11 @@ __global__ void delta_from_vec_kernel(DeltaFromParams p) {
   }
   if (valid && lane == 0) {
     const int64_t i = (g * p.num_rows + r) * p.heads_per_group + h;
-    if (p.d_lse != nullptr) sum -= p.d_lse[r * p.dlse_row_stride + (g * p.heads_per_group + h) * p.dlse_head_stride];
+    if (p.d_lse != nullptr) {
+      const float dl = p.d_lse[r * p.dlse_row_stride + (g * p.heads_per_group + h) * p.dlse_head_stride];
+      sum -= dl;
+      if (p.dlse_abs != nullptr) p.dlse_abs[i] = fabsf(dl);
+    }
     p.delta[i] = sum;
     if (p.norm2 != nullptr) p.norm2[i] = n2;
   }

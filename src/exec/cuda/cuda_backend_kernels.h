@@ -74,6 +74,9 @@ struct DeltaFromParams {
   // of lse, AttentionBackwardArgs::d_lse).
   const float* d_lse = nullptr;
   int64_t dlse_row_stride = 0, dlse_head_stride = 0;
+  // Optional with d_lse: |d_lse| per (row, head), indexed like delta (the one-pass deterministic
+  // backward's units bound it, dq_units.h).
+  float* dlse_abs = nullptr;
 };
 void delta_from_tensors(const DeltaFromParams& p, cudaStream_t stream);
 
