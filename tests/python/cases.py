@@ -290,10 +290,10 @@ def tiny_llama(attn: str):
     return model
 
 
-def llama_docs():
+def llama_docs(seed: int = 77, lengths=(37, 80, 19, 64)):
     """Documents of bytes-as-tokens, packed: ids, next-token labels (-100 across documents)."""
-    g = torch.Generator().manual_seed(77)
-    lengths = [37, 80, 19, 64]
+    g = torch.Generator().manual_seed(seed)
+    lengths = list(lengths)
     ids = torch.randint(0, 64, (sum(lengths),), generator=g)
     labels = torch.full_like(ids, -100)
     start = 0
@@ -492,9 +492,10 @@ def tiny_qwen2(attn: str):
     return Qwen2ForCausalLM(config).float()
 
 
-def eager_reference(model):
-    """The loss of `model` (eager attention) one document at a time, and its gradients."""
-    lengths, ids, labels = llama_docs()
+def eager_reference(model, docs=None):
+    """The loss of `model` (eager attention) one document at a time, and its gradients (added to
+    what they hold: several batches' references sum)."""
+    lengths, ids, labels = docs or llama_docs()
     targets = int((labels != -100).sum())
     start, total = 0, 0.0
     for n in lengths:
@@ -687,3 +688,38 @@ def tp_cp_case(rank, world, seed):
     dist.all_reduce(dx)  # every rank's tokens, every rank's heads
     return {"y": plan.undispatch(y.detach()), "dx": dx, "grads": grads, "tp": t,
             "rows": plan.rows(), "hash": plan.plan.hash, "tp_ranks": dist.get_process_group_ranks(tp)}
+
+
+FSDP_DOCS = [(77, (37, 80, 19, 64)), (78, (90, 23, 51))]  # each dp group's batch: (seed, lengths)
+
+
+def fsdp_case(rank, world):
+    """A tiny HF Llama with attn_implementation="dcp", sharded by FSDP2 over all 4 ranks of a
+    (dp, cp) = 2 x 2 mesh, as TorchTitan shards over dp x cp: each cp group plans and runs its
+    own batch. FSDP averages gradients over the 4 ranks, so each rank's loss (its tokens' summed
+    loss over its batch's targets) is scaled by the cp size: the gradient is then the mean over
+    the dp groups of each batch's mean loss. Returns every parameter's full gradient and the
+    step's loss."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "cp"))
+    cp = mesh["cp"].get_group()
+    everyone = init_device_mesh("cpu", (world,), mesh_dim_names=("fsdp",))
+    model = tiny_llama("dcp")
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=everyone)
+    fully_shard(model, mesh=everyone)
+    seed, lengths = FSDP_DOCS[mesh["dp"].get_local_rank()]
+    lengths, ids, labels = llama_docs(seed, lengths)
+    planner = dcp.Planner(cp, "h200-nvl", {"block_size": 16, "stages": 2}, shape=(4, 2, 32), dtype="fp32")
+    planner.submit(0, lengths, dcp.masks.causal())
+    plan = planner.get(0)
+    logits = model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan).logits[0]
+    loss = torch.nn.functional.cross_entropy(logits, plan.dispatch(labels), ignore_index=-100, reduction="sum")
+    loss = loss / plan.num_targets(labels)
+    (loss * dist.get_world_size(cp)).backward()
+    total = loss.detach().clone()
+    dist.all_reduce(total)  # both batches' losses
+    return {"loss": total / 2, "grads": {n: p.grad.full_tensor() for n, p in model.named_parameters()}}

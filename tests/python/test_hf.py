@@ -88,6 +88,19 @@ def test_more_architectures_match_eager_on_two_ranks(name, zoo_on_two_ranks):
     check(got, cases.eager_reference(cases.tiny_zoo(name, "eager")))
 
 
+def test_fsdp2_over_data_and_context_parallel_ranks():
+    """FSDP2 shards a tiny Llama over the 4 ranks of a dp x cp mesh (2 x 2); each cp group runs its
+    own batch with dcp: the loss and every parameter's full gradient are the mean over both
+    batches of the eager model's, one document at a time."""
+    got = run_ranks(4, cases.fsdp_case)
+    model = cases.tiny_llama("eager")
+    total = 0.0
+    for seed, lengths in cases.FSDP_DOCS:
+        total += float(cases.eager_reference(model, cases.llama_docs(seed, lengths))["loss"])
+    want = {"loss": torch.tensor(total / 2), "grads": {n: p.grad / 2 for n, p in model.named_parameters()}}
+    check(got, want)
+
+
 def test_soft_capping_and_a_causal_plan_for_an_encoder_are_refused():
     import dcp.hf
 
