@@ -82,8 +82,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     g.add_argument("--tokens", type=int, default=65536, help="tokens per step over all ranks (no padding)")
     g.add_argument("--max-doc", type=int, default=65536, help="documents longer than this are cut")
     g.add_argument("--sink", type=int, default=64, help="lambda mask: attention-sink tokens")
-    g.add_argument("--window", type=int, default=4096,
-                   help="lambda mask: sliding window; chunked mask (Llama 4's local layers): chunk size")
+    g.add_argument("--window", type=int, default=4096, help="lambda mask: sliding window")
+    g.add_argument("--chunk", type=int, default=8192, help="chunked mask (Llama 4's local layers): chunk size")
     g.add_argument("--question", type=float, default=0.2, help="shared question: share of a document that is question")
     g.add_argument("--answers", type=int, default=4, help="shared question: answers per document")
     g.add_argument("--data", default=None, help="directory of .py files (default: this Python's standard library)")
@@ -405,7 +405,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     backend = make_backend(args, mode, cfg, world, device, dtype_name)
 
     data = train_data.steps(corpus, args.tokens, args.max_doc, args.seed, args.mask, args.sink, args.window,
-                            args.question, args.answers)
+                            args.question, args.answers, args.chunk)
     first_steps: List[train_data.Step] = []
 
     def data_steps():

@@ -198,10 +198,10 @@ def mask_mod_for(kind: str, tables: Dict[str, torch.Tensor], sink: int, window: 
             return (doc[q] == doc[k]) & (k <= q) & ((k < question_end[q]) | (k >= segment[q]))
         return shared_question
     if kind == "chunked":
-        start = tables["start"]
+        chunk_start = tables["chunk_start"]
 
         def chunked(b, h, q, k):
-            return (doc[q] == doc[k]) & (k <= q) & ((q - start[q]) // window == (k - start[q]) // window)
+            return (doc[q] == doc[k]) & (k <= q) & (k >= chunk_start[q])
         return chunked
     raise ValueError(f"mask '{kind}': FlexAttention masks exist for causal, lambda, shared_question and chunked")
 

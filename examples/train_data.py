@@ -113,7 +113,7 @@ def _documents(corpus: Corpus, max_doc: int, seed: int) -> Iterator[np.ndarray]:
 
 def steps(corpus: Corpus, tokens_per_step: int, max_doc: int, seed: int, mask: str,
           sink: int = 64, window: int = 4096, question_fraction: float = 0.2,
-          num_answers: int = 4) -> Iterator[Step]:
+          num_answers: int = 4, chunk: int = 8192) -> Iterator[Step]:
     """Steps 0, 1, 2, ...: a deterministic function of the corpus and the arguments (`mask`: a
     kind or a layer pattern, layer_pattern)."""
     if tokens_per_step < 1 or max_doc < 1:
@@ -132,7 +132,7 @@ def steps(corpus: Corpus, tokens_per_step: int, max_doc: int, seed: int, mask: s
             pieces.append(doc)
             room -= doc.shape[0]
         lengths = [int(p.shape[0]) for p in pieces]
-        kind_masks = {k: [mask_spec(k, n, sink, window, question_fraction, num_answers) for n in lengths]
+        kind_masks = {k: [mask_spec(k, n, sink, window, question_fraction, num_answers, chunk) for n in lengths]
                       for k in dict.fromkeys(layer_pattern(mask))}
         yield Step(index, np.concatenate(pieces), lengths, next(iter(kind_masks.values())), kind_masks)
         index += 1
@@ -156,9 +156,9 @@ def layer_pattern(mask: str) -> List[str]:
     return kinds
 
 
-def mask_spec(kind: str, length: int, sink: int, window: int, question_fraction: float, num_answers: int):
-    """The dcp mask spec of one document of `length` tokens (`window`: lambda's sliding window, and
-    the chunk size of chunked)."""
+def mask_spec(kind: str, length: int, sink: int, window: int, question_fraction: float, num_answers: int,
+              chunk: int = 8192):
+    """The dcp mask spec of one document of `length` tokens."""
     if kind == "causal":
         return dcp.masks.causal()
     if kind == "lambda":
@@ -167,7 +167,7 @@ def mask_spec(kind: str, length: int, sink: int, window: int, question_fraction:
         # Documents too short to hold a question and an answer stay causal (the helper says so).
         return dcp.masks.shared_question_for(length, question_fraction, num_answers)
     if kind == "chunked":
-        return dcp.masks.chunked(window)
+        return dcp.masks.chunked(chunk)
     raise ValueError(f"mask '{kind}': expected one of {', '.join(MASKS)}")
 
 
@@ -180,10 +180,12 @@ def token_tables(step: Step, masks: Optional[List[tuple]] = None) -> Dict[str, n
                    the whole document, so every key before the query is allowed
       segment      first token of the query's own segment: the answer it lies in, or the
                    document's start for question tokens
+      chunk_start  first token of the query's chunk (chunked masks; the document's start
+                   otherwise)
     Row q of the batch sees key k iff doc[k] == doc[q], k <= q, and, by kind:
       causal: nothing more; lambda: k - start[q] < sink or q - k < window;
       shared question: k < question_end[q] or k >= segment[q];
-      chunked: (q - start[q]) // chunk == (k - start[q]) // chunk."""
+      chunked: k >= chunk_start[q]."""
     n = step.tokens.shape[0]
     masks = step.masks if masks is None else masks
     doc = np.repeat(np.arange(len(step.lengths), dtype=np.int64), step.lengths)
@@ -191,8 +193,11 @@ def token_tables(step: Step, masks: Optional[List[tuple]] = None) -> Dict[str, n
     start = starts[doc]
     question_end = np.empty(n, dtype=np.int64)
     segment = np.empty(n, dtype=np.int64)
+    chunk_start = start.copy()
     for d, (s, length, spec) in enumerate(zip(starts, step.lengths, masks)):
         kind, params, _ = spec
+        if kind == "chunked":
+            chunk_start[s:s + length] = s + np.arange(length, dtype=np.int64) // params[0] * params[0]
         if kind == "shared_question":
             q, answers = params[0], params[1:]
             question_end[s:s + length] = s + q
@@ -204,7 +209,7 @@ def token_tables(step: Step, masks: Optional[List[tuple]] = None) -> Dict[str, n
         else:
             question_end[s:s + length] = s + length
             segment[s:s + length] = s
-    return {"doc": doc, "start": start, "question_end": question_end, "segment": segment}
+    return {"doc": doc, "start": start, "question_end": question_end, "segment": segment, "chunk_start": chunk_start}
 
 
 def describe_steps(batches: Sequence[Step]) -> Dict[str, object]:
