@@ -538,15 +538,15 @@ def per_rank_docs(seed: int, rank: int):
     return lengths[:count], specs[:count]
 
 
-def per_rank_case(rank, world, seed, dtype_name, block=32):
+def per_rank_case(rank, world, seed, dtype_name, block=32, broadcast=False):
     """Each rank loads its own documents and inputs; the operator runs on the dispatched tokens
     and its outputs go back to the loading ranks, differentiably (the gradients arrive in the
-    loaded tensors). On GPUs (nccl) with rank r on GPU r."""
+    loaded tensors). On GPUs (nccl) with rank r on GPU r; broadcast: rank 0 plans alone."""
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
     dev = _rank_device(rank)
     lengths, specs = per_rank_docs(seed, rank)
     planner = dcp.Planner(None, "h200-nvl", {"block_size": block, "stages": 2}, shape=SHAPE, dtype=dtype_name,
-                          per_rank_data=True)
+                          per_rank_data=True, broadcast=broadcast)
     planner.submit(0, lengths, specs)
     plan = planner.get(0)
     q, k, v, w = (t.to(dev) for t in inputs(seed * 10 + rank, sum(lengths)))

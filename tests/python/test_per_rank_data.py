@@ -59,9 +59,12 @@ def check_per_rank(world, dtype, seed, got):
         assert g["targets"] == targets, "num_targets counts every rank's labels"
 
 
-@pytest.mark.parametrize("world,dtype,seed", [(1, "fp32", 1), (2, "fp32", 2), (3, "fp32", 3), (3, "bf16", 4)])
-def test_per_rank_data_matches_fp64_reference(world, dtype, seed):
-    check_per_rank(world, dtype, seed, run_ranks(world, cases.per_rank_case, seed, dtype))
+@pytest.mark.parametrize("world,dtype,seed,broadcast", [(1, "fp32", 1, False), (2, "fp32", 2, False),
+                                                       (3, "fp32", 3, False), (3, "bf16", 4, False),
+                                                       (3, "fp32", 5, True)])
+def test_per_rank_data_matches_fp64_reference(world, dtype, seed, broadcast):
+    """broadcast: rank 0 plans the gathered batch alone and sends the plan to the others."""
+    check_per_rank(world, dtype, seed, run_ranks(world, cases.per_rank_case, seed, dtype, 32, broadcast))
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
