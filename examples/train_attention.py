@@ -27,7 +27,7 @@ import torch
 import dcp
 import dcp.torch as dcp_torch
 
-from train_data import IGNORE_INDEX, Step, layer_pattern, token_tables
+from train_data import IGNORE_INDEX, Step, layer_pattern, rank_share, token_tables
 
 
 @dataclass
@@ -115,11 +115,7 @@ class DcpBackend:
 
     def _share(self, step: Step) -> Tuple[int, int]:
         """The documents [first, last) this rank reads with per-rank data."""
-        rank, world = self.planner.rank, self.planner.world_size
-        starts = np.cumsum([0] + step.lengths[:-1])
-        total = int(step.tokens.shape[0])
-        first, last = (int(np.searchsorted(starts, r * total // world)) for r in (rank, rank + 1))
-        return first, last
+        return rank_share(step, self.planner.rank, self.planner.world_size)
 
     def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
         def share(s: Step):

@@ -22,7 +22,7 @@ import os
 import random
 import sysconfig
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -212,6 +212,16 @@ def token_tables(step: Step, masks: Optional[List[tuple]] = None) -> Dict[str, n
     return {"doc": doc, "start": start, "question_end": question_end, "segment": segment, "chunk_start": chunk_start}
 
 
+def rank_share(step: Step, rank: int, world: int) -> Tuple[int, int]:
+    """The documents [first, last) that rank `rank` of `world` reads when every rank loads its own
+    share of a step (per-rank data): those starting in its 1/world of the tokens. Packed in rank
+    order the shares are the step itself."""
+    starts = np.cumsum([0] + step.lengths[:-1])
+    total = int(step.tokens.shape[0])
+    first, last = (int(np.searchsorted(starts, r * total // world)) for r in (rank, rank + 1))
+    return first, last
+
+
 def describe_steps(batches: Sequence[Step]) -> Dict[str, object]:
     """Document count and length spread over some steps (for the results)."""
     lengths = sorted(n for s in batches for n in s.lengths)
@@ -229,4 +239,4 @@ def first_step_checksum(step: Step) -> str:
 
 
 __all__ = ["Corpus", "IGNORE_INDEX", "MASKS", "Step", "text_corpus", "steps", "mask_spec", "token_tables", "layer_pattern",
-           "describe_steps", "first_step_checksum"]
+           "describe_steps", "first_step_checksum", "rank_share"]
