@@ -150,27 +150,25 @@ class CudaBackend final : public Backend {
     norms_begin_ = norms_end_ = 0;
     dlse_begin_ = dlse_end_ = 0;  // a Delta without d_lse (delta_from sets them after this where given)
     if (!one_pass()) return nullptr;
-    const int64_t n = a.rows[idx(Array::Delta)] * a.q_heads;
-    if (dout_norms_capacity_ < n) {
-      if (dout_norms_ != nullptr) deallocate(dout_norms_);
-      dout_norms_ = static_cast<float*>(allocate(n * static_cast<int64_t>(sizeof(float))));
-      dout_norms_capacity_ = n;
-    }
-    norms_begin_ = delta_row;
-    norms_end_ = delta_row + num_rows;
-    return dout_norms_ + delta_row * a.q_heads;
+    return rows_of(dout_norms_, dout_norms_capacity_, a, delta_row, num_rows, norms_begin_, norms_end_);
   }
   // The same for |d_lse| (delta_from with a gradient of lse), which widens the units' bound.
   float* dlse_abs_at(const ArraySet& a, int64_t delta_row, int64_t num_rows) {
+    return rows_of(dlse_abs_, dlse_abs_capacity_, a, delta_row, num_rows, dlse_begin_, dlse_end_);
+  }
+  // Rows [delta_row, + num_rows) of a per-(Delta row, q head) float buffer, grown to the arrays'
+  // Delta rows; [begin, end) records which rows the next backward may read.
+  float* rows_of(float*& buffer, int64_t& capacity, const ArraySet& a, int64_t delta_row, int64_t num_rows,
+                 int64_t& begin, int64_t& end) {
     const int64_t n = a.rows[idx(Array::Delta)] * a.q_heads;
-    if (dlse_abs_capacity_ < n) {
-      if (dlse_abs_ != nullptr) deallocate(dlse_abs_);
-      dlse_abs_ = static_cast<float*>(allocate(n * static_cast<int64_t>(sizeof(float))));
-      dlse_abs_capacity_ = n;
+    if (capacity < n) {
+      if (buffer != nullptr) deallocate(buffer);
+      buffer = static_cast<float*>(allocate(n * static_cast<int64_t>(sizeof(float))));
+      capacity = n;
     }
-    dlse_begin_ = delta_row;
-    dlse_end_ = delta_row + num_rows;
-    return dlse_abs_ + delta_row * a.q_heads;
+    begin = delta_row;
+    end = delta_row + num_rows;
+    return buffer + delta_row * a.q_heads;
   }
 
   // The one-pass deterministic backward's units, from the layer's K and V and |dO|_2^2 (written
