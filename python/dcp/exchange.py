@@ -54,12 +54,17 @@ def gather_documents(group: Any, rank: int, world: int, step: int, lengths: Any,
         part: Any = ("ok",) + _local_part(lengths, masks)
     except (TypeError, ValueError) as e:
         part = ("error", f"{type(e).__name__}: {e}")
-    parts = [part]
+    parts = [(step,) + part]
     if world > 1:
         import torch.distributed as dist
 
         parts = [None] * world
-        dist.all_gather_object(parts, part, group=group)
+        dist.all_gather_object(parts, (step,) + part, group=group)
+    steps = [p[0] for p in parts]
+    if any(s != step for s in steps):
+        raise ValueError(f"step {step}: per-rank documents: the ranks submitted different steps together ("
+                         + ", ".join(f"rank {r}: step {s}" for r, s in enumerate(steps)) + ")")
+    parts = [p[1:] for p in parts]
     bad = [f"rank {r}: {p[1]}" for r, p in enumerate(parts) if p[0] == "error"]
     if bad:
         raise ValueError(f"step {step}: per-rank documents: " + "; ".join(bad))

@@ -573,9 +573,10 @@ def per_rank_error_case(rank, world, what):
         masks = dcp.LayerKinds({"global": "causal", ("local" if rank == 0 else "window"): "full"})
     if what == "batch" and rank == 0:
         lengths = dcp.make_batch([8], "causal", SHAPE)
+    step = rank if what == "steps" else 0
     planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=SHAPE, per_rank_data=True)
     try:
-        planner.submit(0, lengths, masks)
+        planner.submit(step, lengths, masks)
     except ValueError as e:
         return str(e)
     return "accepted"

@@ -77,6 +77,7 @@ def test_per_rank_data_on_two_gpus():
     ("masks", "rank 1: ValueError: masks: 3 masks for 2 documents"),
     ("kinds", "ranks disagree on the layer kinds"),
     ("batch", "rank 0: TypeError: per-rank data takes"),
+    ("steps", "the ranks submitted different steps together (rank 0: step 0, rank 1: step 1)"),
 ])
 def test_a_bad_submission_on_one_rank_is_an_error_on_every_rank(what, needle):
     for r, message in enumerate(run_ranks(2, cases.per_rank_error_case, what, timeout_s=120)):
