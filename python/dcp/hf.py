@@ -221,6 +221,49 @@ def layer_kinds(config: Any, full: Any = None) -> Any:
     return LayerKinds(masks, layers={t: layer_types.count(t) for t in types})
 
 
+def lengths_from_position_ids(position_ids: torch.Tensor) -> list:
+    """The document lengths of a packed sequence in HF's flattened form (DataCollatorWithFlattening:
+    one row whose position ids restart at 0 at every document), as Planner.submit takes them."""
+    pos = position_ids.reshape(-1).cpu()
+    if pos.numel() == 0:
+        return []
+    if int(pos[0]) != 0:
+        raise ValueError(f"position_ids: the first token's position is {int(pos[0])}; a packed sequence starts a "
+                         "document at position 0")
+    starts = torch.nonzero(pos == 0).reshape(-1).tolist() + [pos.numel()]
+    lengths = [b - a for a, b in zip(starts, starts[1:])]
+    at = 0
+    for n in lengths:
+        if not torch.equal(pos[at:at + n], torch.arange(n)):
+            raise ValueError(f"position_ids: the document starting at token {at} does not count 0, 1, 2, ... "
+                             "(positions must restart at 0 per document and grow by one)")
+        at += n
+    return lengths
+
+
+def pack(input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None,
+         labels: Optional[torch.Tensor] = None, ignore_index: int = -100):
+    """A padded batch ([batch, seq] input ids, 1 where attention_mask keeps a token, padding
+    anywhere) as one packed sequence: (lengths, ids, labels), each row a document, no padding. The
+    labels are the given ones of the kept tokens, or next-token targets inside each document
+    (ignore_index on every document's last token), as HF models shift them."""
+    if input_ids.dim() != 2:
+        raise ValueError(f"pack: input_ids has shape {tuple(input_ids.shape)}; expected [batch, seq]")
+    keep = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+    if keep.shape != input_ids.shape:
+        raise ValueError(f"pack: attention_mask {tuple(keep.shape)} and input_ids {tuple(input_ids.shape)} differ")
+    lengths = [int(n) for n in keep.sum(dim=1).tolist() if n > 0]
+    ids = input_ids[keep]
+    if labels is not None:
+        return lengths, ids, labels[keep]
+    packed = torch.full_like(ids, ignore_index)
+    at = 0
+    for n in lengths:
+        packed[at:at + n - 1] = ids[at + 1:at + n]
+        at += n
+    return lengths, ids, packed
+
+
 def _no_mask(*args: Any, **kwargs: Any):
     return None
 

@@ -152,3 +152,24 @@ def test_layer_kinds_of_a_config():
     ids = torch.randint(0, 64, (50,))
     with pytest.raises(ValueError, match="is of type 'sliding_attention', but the plan's layer kinds are"):
         model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan)
+
+
+def test_packing_helpers():
+    """dcp.hf.pack turns a padded batch (padding on either side) into documents; the lengths of
+    HF's flattened form come back from its position ids."""
+    import dcp.hf
+
+    ids = torch.tensor([[0, 0, 5, 6, 7], [8, 9, 0, 0, 0], [1, 2, 3, 4, 5]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]])
+    lengths, packed, labels = dcp.hf.pack(ids, mask)
+    assert lengths == [3, 2, 5]
+    assert packed.tolist() == [5, 6, 7, 8, 9, 1, 2, 3, 4, 5]
+    assert labels.tolist() == [6, 7, -100, 9, -100, 2, 3, 4, 5, -100]
+    given = torch.arange(15).reshape(3, 5)
+    assert dcp.hf.pack(ids, mask, labels=given)[2].tolist() == [2, 3, 4, 5, 6, 10, 11, 12, 13, 14]
+    positions = torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3, 4]])
+    assert dcp.hf.lengths_from_position_ids(positions) == [3, 2, 5]
+    with pytest.raises(ValueError, match="first token's position is 1"):
+        dcp.hf.lengths_from_position_ids(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match="starting at token 3 does not count"):
+        dcp.hf.lengths_from_position_ids(torch.tensor([0, 1, 2, 0, 2]))
