@@ -59,13 +59,16 @@ if has checks; then
     --dtype bf16 2>&1 | tail -4 | tee -a "$log"
 fi
 if has pytest; then
-  # test_train.py trains on CPU ranks only (minutes here, with torch.compile); CI runs it. A test
-  # that stalls gets every thread's stack in the log after 120 s.
-  say "package tests on the GPU (every test but the CPU-rank training of test_train.py)"
-  (cd /tmp && timeout 300 python3 -m pytest -q -x -o faulthandler_timeout=120 --ignore "$OLDPWD/tests/python/test_train.py" \
-    "$OLDPWD/tests/python" >"$out/pytest.log" 2>&1)
+  # test_train.py and test_hf_train.py train on CPU ranks only (minutes here, with torch.compile);
+  # CI runs them. A test that stalls gets every thread's stack in the log after 120 s.
+  say "package tests on the GPU (every test but the CPU-rank training of test_train.py and test_hf_train.py)"
+  (cd /tmp && timeout 480 python3 -m pytest -q -x -o faulthandler_timeout=120 --ignore "$OLDPWD/tests/python/test_train.py" \
+    --ignore "$OLDPWD/tests/python/test_hf_train.py" "$OLDPWD/tests/python" >"$out/pytest.log" 2>&1)
   echo "pytest: rc=$?" | tee -a "$log"
   tail -5 "$out/pytest.log" | tee -a "$log"
+  say "an HF Llama 4 (chunked and global layers) trained 5 steps with dcp on the GPU (examples/hf_train.py)"
+  timeout 180 python3 examples/hf_train.py --arch llama4 --steps 5 --tokens 16384 2>&1 | grep -E "^step|Error" \
+    | tee -a "$log"
 fi
 if has op; then
   say "operator: ldc 131072 causal, 32/8 heads x 128, B 2048, 4 layers (op, host, lookahead)"
