@@ -56,6 +56,7 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
         raise ValueError(f"attn_implementation='dcp': batch size {query.shape[0]}; pack a step into one sequence of "
                          "this rank's tokens (batch size 1)")
     layer_plan = _plan_of_layer(plan, module)
+    _check_positions(kwargs.get("position_ids"), layer_plan)
     if kwargs.get("sliding_window"):
         _check_window(layer_plan, module, int(kwargs["sliding_window"]))
     if _layer_type(module) == "chunked_attention":
@@ -81,6 +82,25 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
         o, lse = dcp_torch.attention(q, k, v, layer_plan, layer, return_lse=True)
         o = (o.float() * torch.sigmoid(lse - sinks.float()[None, :]).unsqueeze(-1)).to(o.dtype)
     return o.unsqueeze(0), None  # [1, tokens, heads, dim], no weights
+
+
+_positions_checked = False
+
+
+def _check_positions(position_ids: Optional[torch.Tensor], plan: Any) -> None:
+    """The first layer call of the process checks that the model got the plan's positions: a model
+    given none counts 0, 1, 2, ... over the rank's tokens, and RoPE would silently see the wrong
+    positions. Once only (the comparison waits for the device), and never inside a CUDA graph
+    capture; position ids of another shape (several rows, as multimodal RoPE) are not compared."""
+    global _positions_checked
+    if _positions_checked or position_ids is None or position_ids.numel() != plan.num_tokens:
+        return
+    if position_ids.is_cuda and torch.cuda.is_current_stream_capturing():
+        return
+    _positions_checked = True
+    if not torch.equal(position_ids.reshape(-1), plan.positions(position_ids.device).to(position_ids.dtype)):
+        raise ValueError("attn_implementation='dcp': the model's position_ids are not the plan's positions; pass "
+                         "position_ids=plan.positions(device)[None] (each token's position in its document)")
 
 
 def _temperature(positions: torch.Tensor, module: torch.nn.Module) -> torch.Tensor:

@@ -154,6 +154,24 @@ def test_layer_kinds_of_a_config():
         model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan)
 
 
+def test_a_model_without_the_plans_positions_is_refused():
+    """Position ids other than the plan's (a model given none counts 0, 1, 2, ... over the rank's
+    tokens) are an error at the first layer, not silently wrong RoPE."""
+    import dcp.hf
+
+    model = cases.tiny_llama("dcp")
+    lengths, ids, _ = cases.llama_docs()
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 16}, shape=(4, 2, 32), dtype="fp32")
+    planner.submit(0, lengths, dcp.masks.causal())
+    plan = planner.get(0)
+    dcp.hf._positions_checked = False
+    with pytest.raises(ValueError, match="position_ids are not the plan's positions"):
+        model(input_ids=plan.dispatch(ids)[None], dcp_plan=plan)
+    dcp.hf._positions_checked = False
+    model(input_ids=plan.dispatch(ids)[None], position_ids=plan.positions()[None], dcp_plan=plan)
+    assert dcp.hf._positions_checked
+
+
 def test_packing_helpers():
     """dcp.hf.pack turns a padded batch (padding on either side) into documents; the lengths of
     HF's flattened form come back from its position ids."""
