@@ -18,7 +18,6 @@ every rank's targets.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import sys
@@ -29,6 +28,7 @@ import torch.distributed as dist
 
 import dcp
 import dcp.hf
+import dcp.launch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_data  # noqa: E402
@@ -88,13 +88,9 @@ def make_model(args, device: torch.device):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
-    cuda = (args.device or ("cuda" if torch.cuda.is_available() else "cpu")) == "cuda"
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    if world > 1:
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=600))
+    launch = dcp.launch.init_process_group(device=args.device)  # torchrun, srun, mpirun or one process
+    world, rank, device = launch.world_size, launch.rank, launch.device
+    cuda = device.type == "cuda"
     dcp.hf.register()
     model = make_model(args, device)
     config = model.config

@@ -51,6 +51,7 @@ from train_model import PRESETS, Decoder, describe  # noqa: E402
 from train_power import GpuMeter, run_figures, window_figures  # noqa: E402
 
 import dcp  # noqa: E402
+import dcp.launch  # noqa: E402
 import dcp.torch as dcp_torch  # noqa: E402
 
 CP_METHODS = ("dcp", "zigzag", "a2a_p2p", "ulysses", "ring", "packing")
@@ -159,22 +160,10 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # ---- processes and devices ---------------------------------------------------------------------
 def setup_distributed(device_kind: Optional[str]):
-    """(rank, world, device): from torchrun's environment, or one process without it."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    kind = device_kind or ("cuda" if torch.cuda.is_available() else "cpu")
-    if kind == "cuda":
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-    else:
-        device = torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
-        if kind == "cuda":
-            dist.init_process_group("nccl", device_id=device, timeout=datetime.timedelta(seconds=600))
-        else:
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=600))
-    return rank, world, device
+    """(rank, world, device): from the launcher's environment (torchrun, srun, mpirun), or one
+    process without one."""
+    launch = dcp.launch.init_process_group(device=device_kind)
+    return launch.rank, launch.world_size, launch.device
 
 
 def environment(device: torch.device) -> Dict[str, object]:
@@ -607,7 +596,7 @@ def parse_runs(spec: str, args) -> List[argparse.Namespace]:
 def pending(args) -> int:
     """Names of the runs of args still to do, one per line: no result yet, or a result left
     'started' (a failed run is done: its result says why)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
+    world = dcp.launch.detect().world_size
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     for one in parse_runs(args.runs, args) if args.runs else [args]:
         name = run_name(one, mode_of(one), world, device)

@@ -14,8 +14,8 @@ Layers with different masks (sliding-window and global layers): submit dcp.Layer
 "causal", "local": dcp.masks.lambda_mask(64, 4096)}) as the masks; every kind is planned on one
 token placement, and plan.kind("local") is what the local layers run.
 
-Modules: dcp.masks (mask specs), dcp.torch (the operator), dcp.hf (transformers). The C++ core
-is dcp._dcp; docs/python.md is the reference.
+Modules: dcp.masks (mask specs), dcp.torch (the operator), dcp.hf (transformers), dcp.launch
+(ranks from torchrun, srun or mpirun). The C++ core is dcp._dcp; docs/python.md is the reference.
 """
 try:  # PyTorch first: the module then shares the CUDA and NCCL libraries PyTorch loaded
     import torch as _torch  # noqa: F401

@@ -7,8 +7,6 @@ loop only waits when a plan is not ready yet; `Planner.stats(step)` says how lon
 """
 from __future__ import annotations
 
-import os
-import threading
 import time
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -30,14 +28,24 @@ def _options(options: Any) -> _dcp.PlanOptions:
     return o
 
 
-def _cluster(cluster: Any, world_size: int, devices_per_node: Optional[int]) -> _dcp.Cluster:
+def _cluster(cluster: Any, world_size: int, devices_per_node: Optional[int], group: Any = None) -> _dcp.Cluster:
+    """The cluster model of a group of world_size ranks. A preset's node size: devices_per_node
+    where given, else the group's own layout (dcp.launch.node_layout: which of its ranks share a
+    machine), else one node."""
     if isinstance(cluster, _dcp.Cluster):
         c = cluster
     elif isinstance(cluster, str) and cluster.endswith(".json"):
         c = _dcp.load_cluster(cluster)
     else:
         preset = cluster or "h200-nvl"
-        per_node = devices_per_node or int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        if devices_per_node:
+            per_node = devices_per_node
+        elif group is not None and world_size > 1:
+            from .launch import node_layout
+
+            per_node = node_layout(group)[1]
+        else:
+            per_node = world_size
         per_node = max(1, min(per_node, world_size))
         if world_size % per_node != 0:
             raise ValueError(f"cluster: {world_size} ranks do not fill nodes of {per_node} devices")
@@ -281,7 +289,7 @@ class Planner:
         self.shape = tuple(int(x) for x in shape)
         self.dtype = dtype
         self.options = _options(options)
-        self.cluster = _cluster(cluster, self.world_size, devices_per_node)
+        self.cluster = _cluster(cluster, self.world_size, devices_per_node, self.group)
         if verify not in ("every", "first", "never"):
             raise ValueError(f"verify='{verify}': expected 'every', 'first' or 'never'")
         if lookahead < 0:
