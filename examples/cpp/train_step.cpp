@@ -127,10 +127,11 @@ dcp::ReferenceResult reference(const dcp::Batch& batch, const Global& g) {
 }
 
 // One rank's training loop. Returns the largest relative error of layer 0 over the steps.
-double train(dcp::Comm& comm, const Args& args) {
+// `layout`: how the ranks sit on machines (mpi_node_layout under mpirun; in-process ranks share one).
+double train(dcp::Comm& comm, const Args& args, dcp::NodeLayout layout) {
   const int rank = comm.rank();
-  dcp::Cluster cluster = dcp::cluster_preset("h200-nvl", 1);
-  cluster.devices_per_node = comm.world_size();
+  dcp::Cluster cluster = dcp::cluster_preset("h200-nvl", layout.nodes);
+  cluster.devices_per_node = layout.devices_per_node;
   dcp::StepPlanOptions options;
   options.blocks.block_size = 128;
   // Every rank plans every step itself: plans are deterministic, so all ranks hold the same one
@@ -235,10 +236,10 @@ int main(int argc, char** argv) {
     if (launched_by_mpi() && dcp::mpi_available()) {
       dcp::MpiSession session(&argc, &argv);
       auto comm = dcp::make_mpi_comm_world();
-      worst = train(*comm, args);
+      worst = train(*comm, args, dcp::mpi_node_layout());
     } else {
       std::vector<double> per_rank(static_cast<size_t>(args.ranks), 0.0);
-      dcp::run_local_ranks(args.ranks, [&](dcp::Comm& comm) { per_rank[static_cast<size_t>(comm.rank())] = train(comm, args); });
+      dcp::run_local_ranks(args.ranks, [&](dcp::Comm& comm) { per_rank[static_cast<size_t>(comm.rank())] = train(comm, args, {1, args.ranks}); });
       worst = *std::max_element(per_rank.begin(), per_rank.end());
     }
     if (worst > kTolerance) {

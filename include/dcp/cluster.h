@@ -30,6 +30,16 @@ struct Cluster {
   void validate(const std::string& where) const;  // throws InvalidInput naming the field
 };
 
+// How ranks sit on machines: node_of_rank[r] names rank r's machine (any ids; equal ids, one
+// machine). The cluster model numbers devices node by node, so each machine's ranks must be
+// consecutive and every machine must hold as many: anything else throws InvalidInput naming
+// each rank's node (a launcher that deals ranks round-robin over nodes, or uneven nodes).
+struct NodeLayout {
+  int nodes = 1;
+  int devices_per_node = 1;
+};
+NodeLayout node_layout_of(const std::vector<int>& node_of_rank);
+
 // Presets: "a100-p4d" (paper: 8 x A100-80GB, NVSwitch, 4 x 100 Gbps per node),
 // "h200-nvl" (8 x H200, NVLink, 8 x 400 Gbps per node). Throws InvalidInput for other names,
 // listing the known ones.

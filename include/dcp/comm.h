@@ -18,6 +18,8 @@
 #include <span>
 #include <string>
 
+#include "dcp/cluster.h"
+
 namespace dcp {
 
 struct CommOp {
@@ -115,6 +117,11 @@ std::unique_ptr<Comm> make_mpi_comm_world();
 // This process's rank among the processes of MPI_COMM_WORLD on its node (MPI_Comm_split_type
 // with MPI_COMM_TYPE_SHARED), e.g. to pick a GPU. Pre: MPI initialised.
 int mpi_local_rank();
+
+// Nodes and ranks per node of MPI_COMM_WORLD (the machines from MPI_Comm_split_type with
+// MPI_COMM_TYPE_SHARED), checked by node_layout_of: the devices_per_node of the Cluster a plan
+// for these ranks needs. Collective over MPI_COMM_WORLD. Pre: MPI initialised.
+NodeLayout mpi_node_layout();
 
 // MPI_Abort of the whole job with `exit_code` (the launcher exits with it), for a tool's top
 // level after it reported an error. Does nothing when MPI is absent or not initialised.

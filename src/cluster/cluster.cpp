@@ -1,6 +1,7 @@
 // Cluster model: checks, the inter-node weight and the named presets.
 #include "dcp/cluster.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -131,6 +132,41 @@ Cluster cluster_preset(const std::string& name, int nodes) {
   }
   c.validate("cluster");
   return c;
+}
+
+NodeLayout node_layout_of(const std::vector<int>& node_of_rank) {
+  if (node_of_rank.empty()) raise(ErrorKind::InvalidInput, "node layout: no ranks");
+  // Runs of equal ids: one per node when the ranks come in blocks.
+  std::vector<int> run_ids;
+  std::vector<int> run_sizes;
+  for (const int id : node_of_rank) {
+    if (!run_ids.empty() && run_ids.back() == id) {
+      ++run_sizes.back();
+    } else {
+      run_ids.push_back(id);
+      run_sizes.push_back(1);
+    }
+  }
+  std::vector<int> distinct;  // ids in order of first appearance: node k is the k-th
+  for (const int id : node_of_rank)
+    if (std::find(distinct.begin(), distinct.end(), id) == distinct.end()) distinct.push_back(id);
+  auto ranks_text = [&] {
+    std::string text;
+    for (size_t r = 0; r < node_of_rank.size() && r < 64; ++r) {
+      const auto node = std::find(distinct.begin(), distinct.end(), node_of_rank[r]) - distinct.begin();
+      text += (r ? ", " : "") + std::string("rank ") + std::to_string(r) + ": node " + std::to_string(node);
+    }
+    return node_of_rank.size() > 64 ? text + ", ..." : text;
+  };
+  if (run_ids.size() != distinct.size())
+    raise(ErrorKind::InvalidInput, "node layout: the ranks are not grouped by node (" + ranks_text() +
+                                       "); devices are numbered node by node: launch ranks in blocks per node "
+                                       "(mpirun --map-by slot, srun's block distribution) or give the cluster");
+  for (const int size : run_sizes)
+    if (size != run_sizes.front())
+      raise(ErrorKind::InvalidInput, "node layout: the nodes hold different numbers of ranks (" + ranks_text() +
+                                         "); the cluster model needs as many on every node");
+  return NodeLayout{static_cast<int>(run_ids.size()), run_sizes.front()};
 }
 
 }  // namespace dcp

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "batch/test_helpers.h"
 #include "dcp/cluster.h"
@@ -45,6 +47,22 @@ TEST(Cluster, BadPresetAndSizes) {
   c = Cluster{};
   c.nic_bw_node = -5e9;
   test::expect_invalid_input([&] { c.validate("cluster"); }, {"cluster.nic_bw_node", "got -5e+09"});
+}
+
+TEST(Cluster, NodeLayoutOfRanks) {
+  auto layout = [](const std::vector<int>& ids) {
+    const NodeLayout l = node_layout_of(ids);
+    return std::pair{l.nodes, l.devices_per_node};
+  };
+  EXPECT_EQ(layout({7}), std::pair(1, 1));
+  EXPECT_EQ(layout({3, 3, 3, 3}), std::pair(1, 4));
+  EXPECT_EQ(layout({0, 0, 4, 4, 2, 2}), std::pair(3, 2));
+  EXPECT_EQ(layout({5, 1, 9}), std::pair(3, 1));
+  // Round-robin over nodes: rank 2 is on node 0 again.
+  test::expect_invalid_input([] { node_layout_of({0, 1, 0, 1}); },
+                             {"not grouped by node", "rank 2: node 0", "rank 3: node 1"});
+  test::expect_invalid_input([] { node_layout_of({0, 0, 0, 3}); }, {"different numbers of ranks", "rank 3: node 1"});
+  test::expect_invalid_input([] { node_layout_of({}); }, {"no ranks"});
 }
 
 TEST(ClusterJson, PresetWithOverrides) {

@@ -1,5 +1,6 @@
 // MPI comm under mpirun (ctest runs it with 2 ranks): tagged payloads over several rounds, then a
-// receive that no rank sends must time out (no hang). Exit code 0 on every rank means success.
+// receive that no rank sends must time out (no hang), and the node layout of ranks on one machine.
+// Exit code 0 on every rank means success.
 #include <cstdio>
 #include <string>
 
@@ -42,6 +43,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "rank 0: late message holds %d, expected 42\n", x);
         return 1;
       }
+    }
+    // ctest starts every rank on this machine: one node of world_size ranks.
+    const dcp::NodeLayout layout = dcp::mpi_node_layout();
+    if (layout.nodes != 1 || layout.devices_per_node != comm->world_size()) {
+      std::fprintf(stderr, "rank %d: node layout %d x %d, expected 1 x %d\n", comm->rank(), layout.nodes,
+                   layout.devices_per_node, comm->world_size());
+      return 1;
     }
     comm->barrier(30.0);
     std::printf("rank %d of %d: OK\n", comm->rank(), comm->world_size());

@@ -162,6 +162,23 @@ int mpi_local_rank() {
   return rank;
 }
 
+NodeLayout mpi_node_layout() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) raise(ErrorKind::InvalidInput, "mpi_node_layout: MPI is not initialised (create an MpiSession first)");
+  MPI_Comm node = MPI_COMM_NULL;
+  DCP_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  // A machine is named by the world rank of its first process.
+  int world_rank = 0, world = 0, first = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  DCP_MPI_CHECK(MPI_Allreduce(&world_rank, &first, 1, MPI_INT, MPI_MIN, node));
+  MPI_Comm_free(&node);
+  std::vector<int> node_of_rank(static_cast<size_t>(world));
+  DCP_MPI_CHECK(MPI_Allgather(&first, 1, MPI_INT, node_of_rank.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  return node_layout_of(node_of_rank);
+}
+
 void mpi_abort_world(int exit_code) noexcept {
   int initialized = 0, finalized = 0;
   if (MPI_Initialized(&initialized) != MPI_SUCCESS || !initialized) return;

@@ -15,6 +15,10 @@ int mpi_local_rank() {
   raise(ErrorKind::Unsupported, "MPI: this build of dcp has no MPI (configure with an MPI library installed)");
 }
 
+NodeLayout mpi_node_layout() {
+  raise(ErrorKind::Unsupported, "MPI: this build of dcp has no MPI (configure with an MPI library installed)");
+}
+
 void mpi_abort_world(int) noexcept {}
 
 std::unique_ptr<Comm> make_mpi_comm_world() {
