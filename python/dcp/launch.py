@@ -216,27 +216,11 @@ def node_key() -> str:
 def layout_of(keys: Sequence[str]) -> Tuple[int, int]:
     """(nodes, devices per node) of ranks whose machines are `keys` (rank order). The cluster
     model numbers devices node by node, so each node's ranks must be consecutive and every node
-    must hold as many."""
-    runs: List[Tuple[str, int]] = []
-    for key in keys:
-        if runs and runs[-1][0] == key:
-            runs[-1] = (key, runs[-1][1] + 1)
-        else:
-            runs.append((key, 1))
-    seen = set()
-    for key, _ in runs:
-        if key in seen:
-            index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
-            order = ", ".join(f"rank {r}: node {index[k]}" for r, k in enumerate(keys))
-            raise ValueError("dcp: the group's ranks are not grouped by node (" + order + "); the cluster model "
-                             "numbers devices node by node. Launch ranks in blocks per node (mpirun --map-by slot, "
-                             "srun's default block distribution), or pass devices_per_node or a cluster to accept it")
-        seen.add(key)
-    sizes = sorted({n for _, n in runs})
-    if len(sizes) > 1:
-        raise ValueError(f"dcp: the group's nodes hold different numbers of its ranks ({[n for _, n in runs]}); the "
-                         "cluster model needs as many on every node: pass devices_per_node or a cluster to choose")
-    return len(runs), runs[0][1]
+    must hold as many (else dcp.Error naming each rank's node)."""
+    from ._dcp import node_layout_of
+
+    index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
+    return tuple(node_layout_of([index[k] for k in keys]))
 
 
 def node_layout(group: Any = None) -> Tuple[int, int]:

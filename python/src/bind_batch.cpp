@@ -132,6 +132,15 @@ void bind_batch(nb::module_& m) {
       "A cluster preset (a100-p4d, h200-nvl) of `nodes` nodes; devices_per_node overrides the preset's.");
   m.def("load_cluster", &load_cluster, nb::arg("path"), "A cluster from its JSON file (docs/formats.md).");
   m.def("cluster_presets", &cluster_preset_names);
+  m.def(
+      "node_layout_of",
+      [](const std::vector<int>& node_of_rank) {
+        const NodeLayout l = node_layout_of(node_of_rank);
+        return std::pair{l.nodes, l.devices_per_node};
+      },
+      nb::arg("node_of_rank"),
+      "(nodes, devices per node) of ranks on the machines node_of_rank (rank order); raises unless each "
+      "machine's ranks are consecutive and equally many.");
 }
 
 }  // namespace dcp::python

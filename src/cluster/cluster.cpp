@@ -161,11 +161,11 @@ NodeLayout node_layout_of(const std::vector<int>& node_of_rank) {
   if (run_ids.size() != distinct.size())
     raise(ErrorKind::InvalidInput, "node layout: the ranks are not grouped by node (" + ranks_text() +
                                        "); devices are numbered node by node: launch ranks in blocks per node "
-                                       "(mpirun --map-by slot, srun's block distribution) or give the cluster");
+                                       "(mpirun --map-by slot, srun's block distribution), or give the node size");
   for (const int size : run_sizes)
     if (size != run_sizes.front())
       raise(ErrorKind::InvalidInput, "node layout: the nodes hold different numbers of ranks (" + ranks_text() +
-                                         "); the cluster model needs as many on every node");
+                                         "); the cluster model needs as many on every node (or give the node size)");
   return NodeLayout{static_cast<int>(run_ids.size()), run_sizes.front()};
 }
 
