@@ -238,5 +238,33 @@ def first_step_checksum(step: Step) -> str:
     return h.hexdigest()[:16]
 
 
+def document_lengths(corpus: Corpus, max_doc: int) -> List[int]:
+    """The corpus's document lengths in tokens: each file cut into pieces of at most max_doc bytes."""
+    out: List[int] = []
+    for size in corpus.sizes:
+        out.extend([max_doc] * (size // max_doc) + ([size % max_doc] if size % max_doc else []))
+    return out
+
+
+def main(argv=None) -> int:
+    """`lengths`: the corpus's document lengths, one per line, for `dcp simulate --lengths FILE`."""
+    import argparse
+
+    p = argparse.ArgumentParser(description="The training corpus's document lengths, one per line: what dcp "
+                                            "would do with them, `dcp simulate --lengths FILE`.")
+    p.add_argument("what", choices=("lengths",))
+    p.add_argument("--max-doc", type=int, default=65536, help="documents longer than this are cut (train.py's)")
+    p.add_argument("--data", default=None, help="directory of .py files (default: this Python's standard library)")
+    args = p.parse_args(argv)
+    corpus = text_corpus(args.data)
+    info = corpus.describe()
+    print(f"# {info['files']} files under {info['root']}, cut at {args.max_doc} tokens (bytes)")
+    print("\n".join(str(n) for n in document_lengths(corpus, args.max_doc)))
+    return 0
+
+
 __all__ = ["Corpus", "IGNORE_INDEX", "MASKS", "Step", "text_corpus", "steps", "mask_spec", "token_tables", "layer_pattern",
-           "describe_steps", "first_step_checksum", "rank_share"]
+           "describe_steps", "document_lengths", "first_step_checksum", "rank_share"]
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -411,7 +411,8 @@ int bench_main(const BenchArgs& args, int& world_out) {
   }
   if (!args.json.empty()) {
     nlohmann::json out = {{"tokens", batch.total_tokens()}, {"sequences", batch.sequences.size()},
-                          {"profile", args.batch.profile}, {"mask", mask_label({batch})}, {"world", world},
+                          {"profile", args.batch.lengths_file.empty() ? args.batch.profile : std::string("lengths")},
+                          {"source", batch_source_label(args.batch)}, {"mask", mask_label({batch})}, {"world", world},
                           {"backend", backend->name()}, {"layers", args.layers}, {"block", args.blocks.block_size},
                           {"search", args.search}, {"balance_time", args.balance_time},
                           {"outputs_in_place", args.outputs_in_place},

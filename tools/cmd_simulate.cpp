@@ -205,8 +205,8 @@ int run_simulate(const SimulateArgs& args) {
     return 0;
   }
 
-  std::cout << fmt::format("{} batch(es) of ~{} tokens ({} profile, {} mask), B={}, {} stages\n", batches.size(),
-                           batches.front().total_tokens(), in.batch.batch_file.empty() ? in.batch.profile : "file",
+  std::cout << fmt::format("{} batch(es) of ~{} tokens ({}, {} mask), B={}, {} stages\n", batches.size(),
+                           batches.front().total_tokens(), batch_source_label(in.batch),
                            mask_label(batches), in.blocks.block_size, args.stages + 1);
   std::cout << fmt::format("cluster: {} x {} devices ({}), calibration {}\n\n", cluster.nodes, cluster.devices_per_node,
                            cluster.name, so.calibration.name);

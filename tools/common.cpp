@@ -24,9 +24,21 @@ void add_batch_options(CLI::App* app, BatchSource& src) {
                            ->check(int_range(0, 1000000));
   // Options that shape a generated batch: a batch file fixes all of them itself, so giving one
   // with --batch (or --dataset) is refused rather than silently ignored.
-  std::vector<CLI::Option*> generator{
+  CLI::Option* profile =
       app->add_option("--profile", src.profile, "Synthetic length profile: ldc, longalign, uniform, fixed")
-          ->capture_default_str(),
+          ->capture_default_str();
+  CLI::Option* lengths = app->add_option(
+      "--lengths", src.lengths_file,
+      "Document lengths to pack into batches instead of a synthetic profile: a text file, one length per line "
+      "(your corpus's); replayed in seeded shuffled epochs, each batch cut at --tokens, lengths over it clamped");
+  CLI::Option* in_order =
+      app->add_flag("--lengths-in-order", src.lengths_in_order, "With --lengths: the file's order, not shuffled");
+  lengths->excludes(profile);
+  in_order->needs(lengths);
+  std::vector<CLI::Option*> generator{
+      profile,
+      lengths,
+      in_order,
       app->add_option("--seed", src.seed, "Seed of the profile generator")->capture_default_str()->check(non_negative_integer()),
       app->add_option("--tokens", src.tokens, "Token budget per generated batch")
           ->capture_default_str()
@@ -77,6 +89,11 @@ namespace {
 ProfileOptions profile_options(const BatchSource& src) {
   ProfileOptions p;
   p.profile = parse_profile(src.profile);
+  if (!src.lengths_file.empty()) {
+    p.profile = Profile::Lengths;
+    p.lengths = load_lengths(src.lengths_file);
+    p.lengths_shuffle = !src.lengths_in_order;
+  }
   p.seed = src.seed;
   p.token_budget = src.tokens;
   p.scale = src.scale;
@@ -233,6 +250,13 @@ std::string mask_label(const std::vector<Batch>& batches) {
   std::string out;
   for (const auto& [name, n] : count) out += (out.empty() ? "" : ", ") + name + " " + std::to_string(n);
   return "mixed (" + out + ")";
+}
+
+std::string batch_source_label(const BatchSource& src) {
+  if (!src.batch_file.empty()) return "batch file";
+  if (!src.dataset_file.empty()) return "dataset " + src.dataset_file;
+  if (!src.lengths_file.empty()) return "lengths of " + src.lengths_file;
+  return src.profile + " profile";
 }
 
 std::string batch_origin(const BatchSource& src) {

@@ -25,6 +25,8 @@ struct BatchSource {
   std::string dataset_file;  // --dataset (JSONL)
   int index = 0;             // --index: which batch of the dataset/profile stream
   std::string profile = "ldc";
+  std::string lengths_file;       // --lengths: the lengths profile over these document lengths
+  bool lengths_in_order = false;  // --lengths-in-order: the file's order instead of shuffled epochs
   uint64_t seed = 1;
   int64_t tokens = 131072;
   double scale = 1.0;
@@ -44,6 +46,8 @@ void add_batch_options(CLI::App* app, BatchSource& src);
 void add_cluster_options(CLI::App* app, ClusterSource& src);
 void add_block_options(CLI::App* app, BlockOptions& opts);
 
+// Where the batches come from, for a table's heading: "ldc profile", "lengths of FILE", "batch file", ...
+std::string batch_source_label(const BatchSource& src);
 Batch resolve_batch(const BatchSource& src);
 // `count` consecutive batches from --index on (a --batch file gives exactly one).
 std::vector<Batch> resolve_batches(const BatchSource& src, int count);

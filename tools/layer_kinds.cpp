@@ -162,8 +162,8 @@ int run_layer_kinds(const LayerKindsInputs& inputs) {
   }
   std::string layout;
   for (size_t k = 0; k < nk; ++k) layout += fmt::format("{}{} x {}", k ? ", " : "", pattern.layers[k], pattern.kinds[k]);
-  std::cout << fmt::format("{} batch(es) of ~{} tokens ({} profile), layers: {}; B={}{}\n", batches.size(),
-                           batches.front().total_tokens(), in.batch.batch_file.empty() ? in.batch.profile : "file",
+  std::cout << fmt::format("{} batch(es) of ~{} tokens ({}), layers: {}; B={}{}\n", batches.size(),
+                           batches.front().total_tokens(), batch_source_label(in.batch),
                            layout, in.blocks.block_size, inputs.search ? " (DCP: searched)" : "");
   std::cout << fmt::format("cluster: {} x {} devices ({}), calibration {}\n\n", cluster.nodes, cluster.devices_per_node,
                            cluster.name, so.calibration.name);

@@ -174,8 +174,8 @@ int run_sweep(const SweepInputs& in) {
     if (!s.x_notes.empty()) out["x_notes"] = s.x_notes;
     std::cout << out.dump(2) << "\n";
   } else {
-    std::cout << fmt::format("{} ({} batch(es) of ~{} tokens, {} profile, {} x {} devices of {})\n\n", s.title,
-                             in.batches, in.batch.tokens, in.batch.profile, cluster.nodes, cluster.devices_per_node,
+    std::cout << fmt::format("{} ({} batch(es) of ~{} tokens, {}, {} x {} devices of {})\n\n", s.title,
+                             in.batches, in.batch.tokens, batch_source_label(in.batch), cluster.nodes, cluster.devices_per_node,
                              cluster.name);
     print_table(s, "inter-node bytes per batch (GB):", inter_gb, 3);
     if (in.sweep == "block") print_table(s, "planning time per batch (ms: block table + placement):", plan_ms, 1);

@@ -18,6 +18,10 @@ std::vector<Batch> load_dataset(const std::string& path);  // JSONL, one batch p
 // JSONL text; errors name `source` and the line ("data.jsonl:line 3: ...").
 std::vector<Batch> parse_dataset(const std::string& text, const std::string& source);
 std::string batch_to_json(const Batch& batch, bool pretty = true);
+// Document lengths for the `lengths` profile: a text file with one length (an integer >= 1)
+// per line; blank lines and lines starting with '#' are skipped. Errors name the file and line.
+std::vector<int64_t> load_lengths(const std::string& path);
+std::vector<int64_t> parse_lengths(const std::string& text, const std::string& source);
 void save_batch(const Batch& batch, const std::string& path);
 void save_dataset(const std::vector<Batch>& batches, const std::string& path);
 

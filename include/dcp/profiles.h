@@ -1,7 +1,8 @@
 // dcp/profiles.h — synthetic batch generators, deterministic from a seed.
 //
-// The profiles imitate the length distributions of public long-context datasets; they are
-// synthetic (no dataset is read). See docs/profiles.md for their parameters.
+// The named profiles imitate the length distributions of public long-context datasets; they are
+// synthetic (no dataset is read). The `lengths` profile replays document lengths you give (your
+// corpus's, from a file: load_lengths in dcp/io.h). See docs/profiles.md for their parameters.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 namespace dcp {
 
-enum class Profile { Ldc, LongAlign, Uniform, Fixed };
+enum class Profile { Ldc, LongAlign, Uniform, Fixed, Lengths };
 const char* to_string(Profile p);
 Profile parse_profile(const std::string& s);  // throws InvalidInput listing the known names
 
@@ -27,6 +28,11 @@ struct ProfileOptions {
   std::string mask = "causal";
   int64_t fixed_length = 8192;          // Fixed profile
   int64_t uniform_min = 1024, uniform_max = 32768;  // Uniform profile
+  // Lengths profile: the documents' lengths (each >= 1), replayed in epochs, as a data loader
+  // reads a corpus: each epoch visits every length once, in a seeded shuffle (or in the given
+  // order when lengths_shuffle is false).
+  std::vector<int64_t> lengths;
+  bool lengths_shuffle = true;
   AttentionShape shape;
   void validate() const;
 };

@@ -96,9 +96,11 @@ void bind_batch(nb::module_& m) {
   m.def(
       "profile_batches",
       [](const std::string& profile, uint64_t seed, int64_t tokens, const std::string& mask, int q_heads, int kv_heads,
-         int head_dim, int count, double scale) {
+         int head_dim, int count, double scale, const std::vector<int64_t>& lengths, bool shuffle) {
         ProfileOptions o;
         o.profile = parse_profile(profile);
+        o.lengths = lengths;
+        o.lengths_shuffle = shuffle;
         o.seed = seed;
         o.token_budget = tokens;
         o.mask = mask;
@@ -109,8 +111,11 @@ void bind_batch(nb::module_& m) {
         return generate_batches(o, count);
       },
       nb::arg("profile"), nb::arg("seed"), nb::arg("tokens"), nb::arg("mask"), nb::arg("q_heads"), nb::arg("kv_heads"),
-      nb::arg("head_dim"), nb::arg("count"), nb::arg("scale") = 1.0,
-      "Synthetic batches (docs/profiles.md): the same stream as the dcp command's --profile/--seed/--index.");
+      nb::arg("head_dim"), nb::arg("count"), nb::arg("scale") = 1.0, nb::arg("lengths") = std::vector<int64_t>{},
+      nb::arg("shuffle") = true,
+      "Batches of a profile (docs/profiles.md): the same stream as the dcp command's --profile/--seed/--index; "
+      "profile 'lengths' replays `lengths` (a corpus's document lengths) in seeded shuffled epochs, or in order "
+      "with shuffle=False (the command's --lengths FILE).");
 
   nb::class_<Cluster>(m, "Cluster")
       .def_ro("name", &Cluster::name)

@@ -2,11 +2,14 @@
 #include "dcp/io.h"
 
 #include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -295,6 +298,32 @@ std::vector<Batch> parse_dataset(const std::string& text, const std::string& pat
   }
   if (batches.empty()) raise(ErrorKind::InvalidInput, path + ": no batches (expected one JSON batch per line)");
   return batches;
+}
+
+std::vector<int64_t> load_lengths(const std::string& path) { return parse_lengths(read_text_file(path), path); }
+
+std::vector<int64_t> parse_lengths(const std::string& text, const std::string& source) {
+  std::vector<int64_t> lengths;
+  std::istringstream lines(text);
+  std::string line;
+  for (int64_t line_no = 1; std::getline(lines, line); ++line_no) {
+    const size_t begin = line.find_first_not_of(" \t\r");
+    if (begin == std::string::npos || line[begin] == '#') continue;
+    const size_t end = line.find_last_not_of(" \t\r") + 1;
+    const std::string word = line.substr(begin, end - begin);
+    int64_t value = 0;
+    const auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), value);
+    const std::string where = source + ":line " + std::to_string(line_no) + ": ";
+    if (ec == std::errc::result_out_of_range)
+      raise(ErrorKind::InvalidInput, where + "length '" + word + "' is out of range");
+    if (ec != std::errc{} || ptr != word.data() + word.size())
+      raise(ErrorKind::InvalidInput, where + "expected one document length (an integer) per line, got '" + word + "'");
+    if (value < 1) raise(ErrorKind::InvalidInput, where + "a document length must be >= 1, got " + word);
+    lengths.push_back(value);
+  }
+  if (lengths.empty())
+    raise(ErrorKind::InvalidInput, source + ": no document lengths (expected one integer >= 1 per line)");
+  return lengths;
 }
 
 std::string batch_to_json(const Batch& batch, bool pretty) {

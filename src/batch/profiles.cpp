@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dcp/error.h"
@@ -38,9 +39,38 @@ double raw_length(const ProfileOptions& o, SplitMix64& rng) {
       return static_cast<double>(o.uniform_min + static_cast<int64_t>(rng.below(span)));
     }
     case Profile::Fixed: return static_cast<double>(o.fixed_length);
+    case Profile::Lengths: break;  // LengthStream replays them
   }
   return 1.0;
 }
+
+// The raw lengths of a stream of documents: the named profiles draw each one; the lengths
+// profile walks its lengths epoch by epoch, each epoch a Fisher-Yates shuffle (or the given
+// order), so over n documents every length comes once, as from a data loader over a corpus.
+class LengthStream {
+ public:
+  explicit LengthStream(const ProfileOptions& o) : o_(o) {}
+  double next(SplitMix64& rng) {
+    if (o_.profile != Profile::Lengths) return raw_length(o_, rng);
+    if (pos_ == order_.size()) {
+      if (order_.empty()) {
+        order_.resize(o_.lengths.size());
+        for (size_t i = 0; i < order_.size(); ++i) order_[i] = i;
+      }
+      if (o_.lengths_shuffle) {
+        for (size_t i = order_.size() - 1; i > 0; --i)
+          std::swap(order_[i], order_[static_cast<size_t>(rng.below(static_cast<int64_t>(i) + 1))]);
+      }
+      pos_ = 0;
+    }
+    return static_cast<double>(o_.lengths[order_[pos_++]]);
+  }
+
+ private:
+  const ProfileOptions& o_;
+  std::vector<size_t> order_;
+  size_t pos_ = 0;
+};
 
 int64_t scaled_length(double raw, const ProfileOptions& o) {
   const double v = std::round(raw * o.scale);
@@ -85,15 +115,17 @@ const char* to_string(Profile p) {
     case Profile::LongAlign: return "longalign";
     case Profile::Uniform: return "uniform";
     case Profile::Fixed: return "fixed";
+    case Profile::Lengths: return "lengths";
   }
   return "?";
 }
 
 Profile parse_profile(const std::string& s) {
-  for (Profile p : {Profile::Ldc, Profile::LongAlign, Profile::Uniform, Profile::Fixed}) {
+  for (Profile p : {Profile::Ldc, Profile::LongAlign, Profile::Uniform, Profile::Fixed, Profile::Lengths}) {
     if (s == to_string(p)) return p;
   }
-  raise(ErrorKind::InvalidInput, "profile: unknown profile '" + s + "' (expected one of ldc, longalign, uniform, fixed)");
+  raise(ErrorKind::InvalidInput,
+        "profile: unknown profile '" + s + "' (expected one of ldc, longalign, uniform, fixed, lengths)");
 }
 
 void ProfileOptions::validate() const {
@@ -115,6 +147,10 @@ void ProfileOptions::validate() const {
   if (uniform_max < uniform_min) {
     bad("uniform_max: must be >= uniform_min " + std::to_string(uniform_min) + ", got " + std::to_string(uniform_max));
   }
+  if (profile == Profile::Lengths && lengths.empty())
+    bad("lengths: the lengths profile needs document lengths (dcp: --lengths FILE), got none");
+  for (size_t i = 0; i < lengths.size(); ++i)
+    if (lengths[i] < 1) bad("lengths[" + std::to_string(i) + "]: must be >= 1, got " + std::to_string(lengths[i]));
   shape.validate("profile.shape");
 }
 
@@ -131,13 +167,14 @@ std::vector<Batch> generate_batches(const ProfileOptions& opts, int count) {
   int64_t num_closed = 0;
 
   SplitMix64 rng(opts.seed);
+  LengthStream stream(opts);
   const bool mixed = opts.mask == "mixed";
   const MaskKind fixed_kind = kind_from_name(opts.mask);
   Batch current;
   current.shape = opts.shape;
   int64_t tokens = 0;
   while (static_cast<int>(kept.size()) < count) {
-    const int64_t length = scaled_length(raw_length(opts, rng), opts);
+    const int64_t length = scaled_length(stream.next(rng), opts);
     const MaskKind kind = mixed ? kMixedKinds[rng.below(4)] : fixed_kind;
     if (tokens + length > opts.token_budget) {
       // Next-fit: the batch that cannot take this sequence is closed for good.
@@ -149,7 +186,7 @@ std::vector<Batch> generate_batches(const ProfileOptions& opts, int count) {
                   std::to_string(opts.token_budget) + ": kept " + std::to_string(kept.size()) + " of " +
                   std::to_string(count) + " batches after discarding " + std::to_string(max_closed) +
                   " underfilled ones (expected lengths of profile '" + to_string(opts.profile) + "' x scale " +
-                  std::to_string(opts.scale) + " that pack to min_fill; check fixed_length or the uniform range)");
+                  std::to_string(opts.scale) + " that pack to min_fill; check fixed_length, the uniform range or the lengths)");
       }
       current = Batch{};
       current.shape = opts.shape;

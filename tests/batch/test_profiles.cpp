@@ -26,10 +26,10 @@ int64_t median(std::vector<int64_t> v) {
 }
 
 TEST(Profiles, NamesRoundTrip) {
-  for (Profile p : {Profile::Ldc, Profile::LongAlign, Profile::Uniform, Profile::Fixed}) {
+  for (Profile p : {Profile::Ldc, Profile::LongAlign, Profile::Uniform, Profile::Fixed, Profile::Lengths}) {
     EXPECT_EQ(parse_profile(to_string(p)), p);
   }
-  test::expect_invalid_input([] { parse_profile("pile"); }, {"'pile'", "ldc, longalign, uniform, fixed"});
+  test::expect_invalid_input([] { parse_profile("pile"); }, {"'pile'", "ldc, longalign, uniform, fixed, lengths"});
 }
 
 TEST(Profiles, OptionsValidate) {
@@ -184,6 +184,70 @@ TEST(Profiles, MixedUsesEveryKindAndShortSharedQuestionsFallBack) {
   o.mask = "shared_question";
   for (const Batch& b : generate_batches(o, 2))
     for (const Sequence& s : b.sequences) EXPECT_EQ(s.mask.kind, MaskKind::Causal);
+}
+
+// The lengths profile replays a corpus: with nothing discarded (min_fill 0), the stream of
+// sequences is the kept batches in order, and every window of n = |lengths| documents that
+// starts at an epoch boundary holds each length once.
+TEST(Profiles, LengthsReplayEveryDocumentOncePerEpoch) {
+  ProfileOptions o;
+  o.profile = Profile::Lengths;
+  o.token_budget = 50000;
+  o.min_fill = 0;
+  for (int i = 0; i < 37; ++i) o.lengths.push_back(100 + 977 * i % 20011);
+  std::vector<int64_t> sorted = o.lengths;
+  std::sort(sorted.begin(), sorted.end());
+  for (const bool shuffle : {true, false}) {
+    o.lengths_shuffle = shuffle;
+    const std::vector<int64_t> stream = all_lengths(generate_batches(o, 40));
+    ASSERT_GE(stream.size(), 3 * o.lengths.size());
+    for (size_t epoch = 0; epoch < 3; ++epoch) {
+      std::vector<int64_t> window(stream.begin() + static_cast<std::ptrdiff_t>(epoch * o.lengths.size()),
+                                  stream.begin() + static_cast<std::ptrdiff_t>((epoch + 1) * o.lengths.size()));
+      if (!shuffle) {
+        EXPECT_EQ(window, o.lengths) << "epoch " << epoch;
+      }
+      std::sort(window.begin(), window.end());
+      EXPECT_EQ(window, sorted) << "epoch " << epoch << (shuffle ? " shuffled" : " in order");
+    }
+  }
+  // Shuffled epochs differ from the file's order and from each other, and follow the seed.
+  o.lengths_shuffle = true;
+  const std::vector<int64_t> a = all_lengths(generate_batches(o, 40));
+  EXPECT_NE(std::vector<int64_t>(a.begin(), a.begin() + 37), o.lengths);
+  EXPECT_NE(std::vector<int64_t>(a.begin(), a.begin() + 37), std::vector<int64_t>(a.begin() + 37, a.begin() + 74));
+  EXPECT_EQ(a, all_lengths(generate_batches(o, 40)));
+  o.seed = 2;
+  EXPECT_NE(a, all_lengths(generate_batches(o, 40)));
+}
+
+TEST(Profiles, LengthsScaledClampedAndPacked) {
+  ProfileOptions o;
+  o.profile = Profile::Lengths;
+  o.lengths = {3000, 12000, 70000, 500};
+  o.token_budget = 16384;
+  o.scale = 2;
+  std::set<int64_t> allowed{6000, 16384, 1000};  // 24000 and 140000 clamp to the budget
+  for (const Batch& b : generate_batches(o, 20)) {
+    EXPECT_LE(b.total_tokens(), o.token_budget);
+    EXPECT_GE(static_cast<double>(b.total_tokens()), o.min_fill * static_cast<double>(o.token_budget));
+    for (const Sequence& s : b.sequences) EXPECT_TRUE(allowed.count(s.length)) << s.length;
+  }
+  o.lengths.clear();
+  test::expect_invalid_input([&] { generate_batches(o, 1); }, {"profile.lengths", "--lengths FILE"});
+  o.lengths = {5, 0};
+  test::expect_invalid_input([&] { o.validate(); }, {"profile.lengths[1]: must be >= 1, got 0"});
+}
+
+TEST(LengthsFile, ReadsOneLengthPerLineAndNamesBadLines) {
+  EXPECT_EQ(parse_lengths("# tokens per document\n4096\n\n  17 \r\n900000\n", "c.txt"),
+            (std::vector<int64_t>{4096, 17, 900000}));
+  test::expect_invalid_input([] { parse_lengths("12\n3.5\n", "c.txt"); }, {"c.txt:line 2", "'3.5'"});
+  test::expect_invalid_input([] { parse_lengths("12 13\n", "c.txt"); }, {"c.txt:line 1", "'12 13'"});
+  test::expect_invalid_input([] { parse_lengths("1\n2\n-4\n", "c.txt"); }, {"c.txt:line 3", ">= 1, got -4"});
+  test::expect_invalid_input([] { parse_lengths("99999999999999999999\n", "c.txt"); }, {"c.txt:line 1", "out of range"});
+  test::expect_invalid_input([] { parse_lengths("# nothing\n\n", "c.txt"); }, {"c.txt: no document lengths"});
+  test::expect_invalid_input([] { load_lengths("/nonexistent/lengths.txt"); }, {"/nonexistent/lengths.txt"});
 }
 
 }  // namespace

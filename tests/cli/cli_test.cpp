@@ -2,7 +2,9 @@
 // report agreeing with the library and with itself.
 #include <array>
 #include <cstdio>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -96,6 +98,42 @@ TEST(Cli, WritesTheBatchItUsedAndReadsItBack) {
   EXPECT_EQ(ja["batch"], jb["batch"]);
   EXPECT_EQ(ja["placements"][0]["inter_bytes"], jb["placements"][0]["inter_bytes"]);
   EXPECT_EQ(ja["placements"][0]["devices"], jb["placements"][0]["devices"]);
+}
+
+// A corpus's document lengths packed into batches: in the file's order, next-fit to --tokens.
+TEST(Cli, PacksTheDocumentLengthsOfAFile) {
+  const std::string lengths = ::testing::TempDir() + "dcp_cli_lengths.txt";
+  const std::string batch = ::testing::TempDir() + "dcp_cli_lengths_batch.json";
+  std::FILE* f = std::fopen(lengths.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs("# document lengths\n4000\n3000\n2500\n6000\n2000\n", f);
+  std::fclose(f);
+  Result a = run("plan --lengths " + lengths + " --lengths-in-order --tokens 10000 --nodes 1 --method ring --json "
+                 "--write-batch " + batch);
+  ASSERT_EQ(a.exit_code, 0) << a.out;
+  EXPECT_EQ(nlohmann::json::parse(a.out)["batch"]["tokens"], 9500);
+  std::vector<int64_t> got;
+  std::ifstream written(batch);
+  const nlohmann::json used = nlohmann::json::parse(written);
+  for (const auto& s : used["sequences"]) got.push_back(s["length"]);
+  EXPECT_EQ(got, (std::vector<int64_t>{4000, 3000, 2500}));
+  // The second batch (--index 1) starts where the first stopped.
+  Result b = run("plan --lengths " + lengths + " --lengths-in-order --tokens 10000 --index 1 --nodes 1 --method ring --json");
+  ASSERT_EQ(b.exit_code, 0) << b.out;
+  EXPECT_EQ(nlohmann::json::parse(b.out)["batch"]["tokens"], 8000);  // 6000 + 2000, then 4000 does not fit
+  // Shuffled epochs (the default) and a simulation run too.
+  Result c = run("simulate --lengths " + lengths + " --tokens 10000 --batches 2 --nodes 1 --json");
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+
+  Result both = run("plan --lengths " + lengths + " --profile ldc");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.out.find("--profile excludes --lengths"), std::string::npos) << both.out;
+  f = std::fopen(lengths.c_str(), "w");
+  std::fputs("4000\nlots\n", f);
+  std::fclose(f);
+  Result bad = run("plan --lengths " + lengths);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find(lengths + ":line 2"), std::string::npos) << bad.out;
 }
 
 TEST(Cli, ExampleBatchPlans) {

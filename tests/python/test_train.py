@@ -105,6 +105,26 @@ def test_layer_patterns_name_each_layers_mask():
     assert {spec[0] for spec in step.kind_masks["shared_question"]} <= {"shared_question", "causal"}
 
 
+def test_corpus_lengths_feed_the_lengths_profile(tmp_path):
+    """train_data's document lengths (the documents train.py cuts) through dcp's lengths profile."""
+    sys.path.insert(0, EXAMPLES)
+    import dcp
+    import train_data
+
+    corpus = train_data.text_corpus()
+    lengths = train_data.document_lengths(corpus, 4096)
+    assert sum(lengths) == sum(corpus.sizes) and max(lengths) <= 4096 and min(lengths) >= 1
+    steps = dcp.profile_batches("lengths", 3, 65536, "causal", 16, 4, 128, 4, lengths=lengths)
+    for b in steps:
+        assert b.total_tokens <= 65536 and set(b.lengths) <= set(lengths)
+    # The in-order stream is the documents in the corpus's order, packed next-fit.
+    first = dcp.profile_batches("lengths", 3, 65536, "causal", 16, 4, 128, 1, lengths=lengths, shuffle=False)[0]
+    assert list(first.lengths) == lengths[:len(first.lengths)]
+    out = subprocess.run([sys.executable, os.path.join(EXAMPLES, "train_data.py"), "lengths", "--max-doc", "4096"],
+                         capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0].startswith("#") and [int(x) for x in out[1:]] == lengths
+
+
 def test_mask_functions_match_dcp_reference():
     sys.path.insert(0, EXAMPLES)
     import dcp
