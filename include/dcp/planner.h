@@ -211,19 +211,26 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
                                   const StepPlanOptions& options, const std::vector<double>& layers = {});
 
 // Plans steps ahead of training on a pool of threads. submit() returns at once; get() blocks only
-// until that step's plan is ready and hands it over (the queue keeps no reference after that).
-// A step whose planning failed rethrows its error from get(), its message prefixed with
-// "step N: ". Thread-safe.
+// until that step's plan is ready and hands it over. A step whose planning failed rethrows its
+// error from get(), its message prefixed with "step N: ". Thread-safe.
+//
+// Reuse: planning is deterministic, so a step whose batch (and layer kinds) equals an earlier
+// step's gets that step's plans without planning again. The queue keeps the plans of the last
+// `reuse_batches` distinct batches (shared, immutable); a batch equal to one still being planned
+// waits for it instead of planning twice. Fixed-length data (every step the same documents'
+// lengths and masks) then plans once. Failures are not kept.
 class PlanQueue {
  public:
   struct StepStats {
-    double planning_ms = 0;  // on a worker: batch validation to plan
+    double planning_ms = 0;  // on a worker: batch validation to plan (a reused plan: the lookup)
     double queued_ms = 0;    // submitted until a worker started it
     double waited_ms = 0;    // get() blocked
+    bool reused = false;     // the plans of an earlier step with an equal batch
   };
 
-  // threads >= 1. Throws InvalidInput on bad options or cluster.
-  PlanQueue(Cluster cluster, StepPlanOptions options, int threads);
+  // threads >= 1, reuse_batches >= 0 (0: every step planned). Throws InvalidInput on bad
+  // options or cluster.
+  PlanQueue(Cluster cluster, StepPlanOptions options, int threads, int reuse_batches = 8);
   ~PlanQueue();  // finishes the steps being planned, drops the rest
   PlanQueue(const PlanQueue&) = delete;
   PlanQueue& operator=(const PlanQueue&) = delete;

@@ -279,12 +279,15 @@ class Planner:
               is every rank's documents in rank order (submit then all-gathers their lengths and
               masks over the group), and StepPlan.dispatch moves the loaded tokens to the ranks
               that hold them.
+    reuse_batches: a step whose batch equals one of the last `reuse_batches` distinct batches
+              takes its plan without planning again (planning is deterministic: it is the plan it
+              would get); 0 plans every step. Fixed-length data then plans once.
     """
 
     def __init__(self, group: Any = None, cluster: Any = "h200-nvl", options: Any = None, *,
                  shape: Tuple[int, int, int], dtype: str = "bf16", threads: int = 4, lookahead: int = 2,
                  verify: str = "every", broadcast: bool = False, devices_per_node: Optional[int] = None,
-                 timeout_s: float = 600.0, per_rank_data: bool = False):
+                 timeout_s: float = 600.0, per_rank_data: bool = False, reuse_batches: int = 8):
         self.group, self.rank, self.world_size = _group_info(group)
         self.shape = tuple(int(x) for x in shape)
         self.dtype = dtype
@@ -300,7 +303,8 @@ class Planner:
         self.timeout_s = float(timeout_s)
         self.per_rank_data = bool(per_rank_data)
         self._plans_here = not self.broadcast or self.rank == 0
-        self._queue = _dcp.PlanQueue(self.cluster, self.options, int(threads)) if self._plans_here else None
+        self._queue = _dcp.PlanQueue(self.cluster, self.options, int(threads), int(reuse_batches)) \
+            if self._plans_here else None
         self._verified = False
         self._closed = False
         self._stats: Dict[int, Dict[str, float]] = {}
@@ -355,7 +359,7 @@ class Planner:
         loaded = self._loaded.pop(step, None)
         t0 = time.perf_counter()
         plans = self._queue.get_kinds(step, self.timeout_s) if self._queue is not None else None
-        stats = dict(self._queue.stats(step)) if self._queue is not None else {"planning_ms": 0.0, "queued_ms": 0.0}
+        stats = dict(self._queue.stats(step)) if self._queue is not None else {"planning_ms": 0.0, "queued_ms": 0.0, "reused": False}
         if self.broadcast:
             plans = self._broadcast(plans)
         stats["waited_ms"] = (time.perf_counter() - t0) * 1e3
@@ -385,7 +389,8 @@ class Planner:
         self.close()
 
     def stats(self, step: int) -> Dict[str, float]:
-        """planning_ms (on a worker), queued_ms, waited_ms (what get() cost the training loop)."""
+        """planning_ms (on a worker), queued_ms, waited_ms (what get() cost the training loop),
+        reused (the plan of an earlier step with an equal batch)."""
         return dict(self._stats[int(step)])
 
     def iterate(self, batches: Iterable[Tuple[Sequence[int], Any]], first_step: int = 0) -> Iterator[Tuple[int, Any, StepPlan]]:

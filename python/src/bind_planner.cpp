@@ -152,7 +152,8 @@ void bind_planner(nb::module_& m) {
       nb::call_guard<nb::gil_scoped_release>());
 
   nb::class_<PlanQueue>(m, "PlanQueue")
-      .def(nb::init<Cluster, StepPlanOptions, int>(), nb::arg("cluster"), nb::arg("options"), nb::arg("threads"))
+      .def(nb::init<Cluster, StepPlanOptions, int, int>(), nb::arg("cluster"), nb::arg("options"), nb::arg("threads"),
+           nb::arg("reuse_batches") = 8)
       .def("submit", &PlanQueue::submit, nb::arg("step"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>())
       .def("submit_kinds", &PlanQueue::submit_kinds, nb::arg("step"), nb::arg("kinds"),
            nb::arg("layers") = std::vector<double>{}, nb::call_guard<nb::gil_scoped_release>())
@@ -167,6 +168,7 @@ void bind_planner(nb::module_& m) {
              d["planning_ms"] = s.planning_ms;
              d["queued_ms"] = s.queued_ms;
              d["waited_ms"] = s.waited_ms;
+             d["reused"] = s.reused;
              return d;
            })
       .def_prop_ro("in_flight", &PlanQueue::in_flight);

@@ -1,14 +1,21 @@
 // PlanQueue: steps planned on worker threads ahead of the training loop. Workers take submitted
-// steps in submission order; results wait in a map until get() takes them.
+// steps in submission order; results wait in a map until get() takes them. Batches seen recently
+// are keyed by their canonical JSON (every length, mask and shape, and the layer counts), so an
+// equal batch takes the plans already made, or joins the step planning them.
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "dcp/error.h"
+#include "dcp/io.h"
 #include "dcp/planner.h"
 
 namespace dcp {
@@ -38,6 +45,45 @@ struct PlanQueue::State {
   bool stop = false;
   std::vector<std::thread> workers;
 
+  // Plans by batch key: done ones (most recently used last in `recent`), and those being planned
+  // with the steps waiting for them.
+  int reuse_batches = 0;
+  struct Known {
+    bool done = false;
+    std::vector<std::shared_ptr<const Plan>> plans;
+    std::vector<int64_t> waiting;  // steps with an equal batch, fulfilled when it is done
+  };
+  std::map<std::string, Known> known;
+  std::deque<std::string> recent;  // done keys, least recently used first
+
+  static std::string key_of(const std::vector<Batch>& kinds, const std::vector<double>& layers, bool layered) {
+    std::string key = layered ? "kinds" : "batch";
+    for (const double l : layers) {  // shortest text that reads back as the same double
+      char text[32];
+      key.append(1, ' ').append(text, std::to_chars(text, text + sizeof text, l).ptr);
+    }
+    for (const Batch& b : kinds) key.append(1, '\n').append(batch_to_json(b, false));
+    return key;
+  }
+  void touch(const std::string& key) {
+    for (auto it = recent.begin(); it != recent.end(); ++it)
+      if (*it == key) {
+        recent.erase(it);
+        break;
+      }
+    recent.push_back(key);
+    while (static_cast<int>(recent.size()) > reuse_batches) {
+      known.erase(recent.front());
+      recent.pop_front();
+    }
+  }
+  void finish(Step& s, std::vector<std::shared_ptr<const Plan>> plans, std::exception_ptr error, double ms) {
+    s.plans = std::move(plans);
+    s.error = error;
+    s.stats.planning_ms = ms;
+    s.done = true;
+  }
+
   void work() {
     std::unique_lock lock(mutex);
     for (;;) {
@@ -54,6 +100,26 @@ struct PlanQueue::State {
       const std::vector<Batch> kinds = std::move(step.kinds);
       const bool layered = step.layered;
       const std::vector<double> layers = std::move(step.layers);
+      std::string key;
+      if (reuse_batches > 0) {
+        lock.unlock();
+        key = key_of(kinds, layers, layered);
+        lock.lock();
+        auto k = known.find(key);
+        if (k != known.end()) {
+          Step& same = steps.at(id);
+          same.stats.reused = true;
+          if (k->second.done) {
+            finish(same, k->second.plans, nullptr, std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+            touch(key);
+            plan_ready.notify_all();
+          } else {
+            k->second.waiting.push_back(id);
+          }
+          continue;
+        }
+        known[key];  // being planned: equal batches wait for it
+      }
       lock.unlock();
       std::vector<std::shared_ptr<const Plan>> plans;
       std::exception_ptr error;
@@ -68,20 +134,34 @@ struct PlanQueue::State {
       }
       const double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
       lock.lock();
-      // The step is still there: get() waits for done and the destructor joins first.
-      Step& s = steps.at(id);
-      s.plans = std::move(plans);
-      s.error = error;
-      s.stats.planning_ms = ms;
-      s.done = true;
+      // The step is still there: get() waits for done and the destructor joins first; so are
+      // the steps waiting for its batch.
+      if (!key.empty()) {
+        Known& k = known.at(key);
+        for (const int64_t other : k.waiting) finish(steps.at(other), plans, error, 0.0);
+        k.waiting.clear();
+        if (error) {
+          known.erase(key);  // a failure is not kept: the next equal batch tries again
+        } else {
+          k.done = true;
+          k.plans = plans;
+          touch(key);
+        }
+      }
+      finish(steps.at(id), std::move(plans), error, ms);
       plan_ready.notify_all();
     }
   }
 };
 
-PlanQueue::PlanQueue(Cluster cluster, StepPlanOptions options, int threads) : state_(std::make_unique<State>()) {
+PlanQueue::PlanQueue(Cluster cluster, StepPlanOptions options, int threads, int reuse_batches)
+    : state_(std::make_unique<State>()) {
   if (threads < 1 || threads > 256)
     raise(ErrorKind::InvalidInput, "plan queue: threads must be in [1, 256] (got " + std::to_string(threads) + ")");
+  if (reuse_batches < 0 || reuse_batches > 4096)
+    raise(ErrorKind::InvalidInput,
+          "plan queue: reuse_batches must be in [0, 4096] (got " + std::to_string(reuse_batches) + ")");
+  state_->reuse_batches = reuse_batches;
   cluster.validate("plan queue: cluster");
   options.validate();
   state_->cluster = std::move(cluster);

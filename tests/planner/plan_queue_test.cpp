@@ -2,7 +2,9 @@
 // finish in; errors reach get() naming their step; every queue makes the same plans.
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "dcp/error.h"
 #include "dcp/planner.h"
@@ -78,6 +80,76 @@ TEST(PlanQueue, PlanningErrorsReachGetNamingTheStep) {
     EXPECT_EQ(std::string(e.what()).rfind("step 7: ", 0), 0u) << e.what();
   }
   EXPECT_TRUE(queue.get(8)) << "a failed step does not stop later ones";
+}
+
+// An equal batch takes the plans already made (the same objects: planning is deterministic,
+// so they are the plans it would get), within the last reuse_batches distinct batches.
+TEST(PlanQueue, EqualBatchesReuseTheirPlans) {
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  const Batch a = step_batch(1, "causal"), b = step_batch(2, "lambda"), c = step_batch(3, "mixed");
+  Batch a_other_window = step_batch(1, "lambda");
+  a_other_window.sequences[0].mask = Mask::lambda(64, 1024);  // one mask parameter differs
+  // One worker: steps are planned in submission order. A B A C B A': with room for 2 batches,
+  // the second B was evicted by C (A was used more recently), so it plans again.
+  PlanQueue queue(cluster, options("dcp"), 1, 2);
+  const std::vector<const Batch*> order{&a, &b, &a, &c, &b, &a_other_window};
+  const std::vector<bool> reused{false, false, true, false, false, false};
+  for (size_t i = 0; i < order.size(); ++i) queue.submit(static_cast<int64_t>(i), *order[i]);
+  std::vector<std::shared_ptr<const Plan>> plans;
+  for (size_t i = 0; i < order.size(); ++i) {
+    plans.push_back(queue.get(static_cast<int64_t>(i)));
+    EXPECT_EQ(plan_hash(*plans.back()), plan_hash(plan_step(*order[i], cluster, options("dcp")))) << "step " << i;
+    EXPECT_EQ(queue.stats(static_cast<int64_t>(i)).reused, reused[i]) << "step " << i;
+  }
+  EXPECT_EQ(plans[2].get(), plans[0].get());
+  EXPECT_NE(plans[4].get(), plans[1].get());
+
+  // reuse_batches 0: every step planned.
+  PlanQueue fresh(cluster, options("dcp"), 1, 0);
+  fresh.submit(0, a);
+  fresh.submit(1, a);
+  EXPECT_NE(fresh.get(0).get(), fresh.get(1).get());
+  EXPECT_FALSE(fresh.stats(1).reused);
+  EXPECT_THROW(PlanQueue(cluster, options("dcp"), 1, -1), Error);
+}
+
+// Equal batches submitted together are planned once: the others wait for that step.
+TEST(PlanQueue, EqualBatchesInFlightArePlannedOnce) {
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  PlanQueue queue(cluster, options("dcp"), 4);
+  const Batch a = step_batch(5, "shared_question");
+  for (int64_t step = 0; step < 8; ++step) queue.submit(step, a);
+  int planned = 0;
+  const auto first = queue.get(0);
+  for (int64_t step = 0; step < 8; ++step) {
+    if (step > 0) {
+      EXPECT_EQ(queue.get(step).get(), first.get());
+    }
+    planned += queue.stats(step).reused ? 0 : 1;
+  }
+  EXPECT_EQ(planned, 1);
+  // Layer kinds: the same kinds and layer counts reuse, other counts do not.
+  const std::vector<Batch> kinds{step_batch(6, "causal"), step_batch(6, "lambda")};
+  queue.submit_kinds(10, kinds, {1, 3});
+  queue.submit_kinds(11, kinds, {1, 3});
+  queue.submit_kinds(12, kinds, {1, 3.5});
+  EXPECT_EQ(queue.get_kinds(10)[1].get(), queue.get_kinds(11)[1].get());
+  EXPECT_NE(queue.stats(10).reused, queue.stats(11).reused);  // one planned, whichever a worker took first
+  queue.get_kinds(12);
+  EXPECT_FALSE(queue.stats(12).reused);
+}
+
+// A failure is not kept: every step of the bad batch gets the error, later ones try again.
+TEST(PlanQueue, EqualBadBatchesAllFail) {
+  const Cluster cluster = cluster_preset("a100-p4d", 1);
+  PlanQueue queue(cluster, options("dcp"), 2);
+  Batch bad = step_batch(1, "causal");
+  bad.sequences[0].length = -3;
+  for (int64_t step = 0; step < 3; ++step) queue.submit(step, bad);
+  for (int64_t step = 0; step < 3; ++step) EXPECT_THROW(queue.get(step), Error) << "step " << step;
+  queue.submit(3, bad);
+  EXPECT_THROW(queue.get(3), Error);
+  EXPECT_FALSE(queue.stats(3).reused);
 }
 
 TEST(PlanQueue, MisuseIsRefused) {

@@ -25,6 +25,20 @@ def test_plans_come_back_in_submission_order():
         assert s["planning_ms"] >= 0 and s["waited_ms"] >= 0
 
 
+def test_equal_batches_reuse_their_plan():
+    """A batch equal to an earlier one takes its plan (the one planning it again would give)."""
+    a, b = cases.random_docs(7, max_len=400, num_docs=3), cases.random_docs(8, max_len=400, num_docs=3)
+    for reuse, want in ((8, [False, False, True, True]), (0, [False] * 4)):
+        p = planner(threads=1, reuse_batches=reuse)
+        for step, (lengths, specs) in enumerate([a, b, a, b]):
+            p.submit(step, lengths, specs)
+        plans = [p.get(step) for step in range(4)]
+        assert [p.stats(step)["reused"] for step in range(4)] == want
+        assert plans[2].plan.hash == plans[0].plan.hash and plans[3].plan.hash == plans[1].plan.hash
+        assert plans[0].plan.hash != plans[1].plan.hash
+        p.close()
+
+
 def test_placement_threads_give_the_same_plan():
     """Threads inside one placement (placement_threads) change its time, never the plan."""
     lengths, specs = cases.random_docs(5, max_len=900, num_docs=6)
