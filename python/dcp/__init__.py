@@ -31,11 +31,17 @@ from .planner import LayerKinds, Planner, StepPlan, make_batch
 __version__ = "0.1.0"
 
 
-def plan(lengths, masks, shape, cluster="h200-nvl", options=None, world_size: int = 1, dtype: str = "bf16"):
-    """One plan, now, without a planner (tests, tools): `world_size` devices of one node."""
+def plan(lengths, masks, shape, cluster="h200-nvl", options=None, world_size=None, dtype: str = "bf16"):
+    """One plan, now, without a planner (tools, notebooks, tests). `cluster`: a dcp.Cluster or a
+    cluster JSON file (its devices), or a preset with `world_size` devices of one node (default 1).
+    `plan.simulate(cluster)` predicts its time; options={"method": "zigzag"} plans a static layout
+    to compare with."""
     from .planner import _cluster, _options
     from ._dcp import plan_step
 
+    if world_size is None:
+        world_size = cluster.num_devices if isinstance(cluster, Cluster) else \
+            load_cluster(cluster).num_devices if isinstance(cluster, str) and cluster.endswith(".json") else 1
     return plan_step(make_batch(lengths, masks, shape, dtype), _cluster(cluster, world_size, None), _options(options))
 
 

@@ -11,7 +11,9 @@
 #include "bind.h"
 #include "dcp/dispatch.h"
 #include "dcp/error.h"
+#include "dcp/io.h"
 #include "dcp/planner.h"
+#include "dcp/sim.h"
 #include "dcp/validate.h"
 
 namespace nb = nanobind;
@@ -123,7 +125,50 @@ void bind_planner(nb::module_& m) {
              const std::vector<uint8_t> b = serialize_plan(p);
              return nb::bytes(reinterpret_cast<const char*>(b.data()), b.size());
            })
-      .def("to_json", [](const Plan& p) { return plan_to_json(p, true); });
+      .def("to_json", [](const Plan& p) { return plan_to_json(p, true); })
+      .def(
+          "simulate",
+          [](const Plan& p, const Cluster& cluster, const std::string& calibration, bool trace) {
+            cluster.validate("simulate: cluster");
+            check_plan_world_size(p, cluster.num_devices(), "simulate");
+            SimOptions o;
+            o.calibration = calibration.empty() ? calibration_from_cluster(cluster) : load_calibration(calibration);
+            o.trace = trace;
+            SimResult r;
+            {
+              nb::gil_scoped_release release;
+              check_plan(p);  // the simulator's precondition, for plans from anywhere
+              r = simulate(p, cluster, o);
+            }
+            nb::dict d;
+            d["fwd_ms"] = r.fwd_s * 1e3;
+            d["bwd_ms"] = r.bwd_s * 1e3;
+            d["total_ms"] = r.total_s() * 1e3;
+            d["comm_ms"] = r.comm_s * 1e3;
+            d["exposed_comm_ms"] = r.exposed_comm_s * 1e3;
+            d["hidden_fraction"] = r.hidden_fraction;
+            d["calibration"] = o.calibration.name;
+            d["critical_path"] = r.critical_path;
+            nb::list devices;
+            for (const DeviceSim& dev : r.devices) {
+              nb::dict e;
+              const char* pass[2] = {"fwd", "bwd"};
+              for (int k = 0; k < 2; ++k) {
+                e[(std::string(pass[k]) + "_ms").c_str()] = dev.finish_s[k] * 1e3;
+                e[(std::string(pass[k]) + "_compute_ms").c_str()] = dev.compute_s[k] * 1e3;
+                e[(std::string(pass[k]) + "_stall_ms").c_str()] = dev.stall_s[k] * 1e3;
+                e[(std::string(pass[k]) + "_exposed_comm_ms").c_str()] = dev.exposed_comm_s[k] * 1e3;
+              }
+              devices.append(e);
+            }
+            d["devices"] = devices;
+            if (trace) d["trace_json"] = r.trace_json;
+            return d;
+          },
+          nb::arg("cluster"), nb::arg("calibration") = "", nb::arg("trace") = false,
+          "Predicted attention time of this plan on `cluster` (sim.h): forward and backward of the slowest "
+          "device, communication hidden, each device's finish, compute and stall times, the critical path; "
+          "calibration: a JSON file (default: the cluster's own rates), trace: also a Perfetto timeline.");
   m.def(
       "plan_from_bytes",
       [](nb::bytes b) {

@@ -75,6 +75,31 @@ def test_activation_checkpointing_gives_the_same_gradients():
         assert torch.allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
+def test_profiler_traces_name_the_calls():
+    """torch.profiler shows eager calls under the custom ops' names; results are unchanged."""
+    import dcp
+    import dcp.torch as dt
+
+    lengths, specs = cases.random_docs(23)
+    planner = dcp.Planner(None, "h200-nvl", {"block_size": 32}, shape=cases.SHAPE, dtype="fp32")
+    planner.submit(0, lengths, specs)
+    plan = planner.get(0)
+    q, k, v, w = cases.inputs(23, plan.num_tokens)
+
+    def run():
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        (dt.attention(qq, kk, vv, plan) * w).sum().backward()
+        return qq.grad
+
+    plain = run()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        profiled = run()
+    names = {e.name for e in prof.events()}
+    assert {"dcp::attention_forward", "dcp::attention_backward"} <= names, sorted(n for n in names if "dcp" in n)
+    assert torch.equal(plain, profiled)
+    planner.close()
+
+
 def test_prepare_builds_the_runner_ahead_and_changes_nothing():
     """dcp.torch.prepare builds a plan's runner before its step (the training loop's lookahead):
     the runner is made once, by prepare, and the outputs and gradients are those of a plan whose

@@ -39,6 +39,34 @@ def test_equal_batches_reuse_their_plan():
         p.close()
 
 
+def test_simulate_predicts_a_plans_time():
+    """Plan.simulate: per-device times consistent with the pass times, dcp ahead of packing on a
+    batch with one long document, and clear errors."""
+    import json
+
+    cluster = dcp.cluster("a100-p4d", 2, 4)
+    lengths = [32768, 1000, 3000, 500, 2500, 7000]
+    plans = {m: dcp.plan(lengths, "causal", (8, 2, 128), cluster, {"method": m, "block_size": 1024})
+             for m in ("dcp", "packing", "zigzag")}
+    times = {}
+    for m, p in plans.items():
+        sim = p.simulate(cluster, trace=(m == "dcp"))
+        assert len(sim["devices"]) == 8 and sim["calibration"]
+        for k in ("fwd", "bwd"):
+            finish = [d[f"{k}_ms"] for d in sim["devices"]]
+            assert max(finish) == pytest.approx(sim[f"{k}_ms"])
+            assert all(d[f"{k}_compute_ms"] <= d[f"{k}_ms"] + 1e-9 for d in sim["devices"])
+        assert sim["total_ms"] == pytest.approx(sim["fwd_ms"] + sim["bwd_ms"])
+        assert 0.0 <= sim["hidden_fraction"] <= 1.0 and sim["critical_path"]
+        times[m] = sim["total_ms"]
+    assert times["dcp"] < times["packing"], times  # packing leaves one device the 32K document
+    assert json.loads(plans["dcp"].simulate(cluster, trace=True)["trace_json"])["traceEvents"]
+    with pytest.raises(dcp.Error, match="world size 8"):
+        plans["dcp"].simulate(dcp.cluster("a100-p4d", 1, 4))
+    with pytest.raises(dcp.Error, match="no_such_calibration.json"):
+        plans["dcp"].simulate(cluster, calibration="/nonexistent/no_such_calibration.json")
+
+
 def test_placement_threads_give_the_same_plan():
     """Threads inside one placement (placement_threads) change its time, never the plan."""
     lengths, specs = cases.random_docs(5, max_len=900, num_docs=6)
