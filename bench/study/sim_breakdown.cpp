@@ -10,7 +10,7 @@
 //
 // Usage: sim_breakdown [--mask M] [--scale S] [--batches N] [--stages N] [--calibration FILE]
 //                      [--blocks 1024,2048] [--eps 0.02,0.05] [--trace PREFIX] [--baselines 0|1]
-//                      [--tail 0|1] [--far-first 0|1] [--relay1 0|1] [--last-share X] [--level 0|1]
+//                      [--tail 0|1] [--far-first 0|1] [--relay1 0|1] [--proxy 0|1] [--proxy-slack X] [--last-share X] [--level 0|1]
 //                      (ScheduleOptions of every plan) [--split-sink 0|1] (BlockOptions::split_sink)
 //                      [--search 0|1] (also the planner's choice with bench_sim_paper's candidates,
 //                      its breakdown and the best candidate of each B x split x eps)
@@ -116,6 +116,8 @@ int main(int argc, char** argv) {
   using namespace dcp;
   std::string mask = "lambda", calib_path = "data/calibration/a100.json";
   bool tail = true, far_first = false, baselines = true, relay1 = true, level = false, split_sink = false;
+  bool proxy = false;
+  double proxy_slack = 0.1;
   bool search = false;
   std::vector<double> search_eps{0.02, 0.05, 0.1};
   std::vector<int> search_stages{4, 3};
@@ -140,6 +142,8 @@ int main(int argc, char** argv) {
     else if (a == "--far-first") far_first = v != "0";
     else if (a == "--baselines") baselines = v != "0";
     else if (a == "--relay1") relay1 = v != "0";
+    else if (a == "--proxy") proxy = v != "0";
+    else if (a == "--proxy-slack") proxy_slack = std::stod(v);
     else if (a == "--last-share") last_share = std::stod(v);
     else if (a == "--level") level = v != "0";
     else if (a == "--split-sink") split_sink = v != "0";
@@ -161,6 +165,8 @@ int main(int argc, char** argv) {
   plan_opts.schedule.tail_overlaps_final_round = tail;
   plan_opts.schedule.far_outputs_first = far_first;
   plan_opts.schedule.relay_first_round = relay1;
+  plan_opts.schedule.proxy_inputs = proxy;
+  plan_opts.schedule.proxy_slack = proxy_slack;
   plan_opts.schedule.last_round_share = last_share;
   plan_opts.schedule.level_stage_compute = level;
   int b = 0;

@@ -64,6 +64,12 @@ struct PlannerOptions {
   // at scale 4 fell from 24.98 to 22.85 ms and lambda from 2.53 to 2.31; twice the schedules
   // per placement took the search from 169–1498 to 264–1992 ms per batch (placement dominates).
   std::vector<bool> level_stage_compute{false, true};
+  // Across nodes, the chosen placement (DCP's or a static layout's) is planned again with every
+  // schedule and its inputs through proxies (ScheduleOptions::proxy_inputs); the fastest plan
+  // is kept. Measured on the paper micro-benchmark (bench/results/plan_sim.md): DCP 0-5 % faster
+  // (shared question at scale 0.5 and 1, causal at 0.5), 2-14 % more search; proxies on every
+  // placement instead doubled the search for about as much.
+  bool proxy_best = true;
   // BlockOptions::split_sink candidates, crossed with block_sizes (a split that cuts no
   // sequence, as on masks without a sink, is not planned twice). Measured on the paper
   // micro-benchmark (bench/results/plan_sim.md): lambda's 131072-token sequence at scale 4
@@ -107,6 +113,7 @@ struct PlanCandidate {
   bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
   double last_round_share = 1.0;
   bool level_stage_compute = false;
+  bool proxy_inputs = false;
   int num_comm_stages = 0;
   uint64_t placement_seed = 0;  // PlacementOptions::seed of its placement
   double predicted_s = 0;   // simulated forward + backward

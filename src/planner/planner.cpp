@@ -66,12 +66,12 @@ std::string describe(const PlanCandidate& c) {
   if (c.method != "dcp") {
     out = "static layout " + c.method;
     if (c.block_size > 0) out += " B " + std::to_string(c.block_size);
-    return out + " stages " + std::to_string(c.num_comm_stages);
+    return out + " stages " + std::to_string(c.num_comm_stages) + (c.proxy_inputs ? " proxies" : "");
   }
   out = "B " + std::to_string(c.block_size) + (c.split_sink ? " (split sink)" : "") + " eps " + num(c.eps_compute);
   out += std::string(" far-first ") + (c.far_outputs_first ? "on" : "off") + " last-round share " + num(c.last_round_share);
   out += std::string(" leveling ") + (c.level_stage_compute ? "on" : "off") + " stages " + std::to_string(c.num_comm_stages);
-  return out;
+  return out + (c.proxy_inputs ? " proxies" : "");
 }
 
 std::vector<std::string> PlannerOptions::default_static_layouts() {
@@ -128,6 +128,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     c.last_round_share = schedule.last_round_share;
     c.level_stage_compute = schedule.level_stage_compute;
     c.num_comm_stages = schedule.num_comm_stages;
+    c.proxy_inputs = schedule.proxy_inputs;
     c.planning_s += seconds_since(t_plan);
     SimOptions so;
     so.calibration = calibration;
@@ -255,6 +256,28 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
         }
       }
       if (skipped) best.skipped_static_layouts.push_back(name);
+    }
+  }
+  // The chosen placement with its inputs through proxies, with every schedule (a static layout:
+  // its stage counts), kept where predicted faster.
+  if (have && opts.proxy_best && cluster.nodes > 1 && !best.chosen.proxy_inputs) {
+    const BlockTable table = best.table;
+    const DcpPlacement placed = best.placement;
+    const PlanCandidate first = best.chosen;
+    const std::shared_ptr<SimTableCache> counts = best_counts;
+    const bool dcp = first.method == "dcp";
+    for (ScheduleOptions schedule : schedule_variants) {
+      if (!dcp) {  // the static layouts' default schedule at each stage count
+        const int stages = schedule.num_comm_stages;
+        schedule = opts.plan.schedule;
+        schedule.num_comm_stages = stages;
+        if (std::any_of(tried.begin(), tried.end(), [&](const PlanCandidate& c) {
+              return c.proxy_inputs && c.num_comm_stages == stages;
+            }))
+          continue;
+      }
+      schedule.proxy_inputs = true;
+      consider(first, table, placed, schedule, counts);
     }
   }
   best.candidates = std::move(tried);

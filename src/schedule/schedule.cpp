@@ -16,6 +16,9 @@ void ScheduleOptions::validate() const {
   if (num_comm_stages < 1 || num_comm_stages > 64)
     raise(ErrorKind::InvalidInput, "schedule options: --stages must be in [1, 64] (got " +
                                        std::to_string(num_comm_stages) + ")");
+  if (!(proxy_slack >= 0 && proxy_slack < 1e6))
+    raise(ErrorKind::InvalidInput, "schedule options: proxy_slack must be a number >= 0 (got " +
+                                       std::to_string(proxy_slack) + ")");
   if (!(last_round_share > 0 && last_round_share <= 1))
     raise(ErrorKind::InvalidInput, "schedule options: last_round_share must be in (0, 1] (got " +
                                        std::to_string(last_round_share) + ")");
@@ -299,6 +302,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
   }
   if (opts.two_phase && cluster.nodes > 1)
     sched::apply_two_phase(table, placement, cluster, opts.relay_first_round, out);
+  if (opts.proxy_inputs && cluster.nodes > 1) sched::proxy_inputs(table, cluster, opts.proxy_slack, out);
   // Outputs (after two-phase, which may move tiles to a later stage): each remote-owned output
   // block leaves in the round after its last tile's stage.
   for (int d = 0; d < num_devices; ++d) {

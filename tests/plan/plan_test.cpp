@@ -1,6 +1,8 @@
 // Plan builder and plan file: round trips, corruption, determinism, memory sizing, schedule.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <functional>
 #include <map>
 #include <tuple>
@@ -192,9 +194,11 @@ TEST(Plan, PartialOutputsCrossTheNetworkOncePerNodeWhenReduced) {
 // schedule is consistent, the plan computes exact attention (validator), tail tiles send no
 // output and take from each stage no more than the compute left once its round's inputs are
 // hidden, with far_outputs_first no tile with an output to another node runs in the last stage,
-// and with relay_first_round no block crosses the network directly to two devices of one node.
+// and with relay_first_round no block crosses the network directly to two devices of one node
+// (a proxy's crossing, one round before its block is needed, counts as one of them).
 TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
   const Cluster c = cluster_for(8);
+  int proxied = 0;  // schedules where proxies added legs
   for (const std::string& mask : testing::mask_names()) {
     const Batch batch = skewed_batch(mask);
     const std::vector<std::pair<std::string, PlacedBatch>> placements = {
@@ -203,7 +207,7 @@ TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
         {"dcp", testing::dcp_placed(batch, 8)},
         {"scattered", testing::scattered(placed(BaselineKind::Zigzag, batch, 8), 3)}};
     for (const auto& [name, pb] : placements) {
-      for (int bits = 0; bits < 32; ++bits) {
+      for (int bits = 0; bits < 64; ++bits) {
         for (int stages : {2, 4}) {
           ScheduleOptions o;
           o.num_comm_stages = stages;
@@ -212,9 +216,17 @@ TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
           o.relay_first_round = (bits & 4) != 0;
           o.last_round_share = (bits & 8) != 0 ? 0.5 : 1.0;
           o.level_stage_compute = (bits & 16) != 0;
+          o.proxy_inputs = (bits & 32) != 0;
+          o.proxy_slack = 0;  // proxy wherever a port is over its node's mean
           SCOPED_TRACE(mask + " " + name + " options " + std::to_string(bits) + " stages " + std::to_string(stages));
           const Schedule s = build_schedule(pb.table, pb.placement, c, o);
           ASSERT_NO_THROW(s.validate(pb.table, pb.placement));
+          if (o.proxy_inputs) {
+            ScheduleOptions direct = o;
+            direct.proxy_inputs = false;
+            const Schedule d = build_schedule(pb.table, pb.placement, c, direct);
+            proxied += s.fwd.inputs.size() + s.bwd.inputs.size() > d.fwd.inputs.size() + d.bwd.inputs.size() ? 1 : 0;
+          }
           for (const PassSchedule* ps : {&s.fwd, &s.bwd}) {
             ASSERT_EQ(ps->tile_tail.size(), pb.table.tiles.size());
             std::map<std::pair<int, int>, double> tail_s;  // (device, stage) -> held-back seconds
@@ -265,6 +277,24 @@ TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
       }
     }
   }
+  EXPECT_GT(proxied, 100) << "proxies never taken: the test does not exercise them";
+}
+
+TEST(Plan, BadScheduleOptionsAreNamed) {
+  ScheduleOptions o;
+  EXPECT_NO_THROW(o.validate());
+  for (double bad : {-0.1, std::nan("")}) {
+    o.proxy_slack = bad;
+    try {
+      o.validate();
+      ADD_FAILURE() << "proxy_slack " << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("proxy_slack"), std::string::npos) << e.what();
+    }
+  }
+  o = ScheduleOptions{};
+  o.last_round_share = 0;
+  EXPECT_THROW(o.validate(), Error);
 }
 
 // The tail runs after the final round is posted and before it is waited for, on the devices
