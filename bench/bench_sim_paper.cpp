@@ -7,9 +7,9 @@
 // with a second seed, by simulated time: planner.h)
 // against every static baseline (default schedule, the better of 4 and 3 communication stages),
 // same simulator and calibration.
-// Inputs through proxies (ScheduleOptions::proxy_inputs) are tried on DCP's chosen plan (the
-// planner's proxy_best) and on every static layout's schedules, unless the fourth argument is
-// no-proxies.
+// Proxies (ScheduleOptions::proxies) on and off: DCP's chosen placement is planned with both (the
+// planner's retry_proxies), every static layout keeps the best of both at each stage count;
+// with no-proxies as the fourth argument, neither has any.
 // Usage: bench_sim_paper [batches per scale] [calibration.json] [out.json] [no-proxies]
 #include <fmt/core.h>
 
@@ -31,7 +31,7 @@
 int main(int argc, char** argv) {
   using namespace dcp;
   const int batches = argc > 1 ? std::max(1, std::atoi(argv[1])) : 2;
-  const bool proxies = !(argc > 4 && std::string(argv[4]) == "no-proxies");  // the A/B of proxy_inputs
+  const bool proxies = !(argc > 4 && std::string(argv[4]) == "no-proxies");
   const Cluster cluster = bench::paper_cluster();
   SimOptions so;
   so.calibration = argc > 2 && argv[2][0] != 0 ? load_calibration(argv[2]) : calibration_from_cluster(cluster);
@@ -51,7 +51,8 @@ int main(int argc, char** argv) {
         popt.block_sizes = {512, 1024, 2048, 4096};
         popt.eps_compute = {0.02, 0.05, 0.1};
         popt.num_comm_stages = {4, 3};
-        popt.proxy_best = proxies;
+        popt.plan.schedule.proxies = proxies;
+        popt.retry_proxies = proxies;
         popt.reseed_best = 1;
         popt.calibration = so.calibration;
         // DCP's own placements only: the table compares them with the static layouts.
@@ -68,11 +69,11 @@ int main(int argc, char** argv) {
           bo.block_size = 1024;
           PlacedBatch pb = make_baseline(kind, batch, bo, cluster);
           double t = 1e30;
-          for (bool proxy : {false, proxies})
+          for (bool proxy : {proxies, false})
             for (int stages : popt.num_comm_stages) {
               PlanOptions plan_opts;
               plan_opts.schedule.num_comm_stages = stages;
-              plan_opts.schedule.proxy_inputs = proxy;
+              plan_opts.schedule.proxies = proxy;
               t = std::min(t, simulate(build_plan(pb.table, pb.placement, cluster, plan_opts), cluster, so).total_s());
             }
           sum[to_string(kind)] += t;

@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
   using namespace dcp;
   std::string mask = "lambda", calib_path = "data/calibration/a100.json";
   bool tail = true, far_first = false, baselines = true, relay1 = true, level = false, split_sink = false;
-  bool proxy = false;
+  bool proxy = true;
   double proxy_slack = 0.1;
   bool search = false;
   std::vector<double> search_eps{0.02, 0.05, 0.1};
@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   plan_opts.schedule.tail_overlaps_final_round = tail;
   plan_opts.schedule.far_outputs_first = far_first;
   plan_opts.schedule.relay_first_round = relay1;
-  plan_opts.schedule.proxy_inputs = proxy;
+  plan_opts.schedule.proxies = proxy;
   plan_opts.schedule.proxy_slack = proxy_slack;
   plan_opts.schedule.last_round_share = last_share;
   plan_opts.schedule.level_stage_compute = level;

@@ -65,11 +65,10 @@ struct PlannerOptions {
   // per placement took the search from 169–1498 to 264–1992 ms per batch (placement dominates).
   std::vector<bool> level_stage_compute{false, true};
   // Across nodes, the chosen placement (DCP's or a static layout's) is planned again with every
-  // schedule and its inputs through proxies (ScheduleOptions::proxy_inputs); the fastest plan
-  // is kept. Measured on the paper micro-benchmark (bench/results/plan_sim.md): DCP 0-5 % faster
-  // (shared question at scale 0.5 and 1, causal at 0.5), 2-14 % more search; proxies on every
-  // placement instead doubled the search for about as much.
-  bool proxy_best = true;
+  // schedule and the other ScheduleOptions::proxies setting; the fastest plan is kept: proxies
+  // make most plans faster but not all. Both settings on every placement would double the search
+  // (bench/results/plan_sim.md).
+  bool retry_proxies = true;
   // BlockOptions::split_sink candidates, crossed with block_sizes (a split that cuts no
   // sequence, as on masks without a sink, is not planned twice). Measured on the paper
   // micro-benchmark (bench/results/plan_sim.md): lambda's 131072-token sequence at scale 4
@@ -113,7 +112,7 @@ struct PlanCandidate {
   bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
   double last_round_share = 1.0;
   bool level_stage_compute = false;
-  bool proxy_inputs = false;
+  bool proxies = false;
   int num_comm_stages = 0;
   uint64_t placement_seed = 0;  // PlacementOptions::seed of its placement
   double predicted_s = 0;   // simulated forward + backward

@@ -17,10 +17,11 @@
 //     block first needed in the first round has no round before it: the relay takes it in the
 //     first round and the others in the second, their tiles reading it moving one stage later
 //     (relay_first_round, with at least 3 stages).
-//   * Proxies (proxy_inputs): a device's inter-node port serves its own traffic alone, so a
-//     block crossing to a port that receives more than its node's mean (or leaving from one that
-//     sends more) may go through the node's idlest port instead: that device takes it one round
-//     earlier and passes it on over the node's links in the round it is needed.
+//   * Proxies: a device's inter-node port serves its own traffic alone, so a block or partial
+//     crossing at a port busier than its node's mean may go through the node's idlest port
+//     instead, one round apart: an input reaches the proxy a round before it is needed and the
+//     proxy passes it on over the node's links; a partial output reaches the proxy in its own
+//     round and the proxy, which merges what it gets, sends it on the round after.
 //   * Per-node reduction of outputs: partials of one output block computed by several devices
 //     of a node other than the home's are sent to one of them (the relay: the one whose own
 //     partial is ready last), merged there into its partial, and cross the network once, as a
@@ -87,15 +88,16 @@ struct ScheduleOptions {
   // Two-phase for blocks shared in the first round too (the stage model above). Each crossing of a
   // shared block otherwise queues on the home's one inter-node port.
   bool relay_first_round = true;
-  // A device's inter-node port serves only its own traffic (inter_bw_device), so inputs piled on
-  // a few ports of a node wait while the others idle. With proxy_inputs, a device whose port
-  // receives (then: sends) more than (1 + proxy_slack) x its node's mean hands crossings of
-  // round >= 2 (latest first) to the node's idlest port: on the receiving side that device takes
-  // the block one round earlier and forwards it over the node's links in the round it is
-  // needed; on the sending side the home hands it to that device one round before it crosses.
-  // Not a default: over fixed plans it is 4 % faster on the geometric mean but up to 4 % slower
-  // on some; the planner tries it on its chosen placement (PlannerOptions::proxy_best).
-  bool proxy_inputs = false;
+  // Proxies (the stage model above). A device's inter-node port serves only its own traffic
+  // (inter_bw_device), so traffic piled on a few ports of a node waits while the others idle.
+  // Per node and pass, the busiest receiving port, then the busiest sending port, hands
+  // crossings to the idlest one while that brings both closer to the node's mean; ports within
+  // (1 + proxy_slack) x the mean are left alone. Inputs of round >= 2 (latest first) take the
+  // proxy a round before they are needed; partials that leave before the final round (earliest
+  // first) take it in their round and go on the round after. Measured on fixed plans of the
+  // paper micro-benchmark (bench/results/plan_sim.md): 0.928x the time on the geometric mean,
+  // 0.55-1.02x. The planner also tries its chosen placement without (PlannerOptions::retry_proxies).
+  bool proxies = true;
   double proxy_slack = 0.1;
   // Share of an even round that the last input round gets (balance_by_time; in (0, 1]): the
   // last stage's outputs travel in the final round, which nothing but the tail overlaps, so a

@@ -66,12 +66,12 @@ std::string describe(const PlanCandidate& c) {
   if (c.method != "dcp") {
     out = "static layout " + c.method;
     if (c.block_size > 0) out += " B " + std::to_string(c.block_size);
-    return out + " stages " + std::to_string(c.num_comm_stages) + (c.proxy_inputs ? " proxies" : "");
+    return out + " stages " + std::to_string(c.num_comm_stages) + (c.proxies ? "" : " no proxies");
   }
   out = "B " + std::to_string(c.block_size) + (c.split_sink ? " (split sink)" : "") + " eps " + num(c.eps_compute);
   out += std::string(" far-first ") + (c.far_outputs_first ? "on" : "off") + " last-round share " + num(c.last_round_share);
   out += std::string(" leveling ") + (c.level_stage_compute ? "on" : "off") + " stages " + std::to_string(c.num_comm_stages);
-  return out + (c.proxy_inputs ? " proxies" : "");
+  return out + (c.proxies ? "" : " no proxies");
 }
 
 std::vector<std::string> PlannerOptions::default_static_layouts() {
@@ -128,7 +128,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     c.last_round_share = schedule.last_round_share;
     c.level_stage_compute = schedule.level_stage_compute;
     c.num_comm_stages = schedule.num_comm_stages;
-    c.proxy_inputs = schedule.proxy_inputs;
+    c.proxies = schedule.proxies && cluster.nodes > 1;
     c.planning_s += seconds_since(t_plan);
     SimOptions so;
     so.calibration = calibration;
@@ -258,25 +258,26 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       if (skipped) best.skipped_static_layouts.push_back(name);
     }
   }
-  // The chosen placement with its inputs through proxies, with every schedule (a static layout:
-  // its stage counts), kept where predicted faster.
-  if (have && opts.proxy_best && cluster.nodes > 1 && !best.chosen.proxy_inputs) {
+  // The chosen placement with the other proxy setting, with every schedule (a static layout: its
+  // stage counts), kept where predicted faster.
+  if (have && opts.retry_proxies && cluster.nodes > 1) {
     const BlockTable table = best.table;
     const DcpPlacement placed = best.placement;
     const PlanCandidate first = best.chosen;
     const std::shared_ptr<SimTableCache> counts = best_counts;
     const bool dcp = first.method == "dcp";
+    const bool other = !first.proxies;
     for (ScheduleOptions schedule : schedule_variants) {
       if (!dcp) {  // the static layouts' default schedule at each stage count
         const int stages = schedule.num_comm_stages;
         schedule = opts.plan.schedule;
         schedule.num_comm_stages = stages;
         if (std::any_of(tried.begin(), tried.end(), [&](const PlanCandidate& c) {
-              return c.proxy_inputs && c.num_comm_stages == stages;
+              return c.method == first.method && c.proxies == other && c.num_comm_stages == stages;
             }))
           continue;
       }
-      schedule.proxy_inputs = true;
+      schedule.proxies = other;
       consider(first, table, placed, schedule, counts);
     }
   }

@@ -302,7 +302,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
   }
   if (opts.two_phase && cluster.nodes > 1)
     sched::apply_two_phase(table, placement, cluster, opts.relay_first_round, out);
-  if (opts.proxy_inputs && cluster.nodes > 1) sched::proxy_inputs(table, cluster, opts.proxy_slack, out);
+  if (opts.proxies && cluster.nodes > 1) sched::proxy_inputs(table, cluster, opts.proxy_slack, out);
   // Outputs (after two-phase, which may move tiles to a later stage): each remote-owned output
   // block leaves in the round after its last tile's stage.
   for (int d = 0; d < num_devices; ++d) {
@@ -333,6 +333,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
   }
   if (opts.two_phase && cluster.nodes > 1 && opts.reduce_outputs_per_node)
     sched::reduce_outputs_per_node(cluster, out);
+  if (opts.proxies && cluster.nodes > 1) sched::proxy_outputs(table, cluster, opts.proxy_slack, out);
   out.tile_tail.assign(table.tiles.size(), 0);
   if (opts.tail_overlaps_final_round) hold_back_tail(table, placement, cluster, tiles_of, rate, out);
   auto order = [](const ScheduledTransfer& a, const ScheduledTransfer& b) {

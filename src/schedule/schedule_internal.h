@@ -19,10 +19,11 @@ double link_latency(const Cluster& c, int src, int dst);
 // reading them move one round later; needs at least 3 stages).
 void apply_two_phase(const BlockTable& table, const Placement& placement, const Cluster& cluster,
                      bool relay_first_round, PassSchedule& ps);
-// Inputs that cross to a device whose inter-node port receives more than (1 + slack) x its
-// node's mean take a proxy: the device of that node whose port receives least takes the crossing
-// one round earlier and forwards the block over the node's links in its round.
+// Proxies (proxies.cpp): crossings of inputs (round >= 2) and of partial outputs (before the
+// final round) moved off each node's busiest inter-node ports to its idlest ones, receiving ports
+// first, then sending ports, each through a proxy one round apart.
 void proxy_inputs(const BlockTable& table, const Cluster& cluster, double slack, PassSchedule& ps);
+void proxy_outputs(const BlockTable& table, const Cluster& cluster, double slack, PassSchedule& ps);
 // Reduce inter-node partial outputs of several devices of one node at one relay there.
 void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps);
 

@@ -1,7 +1,6 @@
 // Two-phase inter-node transfers and the schedule's consistency check.
 #include <algorithm>
 #include <map>
-#include <set>
 #include <string>
 #include <tuple>
 
@@ -67,88 +66,6 @@ void apply_two_phase(const BlockTable& table, const Placement& placement, const 
       const double c_s = (ps.pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
       ps.stage_compute_s[d][1] -= c_s;
       ps.stage_compute_s[d][2] += c_s;
-    }
-  }
-}
-
-void proxy_inputs(const BlockTable& table, const Cluster& cluster, double slack, PassSchedule& ps) {
-  std::vector<ScheduledTransfer>& in = ps.inputs;
-  auto node = [&](int d) { return cluster.node_of(d); };
-  auto bytes_of = [&](const ScheduledTransfer& t) {
-    return static_cast<double>(table.partial_bytes(t.kind, table.token_blocks[static_cast<size_t>(t.token_block)].length));
-  };
-  const int dpn = cluster.devices_per_node;
-  // Receiving ports first (a crossing moves to a proxy of the destination's node, one round
-  // earlier, which forwards it in its round), then sending ports (the home hands the block to a
-  // proxy of its own node one round before the crossing, which then crosses from there).
-  for (const bool receiving : {true, false}) {
-    // Relays hold what they forward: their crossing legs stay where they are.
-    std::set<std::tuple<int, int32_t, int32_t, int32_t>> relays;
-    for (const ScheduledTransfer& t : in)
-      if (t.via_relay) relays.emplace(static_cast<int>(t.kind), t.token_block, t.group, t.src);
-    // Each port's crossing bundles: one (side, block, group) crossing at it in one round (its
-    // kinds move together), round >= 2 so that a proxy leg fits before it.
-    struct Bundle {
-      std::vector<size_t> legs;
-      double bytes = 0;
-    };
-    // What each device receives already (a proxy must not take a block twice).
-    std::set<std::tuple<int, int32_t, int32_t, int32_t>> held;
-    for (const ScheduledTransfer& t : in) held.emplace(static_cast<int>(t.kind), t.token_block, t.group, t.dst);
-    std::vector<double> load(static_cast<size_t>(cluster.num_devices()), 0.0);
-    std::map<std::tuple<int32_t, int, int32_t, int32_t, int32_t, int32_t>, Bundle> bundles;  // (port, side, block, group, round, other end)
-    for (size_t i = 0; i < in.size(); ++i) {
-      const ScheduledTransfer& t = in[i];
-      if (node(t.src) == node(t.dst)) continue;
-      const int32_t port = receiving ? t.dst : t.src;
-      load[static_cast<size_t>(port)] += bytes_of(t);
-      if (t.round < 2) continue;
-      if (receiving && relays.count({static_cast<int>(t.kind), t.token_block, t.group, t.dst})) continue;
-      Bundle& b = bundles[{port, static_cast<int>(side_of(t.kind)), t.token_block, t.group, t.round,
-                           receiving ? t.src : t.dst}];
-      b.legs.push_back(i);
-      b.bytes += bytes_of(t);
-    }
-    // Per node, the busiest port hands bundles (latest rounds first) to the idlest one, while that
-    // brings both closer to the node's mean.
-    for (int n = 0; n < cluster.nodes; ++n) {
-      const int first = n * dpn;
-      double mean = 0;
-      for (int d = first; d < first + dpn; ++d) mean += load[static_cast<size_t>(d)];
-      mean /= dpn;
-      for (;;) {
-        int hot = first, cold = first;
-        for (int d = first; d < first + dpn; ++d) {
-          if (load[static_cast<size_t>(d)] > load[static_cast<size_t>(hot)]) hot = d;
-          if (load[static_cast<size_t>(d)] < load[static_cast<size_t>(cold)]) cold = d;
-        }
-        if (load[static_cast<size_t>(hot)] <= (1 + slack) * mean) break;
-        auto pick = bundles.end();
-        const double gap = load[static_cast<size_t>(hot)] - load[static_cast<size_t>(cold)];
-        for (auto it = bundles.lower_bound({hot, -1, -1, -1, -1, -1});
-             it != bundles.end() && std::get<0>(it->first) == hot; ++it)
-          if (it->second.bytes < gap && (pick == bundles.end() || std::get<4>(it->first) > std::get<4>(pick->first)) &&
-              std::none_of(it->second.legs.begin(), it->second.legs.end(), [&](size_t i) {
-                return held.count({static_cast<int>(in[i].kind), in[i].token_block, in[i].group, cold}) != 0;
-              }))
-            pick = it;
-        if (pick == bundles.end()) break;
-        for (const size_t i : pick->second.legs) {
-          // The first leg, one round earlier: the crossing to a proxy of the destination's node,
-          // or the home's block to a proxy of its own node. The old transfer becomes the leg from
-          // the proxy, in its round.
-          ScheduledTransfer leg = in[i];
-          leg.round = in[i].round - 1;
-          leg.dst = cold;
-          held.emplace(static_cast<int>(leg.kind), leg.token_block, leg.group, cold);
-          in.push_back(leg);
-          in[i].src = cold;
-          in[i].via_relay = true;
-        }
-        load[static_cast<size_t>(hot)] -= pick->second.bytes;
-        load[static_cast<size_t>(cold)] += pick->second.bytes;
-        bundles.erase(pick);
-      }
     }
   }
 }

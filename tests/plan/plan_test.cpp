@@ -155,6 +155,7 @@ TEST(Plan, PartialOutputsCrossTheNetworkOncePerNodeWhenReduced) {
     const Cluster c = cluster_for(8);
     ScheduleOptions on, off;
     off.reduce_outputs_per_node = false;
+    on.proxies = off.proxies = false;  // the reduction alone
     for (int stages : {2, 4}) {
       on.num_comm_stages = off.num_comm_stages = stages;
       const Schedule a = build_schedule(pb.table, pb.placement, c, on);
@@ -216,14 +217,14 @@ TEST(Plan, ScheduleOptionsKeepPlansExactAndRelayRoundOne) {
           o.relay_first_round = (bits & 4) != 0;
           o.last_round_share = (bits & 8) != 0 ? 0.5 : 1.0;
           o.level_stage_compute = (bits & 16) != 0;
-          o.proxy_inputs = (bits & 32) != 0;
+          o.proxies = (bits & 32) != 0;
           o.proxy_slack = 0;  // proxy wherever a port is over its node's mean
           SCOPED_TRACE(mask + " " + name + " options " + std::to_string(bits) + " stages " + std::to_string(stages));
           const Schedule s = build_schedule(pb.table, pb.placement, c, o);
           ASSERT_NO_THROW(s.validate(pb.table, pb.placement));
-          if (o.proxy_inputs) {
+          if (o.proxies) {
             ScheduleOptions direct = o;
-            direct.proxy_inputs = false;
+            direct.proxies = false;
             const Schedule d = build_schedule(pb.table, pb.placement, c, direct);
             proxied += s.fwd.inputs.size() + s.bwd.inputs.size() > d.fwd.inputs.size() + d.bwd.inputs.size() ? 1 : 0;
           }

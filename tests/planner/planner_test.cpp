@@ -28,7 +28,7 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
-  opts.proxy_best = false;
+  opts.retry_proxies = false;
   opts.block_sizes = {256, 512, 1024};
   opts.eps_compute = {0.02, 0.1};
   opts.calibration = calibration_from_cluster(cluster);
@@ -152,7 +152,7 @@ TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
-  opts.proxy_best = false;
+  opts.retry_proxies = false;
   opts.block_sizes = {256, 1024, 512};
   opts.calibration = calibration_from_cluster(cluster);
   opts.far_outputs_first = {false};
@@ -195,7 +195,7 @@ TEST(Planner, TriesEveryStageCount) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
-  opts.proxy_best = false;
+  opts.retry_proxies = false;
   opts.block_sizes = {512};
   opts.calibration = calibration_from_cluster(cluster);
   opts.far_outputs_first = {false};
@@ -225,7 +225,7 @@ TEST(Planner, PlacesTheBestCandidateAgainWithFurtherSeeds) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
-  opts.proxy_best = false;
+  opts.retry_proxies = false;
   opts.block_sizes = {512, 1024};
   opts.eps_compute = {0.05, 0.1};
   opts.calibration = calibration_from_cluster(cluster);
@@ -255,38 +255,43 @@ TEST(Planner, PlacesTheBestCandidateAgainWithFurtherSeeds) {
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
 }
 
-// proxy_best: across nodes the chosen placement is planned again with every schedule and its
-// inputs through proxies; the fastest plan of all is kept.
-TEST(Planner, TriesTheChosenPlanWithProxies) {
+// retry_proxies: across nodes the chosen placement is planned again with every schedule and the
+// other proxy setting; the fastest plan of all is kept. Proxied plans are exact (validator).
+TEST(Planner, RetriesTheChosenPlacementWithTheOtherProxySetting) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();
   opts.block_sizes = {512, 1024};
   opts.calibration = calibration_from_cluster(cluster);
-  for (const char* mask : {"causal", "lambda", "shared_question", "causal_blockwise"}) {
-    SCOPED_TRACE(mask);
-    opts.proxy_best = false;
-    const PlannedBatch direct = plan_batch(small_batch(mask), cluster, opts);
-    opts.proxy_best = true;
-    const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
-    ASSERT_EQ(p.candidates.size(), direct.candidates.size() + 8);  // the 8 default schedules
-    const PlanCandidate& was = direct.chosen;
-    double fastest = was.predicted_s;
-    for (size_t i = direct.candidates.size(); i < p.candidates.size(); ++i) {
-      const PlanCandidate& c = p.candidates[i];
-      EXPECT_TRUE(c.proxy_inputs);
-      EXPECT_EQ(c.block_size, was.block_size);
-      EXPECT_EQ(c.eps_compute, was.eps_compute);
-      EXPECT_EQ(c.placement_seed, was.placement_seed);
-      fastest = std::min(fastest, c.predicted_s);
+  for (const bool proxies : {true, false}) {
+    opts.plan.schedule.proxies = proxies;
+    for (const char* mask : {"causal", "lambda", "shared_question", "causal_blockwise"}) {
+      SCOPED_TRACE(std::string(mask) + (proxies ? " proxies" : " no proxies"));
+      opts.retry_proxies = false;
+      const PlannedBatch direct = plan_batch(small_batch(mask), cluster, opts);
+      EXPECT_TRUE(validate_plan(direct.plan).empty());
+      opts.retry_proxies = true;
+      const PlannedBatch p = plan_batch(small_batch(mask), cluster, opts);
+      ASSERT_EQ(p.candidates.size(), direct.candidates.size() + 8);  // the 8 default schedules
+      const PlanCandidate& was = direct.chosen;
+      EXPECT_EQ(was.proxies, proxies);
+      double fastest = was.predicted_s;
+      for (size_t i = direct.candidates.size(); i < p.candidates.size(); ++i) {
+        const PlanCandidate& c = p.candidates[i];
+        EXPECT_EQ(c.proxies, !proxies);
+        EXPECT_EQ(c.block_size, was.block_size);
+        EXPECT_EQ(c.eps_compute, was.eps_compute);
+        EXPECT_EQ(c.placement_seed, was.placement_seed);
+        fastest = std::min(fastest, c.predicted_s);
+      }
+      EXPECT_DOUBLE_EQ(p.chosen.predicted_s, fastest);
+      EXPECT_EQ(p.plan.header.options.schedule.proxies, p.chosen.proxies);
+      EXPECT_TRUE(validate_plan(p.plan).empty());
     }
-    EXPECT_DOUBLE_EQ(p.chosen.predicted_s, fastest);
-    EXPECT_EQ(p.plan.header.options.schedule.proxy_inputs, p.chosen.proxy_inputs);
-    EXPECT_TRUE(validate_plan(p.plan).empty());
   }
-  // On one node nothing crosses: no extra candidate.
+  // On one node nothing crosses: no retry, and no candidate counts as proxied.
   const PlannedBatch one = plan_batch(small_batch("causal"), cluster_preset("a100-p4d", 1), opts);
-  EXPECT_FALSE(one.candidates.back().proxy_inputs);
+  for (const PlanCandidate& c : one.candidates) EXPECT_FALSE(c.proxies);
 }
 
 // The static layouts are candidates beside DCP's own: the chosen plan is never predicted slower
