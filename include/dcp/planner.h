@@ -222,8 +222,9 @@ std::vector<Plan> plan_step_kinds(const std::vector<Batch>& kinds, const Cluster
 //
 // Reuse: planning is deterministic, so a step whose batch (and layer kinds) equals an earlier
 // step's gets that step's plans without planning again. The queue keeps the plans of the last
-// `reuse_batches` distinct batches (shared, immutable); a batch equal to one still being planned
-// waits for it instead of planning twice. Fixed-length data (every step the same documents'
+// `reuse_batches` distinct batches (shared, immutable; few, since a plan of a large batch holds
+// tens of megabytes); a batch equal to one still being planned waits for it instead of planning
+// twice. Fixed-length data (every step the same documents'
 // lengths and masks) then plans once. Failures are not kept.
 class PlanQueue {
  public:
@@ -236,7 +237,7 @@ class PlanQueue {
 
   // threads >= 1, reuse_batches >= 0 (0: every step planned). Throws InvalidInput on bad
   // options or cluster.
-  PlanQueue(Cluster cluster, StepPlanOptions options, int threads, int reuse_batches = 8);
+  PlanQueue(Cluster cluster, StepPlanOptions options, int threads, int reuse_batches = 2);
   ~PlanQueue();  // finishes the steps being planned, drops the rest
   PlanQueue(const PlanQueue&) = delete;
   PlanQueue& operator=(const PlanQueue&) = delete;

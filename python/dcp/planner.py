@@ -287,7 +287,7 @@ class Planner:
     def __init__(self, group: Any = None, cluster: Any = "h200-nvl", options: Any = None, *,
                  shape: Tuple[int, int, int], dtype: str = "bf16", threads: int = 4, lookahead: int = 2,
                  verify: str = "every", broadcast: bool = False, devices_per_node: Optional[int] = None,
-                 timeout_s: float = 600.0, per_rank_data: bool = False, reuse_batches: int = 8):
+                 timeout_s: float = 600.0, per_rank_data: bool = False, reuse_batches: int = 2):
         self.group, self.rank, self.world_size = _group_info(group)
         self.shape = tuple(int(x) for x in shape)
         self.dtype = dtype

@@ -198,7 +198,7 @@ void bind_planner(nb::module_& m) {
 
   nb::class_<PlanQueue>(m, "PlanQueue")
       .def(nb::init<Cluster, StepPlanOptions, int, int>(), nb::arg("cluster"), nb::arg("options"), nb::arg("threads"),
-           nb::arg("reuse_batches") = 8)
+           nb::arg("reuse_batches") = 2)
       .def("submit", &PlanQueue::submit, nb::arg("step"), nb::arg("batch"), nb::call_guard<nb::gil_scoped_release>())
       .def("submit_kinds", &PlanQueue::submit_kinds, nb::arg("step"), nb::arg("kinds"),
            nb::arg("layers") = std::vector<double>{}, nb::call_guard<nb::gil_scoped_release>())
