@@ -18,6 +18,7 @@ every rank's targets.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import sys
@@ -29,6 +30,7 @@ import torch.distributed as dist
 import dcp
 import dcp.hf
 import dcp.launch
+import dcp.torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_data  # noqa: E402
@@ -142,8 +144,14 @@ def main(argv=None) -> int:
         if rank == 0:
             print(f"step {step} loss {float(total):.6f}", flush=True)
         plan.release()
+    # Tear down in order while the interpreter is whole: the planner's threads and dcp's
+    # communicators (over the process group) first, then the group, once every rank is done.
     planner.close()
+    plan = None  # its runner holds dcp's communicator
+    gc.collect()
+    dcp.torch.shutdown()
     if world > 1:
+        dist.barrier()
         dist.destroy_process_group()
     return 0
 
