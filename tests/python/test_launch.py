@@ -116,10 +116,12 @@ def _free_port() -> int:
 
 
 def _clean_env(**extra):
-    """This environment without any launcher's variables, plus `extra`."""
-    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    """This environment without any launcher's per-process variables (MPI's own settings, such as
+    OMPI_MCA_*, stay: a machine may need them for mpirun to start at all), plus `extra`."""
+    launcher = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "MPI_LOCALRANKID", "MPI_LOCALNRANKS")
     env = {k: v for k, v in os.environ.items()
-           if k not in launcher and not k.startswith(("SLURM_", "OMPI_", "PMI_", "PMIX_", "TORCHELASTIC_"))}
+           if k not in launcher and not k.startswith(("SLURM_", "OMPI_COMM_WORLD_", "PMI_", "PMIX_", "TORCHELASTIC_"))}
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(filter(None, [HERE, env.get("PYTHONPATH")])), **extra)
     return env
 
