@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "dcp/baselines.h"
@@ -69,7 +70,7 @@ int main(int argc, char** argv) {
           bo.block_size = 1024;
           PlacedBatch pb = make_baseline(kind, batch, bo, cluster);
           double t = 1e30;
-          for (bool proxy : {proxies, false})
+          for (bool proxy : proxies ? std::vector<bool>{true, false} : std::vector<bool>{false})
             for (int stages : popt.num_comm_stages) {
               PlanOptions plan_opts;
               plan_opts.schedule.num_comm_stages = stages;

@@ -39,9 +39,10 @@ def plan(lengths, masks, shape, cluster="h200-nvl", options=None, world_size=Non
     from .planner import _cluster, _options
     from ._dcp import plan_step
 
+    if isinstance(cluster, str) and cluster.endswith(".json"):
+        cluster = load_cluster(cluster)  # read once: its devices, then the cluster itself
     if world_size is None:
-        world_size = cluster.num_devices if isinstance(cluster, Cluster) else \
-            load_cluster(cluster).num_devices if isinstance(cluster, str) and cluster.endswith(".json") else 1
+        world_size = cluster.num_devices if isinstance(cluster, Cluster) else 1
     return plan_step(make_batch(lengths, masks, shape, dtype), _cluster(cluster, world_size, None), _options(options))
 
 

@@ -265,19 +265,16 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     const DcpPlacement placed = best.placement;
     const PlanCandidate first = best.chosen;
     const std::shared_ptr<SimTableCache> counts = best_counts;
-    const bool dcp = first.method == "dcp";
-    const bool other = !first.proxies;
-    for (ScheduleOptions schedule : schedule_variants) {
-      if (!dcp) {  // the static layouts' default schedule at each stage count
-        const int stages = schedule.num_comm_stages;
-        schedule = opts.plan.schedule;
-        schedule.num_comm_stages = stages;
-        if (std::any_of(tried.begin(), tried.end(), [&](const PlanCandidate& c) {
-              return c.method == first.method && c.proxies == other && c.num_comm_stages == stages;
-            }))
-          continue;
+    std::vector<ScheduleOptions> schedules = schedule_variants;
+    if (first.method != "dcp") {  // a static layout: its default schedule at each stage count
+      schedules.clear();
+      for (int stages : stage_counts) {
+        schedules.push_back(opts.plan.schedule);
+        schedules.back().num_comm_stages = stages;
       }
-      schedule.proxies = other;
+    }
+    for (ScheduleOptions& schedule : schedules) {
+      schedule.proxies = !first.proxies;
       consider(first, table, placed, schedule, counts);
     }
   }

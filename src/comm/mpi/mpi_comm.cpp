@@ -7,6 +7,7 @@
 #include <chrono>
 #include <climits>
 #include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -150,10 +151,16 @@ MpiSession::~MpiSession() {
   if (!finalized) MPI_Finalize();
 }
 
-int mpi_local_rank() {
+namespace {
+void require_mpi(const char* who) {
   int initialized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) raise(ErrorKind::InvalidInput, "mpi_local_rank: MPI is not initialised (create an MpiSession first)");
+  if (!initialized) raise(ErrorKind::InvalidInput, std::string(who) + ": MPI is not initialised (create an MpiSession first)");
+}
+}  // namespace
+
+int mpi_local_rank() {
+  require_mpi("mpi_local_rank");
   MPI_Comm node = MPI_COMM_NULL;
   DCP_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int rank = 0;
@@ -163,9 +170,7 @@ int mpi_local_rank() {
 }
 
 NodeLayout mpi_node_layout() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) raise(ErrorKind::InvalidInput, "mpi_node_layout: MPI is not initialised (create an MpiSession first)");
+  require_mpi("mpi_node_layout");
   MPI_Comm node = MPI_COMM_NULL;
   DCP_MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   // A machine is named by the world rank of its first process.
