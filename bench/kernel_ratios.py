@@ -4,6 +4,8 @@ Reads bench_cuda_attention's JSON and bench/sdpa_reference.py's JSON of the same
 kernels phase of bench/run_package_device.sh packs both into kernels.tar) and prints, per list,
 block size and route, forward and backward TFLOP/s with:
   - full lists: the ratio to cuDNN non-causal at the same S; causal sequences: to cuDNN causal;
+    the diagonal lists (causal, partial): to cuDNN on the same work, S / B causal sequences of B
+    tokens in one batch (where the reference has those rows; no target);
   - every list: the share of the full list's rate at the same S, B and route (the issue's
     "window and partial lists >= 85 % of the full-tile rate");
 and checks the kernel issue's targets (forward >= 0.95x cuDNN at B >= 2048, >= 0.90x at
@@ -40,8 +42,9 @@ def load_tar(path):
 
 
 def cudnn_rates(sdpa):
-    """{(seq, causal): (fwd, bwd)} of the cuDNN rows."""
-    return {(r["seq"], bool(r["causal"])): (r["fwd_tflops"], r["bwd_tflops"])
+    """{(seq, causal, block): (fwd, bwd)} of the cuDNN rows; block None: one sequence of seq
+    tokens, else a batch of seq / block sequences of block tokens."""
+    return {(r["seq"], bool(r["causal"]), r.get("block")): (r["fwd_tflops"], r["bwd_tflops"])
             for r in sdpa["rows"] if r["backend"] == "cudnn"}
 
 
@@ -62,14 +65,18 @@ def ratios(bench, sdpa, route):
         if fk not in r:
             raise SystemExit(f"route {route} is not in the benchmark (routes: {', '.join(routes_of(bench))})")
         row = {"seq": r["seq"], "block": r["block"], "list": r["list"], "fwd": r[fk], "bwd": r.get(bk)}
-        causal = {"full": False, "sequence": True}.get(r["list"])
-        if causal is not None and (r["seq"], causal) in ref:
-            cf, cb = ref[(r["seq"], causal)]
+        # The counterpart: one sequence for the full and sequence lists (with targets), the same
+        # batch of B-token causal sequences for the diagonal lists (no target).
+        key = {"full": (r["seq"], False, None), "sequence": (r["seq"], True, None),
+               "causal": (r["seq"], True, r["block"]), "partial": (r["seq"], True, r["block"])}.get(r["list"])
+        if key is not None and key in ref:
+            cf, cb = ref[key]
             row["cudnn_fwd"], row["cudnn_bwd"] = cf, cb
             row["fwd_x"] = r[fk] / cf
-            row["fwd_target"] = FWD_TARGET.get(r["block"], 0.95)
             if row["bwd"] is not None:
                 row["bwd_x"] = row["bwd"] / cb
+            if key[2] is None:
+                row["fwd_target"] = FWD_TARGET.get(r["block"], 0.95)
                 row["bwd_target"] = BWD_TARGET
         f = full.get((r["seq"], r["block"]))
         if f is not None and r["list"] != "full":
@@ -85,9 +92,9 @@ def ratios(bench, sdpa, route):
 def verdicts(row):
     """(what, met) pairs of the targets this row carries."""
     v = []
-    if "fwd_x" in row:
+    if "fwd_target" in row:
         v.append((f"fwd {row['fwd_x']:.3f}x >= {row['fwd_target']:.2f}x", row["fwd_x"] >= row["fwd_target"]))
-    if "bwd_x" in row:
+    if "bwd_x" in row and "bwd_target" in row:
         v.append((f"bwd {row['bwd_x']:.3f}x >= {row['bwd_target']:.2f}x", row["bwd_x"] >= row["bwd_target"]))
     if "share_target" in row:
         for side in ("fwd", "bwd"):
@@ -100,7 +107,8 @@ def verdicts(row):
 def table(rows, route):
     def cell(x, fmt):
         return format(x, fmt) if x is not None else "-"
-    lines = [f"route {route}; ratios to cuDNN in the same call (full: non-causal, sequence: causal); share: of the full list's rate",
+    lines = [f"route {route}; ratios to cuDNN in the same call (full: non-causal, sequence: causal, causal and partial: "
+             "S / B causal sequences of B tokens); share: of the full list's rate",
              "| S | B | list | fwd TFLOP/s | x cuDNN | share | bwd TFLOP/s | x cuDNN | share | targets |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:

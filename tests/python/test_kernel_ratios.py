@@ -15,7 +15,7 @@ import kernel_ratios  # noqa: E402
 def bench():
     rows = []
     for block, full_fwd in ((1024, 560.0), (2048, 600.0)):
-        for lst, scale in (("full", 1.0), ("sequence", 0.95), ("window", 0.8)):
+        for lst, scale in (("full", 1.0), ("sequence", 0.95), ("window", 0.8), ("partial", 0.6)):
             rows.append({"seq": 32768, "block": block, "list": lst, "tiles": 1,
                          "fwd_wgmma-runs_tflops": full_fwd * scale, "bwd_wgmma-runs_tflops": 450.0 * scale})
     return {"gpu": "test", "rows": rows}
@@ -25,7 +25,8 @@ def sdpa():
     return {"rows": [
         {"backend": "cudnn", "seq": 32768, "causal": False, "fwd_tflops": 600.0, "bwd_tflops": 500.0},
         {"backend": "cudnn", "seq": 32768, "causal": True, "fwd_tflops": 570.0, "bwd_tflops": 475.0},
-        {"backend": "fa2", "seq": 32768, "causal": False, "fwd_tflops": 300.0, "bwd_tflops": 250.0}]}
+        {"backend": "fa2", "seq": 32768, "causal": False, "fwd_tflops": 300.0, "bwd_tflops": 250.0},
+        {"backend": "cudnn", "seq": 32768, "causal": True, "block": 1024, "fwd_tflops": 400.0, "bwd_tflops": 300.0}]}
 
 
 def by_key(rows):
@@ -46,6 +47,13 @@ def test_ratios_shares_and_targets():
     assert [ok for _, ok in kernel_ratios.verdicts(rows[(2048, "full")])] == [True, False]
     assert [ok for _, ok in kernel_ratios.verdicts(win)] == [False, False]  # 80 % < 85 %
     assert kernel_ratios.verdicts(rows[(1024, "sequence")])[0][1] is True  # 532 / 570 = 0.933 >= 0.90
+    # The diagonal list against cuDNN on the same batch of 1024-token sequences, where the
+    # reference has it; no target on that ratio, the share of the full rate keeps its own.
+    part1, part2 = rows[(1024, "partial")], rows[(2048, "partial")]
+    assert part1["fwd_x"] == pytest.approx(336 / 400) and part1["bwd_x"] == pytest.approx(270 / 300)
+    assert "fwd_target" not in part1 and "fwd_x" not in part2
+    assert [w.split(" ")[0] for w, _ in kernel_ratios.verdicts(part1)] == ["fwd", "bwd"]  # the shares alone
+    assert all("of full" in w for w, _ in kernel_ratios.verdicts(part1))
     text = kernel_ratios.table(list(rows.values()), "wgmma-runs")
     assert "| 32768 | 2048 | full | 600.0 | 1.000 |" in text
 
@@ -60,7 +68,7 @@ def test_reads_a_kernels_tar(tmp_path):
             tar.addfile(info, io.BytesIO(data))
     out = tmp_path / "ratios.json"
     assert kernel_ratios.main([str(path), "--json", str(out)]) == 0
-    assert len(json.loads(out.read_text())["rows"]) == 6
+    assert len(json.loads(out.read_text())["rows"]) == 8
 
 
 def test_bad_inputs(tmp_path):
