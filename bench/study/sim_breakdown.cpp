@@ -14,7 +14,7 @@
 //                      (ScheduleOptions of every plan) [--split-sink 0|1] (BlockOptions::split_sink)
 //                      [--search 0|1] (also the planner's choice with bench_sim_paper's candidates,
 //                      its breakdown and the best candidate of each B x split x eps)
-//                      [--search-eps 0.02,0.05,0.1] [--search-stages 4,3] (its candidates)
+//                      [--search-eps 0.02,0.05,0.1] [--search-stages 4,3] [--tighten-best N] (its candidates)
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -122,6 +122,7 @@ int main(int argc, char** argv) {
   std::vector<double> search_eps{0.02, 0.05, 0.1};
   std::vector<int> search_stages{4, 3};
   uint64_t search_seed = 1;
+  int tighten_best = 2;
   double last_share = 1.0;
   std::string trace_path;  // prefix of Chrome traces of the DCP candidates
   double scale = 4;
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
     else if (a == "--search") search = v != "0";
     else if (a == "--search-eps") search_eps = parse_list<double>(v);
     else if (a == "--search-stages") search_stages = parse_list<int>(v);
+    else if (a == "--tighten-best") tighten_best = std::atoi(v.c_str());
     else if (a == "--search-seed") search_seed = static_cast<uint64_t>(std::stoull(v));
     else {
       fmt::print(stderr, "unknown option {}\n", a);
@@ -190,6 +192,7 @@ int main(int argc, char** argv) {
       popt.num_comm_stages = search_stages;
       popt.placement.seed = search_seed;
       popt.reseed_best = 1;
+      popt.tighten_best = tighten_best;
       popt.calibration = so.calibration;
       popt.static_layouts.clear();  // DCP's own plans: the study breaks down where their time goes
       const PlannedBatch planned = plan_batch(batch, cluster, popt);

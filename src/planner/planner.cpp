@@ -25,6 +25,10 @@ void PlannerOptions::validate() const {
                                        std::to_string(max_tiles_per_device) + ")");
   if (reseed_best < 0)
     raise(ErrorKind::InvalidInput, "planner: reseed_best must be >= 0 (got " + std::to_string(reseed_best) + ")");
+  if (tighten_best < 0)
+    raise(ErrorKind::InvalidInput, "planner: tighten_best must be >= 0 (got " + std::to_string(tighten_best) + ")");
+  for (double e : tighten_eps)
+    if (!(e >= 0)) raise(ErrorKind::InvalidInput, "planner: tighten_eps must be >= 0 (got " + std::to_string(e) + ")");
   if (split_sink.empty()) raise(ErrorKind::InvalidInput, "planner: split_sink needs at least one candidate");
   if (far_outputs_first.empty() || last_round_share.empty() || level_stage_compute.empty())
     raise(ErrorKind::InvalidInput,
@@ -69,6 +73,7 @@ std::string describe(const PlanCandidate& c) {
     return out + " stages " + std::to_string(c.num_comm_stages) + (c.proxies ? "" : " no proxies");
   }
   out = "B " + std::to_string(c.block_size) + (c.split_sink ? " (split sink)" : "") + " eps " + num(c.eps_compute);
+  if (c.tightened_from > 0) out += " (tightened from " + num(c.tightened_from) + ")";
   out += std::string(" far-first ") + (c.far_outputs_first ? "on" : "off") + " last-round share " + num(c.last_round_share);
   out += std::string(" leveling ") + (c.level_stage_compute ? "on" : "off") + " stages " + std::to_string(c.num_comm_stages);
   return out + (c.proxies ? "" : " no proxies");
@@ -113,6 +118,25 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           schedule_variants.push_back(so);
         }
   std::vector<PlanCandidate> tried;
+  // The best placements so far, fastest first (at most tighten_best; kept only when tightening
+  // is on): each with its table, its fastest candidate and its table's simulator counts.
+  struct KeptPlacement {
+    std::shared_ptr<const BlockTable> table;
+    DcpPlacement placed;
+    PlanCandidate fastest;
+    std::shared_ptr<SimTableCache> counts;
+  };
+  std::vector<KeptPlacement> kept;
+  bool keeping = opts.tighten_best > 0;
+  auto keep = [&](KeptPlacement k) {
+    if (!keeping) return;
+    const auto at = std::find_if(kept.begin(), kept.end(), [&](const KeptPlacement& o) {
+      return k.fastest.predicted_s < o.fastest.predicted_s;  // ties keep the earlier ahead
+    });
+    if (at - kept.begin() >= opts.tighten_best) return;
+    kept.insert(at, std::move(k));
+    if (std::ssize(kept) > opts.tighten_best) kept.pop_back();
+  };
   // Plans a placement with `schedule`, simulates the plan and keeps it if it is the best so far:
   // a balanced candidate beats an unbalanced one; otherwise the faster prediction wins (the
   // earlier on ties). `c` comes with its placement's fields and time. `counts`: the simulator's
@@ -148,28 +172,39 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       have = true;
     }
   };
-  // One placement of `table` (blocks of `block`, its split sink cut or not) at `eps` and `seed`,
-  // planned and simulated with every schedule.
-  auto try_placement = [&](const BlockTable& table, double table_s, int64_t block, bool cut, double eps,
-                           uint64_t seed, const std::shared_ptr<SimTableCache>& counts) {
-    const auto t0 = Clock::now();
+  // A placement planned and simulated with every schedule (the tile orders of the schedule share
+  // the placement: only plan and simulation repeat); `c` carries its fields.
+  auto try_schedules = [&](const PlanCandidate& c, const std::shared_ptr<const BlockTable>& table,
+                           DcpPlacement placed, const std::shared_ptr<SimTableCache>& counts) {
+    const size_t first = tried.size();
+    for (const ScheduleOptions& schedule : schedule_variants) consider(c, *table, placed, schedule, counts);
+    const auto fastest = std::min_element(tried.begin() + static_cast<std::ptrdiff_t>(first), tried.end(),
+                                          [](const PlanCandidate& a, const PlanCandidate& b) {
+                                            return a.predicted_s < b.predicted_s;
+                                          });
+    if (fastest != tried.end() && fastest->balanced) keep({table, std::move(placed), *fastest, counts});
+  };
+  auto placement_options = [&](double eps, uint64_t seed) {
     PlacementOptions po = opts.placement;
     po.eps_compute = eps;
     po.seed = seed;
     if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(calibration);
-    const DcpPlacement placed = place_dcp(table, cluster, po);
-    const double placement_s = seconds_since(t0);
-    // The tile orders of the schedule share the placement: only plan and simulation repeat.
-    for (const ScheduleOptions& schedule : schedule_variants) {
-      PlanCandidate c;
-      c.block_size = block;
-      c.split_sink = cut;
-      c.eps_compute = eps;
-      c.placement_seed = seed;
-      c.planning_s = table_s + placement_s;
-      c.balanced = placed.report.balanced();
-      consider(c, table, placed, schedule, counts);
-    }
+    return po;
+  };
+  // One placement of `table` (blocks of `block`, its split sink cut or not) at `eps` and `seed`,
+  // planned and simulated with every schedule.
+  auto try_placement = [&](const std::shared_ptr<const BlockTable>& table, double table_s, int64_t block, bool cut,
+                           double eps, uint64_t seed, const std::shared_ptr<SimTableCache>& counts) {
+    const auto t0 = Clock::now();
+    DcpPlacement placed = place_dcp(*table, cluster, placement_options(eps, seed));
+    PlanCandidate c;
+    c.block_size = block;
+    c.split_sink = cut;
+    c.eps_compute = eps;
+    c.placement_seed = seed;
+    c.planning_s = table_s + seconds_since(t0);
+    c.balanced = placed.report.balanced();
+    try_schedules(c, table, std::move(placed), counts);
   };
   const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
   const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
@@ -182,13 +217,13 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       bo.split_sink = split;
       bo.validate(batch.shape);
       const auto t_table = Clock::now();
-      BlockTable table = build_block_table(batch, bo);
+      const auto table = std::make_shared<const BlockTable>(build_block_table(batch, bo));
       const double table_s = seconds_since(t_table);
       // A split that cut nothing gives the unsplit table: plan it once.
-      const bool cut = table.block_size == 0;
+      const bool cut = table->block_size == 0;
       if (!cut && planned_unsplit) continue;
       planned_unsplit |= !cut;
-      if (opts.max_tiles_per_device > 0 && block != coarsest && std::ssize(table.tiles) > tile_budget) {
+      if (opts.max_tiles_per_device > 0 && block != coarsest && std::ssize(table->tiles) > tile_budget) {
         if (best.skipped_block_sizes.empty() || best.skipped_block_sizes.back() != block)
           best.skipped_block_sizes.push_back(block);
         continue;
@@ -200,13 +235,29 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   // The placement depends on its seed as much as on eps: the best candidate's block table and
   // eps are placed again with the next seeds, each with every schedule.
   if (have && opts.reseed_best > 0) {
-    const BlockTable table = best.table;
+    const auto table = std::make_shared<const BlockTable>(best.table);
     const PlanCandidate first = best.chosen;
     const std::shared_ptr<SimTableCache> counts = best_counts;
     for (int k = 1; k <= opts.reseed_best; ++k)
       try_placement(table, 0.0, first.block_size, first.split_sink, first.eps_compute,
                     opts.placement.seed + static_cast<uint64_t>(k), counts);
   }
+  // The best placements walked down to tighter compute bounds, homes kept (tighten_best).
+  keeping = false;
+  for (const KeptPlacement& k : kept)
+    for (double eps : opts.tighten_eps) {
+      if (!(eps < k.fastest.eps_compute)) continue;
+      const auto t0 = Clock::now();
+      DcpPlacement placed =
+          place_tiles_on_homes(*k.table, cluster, placement_options(eps, k.fastest.placement_seed), k.placed.placement);
+      PlanCandidate c = k.fastest;
+      c.tightened_from = k.fastest.tightened_from > 0 ? k.fastest.tightened_from : k.fastest.eps_compute;
+      c.eps_compute = eps;
+      c.planning_s = seconds_since(t0);
+      c.balanced = placed.report.balanced();
+      try_schedules(c, k.table, std::move(placed), k.counts);
+    }
+  kept.clear();  // the tables and placements are not needed past here
   // The static layouts, each with the default schedule at every stage count (packing, which cuts
   // sequences into token blocks, at every block size; the others cut their own chunks). Their
   // plans run on the same executor, so where one is predicted fastest it is the plan to run. On

@@ -255,6 +255,83 @@ TEST(Planner, PlacesTheBestCandidateAgainWithFurtherSeeds) {
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
 }
 
+// tighten_best: the placements of the best candidates (by their fastest schedule) are walked
+// down to each tighter tolerance of tighten_eps with their homes kept, every schedule each; the
+// candidates before them are untouched, and the chosen plan is valid and meets its tighter bound.
+TEST(Planner, TightensTheBestPlacementsToTighterBounds) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.static_layouts.clear();
+  opts.retry_proxies = false;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.05, 0.1};
+  opts.calibration = calibration_from_cluster(cluster);
+  opts.last_round_share = {1.0};
+  opts.level_stage_compute = {false};
+  opts.tighten_eps = {0.07, 0.03};
+  for (const char* mask : {"causal", "shared_question"}) {
+    SCOPED_TRACE(mask);
+    const Batch batch = small_batch(mask);
+    opts.tighten_best = 0;
+    const PlannedBatch first = plan_batch(batch, cluster, opts);
+    // The two placements the search should tighten: the fastest balanced ones, in order.
+    struct Seen {
+      double fastest;
+      PlanCandidate c;
+    };
+    std::vector<Seen> placements;
+    for (const PlanCandidate& c : first.candidates) {
+      auto same = std::find_if(placements.begin(), placements.end(), [&](const Seen& s) {
+        return s.c.block_size == c.block_size && s.c.split_sink == c.split_sink && s.c.eps_compute == c.eps_compute;
+      });
+      if (same == placements.end()) placements.push_back({c.predicted_s, c});
+      else same->fastest = std::min(same->fastest, c.predicted_s);
+    }
+    std::erase_if(placements, [](const Seen& s) { return !s.c.balanced; });
+    std::stable_sort(placements.begin(), placements.end(),
+                     [](const Seen& a, const Seen& b) { return a.fastest < b.fastest; });
+    ASSERT_GE(placements.size(), 2u);
+    placements.resize(2);
+    opts.tighten_best = 2;
+    const PlannedBatch p = plan_batch(batch, cluster, opts);
+    const size_t n = first.candidates.size();
+    size_t expected = n;
+    for (const Seen& s : placements)
+      for (double e : opts.tighten_eps) expected += e < s.c.eps_compute ? 2 : 0;  // 2 schedules each
+    ASSERT_EQ(p.candidates.size(), expected);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(p.candidates[i].predicted_s, first.candidates[i].predicted_s);
+      EXPECT_EQ(p.candidates[i].tightened_from, 0.0);
+    }
+    size_t i = n;
+    for (const Seen& s : placements)
+      for (double e : opts.tighten_eps) {
+        if (!(e < s.c.eps_compute)) continue;
+        for (int k = 0; k < 2; ++k, ++i) {
+          const PlanCandidate& c = p.candidates[i];
+          EXPECT_EQ(c.block_size, s.c.block_size);
+          EXPECT_EQ(c.split_sink, s.c.split_sink);
+          EXPECT_EQ(c.placement_seed, s.c.placement_seed);
+          EXPECT_EQ(c.tightened_from, s.c.eps_compute);
+          EXPECT_EQ(c.eps_compute, e);
+          EXPECT_NE(describe(c).find("tightened from"), std::string::npos);
+        }
+      }
+    for (const PlanCandidate& c : p.candidates) EXPECT_LE(p.chosen.predicted_s, c.predicted_s);
+    EXPECT_LE(p.chosen.predicted_s, first.chosen.predicted_s);
+    EXPECT_TRUE(validate_plan(p.plan).empty());
+    if (p.chosen.balanced) {
+      EXPECT_LE(p.placement.report.compute_imbalance, 1 + p.chosen.eps_compute + 1e-9);
+    }
+    EXPECT_EQ(serialize_plan(plan_batch(batch, cluster, opts).plan), serialize_plan(p.plan));
+  }
+  opts.tighten_best = -1;
+  EXPECT_THROW(plan_batch(small_batch("causal"), cluster, opts), Error);
+  opts.tighten_best = 1;
+  opts.tighten_eps = {-0.1};
+  EXPECT_THROW(plan_batch(small_batch("causal"), cluster, opts), Error);
+}
+
 // retry_proxies: across nodes the chosen placement is planned again with every schedule and the
 // other proxy setting; the fastest plan of all is kept. Proxied plans are exact (validator).
 TEST(Planner, RetriesTheChosenPlacementWithTheOtherProxySetting) {
