@@ -7,7 +7,7 @@ layouts among the planner's candidates (PlannerOptions::static_layouts, the defa
 gives both against the best static layout, over the two batches and on the worse batch, and which
 placement the planner chose per batch. Prints a Markdown table (bench/results/plan_sim.md).
 
-Usage: bench/sim_pair.py [path/to/dcp] [--batches N]
+Usage: bench/sim_pair.py [path/to/dcp] [--batches N] [--search-args "--search-tighten 2 ..."]
 """
 import argparse
 import json
@@ -29,15 +29,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dcp", nargs="?", default="build/dcp")
     ap.add_argument("--batches", type=int, default=2)
+    ap.add_argument("--search-args", default="", help="more `dcp simulate` flags for every search")
     args = ap.parse_args()
+    more = args.search_args.split()
     print("| profile | tokens | mask | DCP's own ms | with static candidates ms | best static layout ms | "
           "speed-up, own (worse batch) | speed-up, with static (worse batch) | chosen per batch |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for prof in ("ldc", "longalign"):
         for tokens in (65536, 131072):
             for mask in ("causal", "lambda", "causal_blockwise", "shared_question"):
-                own = simulate(args.dcp, prof, tokens, mask, args.batches, ["--dcp-only"])
-                mixed = simulate(args.dcp, prof, tokens, mask, args.batches, ["--method", "dcp"])
+                own = simulate(args.dcp, prof, tokens, mask, args.batches, ["--dcp-only"] + more)
+                mixed = simulate(args.dcp, prof, tokens, mask, args.batches, ["--method", "dcp"] + more)
                 dcp_own = next(m for m in own["methods"] if m["method"] == "dcp")
                 dcp_mixed = mixed["methods"][0]
                 statics = [m for m in own["methods"] if m["method"] != "dcp"]

@@ -37,6 +37,8 @@ struct SimulateArgs {
   bool search = false;
   std::vector<int64_t> search_blocks{1024, 2048, 4096};
   std::vector<double> search_eps{0.02, 0.05, 0.1};
+  int search_reseed = 0;
+  int search_tighten = 0;
   bool dcp_only = false;  // --search without the static layouts among the candidates
   int64_t max_tiles = kDefaultMaxTiles;
   std::string layer_masks;  // --layer-masks: several masks over the layers (layer_kinds.h)
@@ -110,6 +112,8 @@ int run_simulate(const SimulateArgs& args) {
         PlannerOptions search;
         search.block_sizes = args.search_blocks;
         search.eps_compute = args.search_eps;
+        search.reseed_best = args.search_reseed;
+        search.tighten_best = args.search_tighten;
         search.placement = in.placement;
         search.plan = popts;
         search.calibration = so.calibration;
@@ -271,6 +275,15 @@ void register_simulate(CLI::App& app, Runner& runner) {
                 "--search-eps, each planned with the planner's 8 schedules; plan ms then includes the search)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
+  sub->add_option("--search-reseed", args->search_reseed,
+                  "With --search: place the best candidate again with this many further seeds")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
+  sub->add_option("--search-tighten", args->search_tighten,
+                  "With --search: walk this many of the best placements down to tighter compute bounds "
+                  "(0.07, 0.05, 0.03), their token homes kept")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 64));
   sub->add_flag("--dcp-only", args->dcp_only,
                 "With --search: DCP's own placements only (by default the static layouts are candidates too, "
                 "so the choice is never predicted slower than they are)");

@@ -100,6 +100,23 @@ TEST(CliValidate, PlanWithAMissingTileExitsOneAndSaysWhy) {
   EXPECT_FALSE(j["violations"].empty());
 }
 
+// --search-reseed and --search-tighten add candidates to the planner's search: its choice is never
+// predicted slower than without them.
+TEST(CliSimulate, SearchWithMoreCandidatesIsNeverPredictedSlower) {
+  const std::string base = "simulate --profile ldc --seed 4 --tokens 16384 --cluster a100-p4d --nodes 2 --batches 1 "
+                           "--mask shared_question --method dcp --search --dcp-only --search-blocks 512 "
+                           "--search-blocks 1024 --json";
+  auto plain = run_cli(base, false);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  auto more = run_cli(base + " --search-reseed 1 --search-tighten 2", false);
+  ASSERT_EQ(more.exit_code, 0) << more.out;
+  const double t_plain = nlohmann::json::parse(plain.out)["methods"][0]["total_ms"];
+  const double t_more = nlohmann::json::parse(more.out)["methods"][0]["total_ms"];
+  EXPECT_GT(t_more, 0.0);
+  EXPECT_LE(t_more, t_plain + 1e-9);
+  EXPECT_EQ(run_cli(base + " --search-tighten -1").exit_code, 2);
+}
+
 TEST(CliSimulate, EveryMethodHasAPositivePredictedTime) {
   const std::string trace = temp("trace.json");
   auto r = run_cli("simulate --profile ldc --seed 4 --tokens 32768 --cluster a100-p4d --nodes 2 --batches 2 --block 1024 "
