@@ -76,6 +76,8 @@ int run_simulate(const SimulateArgs& args) {
     k.search = args.search;
     k.search_blocks = args.search_blocks;
     k.search_eps = args.search_eps;
+    k.search_reseed = args.search_reseed;
+    k.search_tighten = args.search_tighten;
     k.dcp_only = args.dcp_only;
     k.finer_blocks = !args.same_kind_blocks;
     return run_layer_kinds(k);

@@ -108,6 +108,8 @@ int run_layer_kinds(const LayerKindsInputs& inputs) {
         o.search_candidates = true;
         o.search.block_sizes = inputs.search_blocks;
         o.search.eps_compute = inputs.search_eps;
+        o.search.reseed_best = inputs.search_reseed;
+        o.search.tighten_best = inputs.search_tighten;
         o.search.placement = in.placement;
         o.search.plan = inputs.plan;
         o.search.calibration = so.calibration;

@@ -28,6 +28,8 @@ struct LayerKindsInputs {
   bool search = false;  // DCP: the planner's search, the block size chosen for all layers at once
   std::vector<int64_t> search_blocks;
   std::vector<double> search_eps;
+  int search_reseed = 0;   // PlannerOptions::reseed_best
+  int search_tighten = 0;  // PlannerOptions::tighten_best
   bool dcp_only = false;
   bool finer_blocks = true;  // StepPlanOptions::kinds_finer_blocks
 };
