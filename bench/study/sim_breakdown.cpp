@@ -9,7 +9,7 @@
 // over devices). The best static baseline is printed beside for reference.
 //
 // Usage: sim_breakdown [--mask M] [--scale S] [--batches N] [--stages N] [--calibration FILE]
-//                      [--blocks 1024,2048] [--eps 0.02,0.05] [--trace PREFIX] [--baselines 0|1]
+//                      [--blocks 1024,2048] [--eps 0.02,0.05] [--trace PREFIX] (also of the planner's choice) [--baselines 0|1]
 //                      [--tail 0|1] [--far-first 0|1] [--relay1 0|1] [--proxy 0|1] [--proxy-slack X] [--last-share X] [--level 0|1]
 //                      (ScheduleOptions of every plan) [--split-sink 0|1] (BlockOptions::split_sink)
 //                      [--search 0|1] (also the planner's choice with bench_sim_paper's candidates,
@@ -202,6 +202,11 @@ int main(int argc, char** argv) {
                       c.split_sink ? " split" : "", c.eps_compute, c.num_comm_stages, c.far_outputs_first ? 1 : 0,
                       c.last_round_share, c.level_stage_compute ? 1 : 0, planned.search_s * 1e3);
       report(label.c_str(), planned.plan, planned.predicted, so.calibration);
+      if (!trace_path.empty()) {
+        SimOptions traced = so;
+        traced.trace = true;
+        std::ofstream(fmt::format("{}_b{}_planner.json", trace_path, b)) << simulate(planned.plan, cluster, traced).trace_json;
+      }
       // The best schedule of each placement (B x split x eps), in the order tried.
       for (size_t i = 0; i < planned.candidates.size();) {
         size_t j = i;
