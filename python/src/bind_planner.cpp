@@ -76,6 +76,12 @@ void bind_planner(nb::module_& m) {
           "search_eps_compute", [](const StepPlanOptions& o) { return o.search.eps_compute; },
           [](StepPlanOptions& o, std::vector<double> v) { o.search.eps_compute = std::move(v); })
       .def_prop_rw(
+          "search_reseed_best", [](const StepPlanOptions& o) { return o.search.reseed_best; },
+          [](StepPlanOptions& o, int n) { o.search.reseed_best = n; })
+      .def_prop_rw(
+          "search_tighten_best", [](const StepPlanOptions& o) { return o.search.tighten_best; },
+          [](StepPlanOptions& o, int n) { o.search.tighten_best = n; })
+      .def_prop_rw(
           "search_static_layouts", [](const StepPlanOptions& o) { return o.search.static_layouts; },
           [](StepPlanOptions& o, std::vector<std::string> v) { o.search.static_layouts = std::move(v); })
       .def("validate", &StepPlanOptions::validate);

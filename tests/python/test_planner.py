@@ -98,6 +98,29 @@ def test_search_takes_the_static_layouts_as_candidates():
         plan(search_static_layouts=["nope"])
 
 
+def test_search_reseed_and_tighten_add_candidates():
+    """search_reseed_best / search_tighten_best reach the planner's search: across nodes the chosen
+    plan is never predicted slower than without them; the options round-trip; bad values are refused."""
+    lengths, specs = cases.random_docs(7, max_len=900, num_docs=8)
+    cluster = dcp.cluster("a100-p4d", 2, 2)
+    options = {"block_size": 64, "stages": 2, "search": True, "search_block_sizes": [64, 128],
+               "search_static_layouts": []}
+
+    def plan(**extra):
+        return dcp.plan(lengths, specs, cases.SHAPE, cluster=cluster, world_size=4, options=dict(options, **extra))
+
+    plain = plan().simulate(cluster)["total_ms"]
+    more = plan(search_reseed_best=1, search_tighten_best=2).simulate(cluster)["total_ms"]
+    assert 0 < more <= plain + 1e-9
+    o = dcp.PlanOptions()
+    o.search_reseed_best, o.search_tighten_best = 1, 2
+    assert (o.search_reseed_best, o.search_tighten_best) == (1, 2)
+    with pytest.raises(dcp.Error, match="tighten_best"):
+        plan(search_tighten_best=-1)
+    with pytest.raises(dcp.Error, match="reseed_best"):
+        plan(search_reseed_best=-1)
+
+
 def test_iterate_keeps_lookahead_steps_submitted():
     p = planner(lookahead=2)
     items = [cases.random_docs(seed) for seed in range(5)]
