@@ -127,7 +127,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     std::shared_ptr<SimTableCache> counts;
   };
   std::vector<KeptPlacement> kept;
-  bool keeping = opts.tighten_best > 0;
+  bool keeping = opts.tighten_best > 0 && cluster.num_devices() > 1;  // one device: nothing to balance
   auto keep = [&](KeptPlacement k) {
     if (!keeping) return;
     const auto at = std::find_if(kept.begin(), kept.end(), [&](const KeptPlacement& o) {

@@ -325,6 +325,11 @@ TEST(Planner, TightensTheBestPlacementsToTighterBounds) {
     }
     EXPECT_EQ(serialize_plan(plan_batch(batch, cluster, opts).plan), serialize_plan(p.plan));
   }
+  // One device has nothing to balance: no tightened candidate.
+  Cluster single = cluster_preset("a100-p4d", 1);
+  single.devices_per_node = 1;
+  const PlannedBatch one = plan_batch(small_batch("causal"), single, opts);
+  for (const PlanCandidate& c : one.candidates) EXPECT_EQ(c.tightened_from, 0.0);
   opts.tighten_best = -1;
   EXPECT_THROW(plan_batch(small_batch("causal"), cluster, opts), Error);
   opts.tighten_best = 1;
