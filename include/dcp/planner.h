@@ -96,7 +96,7 @@ struct PlannerOptions {
   // 0.02 than at 0.1); walking down from the loose placement keeps most of its cut and trims
   // the busiest devices. Each costs one tile refinement (far less than a placement) and its
   // schedules. Measured on the paper micro-benchmark (bench/results/plan_sim.md) with 2 and
-  // {0.07, 0.05, 0.03}: shared question at scale 2 4.92 -> 4.79 ms, causal at scales 1-4 1-3 %
+  // {0.07, 0.05, 0.03}: shared question at scale 2 4.92 -> 4.79 ms, causal at scales 1-4 0.5-1.4 %
   // faster; no cell slower; the search about 10-40 % longer. 0: off (and on one device).
   int tighten_best = 0;
   std::vector<double> tighten_eps{0.07, 0.05, 0.03};
