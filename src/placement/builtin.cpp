@@ -7,7 +7,7 @@
 #include "placement/kway.h"
 #include "placement/memo.h"
 #include "placement/multilevel.h"
-#include "placement/task_pool.h"
+#include "core/task_pool.h"
 
 namespace dcp::placement {
 

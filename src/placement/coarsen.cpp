@@ -6,7 +6,7 @@
 #include <numeric>
 
 #include "dcp/error.h"
-#include "placement/task_pool.h"
+#include "core/task_pool.h"
 
 namespace dcp::placement {
 

@@ -7,9 +7,11 @@
 
 #include "placement/kway.h"
 
-namespace dcp::placement {
+namespace dcp {
+class TaskPool;  // core/task_pool.h
+}
 
-class TaskPool;
+namespace dcp::placement {
 
 // One coarser level: its hypergraph and the cluster (a vertex of `graph`) of every vertex of the
 // level below it.

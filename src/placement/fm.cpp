@@ -20,7 +20,7 @@
 
 #include "placement/gain_cache.h"
 #include "placement/kway.h"
-#include "placement/task_pool.h"
+#include "core/task_pool.h"
 
 namespace dcp::placement {
 

@@ -6,7 +6,7 @@
 
 #include "placement/driver.h"
 #include "placement/multilevel.h"
-#include "placement/task_pool.h"
+#include "core/task_pool.h"
 
 namespace dcp::placement {
 

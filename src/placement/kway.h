@@ -10,9 +10,11 @@
 
 #include "dcp/partition.h"
 
-namespace dcp::placement {
+namespace dcp {
+class TaskPool;  // core/task_pool.h
+}
 
-class TaskPool;
+namespace dcp::placement {
 
 // The vertices and nets one level sees. At the node level that is everything; at the device
 // level, the vertices of one node, with nets cut down to their pins inside the node.

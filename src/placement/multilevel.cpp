@@ -8,7 +8,7 @@
 
 #include "placement/coarsen.h"
 #include "placement/memo.h"
-#include "placement/task_pool.h"
+#include "core/task_pool.h"
 
 namespace dcp::placement {
 

@@ -8,7 +8,7 @@
 
 #include "dcp/error.h"
 #include "placement/driver.h"
-#include "placement/task_pool.h"
+#include "core/task_pool.h"
 
 namespace dcp {
 
@@ -167,8 +167,8 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   // Independent work runs on the pool (PlacementOptions::threads); every result is combined in
   // a fixed order, so the placement does not depend on the thread count. The outside backends
   // run one call at a time.
-  placement::TaskPool pool(builtin ? opts.threads : 1);
-  placement::TaskPool* const par = pool.threads() > 1 ? &pool : nullptr;
+  TaskPool pool(builtin ? opts.threads : 1);
+  TaskPool* const par = pool.threads() > 1 ? &pool : nullptr;
   const auto backend = placement::make_partitioner(opts.partitioner, starts, opts.multilevel, light, par);
   const int num_nodes = cluster.nodes, dpn = cluster.devices_per_node;
   const int num_dev = cluster.num_devices();
@@ -218,7 +218,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   placement::AllDevices all_devices(table, h, cluster);
   std::vector<std::vector<int32_t>> node_parts;
   if (par != nullptr && builtin && num_nodes > 1)
-    placement::run_both(par, [&] { node_parts = node_candidates(*backend); }, [&] { all_devices.get(); });
+    run_both(par, [&] { node_parts = node_candidates(*backend); }, [&] { all_devices.get(); });
   else
     node_parts = node_candidates(*backend);
   rep.node_level_s = seconds_since(t0);
@@ -250,7 +250,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
       caps.compute.assign(dpn, (1 + opts.eps_compute) * total_c / num_dev);
       caps.memory.assign(dpn, (1 + opts.eps_memory) * total_m / num_dev);
       // Each node's vertices are its own: the nodes write disjoint entries of `parts`.
-      placement::run_each(par, num_nodes, [&](int n) {
+      run_each(par, num_nodes, [&](int n) {
         const placement::SubHypergraph s = placement::make_sub(table, h, node, n, w_inter);
         if (s.num_vertices() == 0) return;
         std::vector<int32_t> dev = backend->partition(s, caps, opts.seed, opts.refine);
@@ -274,7 +274,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
   auto place_all = [&](const std::vector<std::vector<int32_t>>& candidates) {
     const int count = static_cast<int>(candidates.size());
     std::vector<Placed> placed(candidates.size());
-    placement::run_each(par, count, [&](int i) { placed[i] = place_devices(candidates[i], count > 1); });
+    run_each(par, count, [&](int i) { placed[i] = place_devices(candidates[i], count > 1); });
     // The global refinement never adds a violation nor raises the objective of the candidate
     // ahead; the one behind would have to win back more than the margin.
     std::vector<uint8_t> dropped(candidates.size(), 0);
@@ -286,7 +286,7 @@ DcpPlacement place_dcp(const BlockTable& table, const Cluster& cluster,
       std::vector<int> refined;
       for (int i = 0; i < count; ++i)
         if (!dropped[i]) refined.push_back(i);
-      placement::run_each(par, static_cast<int>(refined.size()), [&](int r) {
+      run_each(par, static_cast<int>(refined.size()), [&](int r) {
         Placed& p = placed[static_cast<size_t>(refined[static_cast<size_t>(r)])];
         placement::refine_all_devices(h, cluster, opts, all_devices, par, p.parts);
         score(p);

@@ -18,7 +18,7 @@
 #include "placement/kway.h"
 #include "placement/memo.h"
 #include "placement/multilevel.h"
-#include "placement/task_pool.h"
+#include "core/task_pool.h"
 
 namespace dcp {
 namespace {
@@ -183,7 +183,7 @@ TEST(Multilevel, CoarseningInsidePartsSameOnEveryThreadCount) {
     const std::vector<placement::CoarseLevel> one = placement::coarsen(s, level.caps, &part, opts, 5);
     ASSERT_GE(one.size(), 1u);
     for (int threads : {2, 3}) {
-      placement::TaskPool pool(threads);
+      TaskPool pool(threads);
       const std::vector<placement::CoarseLevel> many = placement::coarsen(s, level.caps, &part, opts, 5, &pool);
       ASSERT_EQ(many.size(), one.size()) << threads << " threads, max_shrink " << max_shrink;
       for (size_t i = 0; i < one.size(); ++i) {
@@ -270,7 +270,7 @@ TEST(Multilevel, DeeperStartGivesAValidPartitionAndOffChangesNothing) {
       ASSERT_EQ(deeper.size(), plain.size());
       for (int32_t p : deeper) ASSERT_TRUE(p >= 0 && p < k);
       // Deterministic, and the same with the set-up of FM passes on a pool.
-      placement::TaskPool pool(3);
+      TaskPool pool(3);
       EXPECT_EQ(placement::partition_multilevel(s, level.caps, opts, refine, 3, &pool, 20), deeper);
       if (placement::repair_balance(s, level.caps, deeper)) {
         EXPECT_TRUE(within_caps(part_loads(s, deeper, k), level.caps, 1e-12)) << "k=" << k;
@@ -393,7 +393,7 @@ TEST(Multilevel, FmAroundMovedVerticesSameOnEveryThreadCount) {
   const double before = connectivity_bytes(h, moved_parts, cluster).objective;
   std::vector<int32_t> first;
   for (int threads : {1, 2, 3}) {
-    placement::TaskPool pool(threads);
+    TaskPool pool(threads);
     std::vector<int32_t> parts = moved_parts;
     placement::refine_fm_around(all, caps, RefineOptions{}, 5, parts, moved,
                                 threads > 1 ? &pool : nullptr);
@@ -472,7 +472,7 @@ TEST(Multilevel, SamePlacementOnEveryThreadCount) {
 
 TEST(Multilevel, TaskPoolRunsEveryPieceNestedAndRethrowsTheFirstError) {
   for (int threads : {1, 2, 3}) {
-    placement::TaskPool pool(threads);
+    TaskPool pool(threads);
     EXPECT_EQ(pool.threads(), threads);
     // Nested runs: every (i, j) exactly once.
     std::vector<int> hits(8 * 5, 0);

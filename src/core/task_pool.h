@@ -1,8 +1,10 @@
-// placement/task_pool.h — fork-join parallelism for one placement (PlacementOptions::threads).
+// core/task_pool.h — fork-join parallelism inside one call (PlacementOptions::threads,
+// PlannerOptions::threads).
 //
-// The placement has independent pieces of work: the starts of a portfolio, the node candidates,
-// the device-level partitions of different nodes. A TaskPool runs such a set of pieces on
-// `threads` threads (the caller and threads - 1 workers that live as long as the pool). The
+// A placement has independent pieces of work (the starts of a portfolio, the node candidates,
+// the device-level partitions of different nodes), and so has a planner's search (the
+// candidate placements, the plan and simulation of each schedule). A TaskPool runs such a set of
+// pieces on `threads` threads (the caller and threads - 1 workers that live as long as the pool). The
 // result never depends on the thread count: every piece writes only its own slot, and callers
 // combine the slots in index order afterwards, exactly as a sequential loop would.
 //
@@ -28,12 +30,13 @@
 #include <thread>
 #include <vector>
 
-namespace dcp::placement {
+namespace dcp {
 
 class TaskPool {
  public:
-  // threads <= 1: no worker; run() is then a plain loop on the calling thread.
-  explicit TaskPool(int threads);
+  // threads <= 1: no worker; run() is then a plain loop on the calling thread. `owner` names
+  // the option that asked for the threads, for the error when one cannot start.
+  explicit TaskPool(int threads, const char* owner = "PlacementOptions::threads");
   ~TaskPool();
   TaskPool(const TaskPool&) = delete;
   TaskPool& operator=(const TaskPool&) = delete;
@@ -107,4 +110,4 @@ inline void run_each(TaskPool* pool, int n, const std::function<void(int)>& fn) 
   pool->run(n, fn);
 }
 
-}  // namespace dcp::placement
+}  // namespace dcp

@@ -1,5 +1,5 @@
-// The fork-join pool of one placement (task_pool.h).
-#include "placement/task_pool.h"
+// The fork-join pool (task_pool.h).
+#include "core/task_pool.h"
 
 #include <chrono>
 #include <string>
@@ -7,7 +7,7 @@
 
 #include "dcp/error.h"
 
-namespace dcp::placement {
+namespace dcp {
 
 namespace {
 
@@ -17,7 +17,7 @@ thread_local const void* current_group = nullptr;
 
 }  // namespace
 
-TaskPool::TaskPool(int threads) {
+TaskPool::TaskPool(int threads, const char* owner) {
   try {
     for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { work(); });
   } catch (const std::system_error& e) {  // a thread could not start: stop and join those that did
@@ -27,8 +27,8 @@ TaskPool::TaskPool(int threads) {
       notify(lock);
     }
     for (std::thread& t : workers_) t.join();
-    raise(ErrorKind::System, "placement: could not start thread " + std::to_string(workers_.size() + 1) +
-                                 " of " + std::to_string(threads) + " (PlacementOptions::threads): " + e.what());
+    raise(ErrorKind::System, "could not start thread " + std::to_string(workers_.size() + 1) + " of " +
+                                 std::to_string(threads) + " (" + owner + "): " + e.what());
   }
 }
 
@@ -135,4 +135,4 @@ void TaskPool::run(int n, const std::function<void(int)>& fn) {
     if (e) std::rethrow_exception(e);
 }
 
-}  // namespace dcp::placement
+}  // namespace dcp
