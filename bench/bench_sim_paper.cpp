@@ -10,8 +10,9 @@
 // same simulator and calibration.
 // Proxies (ScheduleOptions::proxies) on and off: DCP's chosen placement is planned with both (the
 // planner's retry_proxies), every static layout keeps the best of both at each stage count;
-// with no-proxies as the fourth argument, neither has any.
-// Usage: bench_sim_paper [batches per scale] [calibration.json] [out.json] [no-proxies]
+// with no-proxies as the fourth argument, neither has any. The fifth is the search's threads
+// (PlannerOptions::threads, default 1: the search ms column is then one core's).
+// Usage: bench_sim_paper [batches per scale] [calibration.json] [out.json] [proxies|no-proxies] [threads]
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   using namespace dcp;
   const int batches = argc > 1 ? std::max(1, std::atoi(argv[1])) : 2;
   const bool proxies = !(argc > 4 && std::string(argv[4]) == "no-proxies");
+  const int threads = argc > 5 ? std::clamp(std::atoi(argv[5]), 1, 256) : 1;
   const Cluster cluster = bench::paper_cluster();
   SimOptions so;
   so.calibration = argc > 2 && argv[2][0] != 0 ? load_calibration(argv[2]) : calibration_from_cluster(cluster);
@@ -57,6 +59,7 @@ int main(int argc, char** argv) {
         popt.retry_proxies = proxies;
         popt.reseed_best = 1;
         popt.tighten_best = 2;
+        popt.threads = threads;
         popt.calibration = so.calibration;
         // DCP's own placements only: the table compares them with the static layouts.
         popt.static_layouts.clear();

@@ -39,6 +39,7 @@ struct SimulateArgs {
   std::vector<double> search_eps{0.02, 0.05, 0.1};
   int search_reseed = 0;
   int search_tighten = 0;
+  int search_threads = 0;  // 0: every core (search_thread_count)
   bool dcp_only = false;  // --search without the static layouts among the candidates
   int64_t max_tiles = kDefaultMaxTiles;
   std::string layer_masks;  // --layer-masks: several masks over the layers (layer_kinds.h)
@@ -78,6 +79,7 @@ int run_simulate(const SimulateArgs& args) {
     k.search_eps = args.search_eps;
     k.search_reseed = args.search_reseed;
     k.search_tighten = args.search_tighten;
+    k.search_threads = search_thread_count(args.search_threads);
     k.dcp_only = args.dcp_only;
     k.finer_blocks = !args.same_kind_blocks;
     return run_layer_kinds(k);
@@ -116,6 +118,7 @@ int run_simulate(const SimulateArgs& args) {
         search.eps_compute = args.search_eps;
         search.reseed_best = args.search_reseed;
         search.tighten_best = args.search_tighten;
+        search.threads = search_thread_count(args.search_threads);
         search.placement = in.placement;
         search.plan = popts;
         search.calibration = so.calibration;
@@ -286,6 +289,11 @@ void register_simulate(CLI::App& app, Runner& runner) {
                   "(0.07, 0.05, 0.03), their token homes kept")
       ->capture_default_str()
       ->check(CLI::Range(0, 64));
+  sub->add_option("--search-threads", args->search_threads,
+                  "With --search: threads of the search (0: every core of this machine); the plan chosen "
+                  "does not depend on it, only how long the search takes")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
   sub->add_flag("--dcp-only", args->dcp_only,
                 "With --search: DCP's own placements only (by default the static layouts are candidates too, "
                 "so the choice is never predicted slower than they are)");

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include "dcp/baselines.h"
 #include "dcp/error.h"
@@ -304,6 +305,11 @@ std::string tile_budget_note(const std::string& method, const std::vector<Batch>
                                                      : " (it cuts every sequence into chunks per device)");
   }
   return {};
+}
+
+int search_thread_count(int requested) {
+  if (requested > 0) return std::min(requested, 256);
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 256);
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {

@@ -98,6 +98,10 @@ std::string tile_budget_note(const std::string& method, const std::vector<Batch>
 
 double ms_since(std::chrono::steady_clock::time_point t0);
 
+// PlannerOptions::threads for a --search-threads value: as given, or every core for 0 (at most
+// 256, at least 1).
+int search_thread_count(int requested);
+
 // Kernel routes for the CUDA backend from DCP_ATTN_FORWARD, DCP_ATTN_BACKWARD (auto | mma |
 // wgmma | wgmma-basic), DCP_ATTN_BACKWARD_DQ (bulk | atomic), DCP_ATTN_DETERMINISTIC (0 | 1),
 // DCP_ATTN_DETERMINISTIC_ONE_PASS (0 | 1: its one-pass method on one device; unset: on),

@@ -110,6 +110,7 @@ int run_layer_kinds(const LayerKindsInputs& inputs) {
         o.search.eps_compute = inputs.search_eps;
         o.search.reseed_best = inputs.search_reseed;
         o.search.tighten_best = inputs.search_tighten;
+        o.search.threads = inputs.search_threads;
         o.search.placement = in.placement;
         o.search.plan = inputs.plan;
         o.search.calibration = so.calibration;

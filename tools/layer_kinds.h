@@ -30,6 +30,7 @@ struct LayerKindsInputs {
   std::vector<double> search_eps;
   int search_reseed = 0;   // PlannerOptions::reseed_best
   int search_tighten = 0;  // PlannerOptions::tighten_best
+  int search_threads = 1;  // PlannerOptions::threads
   bool dcp_only = false;
   bool finer_blocks = true;  // StepPlanOptions::kinds_finer_blocks
 };

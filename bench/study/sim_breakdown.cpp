@@ -14,7 +14,7 @@
 //                      (ScheduleOptions of every plan) [--split-sink 0|1] (BlockOptions::split_sink)
 //                      [--search 0|1] (also the planner's choice with bench_sim_paper's candidates,
 //                      its breakdown and the best candidate of each B x split x eps)
-//                      [--search-eps 0.02,0.05,0.1] [--search-stages 4,3] [--tighten-best N] (its candidates)
+//                      [--search-blocks 512,1024,2048,4096] [--search-eps 0.02,0.05,0.1] [--search-stages 4,3] [--tighten-best N] [--search-threads N] (its candidates)
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -120,6 +120,8 @@ int main(int argc, char** argv) {
   double proxy_slack = 0.1;
   bool search = false;
   std::vector<double> search_eps{0.02, 0.05, 0.1};
+  std::vector<int64_t> search_blocks{512, 1024, 2048, 4096};
+  int search_threads = 1;
   std::vector<int> search_stages{4, 3};
   uint64_t search_seed = 1;
   int tighten_best = 2;
@@ -149,6 +151,8 @@ int main(int argc, char** argv) {
     else if (a == "--level") level = v != "0";
     else if (a == "--split-sink") split_sink = v != "0";
     else if (a == "--search") search = v != "0";
+    else if (a == "--search-threads") search_threads = std::atoi(v.c_str());
+    else if (a == "--search-blocks") search_blocks = parse_list<int64_t>(v);
     else if (a == "--search-eps") search_eps = parse_list<double>(v);
     else if (a == "--search-stages") search_stages = parse_list<int>(v);
     else if (a == "--tighten-best") tighten_best = std::atoi(v.c_str());
@@ -187,7 +191,8 @@ int main(int argc, char** argv) {
     }
     if (search) {
       PlannerOptions popt;
-      popt.block_sizes = {512, 1024, 2048, 4096};
+      popt.block_sizes = search_blocks;
+      popt.threads = search_threads;
       popt.eps_compute = search_eps;
       popt.num_comm_stages = search_stages;
       popt.placement.seed = search_seed;

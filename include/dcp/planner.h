@@ -111,6 +111,15 @@ struct PlannerOptions {
   // causal and shared-question batches and at most 1.01x ahead on most others of those masks, so
   // on few devices the static layouts are real contenders; empty: DCP's placements only.
   std::vector<std::string> static_layouts = default_static_layouts();
+  // Threads of the search: the block tables, the placements of one phase (the fresh ones, the
+  // reseeded ones, the tightened ones, the static layouts) and the plan and simulation of every
+  // (placement, schedule) run at the same time on a pool of this many threads (the caller's and
+  // threads - 1 more). The choice and every candidate's prediction are the same on any count:
+  // each piece writes its own result and the results are taken in the order one thread tries
+  // them. 1 (the default) because PlanQueue already plans several steps at once on its own
+  // threads; set it where one search is waited for (the command line, a first step). Each
+  // placement also has placement.threads of its own. In [1, 256].
+  int threads = 1;
   // Throws InvalidInput naming the option (empty candidate lists, bad B or eps, an unknown or
   // repeated static layout).
   void validate() const;

@@ -84,9 +84,14 @@ double instruction_time_s(const Plan& plan, const Instruction& ins, Pass pass, c
 // What the simulator's kernel model reads of one block table (sub-tile counts per tile geometry),
 // kept across simulations: a planner simulates many plans over one table (placements, schedules)
 // and the counts depend on the table alone. One cache serves one table (a plan's table is a copy
-// of it); a table of another shape is refused. Not thread-safe.
+// of it); a table of another shape is refused. A simulation fills it as it goes, so it is not
+// thread-safe, unless fill() counted every tile first: simulations then only read it and may
+// share it across threads.
 class SimTableCache {
  public:
+  // Binds the cache to `table` and counts every tile of it now. Throws InvalidInput if the
+  // cache holds another table's counts.
+  void fill(const BlockTable& table);
   SimTableCache();
   ~SimTableCache();
   SimTableCache(SimTableCache&&) noexcept;

@@ -19,7 +19,7 @@ def _options(options: Any) -> _dcp.PlanOptions:
         return options
     o = _dcp.PlanOptions()
     known = {"method", "block_size", "q_heads_per_group", "stages", "eps_compute", "eps_memory", "seed", "search",
-             "search_block_sizes", "search_eps_compute", "search_reseed_best", "search_tighten_best",
+             "search_block_sizes", "search_eps_compute", "search_reseed_best", "search_tighten_best", "search_threads",
              "search_static_layouts", "outputs_in_place", "placement_threads"}
     for key, value in dict(options or {}).items():
         if key not in known:

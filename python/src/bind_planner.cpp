@@ -82,6 +82,9 @@ void bind_planner(nb::module_& m) {
           "search_tighten_best", [](const StepPlanOptions& o) { return o.search.tighten_best; },
           [](StepPlanOptions& o, int n) { o.search.tighten_best = n; })
       .def_prop_rw(
+          "search_threads", [](const StepPlanOptions& o) { return o.search.threads; },
+          [](StepPlanOptions& o, int n) { o.search.threads = n; })
+      .def_prop_rw(
           "search_static_layouts", [](const StepPlanOptions& o) { return o.search.static_layouts; },
           [](StepPlanOptions& o, std::vector<std::string> v) { o.search.static_layouts = std::move(v); })
       .def("validate", &StepPlanOptions::validate);

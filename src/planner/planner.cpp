@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 
+#include "core/task_pool.h"
 #include "dcp/error.h"
 #include "dcp/metrics.h"
 
@@ -23,6 +24,8 @@ void PlannerOptions::validate() const {
   if (max_tiles_per_device < 0)
     raise(ErrorKind::InvalidInput, "planner: max_tiles_per_device must be >= 0 (got " +
                                        std::to_string(max_tiles_per_device) + ")");
+  if (threads < 1 || threads > 256)
+    raise(ErrorKind::InvalidInput, "planner: threads must be in [1, 256] (got " + std::to_string(threads) + ")");
   if (reseed_best < 0)
     raise(ErrorKind::InvalidInput, "planner: reseed_best must be >= 0 (got " + std::to_string(reseed_best) + ")");
   if (tighten_best < 0)
@@ -100,8 +103,9 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   opts.validate();
   const Calibration calibration = opts.calibration ? *opts.calibration : calibration_from_cluster(cluster);
   const auto t_search = Clock::now();
+  TaskPool pool(opts.threads, "PlannerOptions::threads");
+  TaskPool* const par = pool.threads() > 1 ? &pool : nullptr;
   PlannedBatch best;
-  bool have = false;
   // The schedules tried on every placement: plan.schedule with each combination of the candidates.
   std::vector<ScheduleOptions> schedule_variants;
   const std::vector<int> stage_counts =
@@ -117,72 +121,95 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
           so.num_comm_stages = stages;
           schedule_variants.push_back(so);
         }
-  std::vector<PlanCandidate> tried;
-  // The best placements so far, fastest first (at most tighten_best; kept only when tightening
-  // is on): each with its table, its fastest candidate and its table's simulator counts.
-  struct KeptPlacement {
+
+  // A placement and the schedules it is planned with. `counts`: the simulator's sub-tile counts
+  // of its table, shared by every plan over the table (placements, schedules, seeds) and filled
+  // before any of them is simulated, so that simulations on several threads only read it.
+  struct Placed {
+    PlanCandidate c;  // its placement's fields and time
     std::shared_ptr<const BlockTable> table;
     DcpPlacement placed;
-    PlanCandidate fastest;
     std::shared_ptr<SimTableCache> counts;
+    std::vector<ScheduleOptions> schedules;
+  };
+  std::vector<std::unique_ptr<Placed>> placed_all;  // every placement planned, in the order tried
+  std::vector<PlanCandidate> tried;
+  // The winner so far: a balanced candidate beats an unbalanced one; otherwise the faster
+  // prediction wins (the earlier on ties). Its plan is built again at the end.
+  const Placed* best_placed = nullptr;
+  size_t best_schedule = 0;
+  // The best placements so far, fastest first (at most tighten_best; kept only when tightening
+  // is on), each with its fastest candidate.
+  struct KeptPlacement {
+    const Placed* placed;
+    PlanCandidate fastest;
   };
   std::vector<KeptPlacement> kept;
   bool keeping = opts.tighten_best > 0 && cluster.num_devices() > 1;  // one device: nothing to balance
-  auto keep = [&](KeptPlacement k) {
-    if (!keeping) return;
-    const auto at = std::find_if(kept.begin(), kept.end(), [&](const KeptPlacement& o) {
-      return k.fastest.predicted_s < o.fastest.predicted_s;  // ties keep the earlier ahead
-    });
-    if (at - kept.begin() >= opts.tighten_best) return;
-    kept.insert(at, std::move(k));
-    if (std::ssize(kept) > opts.tighten_best) kept.pop_back();
-  };
-  // Plans a placement with `schedule`, simulates the plan and keeps it if it is the best so far:
-  // a balanced candidate beats an unbalanced one; otherwise the faster prediction wins (the
-  // earlier on ties). `c` comes with its placement's fields and time. `counts`: the simulator's
-  // sub-tile counts of `table`, shared by every plan over it (placements, schedules, seeds).
-  std::shared_ptr<SimTableCache> best_counts;
-  auto consider = [&](PlanCandidate c, const BlockTable& table, const DcpPlacement& placed,
-                      const ScheduleOptions& schedule, const std::shared_ptr<SimTableCache>& counts) {
-    const auto t_plan = Clock::now();
+  auto plan_options = [&](const ScheduleOptions& schedule) {
     PlanOptions plan_opts = opts.plan;
     plan_opts.schedule = schedule;
-    Plan plan = build_plan(table, placed.placement, cluster, plan_opts);
-    c.far_outputs_first = schedule.far_outputs_first;
-    c.last_round_share = schedule.last_round_share;
-    c.level_stage_compute = schedule.level_stage_compute;
-    c.num_comm_stages = schedule.num_comm_stages;
-    c.proxies = schedule.proxies && cluster.nodes > 1;
-    c.planning_s += seconds_since(t_plan);
+    return plan_opts;
+  };
+  auto sim_options = [&](const Placed& p) {
     SimOptions so;
     so.calibration = calibration;
-    so.table_cache = counts.get();
-    SimResult sim = simulate(plan, cluster, so);
-    c.predicted_s = sim.total_s();
-    tried.push_back(c);
-    const bool better = !have || (c.balanced && !best.chosen.balanced) ||
-                        (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
-    if (better) {
-      best.table = table;
-      best.placement = placed;
-      best.plan = std::move(plan);
-      best.predicted = std::move(sim);
-      best.chosen = c;
-      best_counts = counts;
-      have = true;
-    }
+    so.table_cache = p.counts.get();
+    return so;
   };
-  // A placement planned and simulated with every schedule (the tile orders of the schedule share
-  // the placement: only plan and simulation repeat); `c` carries its fields.
-  auto try_schedules = [&](const PlanCandidate& c, const std::shared_ptr<const BlockTable>& table,
-                           DcpPlacement placed, const std::shared_ptr<SimTableCache>& counts) {
-    const size_t first = tried.size();
-    for (const ScheduleOptions& schedule : schedule_variants) consider(c, *table, placed, schedule, counts);
-    const auto fastest = std::min_element(tried.begin() + static_cast<std::ptrdiff_t>(first), tried.end(),
-                                          [](const PlanCandidate& a, const PlanCandidate& b) {
-                                            return a.predicted_s < b.predicted_s;
-                                          });
-    if (fastest != tried.end() && fastest->balanced) keep({table, std::move(placed), *fastest, counts});
+  // Plans and simulates every placement of `group` with each of its schedules, all at once on
+  // the pool, then takes the candidates in order: the same choice as one at a time.
+  auto evaluate = [&](std::vector<std::unique_ptr<Placed>> group) {
+    std::vector<std::pair<size_t, size_t>> units;  // (placement, schedule)
+    for (size_t i = 0; i < group.size(); ++i)
+      for (size_t j = 0; j < group[i]->schedules.size(); ++j) units.emplace_back(i, j);
+    std::vector<PlanCandidate> results(units.size());
+    run_each(par, static_cast<int>(units.size()), [&](int u) {
+      const Placed& p = *group[units[static_cast<size_t>(u)].first];
+      const ScheduleOptions& schedule = p.schedules[units[static_cast<size_t>(u)].second];
+      PlanCandidate c = p.c;
+      const auto t_plan = Clock::now();
+      const Plan plan = build_plan(*p.table, p.placed.placement, cluster, plan_options(schedule));
+      c.far_outputs_first = schedule.far_outputs_first;
+      c.last_round_share = schedule.last_round_share;
+      c.level_stage_compute = schedule.level_stage_compute;
+      c.num_comm_stages = schedule.num_comm_stages;
+      c.proxies = schedule.proxies && cluster.nodes > 1;
+      c.planning_s += seconds_since(t_plan);
+      c.predicted_s = simulate(plan, cluster, sim_options(p)).total_s();
+      results[static_cast<size_t>(u)] = std::move(c);
+    });
+    size_t u = 0;
+    for (std::unique_ptr<Placed>& p : group) {
+      const size_t first = tried.size();
+      for (size_t j = 0; j < p->schedules.size(); ++j, ++u) {
+        const PlanCandidate& c = results[u];
+        tried.push_back(c);
+        const bool better = best_placed == nullptr || (c.balanced && !best.chosen.balanced) ||
+                            (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
+        if (better) {
+          best.chosen = c;
+          best_placed = p.get();
+          best_schedule = j;
+        }
+      }
+      // The placement's fastest schedule decides its rank among the kept ones (ties keep the
+      // earlier ahead).
+      const auto fastest = std::min_element(tried.begin() + static_cast<std::ptrdiff_t>(first), tried.end(),
+                                            [](const PlanCandidate& a, const PlanCandidate& b) {
+                                              return a.predicted_s < b.predicted_s;
+                                            });
+      if (keeping && fastest != tried.end() && fastest->balanced) {
+        const auto at = std::find_if(kept.begin(), kept.end(), [&](const KeptPlacement& o) {
+          return fastest->predicted_s < o.fastest.predicted_s;
+        });
+        if (at - kept.begin() < opts.tighten_best) {
+          kept.insert(at, KeptPlacement{p.get(), *fastest});
+          if (std::ssize(kept) > opts.tighten_best) kept.pop_back();
+        }
+      }
+      placed_all.push_back(std::move(p));
+    }
   };
   auto placement_options = [&](double eps, uint64_t seed) {
     PlacementOptions po = opts.placement;
@@ -191,73 +218,130 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     if (opts.balance_time && po.tile_cost.is_flops()) po.tile_cost = tile_cost_from(calibration);
     return po;
   };
-  // One placement of `table` (blocks of `block`, its split sink cut or not) at `eps` and `seed`,
-  // planned and simulated with every schedule.
-  auto try_placement = [&](const std::shared_ptr<const BlockTable>& table, double table_s, int64_t block, bool cut,
-                           double eps, uint64_t seed, const std::shared_ptr<SimTableCache>& counts) {
+  // DCP's placement of `p->table` at p->c's eps and seed, timed into p->c.planning_s.
+  auto place = [&](Placed& p) {
     const auto t0 = Clock::now();
-    DcpPlacement placed = place_dcp(*table, cluster, placement_options(eps, seed));
-    PlanCandidate c;
-    c.block_size = block;
-    c.split_sink = cut;
-    c.eps_compute = eps;
-    c.placement_seed = seed;
-    c.planning_s = table_s + seconds_since(t0);
-    c.balanced = placed.report.balanced();
-    try_schedules(c, table, std::move(placed), counts);
+    p.placed = place_dcp(*p.table, cluster, placement_options(p.c.eps_compute, p.c.placement_seed));
+    p.c.planning_s += seconds_since(t0);
+    p.c.balanced = p.placed.report.balanced();
   };
-  const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
-  const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
-  for (int64_t block : opts.block_sizes) {
-    bool planned_unsplit = false;
+
+  // The block tables: every block size, with and without a split sink.
+  struct Table {
+    int64_t block;
+    bool split;
+    std::shared_ptr<const BlockTable> table;
+    double table_s = 0;
+  };
+  std::vector<Table> tables;
+  for (int64_t block : opts.block_sizes)
     for (bool split : opts.split_sink) {
       BlockOptions bo;
       bo.block_size = block;
       bo.q_heads_per_group = opts.q_heads_per_group;
       bo.split_sink = split;
       bo.validate(batch.shape);
-      const auto t_table = Clock::now();
-      const auto table = std::make_shared<const BlockTable>(build_block_table(batch, bo));
-      const double table_s = seconds_since(t_table);
-      // A split that cut nothing gives the unsplit table: plan it once.
-      const bool cut = table->block_size == 0;
-      if (!cut && planned_unsplit) continue;
-      planned_unsplit |= !cut;
-      if (opts.max_tiles_per_device > 0 && block != coarsest && std::ssize(table->tiles) > tile_budget) {
-        if (best.skipped_block_sizes.empty() || best.skipped_block_sizes.back() != block)
-          best.skipped_block_sizes.push_back(block);
-        continue;
-      }
-      const auto counts = std::make_shared<SimTableCache>();
-      for (double eps : opts.eps_compute) try_placement(table, table_s, block, cut, eps, opts.placement.seed, counts);
+      tables.push_back(Table{block, split, nullptr, 0});
+    }
+  run_each(par, static_cast<int>(tables.size()), [&](int i) {
+    Table& t = tables[static_cast<size_t>(i)];
+    BlockOptions bo;
+    bo.block_size = t.block;
+    bo.q_heads_per_group = opts.q_heads_per_group;
+    bo.split_sink = t.split;
+    const auto t0 = Clock::now();
+    t.table = std::make_shared<const BlockTable>(build_block_table(batch, bo));
+    t.table_s = seconds_since(t0);
+  });
+  const int64_t coarsest = *std::max_element(opts.block_sizes.begin(), opts.block_sizes.end());
+  const int64_t tile_budget = std::max(opts.max_tiles_per_device * int64_t{cluster.num_devices()}, opts.min_tile_budget);
+  std::vector<std::unique_ptr<Placed>> fresh;
+  std::vector<std::shared_ptr<SimTableCache>> to_fill;
+  std::vector<const BlockTable*> to_fill_table;
+  bool planned_unsplit = false;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const Table& t = tables[i];
+    if (i > 0 && tables[i - 1].block != t.block) planned_unsplit = false;
+    // A split that cut nothing gives the unsplit table: plan it once.
+    const bool cut = t.table->block_size == 0;
+    if (!cut && planned_unsplit) continue;
+    planned_unsplit |= !cut;
+    if (opts.max_tiles_per_device > 0 && t.block != coarsest && std::ssize(t.table->tiles) > tile_budget) {
+      if (best.skipped_block_sizes.empty() || best.skipped_block_sizes.back() != t.block)
+        best.skipped_block_sizes.push_back(t.block);
+      continue;
+    }
+    const auto counts = std::make_shared<SimTableCache>();
+    to_fill.push_back(counts);
+    to_fill_table.push_back(t.table.get());
+    for (double eps : opts.eps_compute) {
+      auto p = std::make_unique<Placed>();
+      p->c.block_size = t.block;
+      p->c.split_sink = cut;
+      p->c.eps_compute = eps;
+      p->c.placement_seed = opts.placement.seed;
+      p->c.planning_s = t.table_s;
+      p->table = t.table;
+      p->counts = counts;
+      p->schedules = schedule_variants;
+      fresh.push_back(std::move(p));
     }
   }
+  // The tables' counts and the placements are independent pieces: all of them at once.
+  run_each(par, static_cast<int>(to_fill.size() + fresh.size()), [&](int i) {
+    const auto k = static_cast<size_t>(i);
+    if (k < to_fill.size()) to_fill[k]->fill(*to_fill_table[k]);
+    else place(*fresh[k - to_fill.size()]);
+  });
+  evaluate(std::move(fresh));
   // The placement depends on its seed as much as on eps: the best candidate's block table and
   // eps are placed again with the next seeds, each with every schedule.
-  if (have && opts.reseed_best > 0) {
-    const auto table = std::make_shared<const BlockTable>(best.table);
-    const PlanCandidate first = best.chosen;
-    const std::shared_ptr<SimTableCache> counts = best_counts;
-    for (int k = 1; k <= opts.reseed_best; ++k)
-      try_placement(table, 0.0, first.block_size, first.split_sink, first.eps_compute,
-                    opts.placement.seed + static_cast<uint64_t>(k), counts);
+  if (best_placed != nullptr && opts.reseed_best > 0) {
+    std::vector<std::unique_ptr<Placed>> reseeded;
+    for (int k = 1; k <= opts.reseed_best; ++k) {
+      auto p = std::make_unique<Placed>();
+      p->c.block_size = best.chosen.block_size;
+      p->c.split_sink = best.chosen.split_sink;
+      p->c.eps_compute = best.chosen.eps_compute;
+      p->c.placement_seed = opts.placement.seed + static_cast<uint64_t>(k);
+      p->table = best_placed->table;
+      p->counts = best_placed->counts;
+      p->schedules = schedule_variants;
+      reseeded.push_back(std::move(p));
+    }
+    run_each(par, static_cast<int>(reseeded.size()), [&](int i) { place(*reseeded[static_cast<size_t>(i)]); });
+    evaluate(std::move(reseeded));
   }
   // The best placements walked down to tighter compute bounds, homes kept (tighten_best).
   keeping = false;
-  for (const KeptPlacement& k : kept)
-    for (double eps : opts.tighten_eps) {
-      if (!(eps < k.fastest.eps_compute)) continue;
+  {
+    std::vector<std::unique_ptr<Placed>> tightened;
+    std::vector<const Placed*> source;  // the placement each one is tightened from
+    for (const KeptPlacement& k : kept)
+      for (double eps : opts.tighten_eps) {
+        if (!(eps < k.fastest.eps_compute)) continue;
+        auto p = std::make_unique<Placed>();
+        p->c = k.fastest;
+        p->c.tightened_from = k.fastest.tightened_from > 0 ? k.fastest.tightened_from : k.fastest.eps_compute;
+        p->c.eps_compute = eps;
+        p->c.planning_s = 0;
+        p->table = k.placed->table;
+        p->counts = k.placed->counts;
+        p->schedules = schedule_variants;
+        tightened.push_back(std::move(p));
+        source.push_back(k.placed);
+      }
+    run_each(par, static_cast<int>(tightened.size()), [&](int i) {
+      Placed& p = *tightened[static_cast<size_t>(i)];
       const auto t0 = Clock::now();
-      DcpPlacement placed =
-          place_tiles_on_homes(*k.table, cluster, placement_options(eps, k.fastest.placement_seed), k.placed.placement);
-      PlanCandidate c = k.fastest;
-      c.tightened_from = k.fastest.tightened_from > 0 ? k.fastest.tightened_from : k.fastest.eps_compute;
-      c.eps_compute = eps;
-      c.planning_s = seconds_since(t0);
-      c.balanced = placed.report.balanced();
-      try_schedules(c, k.table, std::move(placed), k.counts);
-    }
-  kept.clear();  // the tables and placements are not needed past here
+      p.placed = place_tiles_on_homes(*p.table, cluster, placement_options(p.c.eps_compute, p.c.placement_seed),
+                                      source[static_cast<size_t>(i)]->placed.placement);
+      p.c.planning_s = seconds_since(t0);
+      p.c.balanced = p.placed.report.balanced();
+    });
+    kept.clear();
+    evaluate(std::move(tightened));
+  }
   // The static layouts, each with the default schedule at every stage count (packing, which cuts
   // sequences into token blocks, at every block size; the others cut their own chunks). Their
   // plans run on the same executor, so where one is predicted fastest it is the plan to run. On
@@ -276,58 +360,83 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     const int q_per_group = opts.q_heads_per_group > 0 ? opts.q_heads_per_group : batch.shape.group_ratio();
     chunk_tiles_bound *= batch.shape.q_heads / std::max(q_per_group, 1);
     const bool budget = opts.max_tiles_per_device > 0;
-    for (const std::string& name : opts.static_layouts) {
-      const bool per_block = name == "packing";
-      const bool over_bound = !per_block && budget && chunk_tiles_bound > tile_budget;
-      bool skipped = over_bound;
-      for (size_t bi = 0; !over_bound && bi < (per_block ? opts.block_sizes.size() : 1); ++bi) {
-        BlockOptions bo;
-        bo.block_size = opts.block_sizes[bi];
-        bo.q_heads_per_group = opts.q_heads_per_group;
-        const auto t0 = Clock::now();
-        PlacedMethod pm = place_by_method(name, batch, bo, cluster, opts.placement);
-        const double placement_s = seconds_since(t0);
-        if (budget && std::ssize(pm.placed.table.tiles) > tile_budget) {
-          skipped = true;
-          continue;
-        }
-        const PlacementMetrics metrics = compute_metrics(pm.placed.table, pm.placed.placement, cluster);
-        const auto counts = std::make_shared<SimTableCache>();
-        DcpPlacement placed{std::move(pm.placed.placement), {}};
-        placed.report.partitioner = name;
-        for (int stages : stage_counts) {
-          PlanCandidate c;
-          c.method = name;
-          c.block_size = per_block ? bo.block_size : 0;
-          c.planning_s = placement_s;
-          c.balanced = metrics.memory_imbalance <= 1 + opts.placement.eps_memory + 1e-12;
-          ScheduleOptions schedule = opts.plan.schedule;
-          schedule.num_comm_stages = stages;
-          consider(c, pm.placed.table, placed, schedule, counts);
-        }
-      }
-      if (skipped) best.skipped_static_layouts.push_back(name);
+    std::vector<ScheduleOptions> static_schedules;
+    for (int stages : stage_counts) {
+      static_schedules.push_back(opts.plan.schedule);
+      static_schedules.back().num_comm_stages = stages;
     }
+    struct StaticJob {
+      size_t layout;
+      int64_t block;
+      bool skipped = false;
+      std::unique_ptr<Placed> placed;
+    };
+    std::vector<StaticJob> jobs;
+    std::vector<uint8_t> over_bound(opts.static_layouts.size(), 0);
+    for (size_t li = 0; li < opts.static_layouts.size(); ++li) {
+      const bool per_block = opts.static_layouts[li] == "packing";
+      over_bound[li] = !per_block && budget && chunk_tiles_bound > tile_budget;
+      for (size_t bi = 0; !over_bound[li] && bi < (per_block ? opts.block_sizes.size() : 1); ++bi)
+        jobs.push_back(StaticJob{li, opts.block_sizes[bi], false, nullptr});
+    }
+    run_each(par, static_cast<int>(jobs.size()), [&](int i) {
+      StaticJob& job = jobs[static_cast<size_t>(i)];
+      const std::string& name = opts.static_layouts[job.layout];
+      BlockOptions bo;
+      bo.block_size = job.block;
+      bo.q_heads_per_group = opts.q_heads_per_group;
+      const auto t0 = Clock::now();
+      PlacedMethod pm = place_by_method(name, batch, bo, cluster, opts.placement);
+      const double placement_s = seconds_since(t0);
+      if (budget && std::ssize(pm.placed.table.tiles) > tile_budget) {
+        job.skipped = true;
+        return;
+      }
+      const PlacementMetrics metrics = compute_metrics(pm.placed.table, pm.placed.placement, cluster);
+      auto p = std::make_unique<Placed>();
+      p->c.method = name;
+      p->c.block_size = name == "packing" ? job.block : 0;
+      p->c.planning_s = placement_s;
+      p->c.balanced = metrics.memory_imbalance <= 1 + opts.placement.eps_memory + 1e-12;
+      p->table = std::make_shared<const BlockTable>(std::move(pm.placed.table));
+      p->placed = DcpPlacement{std::move(pm.placed.placement), {}};
+      p->placed.report.partitioner = name;
+      p->counts = std::make_shared<SimTableCache>();
+      p->counts->fill(*p->table);
+      p->schedules = static_schedules;
+      job.placed = std::move(p);
+    });
+    std::vector<std::unique_ptr<Placed>> statics;
+    std::vector<uint8_t> skipped = over_bound;
+    for (StaticJob& job : jobs) {
+      if (job.skipped) skipped[job.layout] = 1;
+      if (job.placed) statics.push_back(std::move(job.placed));
+    }
+    evaluate(std::move(statics));
+    for (size_t li = 0; li < opts.static_layouts.size(); ++li)
+      if (skipped[li]) best.skipped_static_layouts.push_back(opts.static_layouts[li]);
   }
   // The chosen placement with the other proxy setting, with every schedule (a static layout: its
   // stage counts), kept where predicted faster.
-  if (have && opts.retry_proxies && cluster.nodes > 1) {
-    const BlockTable table = best.table;
-    const DcpPlacement placed = best.placement;
-    const PlanCandidate first = best.chosen;
-    const std::shared_ptr<SimTableCache> counts = best_counts;
-    std::vector<ScheduleOptions> schedules = schedule_variants;
-    if (first.method != "dcp") {  // a static layout: its default schedule at each stage count
-      schedules.clear();
-      for (int stages : stage_counts) {
-        schedules.push_back(opts.plan.schedule);
-        schedules.back().num_comm_stages = stages;
-      }
-    }
-    for (ScheduleOptions& schedule : schedules) {
-      schedule.proxies = !first.proxies;
-      consider(first, table, placed, schedule, counts);
-    }
+  if (best_placed != nullptr && opts.retry_proxies && cluster.nodes > 1) {
+    auto p = std::make_unique<Placed>();
+    p->c = best.chosen;
+    p->table = best_placed->table;
+    p->placed = best_placed->placed;
+    p->counts = best_placed->counts;
+    p->schedules = best_placed->schedules;  // DCP's: every variant; a static layout's: its stage counts
+    for (ScheduleOptions& schedule : p->schedules) schedule.proxies = !best.chosen.proxies;
+    std::vector<std::unique_ptr<Placed>> retry;
+    retry.push_back(std::move(p));
+    evaluate(std::move(retry));
+  }
+  if (best_placed != nullptr) {
+    // The winner's plan and simulation, made again (both are deterministic).
+    const ScheduleOptions& schedule = best_placed->schedules[best_schedule];
+    best.table = *best_placed->table;
+    best.placement = best_placed->placed;
+    best.plan = build_plan(best.table, best.placement.placement, cluster, plan_options(schedule));
+    best.predicted = simulate(best.plan, cluster, sim_options(*best_placed));
   }
   best.candidates = std::move(tried);
   best.search_s = seconds_since(t_search);

@@ -331,6 +331,10 @@ SimTableCache::SimTableCache() : impl_(std::make_unique<Impl>()) {}
 SimTableCache::~SimTableCache() = default;
 SimTableCache::SimTableCache(SimTableCache&&) noexcept = default;
 SimTableCache& SimTableCache::operator=(SimTableCache&&) noexcept = default;
+void SimTableCache::fill(const BlockTable& table) {
+  impl_->counts.bind(table);
+  for (const Tile& t : table.tiles) impl_->counts.get(table, t);
+}
 
 SimResult simulate(const Plan& plan, const Cluster& cluster, const SimOptions& opts) {
   cluster.validate("simulate: cluster");

@@ -117,6 +117,24 @@ TEST(CliSimulate, SearchWithMoreCandidatesIsNeverPredictedSlower) {
   EXPECT_EQ(run_cli(base + " --search-tighten -1").exit_code, 2);
 }
 
+// --search-threads spreads one search over threads: the same choice and predicted time.
+TEST(CliSimulate, SearchThreadsChooseTheSamePlan) {
+  const std::string base = "simulate --profile ldc --seed 4 --tokens 16384 --cluster a100-p4d --nodes 2 --batches 1 "
+                           "--mask lambda --method dcp --search --search-blocks 512 --search-blocks 1024 "
+                           "--search-reseed 1 --search-tighten 1 --json";
+  auto one = run_cli(base + " --search-threads 1", false);
+  ASSERT_EQ(one.exit_code, 0) << one.out;
+  auto three = run_cli(base + " --search-threads 3", false);
+  ASSERT_EQ(three.exit_code, 0) << three.out;
+  const auto j1 = nlohmann::json::parse(one.out)["methods"][0];
+  const auto j3 = nlohmann::json::parse(three.out)["methods"][0];
+  EXPECT_EQ(j1["total_ms"], j3["total_ms"]);
+  EXPECT_EQ(j1["inter_bytes"], j3["inter_bytes"]);
+  EXPECT_EQ(j1["planner_choices"], j3["planner_choices"]);
+  EXPECT_FALSE(j1["planner_choices"].empty());
+  EXPECT_EQ(run_cli(base + " --search-threads -1").exit_code, 2);
+}
+
 TEST(CliSimulate, EveryMethodHasAPositivePredictedTime) {
   const std::string trace = temp("trace.json");
   auto r = run_cli("simulate --profile ldc --seed 4 --tokens 32768 --cluster a100-p4d --nodes 2 --batches 2 --block 1024 "

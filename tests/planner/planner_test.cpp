@@ -146,6 +146,52 @@ TEST(Planner, Deterministic) {
   EXPECT_EQ(a.chosen.eps_compute, b.chosen.eps_compute);
 }
 
+// The search on a pool of threads tries the same candidates, predicts each the same and chooses
+// the same plan, bit for bit, as on one thread: every phase (fresh placements, reseeds,
+// tightening, static layouts, the proxy retry) and a sink split on two nodes.
+TEST(Planner, SameSearchOnAnyThreadCount) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.05, 0.1};
+  opts.num_comm_stages = {4, 3};
+  opts.reseed_best = 1;
+  opts.tighten_best = 2;
+  opts.calibration = calibration_from_cluster(cluster);
+  for (const char* mask : {"lambda", "shared_question"}) {
+    SCOPED_TRACE(mask);
+    const Batch batch = small_batch(mask);
+    opts.threads = 1;
+    const PlannedBatch one = plan_batch(batch, cluster, opts);
+    for (int threads : {2, 3}) {
+      SCOPED_TRACE(threads);
+      opts.threads = threads;
+      const PlannedBatch many = plan_batch(batch, cluster, opts);
+      ASSERT_EQ(many.candidates.size(), one.candidates.size());
+      for (size_t i = 0; i < one.candidates.size(); ++i) {
+        EXPECT_EQ(describe(many.candidates[i]), describe(one.candidates[i])) << i;
+        EXPECT_EQ(many.candidates[i].method, one.candidates[i].method) << i;
+        EXPECT_EQ(many.candidates[i].placement_seed, one.candidates[i].placement_seed) << i;
+        EXPECT_EQ(many.candidates[i].predicted_s, one.candidates[i].predicted_s) << i;
+        EXPECT_EQ(many.candidates[i].balanced, one.candidates[i].balanced) << i;
+      }
+      EXPECT_EQ(describe(many.chosen), describe(one.chosen));
+      EXPECT_EQ(serialize_plan(many.plan), serialize_plan(one.plan));
+      EXPECT_EQ(many.predicted.total_s(), one.predicted.total_s());
+      EXPECT_EQ(many.predicted.total_s(), many.chosen.predicted_s);
+      EXPECT_EQ(many.skipped_block_sizes, one.skipped_block_sizes);
+      EXPECT_EQ(many.skipped_static_layouts, one.skipped_static_layouts);
+    }
+    // The search covered every phase.
+    EXPECT_TRUE(std::any_of(one.candidates.begin(), one.candidates.end(),
+                            [](const PlanCandidate& c) { return c.tightened_from > 0; }));
+    EXPECT_TRUE(std::any_of(one.candidates.begin(), one.candidates.end(),
+                            [](const PlanCandidate& c) { return c.method != "dcp"; }));
+    EXPECT_TRUE(std::any_of(one.candidates.begin(), one.candidates.end(),
+                            [&](const PlanCandidate& c) { return c.placement_seed != opts.placement.seed; }));
+  }
+}
+
 // Block sizes over the tile budget are skipped, except the largest, so a search always has a
 // candidate; without a budget every block size is tried.
 TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
@@ -487,6 +533,17 @@ TEST(Planner, RejectsEmptyOrBadCandidates) {
   opts.last_round_share = {1.0};
   opts.max_tiles_per_device = -1;
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.max_tiles_per_device = 768;
+  for (int threads : {0, -1, 257}) {
+    opts.threads = threads;
+    try {
+      plan_batch(batch, cluster, opts);
+      ADD_FAILURE() << "threads " << threads << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::InvalidInput);
+      EXPECT_NE(std::string(e.what()).find("threads"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

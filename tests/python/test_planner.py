@@ -121,6 +121,26 @@ def test_search_reseed_and_tighten_add_candidates():
         plan(search_reseed_best=-1)
 
 
+def test_search_threads_choose_the_same_plan():
+    """search_threads runs one search on several threads: the same plan, bit for bit; bad counts
+    are refused."""
+    lengths, specs = cases.random_docs(11, max_len=900, num_docs=8)
+    cluster = dcp.cluster("a100-p4d", 2, 2)
+    options = {"block_size": 64, "stages": 2, "search": True, "search_block_sizes": [64, 128],
+               "search_reseed_best": 1, "search_tighten_best": 1}
+
+    def plan(**extra):
+        return dcp.plan(lengths, specs, cases.SHAPE, cluster=cluster, world_size=4, options=dict(options, **extra))
+
+    one, three = plan(search_threads=1), plan(search_threads=3)
+    assert one.hash == three.hash
+    o = dcp.PlanOptions()
+    o.search_threads = 4
+    assert o.search_threads == 4
+    with pytest.raises(dcp.Error, match="threads"):
+        plan(search_threads=0)
+
+
 def test_iterate_keeps_lookahead_steps_submitted():
     p = planner(lookahead=2)
     items = [cases.random_docs(seed) for seed in range(5)]
