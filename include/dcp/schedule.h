@@ -138,6 +138,7 @@ struct PassSchedule {
   // Predicted per device and stage: compute seconds and incoming transfer seconds (cost model).
   std::vector<std::vector<double>> stage_compute_s;   // [device][stage]
   std::vector<std::vector<double>> round_transfer_s;  // [device][round]; index 0 is unused
+  friend bool operator==(const PassSchedule&, const PassSchedule&) = default;
 };
 
 struct Schedule {
@@ -146,6 +147,7 @@ struct Schedule {
   // Sizes and ids consistent with the table and placement; every tile reads only data that is
   // home or delivered by a round <= its stage. Throws InvalidPlan naming the first violation.
   void validate(const BlockTable& table, const Placement& placement) const;
+  friend bool operator==(const Schedule&, const Schedule&) = default;
 };
 
 // Pre: placement.validate(table) holds; cluster.num_devices() == placement.num_devices.

@@ -158,26 +158,49 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     return so;
   };
   // Plans and simulates every placement of `group` with each of its schedules, all at once on
-  // the pool, then takes the candidates in order: the same choice as one at a time.
+  // the pool, then takes the candidates in order: the same choice as one at a time. Schedule
+  // options that make the same schedule of a placement (on one node far_outputs_first changes
+  // nothing, on one device no option does) share one plan and simulation.
   auto evaluate = [&](std::vector<std::unique_ptr<Placed>> group) {
-    std::vector<std::pair<size_t, size_t>> units;  // (placement, schedule)
-    for (size_t i = 0; i < group.size(); ++i)
-      for (size_t j = 0; j < group[i]->schedules.size(); ++j) units.emplace_back(i, j);
-    std::vector<PlanCandidate> results(units.size());
-    run_each(par, static_cast<int>(units.size()), [&](int u) {
-      const Placed& p = *group[units[static_cast<size_t>(u)].first];
-      const ScheduleOptions& schedule = p.schedules[units[static_cast<size_t>(u)].second];
-      PlanCandidate c = p.c;
-      const auto t_plan = Clock::now();
-      const Plan plan = build_plan(*p.table, p.placed.placement, cluster, plan_options(schedule));
-      c.far_outputs_first = schedule.far_outputs_first;
-      c.last_round_share = schedule.last_round_share;
-      c.level_stage_compute = schedule.level_stage_compute;
-      c.num_comm_stages = schedule.num_comm_stages;
-      c.proxies = schedule.proxies && cluster.nodes > 1;
-      c.planning_s += seconds_since(t_plan);
-      c.predicted_s = simulate(plan, cluster, sim_options(p)).total_s();
-      results[static_cast<size_t>(u)] = std::move(c);
+    std::vector<size_t> first_unit(group.size() + 1, 0);  // the placement's candidates in `results`
+    for (size_t i = 0; i < group.size(); ++i) first_unit[i + 1] = first_unit[i] + group[i]->schedules.size();
+    std::vector<PlanCandidate> results(first_unit.back());
+    run_each(par, static_cast<int>(group.size()), [&](int gi) {
+      const Placed& p = *group[static_cast<size_t>(gi)];
+      const size_t n = p.schedules.size();
+      PlanCandidate* const out = results.data() + first_unit[static_cast<size_t>(gi)];
+      std::vector<Schedule> schedules(n);
+      run_each(par, static_cast<int>(n), [&](int j) {
+        const ScheduleOptions& so = p.schedules[static_cast<size_t>(j)];
+        PlanCandidate& c = out[j];
+        c = p.c;
+        const auto t0 = Clock::now();
+        schedules[static_cast<size_t>(j)] = build_schedule(*p.table, p.placed.placement, cluster, so);
+        c.planning_s += seconds_since(t0);
+        c.far_outputs_first = so.far_outputs_first;
+        c.last_round_share = so.last_round_share;
+        c.level_stage_compute = so.level_stage_compute;
+        c.num_comm_stages = so.num_comm_stages;
+        c.proxies = so.proxies && cluster.nodes > 1;
+      });
+      std::vector<int> twin(n, -1);  // an earlier schedule equal to this one
+      for (size_t j = 1; j < n; ++j)
+        for (size_t k = 0; k < j && twin[j] < 0; ++k)
+          if (twin[k] < 0 && schedules[k] == schedules[j]) twin[j] = static_cast<int>(k);
+      run_each(par, static_cast<int>(n), [&](int j) {
+        if (twin[static_cast<size_t>(j)] >= 0) return;
+        PlanCandidate& c = out[j];
+        const auto t0 = Clock::now();
+        const Plan plan = build_plan(*p.table, p.placed.placement, cluster, schedules[static_cast<size_t>(j)],
+                                     plan_options(p.schedules[static_cast<size_t>(j)]));
+        c.planning_s += seconds_since(t0);
+        c.predicted_s = simulate(plan, cluster, sim_options(p)).total_s();
+      });
+      for (size_t j = 0; j < n; ++j)
+        if (twin[j] >= 0) {
+          out[j].predicted_s = out[twin[j]].predicted_s;
+          out[j].planning_s = out[twin[j]].planning_s;
+        }
     });
     size_t u = 0;
     for (std::unique_ptr<Placed>& p : group) {

@@ -192,6 +192,49 @@ TEST(Planner, SameSearchOnAnyThreadCount) {
   }
 }
 
+// Schedule options that make the same schedule share one plan and simulation: on one node
+// far_outputs_first changes nothing (no tile has an output on another node), so each pair of
+// candidates differing only in it is predicted the same, and each prediction equals that of its
+// plan built and simulated on its own.
+TEST(Planner, EqualSchedulesOfAPlacementShareTheirPrediction) {
+  Cluster cluster = cluster_preset("h200-nvl", 1);
+  cluster.devices_per_node = 2;
+  PlannerOptions opts;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.1};
+  opts.static_layouts.clear();
+  opts.calibration = calibration_from_cluster(cluster);
+  const Batch batch = small_batch("shared_question");
+  const PlannedBatch p = plan_batch(batch, cluster, opts);
+  ASSERT_EQ(p.candidates.size() % 2, 0u);
+  for (size_t i = 0; i < p.candidates.size(); i += 2) {
+    const PlanCandidate& off = p.candidates[i];
+    const PlanCandidate& on = p.candidates[i + 1];
+    ASSERT_FALSE(off.far_outputs_first);
+    ASSERT_TRUE(on.far_outputs_first);
+    EXPECT_EQ(on.predicted_s, off.predicted_s) << describe(on);
+  }
+  // Each candidate's prediction is its own plan's (every option as the candidate says).
+  for (const PlanCandidate& c : p.candidates) {
+    BlockOptions bo;
+    bo.block_size = c.block_size;
+    const BlockTable table = build_block_table(batch, bo);
+    PlacementOptions po = opts.placement;
+    po.eps_compute = c.eps_compute;
+    po.seed = c.placement_seed;
+    po.tile_cost = tile_cost_from(*opts.calibration);
+    PlanOptions plan_opts = opts.plan;
+    plan_opts.schedule.far_outputs_first = c.far_outputs_first;
+    plan_opts.schedule.last_round_share = c.last_round_share;
+    plan_opts.schedule.level_stage_compute = c.level_stage_compute;
+    plan_opts.schedule.num_comm_stages = c.num_comm_stages;
+    const Plan plan = build_plan(table, place_dcp(table, cluster, po).placement, cluster, plan_opts);
+    SimOptions so;
+    so.calibration = *opts.calibration;
+    EXPECT_EQ(simulate(plan, cluster, so).total_s(), c.predicted_s) << describe(c);
+  }
+}
+
 // Block sizes over the tile budget are skipped, except the largest, so a search always has a
 // candidate; without a budget every block size is tried.
 TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
