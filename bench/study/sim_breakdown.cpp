@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
       popt.placement.seed = search_seed;
       popt.reseed_best = 1;
       popt.tighten_best = tighten_best;
+      popt.plan.schedule = plan_opts.schedule;  // --tail, --relay1, --proxy-slack; the searched fields are the planner's
       popt.calibration = so.calibration;
       popt.static_layouts.clear();  // DCP's own plans: the study breaks down where their time goes
       const PlannedBatch planned = plan_batch(batch, cluster, popt);
