@@ -24,6 +24,20 @@ Batch small_batch(const std::string& mask) {
   return generate_batches(po, 1).front();
 }
 
+// Two H200s on one node, and a search over B 512 / 1024 at eps 0.1 ranked by their calibration.
+Cluster two_h200() {
+  Cluster cluster = cluster_preset("h200-nvl", 1);
+  cluster.devices_per_node = 2;
+  return cluster;
+}
+PlannerOptions small_search(const Cluster& cluster) {
+  PlannerOptions opts;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.1};
+  opts.calibration = calibration_from_cluster(cluster);
+  return opts;
+}
+
 TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
@@ -197,13 +211,9 @@ TEST(Planner, SameSearchOnAnyThreadCount) {
 // candidates differing only in it is predicted the same, and each prediction equals that of its
 // plan built and simulated on its own.
 TEST(Planner, EqualSchedulesOfAPlacementShareTheirPrediction) {
-  Cluster cluster = cluster_preset("h200-nvl", 1);
-  cluster.devices_per_node = 2;
-  PlannerOptions opts;
-  opts.block_sizes = {512, 1024};
-  opts.eps_compute = {0.1};
+  const Cluster cluster = two_h200();
+  PlannerOptions opts = small_search(cluster);
   opts.static_layouts.clear();
-  opts.calibration = calibration_from_cluster(cluster);
   const Batch batch = small_batch("shared_question");
   const PlannedBatch p = plan_batch(batch, cluster, opts);
   ASSERT_EQ(p.candidates.size() % 2, 0u);
@@ -469,12 +479,8 @@ TEST(Planner, RetriesTheChosenPlacementWithTheOtherProxySetting) {
 // than any of them (each simulated here on its own, with the default schedule), and where one of
 // them is the fastest it is the plan that comes back, whole and valid.
 TEST(Planner, StaticLayoutsAreCandidatesAndNoneIsPredictedFaster) {
-  Cluster cluster = cluster_preset("h200-nvl", 1);
-  cluster.devices_per_node = 2;
-  PlannerOptions opts;
-  opts.block_sizes = {512, 1024};
-  opts.eps_compute = {0.1};
-  opts.calibration = calibration_from_cluster(cluster);
+  const Cluster cluster = two_h200();
+  PlannerOptions opts = small_search(cluster);
   ASSERT_EQ(opts.static_layouts, PlannerOptions::default_static_layouts());
   ASSERT_EQ(opts.static_layouts.size(), all_baselines().size());
   for (const char* mask : {"causal", "lambda", "shared_question"}) {
