@@ -24,7 +24,7 @@
 # Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout;
 # `python3 bench/ab_table.py ab.tgz` prints each variant over A per list and per whole plan.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 deps=$(realpath "$1")
 out=${OUT:-/tmp/ab_out}
 x=$out/ab

@@ -4,7 +4,7 @@
 # Results go to $OUT (or /tmp/dcp_out). Usage: bench/run_cuda_device.sh [checks|bench|kernels|all]
 # (kernels: checks and benchmark without the PyTorch SDPA reference)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 what=${1:-all}
 out=${OUT:-/tmp/dcp_out}
 mkdir -p "$out" /tmp/dcp_obj

@@ -13,7 +13,7 @@
 # (kernels: the kernel tests of every route against fp64, then bench_cuda_attention; the checks
 # phase picks the routes later phases use: the first whose whole-plan check passes)
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 deps=$(realpath "$1"); shift
 phases=${*:-"build checks single pair"}
 out=${OUT:-/tmp/dcp_out}

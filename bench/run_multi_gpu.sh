@@ -15,7 +15,7 @@
 # Results: $OUT/multi_gpu.log, $OUT/json.tar (one JSON per run), $OUT/trace/ (one timeline);
 # tables: bench/exec_tables.py $OUT/json.tar, bench/sim_vs_measured.py.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 deps=$(realpath "$1")
 out=${OUT:-/tmp/dcp_out}
 mkdir -p "$out" /tmp/dcp_json

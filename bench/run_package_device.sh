@@ -17,7 +17,7 @@
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 #   BUILD_BENCH=1: build bench_cuda_attention (in $b/bench) without the kernels or det phase
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 deps=$(realpath "$1"); shift
 phases=${*:-"build checks pytest op bench"}
 out=${OUT:-/tmp/dcp_out}

@@ -38,7 +38,7 @@
 #   report/summary.md with every target checked, report/loss.svg, report/tokens.svg; resumed
 #   runs included) and train.log (every run's output). bench/plot_train.py report FILE reads them.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 phases=${*:-single}
 tag=$(echo "$phases" | tr ' ' '-')
 out=${OUT:-/tmp/train_out}
