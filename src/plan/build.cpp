@@ -3,11 +3,10 @@
 // interval liveness, per pool (kinds that always travel together share slot numbers).
 #include <algorithm>
 #include <functional>
-#include <map>
 #include <queue>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
+#include <utility>
 
 #include "dcp/error.h"
 #include "dcp/limits.h"
@@ -73,18 +72,54 @@ int pool_of(Pass pass, DataKind k) {
   return kQIn;
 }
 
-// key -> virtual buffer (-1: none). Holds only the keys one device touches, so a device's
-// program costs time and memory in proportion to its own work, not to the whole batch.
+// (round, key, pool, source) -> virtual buffer of a received partial (-1: none), per round.
 class VBufIndex {
  public:
-  int32_t get(int64_t key) const {
-    const auto it = map_.find(key);
-    return it == map_.end() ? -1 : it->second;
-  }
   int32_t& at(int64_t key) { return map_.try_emplace(key, -1).first->second; }
 
  private:
   std::unordered_map<int64_t, int32_t> map_;
+};
+
+// Per-key state of one device's program, in dense arrays over every key of the table that the
+// builders of one plan share: a builder records the keys it sets and resets them when it ends,
+// so each device's program costs time in proportion to its own work, not to the whole batch
+// (the arrays are filled once per plan).
+class KeyScratch {
+ public:
+  explicit KeyScratch(int64_t keys)
+      : input_(static_cast<size_t>(keys), -1), acc_(static_cast<size_t>(keys), -1), local_out_(static_cast<size_t>(keys), 0) {}
+  // key -> virtual buffer of a remote input bundle (-1: none); a reference the caller may set.
+  int32_t& input(int64_t key) { return mark(input_, key); }
+  int32_t find_input(int64_t key) const { return input_[key]; }
+  // key -> virtual buffer of an output accumulator (-1: none).
+  int32_t& acc(int64_t key) { return mark(acc_, key); }
+  int32_t find_acc(int64_t key) const { return acc_[key]; }
+  // With outputs_in_place: whether the owned output block's local tensor already holds a partial
+  // (returns the old state and sets it).
+  bool local_out_seen(int64_t key) {
+    touched_.push_back(key);
+    return std::exchange(local_out_[key], uint8_t{1}) != 0;
+  }
+  bool local_out_has(int64_t key) const { return local_out_[key] != 0; }
+  // Forgets every key set since the last reset.
+  void reset() {
+    for (int64_t k : touched_) {
+      input_[k] = -1;
+      acc_[k] = -1;
+      local_out_[k] = 0;
+    }
+    touched_.clear();
+  }
+
+ private:
+  int32_t& mark(std::vector<int32_t>& v, int64_t key) {
+    if (v[key] < 0) touched_.push_back(key);
+    return v[key];
+  }
+  std::vector<int32_t> input_, acc_;
+  std::vector<uint8_t> local_out_;
+  std::vector<int64_t> touched_;
 };
 
 struct VBuf {
@@ -99,12 +134,22 @@ class ProgramBuilder {
   // `mine`: the schedule's transfers with this device at either end, inputs before outputs.
   ProgramBuilder(const BlockTable& t, const Placement& pl, const PassSchedule& ps, int device,
                  const std::vector<int32_t>& pos_of, const std::vector<int32_t>& owned, bool reuse, bool in_place,
-                 const std::vector<const ScheduledTransfer*>& mine, const std::vector<int32_t>& my_tiles)
+                 const std::vector<const ScheduledTransfer*>& mine, const std::vector<int32_t>& my_tiles, KeyScratch& keys)
       : t_(t), pl_(pl), ps_(ps), d_(device), pos_of_(pos_of), owned_(owned), reuse_(reuse), in_place_(in_place),
-        mine_(mine), my_tiles_(my_tiles) {
-    const int64_t nb = t.num_token_blocks();
+        mine_(mine), my_tiles_(my_tiles), keys_(keys) {
     key_q_ = t.groups.num_groups;
-    key_kv_base_ = nb * key_q_;
+    key_kv_base_ = t.num_token_blocks() * key_q_;
+    const auto rounds = static_cast<size_t>(ps.num_stages) + 3;  // rounds 0 .. num_stages + 2
+    pending_.resize(rounds);
+    received_.resize(rounds);
+    received_at_.resize(rounds);
+  }
+  ProgramBuilder(const ProgramBuilder&) = delete;
+  ProgramBuilder& operator=(const ProgramBuilder&) = delete;
+  ~ProgramBuilder() { keys_.reset(); }
+  // Every key of the table: Q-side (block, head group) keys, then KV-side (block, KV set) keys.
+  static int64_t num_keys(const BlockTable& t) {
+    return t.num_token_blocks() * (int64_t{t.groups.num_groups} + t.groups.num_kv_sets());
   }
 
   Program build();
@@ -145,16 +190,15 @@ class ProgramBuilder {
   int64_t key(Side side, int32_t block, int32_t group) const {
     return side == Side::Q ? block * key_q_ + group : key_kv_base_ + block * int64_t{t_.groups.num_kv_sets()} + group;
   }
+  // Inputs, accumulators and, with outputs_in_place, the owned output blocks whose local tensor
+  // already holds a partial (tiles and received partials accumulate there: no slot, no final
+  // merge), by key.
+  KeyScratch& keys_;
   Program prog_;
   std::vector<VBuf> vbufs_;
-  VBufIndex input_;  // key -> vbuf of a remote input bundle
-  VBufIndex acc_;    // key -> vbuf of an output accumulator
-  // With outputs_in_place, the keys of owned output blocks whose local tensor already holds a
-  // partial (tiles and received partials accumulate there: no slot, no final merge).
-  std::unordered_set<int64_t> local_out_;
-  std::map<int32_t, std::vector<int32_t>> pending_;               // round -> vbufs busy until wait
-  std::map<int32_t, std::vector<int32_t>> received_;              // round -> received partials
-  std::map<int32_t, VBufIndex> received_at_;  // round -> (key, pool, source) -> received partial
+  std::vector<std::vector<int32_t>> pending_;   // round -> vbufs busy until wait
+  std::vector<std::vector<int32_t>> received_;  // round -> received partials
+  std::vector<VBufIndex> received_at_;          // round -> (key, pool, source) -> received partial
   std::vector<int32_t> peer_of_;                                   // vbuf -> sending device
   std::vector<int32_t> posted_;                                    // rounds with a CommStart
 };
@@ -174,7 +218,7 @@ void ProgramBuilder::emit_comm(int32_t round) {
       if (send && !x.via_relay) {
         buf = local_ref(x.kind, x.token_block);
       } else {
-        int32_t& in = input_.at(k);
+        int32_t& in = keys_.input(k);
         if (in < 0) {
           DCP_ASSERT(!send);
           in = new_vbuf(pool_of(ps_.pass, x.kind), x.token_block, x.group);
@@ -184,7 +228,7 @@ void ProgramBuilder::emit_comm(int32_t round) {
         pending_[round].push_back(in);
       }
     } else if (send) {
-      const int32_t v = acc_.get(k);
+      const int32_t v = keys_.find_acc(k);
       DCP_ASSERT(v >= 0);
       buf = slot_ref(x.kind, v);
       touch(v, at);
@@ -238,7 +282,7 @@ void ProgramBuilder::emit_wait(int32_t round) {
     const Side side = first.pool == kOutKV ? Side::KV : Side::Q;
     const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : (side == Side::Q ? DataKind::dQ : DataKind::dKV);
     if (in_place(first.block)) {  // into the local tensor, on top of what the tiles here put there
-      const bool accumulate = !local_out_.insert(key(side, first.block, first.group)).second;
+      const bool accumulate = keys_.local_out_seen(key(side, first.block, first.group));
       Merge m{kind, first.block, first.group, {}, {}, local_ref(kind, first.block), {}, accumulate};
       if (ps_.pass == Pass::Forward) m.dst_lse = local_ref(DataKind::LSE, first.block);
       const int32_t at_m = here();
@@ -251,7 +295,7 @@ void ProgramBuilder::emit_wait(int32_t round) {
       i = j;
       continue;
     }
-    int32_t& acc = acc_.at(key(side, first.block, first.group));
+    int32_t& acc = keys_.acc(key(side, first.block, first.group));
     size_t from = i;
     if (acc < 0) {  // adopt the first received partial as the accumulator
       acc = got[i];
@@ -280,11 +324,11 @@ void ProgramBuilder::emit_final_merges() {
   const int num_sets = t_.groups.num_kv_sets();
   for (int32_t block : owned_) {
     for (int g = 0; g < t_.groups.num_groups; ++g) {
-      if (local_out_.contains(key(Side::Q, block, g))) continue;
+      if (keys_.local_out_has(key(Side::Q, block, g))) continue;
       const DataKind kind = ps_.pass == Pass::Forward ? DataKind::O : DataKind::dQ;
       Merge m{kind, block, g, {}, {}, local_ref(kind, block), {}, false};
       if (ps_.pass == Pass::Forward) m.dst_lse = local_ref(DataKind::LSE, block);
-      if (const int32_t acc = acc_.get(key(Side::Q, block, g)); acc >= 0) {
+      if (const int32_t acc = keys_.find_acc(key(Side::Q, block, g)); acc >= 0) {
         m.src_slots.push_back(acc);
         if (ps_.pass == Pass::Forward) m.src_lse_slots.push_back(acc);
         touch(acc, here());
@@ -293,9 +337,9 @@ void ProgramBuilder::emit_final_merges() {
     }
     if (ps_.pass == Pass::Backward) {
       for (int k = 0; k < num_sets; ++k) {
-        if (local_out_.contains(key(Side::KV, block, k))) continue;
+        if (keys_.local_out_has(key(Side::KV, block, k))) continue;
         Merge m{DataKind::dKV, block, k, {}, {}, local_ref(DataKind::dKV, block), {}, false};
-        if (const int32_t acc = acc_.get(key(Side::KV, block, k)); acc >= 0) {
+        if (const int32_t acc = keys_.find_acc(key(Side::KV, block, k)); acc >= 0) {
           m.src_slots.push_back(acc);
           touch(acc, here());
         }
@@ -379,6 +423,7 @@ Program ProgramBuilder::build() {
   auto emit_attend = [&](int32_t s, const std::vector<int32_t>& tiles) {
     if (tiles.empty()) return;
     Attend att{s, {}};
+    att.tiles.reserve(tiles.size());
     const int32_t at = here();
     for (int32_t ti : tiles) {
       const Tile& tile = t_.tiles[ti];
@@ -386,7 +431,7 @@ Program ProgramBuilder::build() {
       op.tile = ti;
       auto input = [&](DataKind k, Side side, int32_t block, int32_t group) {
         if (home(block)) return local_ref(k, block);
-        const int32_t v = input_.get(key(side, block, group));
+        const int32_t v = keys_.find_input(key(side, block, group));
         DCP_ASSERT(v >= 0);
         touch(v, at);
         return slot_ref(k, v);
@@ -400,11 +445,11 @@ Program ProgramBuilder::build() {
       auto output = [&](DataKind kind, Side side, int32_t block, int32_t group, bool& accumulate, BufRef* lse) {
         const int64_t k = key(side, block, group);
         if (in_place(block)) {
-          accumulate = !local_out_.insert(k).second;
+          accumulate = keys_.local_out_seen(k);
           if (lse != nullptr) *lse = local_ref(DataKind::LSE, block);
           return local_ref(kind, block);
         }
-        int32_t& v = acc_.at(k);
+        int32_t& v = keys_.acc(k);
         accumulate = v >= 0;
         if (!accumulate) v = new_vbuf(side == Side::Q ? kOutQ : kOutKV, block, group);
         touch(v, at);
@@ -479,11 +524,12 @@ Plan build_plan(const BlockTable& table, const Placement& placement, const Clust
     dp.owned_token_offset.push_back(dp.owned_tokens);
     dp.owned_tokens += table.token_blocks[b].length;
   }
+  KeyScratch keys(ProgramBuilder::num_keys(table));
   for (int d = 0; d < P; ++d) {
     DeviceProgram& dp = plan.devices[d];
     dp.device = d;
-    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_fwd[d], tiles_of[d]).build();
-    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_bwd[d], tiles_of[d]).build();
+    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_fwd[d], tiles_of[d], keys).build();
+    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_bwd[d], tiles_of[d], keys).build();
   }
   return plan;
 }
