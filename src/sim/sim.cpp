@@ -128,8 +128,19 @@ void PassSim::run() {
       }
   }
   auto by_pair = [](const End& a, const End& b) { return std::tie(a.src, a.dst) < std::tie(b.src, b.dst); };
-  std::stable_sort(sends.begin(), sends.end(), by_pair);
-  std::stable_sort(recvs.begin(), recvs.end(), by_pair);
+  // A stable counting sort by (src, dst): linear in the transfers, as the pairs are dense.
+  std::vector<size_t> first(static_cast<size_t>(P) * P + 1);
+  std::vector<End> sorted;
+  auto sort_by_pair = [&](std::vector<End>& v) {
+    std::fill(first.begin(), first.end(), 0);
+    for (const End& e : v) ++first[static_cast<size_t>(e.src) * P + e.dst + 1];
+    for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
+    sorted.resize(v.size());
+    for (const End& e : v) sorted[first[static_cast<size_t>(e.src) * P + e.dst]++] = e;
+    v.swap(sorted);
+  };
+  sort_by_pair(sends);
+  sort_by_pair(recvs);
   x_.reserve(sends.size());
   size_t r = 0;
   for (size_t i = 0; i < sends.size();) {
