@@ -305,8 +305,12 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
   if (opts.proxies && cluster.nodes > 1) sched::proxy_inputs(table, cluster, opts.proxy_slack, out);
   // Outputs (after two-phase, which may move tiles to a later stage): each remote-owned output
   // block leaves in the round after its last tile's stage.
+  // Per device: the latest stage of a tile writing each remote output (item_of's dense keys,
+  // -1 = none; reset through the list of keys set), emitted in key order.
+  std::vector<int32_t>& last_stage = item_of;
+  std::vector<int64_t> keys_set;
   for (int d = 0; d < num_devices; ++d) {
-    std::vector<std::pair<int64_t, int32_t>> last;  // (key, stage)
+    keys_set.clear();
     for (int32_t t : tiles_of[d]) {
       const Tile& tile = table.tiles[t];
       for (Side side : {Side::Q, Side::KV}) {
@@ -314,13 +318,13 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
         int32_t block = side == Side::Q ? tile.q_block : tile.kv_block;
         if (placement.block_home[block] == d) continue;
         int32_t group = side == Side::Q ? tile.head_group : table.groups.kv_set(tile.head_group);
-        last.emplace_back(key(side, block, group), out.tile_stage[t]);
+        int32_t& s = last_stage[key(side, block, group)];
+        if (s < 0) keys_set.push_back(key(side, block, group));
+        s = std::max(s, out.tile_stage[t]);
       }
     }
-    std::sort(last.begin(), last.end());
-    for (size_t i = 0; i < last.size(); ++i) {
-      if (i + 1 < last.size() && last[i + 1].first == last[i].first) continue;  // keep max stage
-      const int64_t k = last[i].first;
+    std::sort(keys_set.begin(), keys_set.end());
+    for (const int64_t k : keys_set) {
       const Side side = k < nb * num_groups ? Side::Q : Side::KV;
       const int64_t rel = side == Side::Q ? k : k - nb * num_groups;
       const int gs = side == Side::Q ? num_groups : num_sets;
@@ -328,7 +332,8 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       const auto group = static_cast<int32_t>(rel % gs);
       for (DataKind kind : output_kinds(pass, side))
         out.outputs.push_back(ScheduledTransfer{kind, block, group, d, placement.block_home[block],
-                                                last[i].second + 2, false});
+                                                last_stage[k] + 2, false});
+      last_stage[k] = -1;
     }
   }
   if (opts.two_phase && cluster.nodes > 1 && opts.reduce_outputs_per_node)
@@ -340,8 +345,13 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     return std::tie(a.round, a.src, a.dst, a.kind, a.token_block, a.group) <
            std::tie(b.round, b.src, b.dst, b.kind, b.token_block, b.group);
   };
-  std::sort(out.inputs.begin(), out.inputs.end(), order);
-  std::sort(out.outputs.begin(), out.outputs.end(), order);
+  const sched::KeyPacker packer{num_stages + 2, num_devices - 1, num_devices - 1, sched::kMaxDataKind, nb - 1,
+                                std::max(num_groups, num_sets) - 1};
+  auto packed = [&](const ScheduledTransfer& x) {
+    return packer.pack({x.round, x.src, x.dst, static_cast<int64_t>(x.kind), x.token_block, x.group});
+  };
+  sched::sort_keyed(out.inputs, packer.fits(), packed, order);
+  sched::sort_keyed(out.outputs, packer.fits(), packed, order);
   return out;
 }
 

@@ -14,10 +14,18 @@ void apply_two_phase(const BlockTable& table, const Placement& placement, const 
                      bool relay_first_round, PassSchedule& ps) {
   std::vector<ScheduledTransfer>& in = ps.inputs;
   auto node = [&](int d) { return cluster.node_of(d); };
-  std::sort(in.begin(), in.end(), [&](const ScheduledTransfer& a, const ScheduledTransfer& b) {
-    return std::make_tuple(a.kind, a.token_block, a.group, node(a.dst), a.round, a.dst) <
-           std::make_tuple(b.kind, b.token_block, b.group, node(b.dst), b.round, b.dst);
-  });
+  const KeyPacker packer{kMaxDataKind, table.num_token_blocks() - 1,
+                         std::max(table.groups.num_groups, table.groups.num_kv_sets()) - 1, cluster.nodes - 1,
+                         ps.num_stages + 2, placement.num_devices - 1};
+  sort_keyed(
+      in, packer.fits(),
+      [&](const ScheduledTransfer& x) {
+        return packer.pack({static_cast<int64_t>(x.kind), x.token_block, x.group, node(x.dst), x.round, x.dst});
+      },
+      [&](const ScheduledTransfer& a, const ScheduledTransfer& b) {
+        return std::make_tuple(a.kind, a.token_block, a.group, node(a.dst), a.round, a.dst) <
+               std::make_tuple(b.kind, b.token_block, b.group, node(b.dst), b.round, b.dst);
+      });
   // (device, side, block, group) whose delivery moved from the first round to the second.
   std::vector<std::tuple<int32_t, int, int32_t, int32_t>> delayed;
   const bool can_delay = relay_first_round && ps.num_stages >= 3;
@@ -77,10 +85,24 @@ void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps) {
   auto side = [](DataKind k) { return static_cast<int>(side_of(k)); };
   // Per (side, block, group, home, source node): the sources, latest own round first. O and LSE
   // of one source travel together (same round, same destination).
-  std::sort(out.begin(), out.end(), [&](const ScheduledTransfer& a, const ScheduledTransfer& b) {
-    return std::make_tuple(side(a.kind), a.token_block, a.group, a.dst, node(a.src), -a.round, a.src, a.kind) <
-           std::make_tuple(side(b.kind), b.token_block, b.group, b.dst, node(b.src), -b.round, b.src, b.kind);
-  });
+  int64_t max_block = 0, max_group = 0, max_device = 0, max_round = 0;
+  for (const ScheduledTransfer& x : out) {
+    max_block = std::max<int64_t>(max_block, x.token_block);
+    max_group = std::max<int64_t>(max_group, x.group);
+    max_device = std::max<int64_t>(max_device, std::max(x.src, x.dst));
+    max_round = std::max<int64_t>(max_round, x.round);
+  }
+  const KeyPacker packer{1, max_block, max_group, max_device, cluster.nodes - 1, max_round, max_device, kMaxDataKind};
+  sort_keyed(
+      out, packer.fits(),
+      [&](const ScheduledTransfer& x) {  // the latest round first: max_round - round
+        return packer.pack({side(x.kind), x.token_block, x.group, x.dst, node(x.src), max_round - x.round, x.src,
+                            static_cast<int64_t>(x.kind)});
+      },
+      [&](const ScheduledTransfer& a, const ScheduledTransfer& b) {
+        return std::make_tuple(side(a.kind), a.token_block, a.group, a.dst, node(a.src), -a.round, a.src, a.kind) <
+               std::make_tuple(side(b.kind), b.token_block, b.group, b.dst, node(b.src), -b.round, b.src, b.kind);
+      });
   size_t i = 0;
   while (i < out.size()) {
     size_t j = i + 1;
