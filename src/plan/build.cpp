@@ -88,7 +88,9 @@ class VBufIndex {
 class KeyScratch {
  public:
   explicit KeyScratch(int64_t keys)
-      : input_(static_cast<size_t>(keys), -1), acc_(static_cast<size_t>(keys), -1), local_out_(static_cast<size_t>(keys), 0) {}
+      : input_(static_cast<size_t>(keys), -1),
+        acc_(static_cast<size_t>(keys), -1),
+        local_out_(static_cast<size_t>(keys), 0) {}
   // key -> virtual buffer of a remote input bundle (-1: none); a reference the caller may set.
   int32_t& input(int64_t key) { return mark(input_, key); }
   int32_t find_input(int64_t key) const { return input_[key]; }
@@ -134,7 +136,8 @@ class ProgramBuilder {
   // `mine`: the schedule's transfers with this device at either end, inputs before outputs.
   ProgramBuilder(const BlockTable& t, const Placement& pl, const PassSchedule& ps, int device,
                  const std::vector<int32_t>& pos_of, const std::vector<int32_t>& owned, bool reuse, bool in_place,
-                 const std::vector<const ScheduledTransfer*>& mine, const std::vector<int32_t>& my_tiles, KeyScratch& keys)
+                 const std::vector<const ScheduledTransfer*>& mine, const std::vector<int32_t>& my_tiles,
+                 KeyScratch& keys)
       : t_(t), pl_(pl), ps_(ps), d_(device), pos_of_(pos_of), owned_(owned), reuse_(reuse), in_place_(in_place),
         mine_(mine), my_tiles_(my_tiles), keys_(keys) {
     key_q_ = t.groups.num_groups;
@@ -528,8 +531,12 @@ Plan build_plan(const BlockTable& table, const Placement& placement, const Clust
   for (int d = 0; d < P; ++d) {
     DeviceProgram& dp = plan.devices[d];
     dp.device = d;
-    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_fwd[d], tiles_of[d], keys).build();
-    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots, opts.outputs_in_place, mine_bwd[d], tiles_of[d], keys).build();
+    dp.fwd = ProgramBuilder(table, placement, schedule.fwd, d, pos_of, dp.owned_blocks, opts.reuse_slots,
+                            opts.outputs_in_place, mine_fwd[d], tiles_of[d], keys)
+                 .build();
+    dp.bwd = ProgramBuilder(table, placement, schedule.bwd, d, pos_of, dp.owned_blocks, opts.reuse_slots,
+                            opts.outputs_in_place, mine_bwd[d], tiles_of[d], keys)
+                 .build();
   }
   return plan;
 }
