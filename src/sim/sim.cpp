@@ -128,16 +128,21 @@ void PassSim::run() {
       }
   }
   auto by_pair = [](const End& a, const End& b) { return std::tie(a.src, a.dst) < std::tie(b.src, b.dst); };
-  // A stable counting sort by (src, dst): linear in the transfers, as the pairs are dense.
-  std::vector<size_t> first(static_cast<size_t>(P) * P + 1);
+  // Stable by (src, dst): a stable counting sort by dst, then one by src (P buckets each, linear
+  // in the transfers; a table over all (src, dst) pairs would grow as P^2).
+  std::vector<size_t> first(static_cast<size_t>(P) + 1);
   std::vector<End> sorted;
-  auto sort_by_pair = [&](std::vector<End>& v) {
+  auto sort_by = [&](std::vector<End>& v, int End::*field) {
     std::fill(first.begin(), first.end(), 0);
-    for (const End& e : v) ++first[static_cast<size_t>(e.src) * P + e.dst + 1];
+    for (const End& e : v) ++first[static_cast<size_t>(e.*field) + 1];
     for (size_t i = 1; i < first.size(); ++i) first[i] += first[i - 1];
     sorted.resize(v.size());
-    for (const End& e : v) sorted[first[static_cast<size_t>(e.src) * P + e.dst]++] = e;
+    for (const End& e : v) sorted[first[static_cast<size_t>(e.*field)]++] = e;
     v.swap(sorted);
+  };
+  auto sort_by_pair = [&](std::vector<End>& v) {
+    sort_by(v, &End::dst);
+    sort_by(v, &End::src);
   };
   sort_by_pair(sends);
   sort_by_pair(recvs);
