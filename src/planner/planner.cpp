@@ -133,6 +133,16 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     std::vector<ScheduleOptions> schedules;
   };
   std::vector<std::unique_ptr<Placed>> placed_all;  // every placement planned, in the order tried
+  // A placement still to be made (or filled in) over `table`, planned with `schedules`.
+  auto unplaced = [](PlanCandidate c, const std::shared_ptr<const BlockTable>& table,
+                     const std::shared_ptr<SimTableCache>& counts, const std::vector<ScheduleOptions>& schedules) {
+    auto p = std::make_unique<Placed>();
+    p->c = std::move(c);
+    p->table = table;
+    p->counts = counts;
+    p->schedules = schedules;
+    return p;
+  };
   std::vector<PlanCandidate> tried;
   // The winner so far: a balanced candidate beats an unbalanced one; otherwise the faster
   // prediction wins (the earlier on ties). Its plan is built again at the end.
@@ -298,16 +308,13 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     to_fill.push_back(counts);
     to_fill_table.push_back(t.table.get());
     for (double eps : opts.eps_compute) {
-      auto p = std::make_unique<Placed>();
-      p->c.block_size = t.block;
-      p->c.split_sink = cut;
-      p->c.eps_compute = eps;
-      p->c.placement_seed = opts.placement.seed;
-      p->c.planning_s = t.table_s;
-      p->table = t.table;
-      p->counts = counts;
-      p->schedules = schedule_variants;
-      fresh.push_back(std::move(p));
+      PlanCandidate c;
+      c.block_size = t.block;
+      c.split_sink = cut;
+      c.eps_compute = eps;
+      c.placement_seed = opts.placement.seed;
+      c.planning_s = t.table_s;
+      fresh.push_back(unplaced(c, t.table, counts, schedule_variants));
     }
   }
   // The tables' counts and the placements are independent pieces: all of them at once.
@@ -322,15 +329,12 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   if (best_placed != nullptr && opts.reseed_best > 0) {
     std::vector<std::unique_ptr<Placed>> reseeded;
     for (int k = 1; k <= opts.reseed_best; ++k) {
-      auto p = std::make_unique<Placed>();
-      p->c.block_size = best.chosen.block_size;
-      p->c.split_sink = best.chosen.split_sink;
-      p->c.eps_compute = best.chosen.eps_compute;
-      p->c.placement_seed = opts.placement.seed + static_cast<uint64_t>(k);
-      p->table = best_placed->table;
-      p->counts = best_placed->counts;
-      p->schedules = schedule_variants;
-      reseeded.push_back(std::move(p));
+      PlanCandidate c;
+      c.block_size = best.chosen.block_size;
+      c.split_sink = best.chosen.split_sink;
+      c.eps_compute = best.chosen.eps_compute;
+      c.placement_seed = opts.placement.seed + static_cast<uint64_t>(k);
+      reseeded.push_back(unplaced(c, best_placed->table, best_placed->counts, schedule_variants));
     }
     run_each(par, static_cast<int>(reseeded.size()), [&](int i) { place(*reseeded[static_cast<size_t>(i)]); });
     evaluate(std::move(reseeded));
@@ -343,15 +347,11 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     for (const KeptPlacement& k : kept)
       for (double eps : opts.tighten_eps) {
         if (!(eps < k.fastest.eps_compute)) continue;
-        auto p = std::make_unique<Placed>();
-        p->c = k.fastest;
-        p->c.tightened_from = k.fastest.tightened_from > 0 ? k.fastest.tightened_from : k.fastest.eps_compute;
-        p->c.eps_compute = eps;
-        p->c.planning_s = 0;
-        p->table = k.placed->table;
-        p->counts = k.placed->counts;
-        p->schedules = schedule_variants;
-        tightened.push_back(std::move(p));
+        PlanCandidate c = k.fastest;
+        c.tightened_from = k.fastest.tightened_from > 0 ? k.fastest.tightened_from : k.fastest.eps_compute;
+        c.eps_compute = eps;
+        c.planning_s = 0;
+        tightened.push_back(unplaced(c, k.placed->table, k.placed->counts, schedule_variants));
         source.push_back(k.placed);
       }
     run_each(par, static_cast<int>(tightened.size()), [&](int i) {
@@ -442,12 +442,8 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   // The chosen placement with the other proxy setting, with every schedule (a static layout: its
   // stage counts), kept where predicted faster.
   if (best_placed != nullptr && opts.retry_proxies && cluster.nodes > 1) {
-    auto p = std::make_unique<Placed>();
+    auto p = std::make_unique<Placed>(*best_placed);  // DCP's schedules: every variant; a static layout's: its stage counts
     p->c = best.chosen;
-    p->table = best_placed->table;
-    p->placed = best_placed->placed;
-    p->counts = best_placed->counts;
-    p->schedules = best_placed->schedules;  // DCP's: every variant; a static layout's: its stage counts
     for (ScheduleOptions& schedule : p->schedules) schedule.proxies = !best.chosen.proxies;
     std::vector<std::unique_ptr<Placed>> retry;
     retry.push_back(std::move(p));
