@@ -442,7 +442,8 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   // The chosen placement with the other proxy setting, with every schedule (a static layout: its
   // stage counts), kept where predicted faster.
   if (best_placed != nullptr && opts.retry_proxies && cluster.nodes > 1) {
-    auto p = std::make_unique<Placed>(*best_placed);  // DCP's schedules: every variant; a static layout's: its stage counts
+    // Its schedules as tried (DCP's: every variant; a static layout's: its stage counts).
+    auto p = std::make_unique<Placed>(*best_placed);
     p->c = best.chosen;
     for (ScheduleOptions& schedule : p->schedules) schedule.proxies = !best.chosen.proxies;
     std::vector<std::unique_ptr<Placed>> retry;
