@@ -24,6 +24,8 @@
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
+// DCP_ATTN_WIDE_BACKWARD=1, as for the dcp command: the backward's full chunks of Full tiles run
+// in the wide kernel (80-row steps; cuda::partition_backward_work).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -33,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "dcp/cuda_backend.h"
 #include "dcp/detail/attention_cuda.h"
 
 using namespace dcp::cuda;
@@ -234,6 +237,8 @@ int main(int argc, char** argv) {
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
   const bool with_det = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det");
+  const char* wide_env = std::getenv("DCP_ATTN_WIDE_BACKWARD");
+  const bool wide_backward = wide_env != nullptr && dcp::parse_switch(wide_env, "DCP_ATTN_WIDE_BACKWARD");
   struct Row {
     int seq, block;
     std::string list;
@@ -276,8 +281,10 @@ int main(int argc, char** argv) {
         int32_t* d_off = upload(c.row_offsets);
         int32_t* d_rng = upload(c.ranges);
         const auto fw = make_forward_work(c.tiles, shape);
-        const auto bw = make_backward_work(c.tiles, shape);
-        const auto bw_cells = make_backward_work(c.tiles, shape, cells);
+        auto bw = make_backward_work(c.tiles, shape);
+        auto bw_cells = make_backward_work(c.tiles, shape, cells);
+        const int32_t bw_wide = wide_backward ? partition_backward_work(bw, c.tiles, shape) : 0;
+        const int32_t bw_cells_wide = wide_backward ? partition_backward_work(bw_cells, c.tiles, shape) : 0;
         const RunsWork runs = make_runs_work(c, shape);
         AttnTile* d_run_tiles = upload(runs.tiles);
         AttnWorkItem* d_run_work = upload(runs.work);
@@ -333,11 +340,13 @@ int main(int argc, char** argv) {
           bp.list.cells = r.cells ? d_cells : nullptr;
           bp.list.work = r.cells ? d_bw_cells : d_bw;
           bp.list.num_work = static_cast<int32_t>(r.cells ? bw_cells.size() : bw.size());
+          bp.list.num_wide = r.cells ? bw_cells_wide : bw_wide;
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
         }
         bp.list.cells = nullptr;
         bp.list.work = d_bw;
         bp.list.num_work = static_cast<int32_t>(bw.size());
+        bp.list.num_wide = 0;
         if (with_det) {
           const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape);
           if (det.num_semaphores > semaphore_capacity) {

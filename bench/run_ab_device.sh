@@ -7,6 +7,8 @@
 # fp64, the whole-plan check on one GPU), then all are timed alternately in the same sustained
 # state: bench_cuda_attention (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc
 # 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed (AB_PLANS=0: none).
+# AB_STOP_ON_FAIL=1: a variant whose kernel tests or whole-plan check fail ends the call there
+# (the logs in ab.tgz), before any timing.
 # AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
 # purpose to bound what a change could buy is only timed).
 # AB_DET=1 adds the deterministic backward: its whole-plan check (gradients bitwise equal over three
@@ -61,12 +63,20 @@ for v in $variants; do
   case " ${AB_NOCHECK:-} " in *" $v "*) continue ;; esac  # a timing-only probe (wrong results by design)
   say "kernel tests ($v)"
   timeout 200 /tmp/ab$v/tests/cuda/dcp_test_cuda >"$x/kernel_tests_$v.log" 2>&1
-  echo "kernel tests $v: rc=$?"
+  rc_tests=$?
+  echo "kernel tests $v: rc=$rc_tests"
   grep -E "^\[  (FAILED|PASSED) |Failure" "$x/kernel_tests_$v.log" | head
   say "whole-plan check, one GPU ($v)"
   timeout 200 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_$v.log" 2>&1
-  echo "exec check $v: rc=$?"
+  rc_check=$?
+  echo "exec check $v: rc=$rc_check"
   tail -2 "$x/exec_check_$v.log"
+  if [ "${AB_STOP_ON_FAIL:-0}" = 1 ] && [ $rc_tests != 0 -o $rc_check != 0 ]; then
+    grep -B2 -A12 "Failure\|FAILED\|mismatch" "$x/kernel_tests_$v.log" | head -60
+    tar -czf "$out/ab.tgz" -C "$out" ab && rm -rf "$x"
+    say "stopped: a check of $v failed (AB_STOP_ON_FAIL=1)"
+    exit 1
+  fi
   for one in $([ "${AB_DET:-0}" -ge 1 ] && echo 0) $([ "${AB_DET:-0}" = 2 ] && echo 1); do
     say "whole-plan check, one GPU, deterministic backward ($v, one pass: $one)"
     DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ONE_PASS=$one timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check \

@@ -198,6 +198,8 @@ CudaKernelOptions kernel_options_from_environment() {
     k.partial_cells = parse_switch(cells, "DCP_ATTN_PARTIAL_CELLS");
   if (const std::string persistent = env("DCP_ATTN_PERSISTENT"); !persistent.empty())
     k.persistent_forward = parse_switch(persistent, "DCP_ATTN_PERSISTENT");
+  if (const std::string wide = env("DCP_ATTN_WIDE_BACKWARD"); !wide.empty())
+    k.wide_backward = parse_switch(wide, "DCP_ATTN_WIDE_BACKWARD");
   return k;
 }
 

@@ -107,6 +107,7 @@ std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
     c.dq_rows_known = c.seed % 3 != 0;
     c.q_rows_known = c.seed % 4 != 1;
     c.partial_cells = c.seed % 3 != 2;
+    c.wide = c.seed % 5 != 4;
   }
   return out;
 }
@@ -189,12 +190,14 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     d_ranges.upload(l.ranges);
     DevBuf<uint8_t> d_cells(cells.size());
     d_cells.upload(cells);
-    const std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape, cells);
+    std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape, cells);
+    const int32_t num_wide = c.wide ? partition_backward_work(work, l.tiles, shape) : 0;
     DevBuf<AttnWorkItem> d_work(work.size());
     d_work.upload(work);
     AttnBackwardParams bp;
     bp.shape = shape;
     bp.list = AttnTileList{d_tiles.ptr, d_work.ptr, static_cast<int32_t>(work.size()), d_offsets.ptr, d_ranges.ptr};
+    bp.list.num_wide = num_wide;
     bp.list.cells = c.partial_cells ? d_cells.ptr : nullptr;
     bp.q = d_q.ptr;
     bp.k = d_k.ptr;
@@ -276,11 +279,11 @@ std::string describe(const BackwardCase& c, const BackwardResult& r) {
   static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d cells=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
+                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d cells=%d wide=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
                 "dV %.2e bad=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
                 c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, c.dq_rows_known ? 1 : 0, c.q_rows_known ? 1 : 0, c.partial_cells ? 1 : 0,
-                r.num_tiles, r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
+                c.wide ? 1 : 0, r.num_tiles, r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;
   return text;

@@ -288,7 +288,8 @@ CaseResult run_case(const CaseConfig& cfg) {
     // head, by key block) and the dQ pass's.
     DeterministicBackwardWork det;
     if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
-    const std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.dkv_work : make_backward_work(tiles, shape);
+    std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.dkv_work : make_backward_work(tiles, shape);
+    const int32_t num_wide = cfg.deterministic_backward ? 0 : partition_backward_work(bwork, tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
     DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.dkv_tiles.size(), 1)), d_dq_tiles(std::max<std::size_t>(det.dq_tiles.size(), 1));
@@ -309,6 +310,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     bp.shape = shape;
     bp.list = AttnTileList{cfg.deterministic_backward ? d_btiles.ptr : d_tiles.ptr, d_bwork.ptr,
                            static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
+    bp.list.num_wide = num_wide;
     if (cfg.deterministic_backward) {
       bp.deterministic = true;
       bp.semaphores = d_sems.ptr;

@@ -98,7 +98,8 @@ inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 
 std::vector<AttnKernelRoute> kernel_routes();
 
 // The targeted checks' grid, forward and backward alike: head dims 64 and 128 x GQA 8/8, 8/2,
-// 8/1 x seven scenario sizes, seeds 1, 2, ... in that order (Case: ForwardCase or BackwardCase,
+// 8/1 x eight scenario sizes (q lengths that end on 80-row steps of every kind: 300 =
+// 3 x 80 + 60, 224 = 2 x 80 + 64), seeds 1, 2, ... in that order (Case: ForwardCase or BackwardCase,
 // Scenario its enum).
 template <class Case, class Scenario>
 std::vector<Case> scenario_grid(AttnKernelRoute route) {
@@ -106,9 +107,9 @@ std::vector<Case> scenario_grid(AttnKernelRoute route) {
   const struct {
     Scenario s;
     int q_len, kv_len;
-  } scen[] = {{Scenario::Full, 300, 333},    {Scenario::Full, 128, 256},      {Scenario::Causal, 300, 300},
-              {Scenario::Causal, 256, 256},  {Scenario::Partial, 200, 400},   {Scenario::MultiTile, 190, 129},
-              {Scenario::MultiTile, 77, 300}};
+  } scen[] = {{Scenario::Full, 300, 333},       {Scenario::Full, 128, 256},     {Scenario::Full, 224, 256},
+              {Scenario::Causal, 300, 300},     {Scenario::Causal, 256, 256},   {Scenario::Partial, 200, 400},
+              {Scenario::MultiTile, 190, 129},  {Scenario::MultiTile, 77, 300}};
   std::vector<Case> out;
   uint64_t seed = 1;
   for (int dim : {64, 128}) {
@@ -152,6 +153,9 @@ struct BackwardCase {
   // Give the list the host's cell classes of its Partial tiles (make_partial_cells; the work
   // then leaves out chunks with no allowed pair).
   bool partial_cells = true;
+  // Move the items the wide kernel takes to the list's front (partition_backward_work,
+  // AttnTileList::num_wide): the Wgmma route at head dim 128 runs them with 80-row q steps.
+  bool wide = true;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct BackwardResult {

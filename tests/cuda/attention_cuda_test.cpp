@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dcp/detail/attention_cuda.h"
@@ -140,6 +141,43 @@ TEST(CudaAttentionHost, WorkListsCoverEveryChunkAndHead) {
   const auto bwd = dcp::cuda::make_backward_work(tiles, shape);
   ASSERT_EQ(bwd.size(), 2U * 2U + 2U * 1U);
   EXPECT_EQ(bwd.back().head, 1);
+}
+
+TEST(CudaAttentionHost, WideBackwardItemsComeFirstInOrder) {
+  const AttnShape shape{8, 2, 128, 0.088F};
+  std::vector<AttnTile> tiles(3);
+  tiles[0].q_len = 256;  // causal diagonal: 64-row kernel
+  tiles[0].kv_len = 256;
+  tiles[0].kind = TileKind::CausalDiagonal;
+  tiles[0].kv_head_end = 2;
+  tiles[1].q_len = 300;  // Full, 333 keys: chunks 0 and 1 are full (wide), chunk 2 holds 77 keys
+  tiles[1].kv_len = 333;
+  tiles[1].kind = TileKind::Full;
+  tiles[1].kv_head_end = 2;
+  tiles[2].q_len = 64;  // Full, one full chunk
+  tiles[2].kv_len = 128;
+  tiles[2].kind = TileKind::Full;
+  tiles[2].kv_head_end = 2;
+  const std::vector<dcp::cuda::AttnWorkItem> before = dcp::cuda::make_backward_work(tiles, shape);
+  std::vector<dcp::cuda::AttnWorkItem> work = before;
+  const int32_t wide = dcp::cuda::partition_backward_work(work, tiles, shape);
+  ASSERT_EQ(wide, 2 * 2 + 1 * 2);
+  ASSERT_EQ(work.size(), before.size());
+  auto is_wide = [&](const dcp::cuda::AttnWorkItem& w) { return w.tile != 0 && !(w.tile == 1 && w.chunk == 2); };
+  auto key = [](const dcp::cuda::AttnWorkItem& w) { return std::tuple(w.tile, w.chunk, w.head); };
+  std::vector<std::tuple<int, int, int>> expect;
+  for (const auto& w : before)
+    if (is_wide(w)) expect.push_back(key(w));
+  for (const auto& w : before)
+    if (!is_wide(w)) expect.push_back(key(w));
+  for (std::size_t i = 0; i < work.size(); ++i) EXPECT_EQ(key(work[i]), expect[i]) << "item " << i;
+  // Head dim 64 has no wide kernel: nothing moves.
+  std::vector<dcp::cuda::AttnWorkItem> work64 = before;
+  EXPECT_EQ(dcp::cuda::partition_backward_work(work64, tiles, AttnShape{8, 2, 64, 0.125F}), 0);
+  for (std::size_t i = 0; i < work64.size(); ++i) EXPECT_EQ(key(work64[i]), key(before[i]));
+  // An item naming a tile outside the list is refused.
+  work64.front().tile = 7;
+  EXPECT_THROW(dcp::cuda::partition_backward_work(work64, tiles, shape), dcp::Error);
 }
 
 TEST(CudaAttentionHost, RejectsBadShapesAndTiles) {

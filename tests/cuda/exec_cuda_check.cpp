@@ -165,7 +165,8 @@ int check(const Config& c, Comm& comm, int device) {
 }
 
 // Kernel routes as the command line reads them (DCP_ATTN_FORWARD, DCP_ATTN_BACKWARD,
-// DCP_ATTN_BACKWARD_DQ), so the device script checks every route with the same binary.
+// DCP_ATTN_BACKWARD_DQ, DCP_ATTN_WIDE_BACKWARD), so the device script checks every route with the
+// same binary.
 CudaBackendOptions backend_options(int device) {
   const auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
   CudaBackendOptions o;
@@ -177,6 +178,8 @@ CudaBackendOptions backend_options(int device) {
   if (const std::string one_pass = env("DCP_ATTN_DETERMINISTIC_ONE_PASS"); !one_pass.empty())
     o.kernels.deterministic_one_pass = parse_switch(one_pass, "DCP_ATTN_DETERMINISTIC_ONE_PASS");
   o.kernels.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
+  if (const std::string wide = env("DCP_ATTN_WIDE_BACKWARD"); !wide.empty())
+    o.kernels.wide_backward = parse_switch(wide, "DCP_ATTN_WIDE_BACKWARD");
   return o;
 }
 

@@ -150,6 +150,9 @@ struct AttnTileList {
   const int32_t* row_offsets = nullptr;  // Partial tiles only (may be null otherwise)
   const int32_t* ranges = nullptr;       // pairs {begin, end}: 2 ints per range
   const uint8_t* cells = nullptr;        // cell classes of Partial tiles (make_partial_cells; may be null)
+  // Backward, route Wgmma: items [0, num_wide) run in the wide kernel (partition_backward_work);
+  // 0: the 64-row kernel runs every item.
+  int32_t num_wide = 0;
 };
 
 // ---- Cell classes of Partial tiles ----------------------------------------------------------
@@ -188,6 +191,14 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                              std::span<const uint8_t> cells);
 
+// The backward's wide kernel (route Wgmma, head dim 128, the default backward) walks a work
+// item's q rows in steps of 80 instead of 64 (fewer shared-memory operand bytes per unit of work,
+// src/exec/cuda/attention_backward_sm90_wide.cu) and takes only items that need no mask: a full
+// 128-key chunk of a Full tile. partition_backward_work moves those items of make_backward_work's
+// list to its front, each part in its order, and returns their number, which the caller passes as
+// AttnTileList::num_wide; 0 (nothing moved) where the wide kernel does not apply.
+int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape);
+
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
 // head_dim 64 or 128), else Mma. Callers choose per call (the CUDA backend from its options), so
 // runs compare routes without rebuilding and a kernel that misbehaves on some GPU can be set
@@ -203,7 +214,9 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 //               backward warp-specialised (attention_backward_sm90_ws.cu: a producer warpgroup
 //               walks and classifies the q sub-tiles and loads Q / dO / LSE / Delta into an
 //               mbarrier-guarded 2-slot ring; the two MMA warpgroups (setmaxnreg) meet only at
-//               one named barrier per sub-tile; dQ by TMA tensor reductions).
+//               one named barrier per sub-tile; dQ by TMA tensor reductions), its mask-free
+//               items at head dim 128 with 80-row steps where the list puts them first
+//               (attention_backward_sm90_wide.cu, AttnTileList::num_wide).
 //   WgmmaBasic  the plain Hopper kernels those were built from, kept as the fallback
 //               (attention_forward_sm90.cu: S, softmax, P V one after the other;
 //               attention_backward_sm90.cu: the same products with loads by every thread and

@@ -3,7 +3,10 @@
 // math per q sub-tile (attention_backward_sm90.cu: S^T, dP^T, P^T, dS^T, dV += P^T dO,
 // dK += dS^T Q, dQ = dS K by bulk reductions), with the loads, the step walk and the Partial
 // classification moved to a producer warpgroup. Same contract as the other backward kernels
-// (dcp/detail/attention_cuda.h); dQ always leaves by bulk reductions.
+// (dcp/detail/attention_cuda.h); dQ always leaves by bulk reductions. At head dim 128 the items
+// that need no mask (full chunks of Full tiles, AttnTileList::num_wide of them at the list's
+// front) run first in the wide kernel (attention_backward_sm90_wide.cu, 80-row steps); this one
+// takes the rest (BwWsParams::work_begin).
 //
 // CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: it loads K and V once, then walks
 // the steps (q head, 64-row q sub-tile) as the basic kernel does, classifies each (Partial: by
@@ -63,6 +66,7 @@
 #include <string>
 
 #include "attention_backward_sm90.cuh"
+#include "attention_backward_sm90_ws.cuh"
 #include "attention_common.cuh"
 #include "dcp/detail/attention_cuda.h"
 #include "dcp/detail/dq_units.h"
@@ -80,55 +84,9 @@
 namespace dcp::cuda::detail {
 namespace {
 
-inline constexpr int kWsThreads = 384;  // producer + 2 consumer warpgroups
-inline constexpr int kConsumerThreads = 256;
 inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
-enum : int {  // named barriers
-  kBarDsReady = 1,   // 256 consumer threads: dS^T stored, dQ may read it
-  kBarOut0 = 2,      // consumer warpgroup 0: its staged dQ (or, at the end, dK / dV) is written
-  kBarOut1 = 3,      // consumer warpgroup 1
-  kBarProducer = 4,  // producer-only votes
-};
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= cta_register_pool(kWsThreads), "register file");
-
-// The kernel's parameters: the caller's, and the dq tensor map (a __grid_constant__ parameter, so
-// that TMA reads the map from parameter space).
-struct BwWsParams {
-  AttnBackwardParams p;
-  CUtensorMap dq_map;  // aligned as the driver header requires
-  CUtensorMap q_map;   // Q and dO: boxes of 64 rows x 64 bf16 columns, 128-byte swizzled
-  CUtensorMap do_map;
-  CUtensorMap dk_map;  // dK and dV: boxes of 64 rows x 32 fp32 columns, 128-byte swizzled
-  CUtensorMap dv_map;
-  int32_t tma_dq;   // 1: dq_map is valid
-  int32_t tma_qdo;  // 1: q_map and do_map are valid
-  int32_t tma_dkv;  // 1: dk_map and dv_map are valid
-};
-
-// A staged box of a TMA reduction (dQ, dK, dV): 64 rows x 32 fp32 columns (128 bytes per row),
-// 128-byte swizzled: 16-byte chunk c of row r at chunk c ^ (r & 7). A consumer warpgroup's dQ
-// staging tile holds 2 of them (its 64 x 64 block).
-inline constexpr int kBoxBytes = kBwRows * 128;
-inline constexpr int kDqTmaTileBytes = 2 * kBoxBytes;
-
-// What the consumers need of a step, written by the producer: the consumers read it from shared
-// memory where they use it instead of holding a tile in registers (they have none to spare:
-// dK, dV, dQ and the two score tiles fill them). Four records rotate over two data slots, so a
-// record stays intact for its whole step (the producer writes record j + 4 only after the
-// consumers released data slot j + 2, which they do within step j + 2).
-struct BwStageInfo {
-  int32_t cls;     // kFull or kMasked
-  int32_t end;     // 1: no step left (nothing else in the record is valid)
-  int32_t kind;    // the step's tile kind
-  int32_t rq0;     // first q row of the sub-tile in the tile
-  int32_t qh;      // q head
-  int32_t q_rows;  // rows of the sub-tile (64, or fewer at the end of the tile)
-  int32_t dq_row;  // dQ row of the sub-tile's first row
-  int32_t pad_[5];
-};
-inline constexpr int kInfoRecords = 4;
-
 
 // The dK / dV turns of a cut key block (deterministic backward): a unit waits, with acquire loads,
 // until the chunk's semaphore reaches its turn, adds, and releases the semaphore after its
@@ -172,39 +130,6 @@ struct BwWsSmem {
   static_assert(kFull % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
-// An accumulator (m64nN fp32, kGroups = N / 8 column groups) * scale into a swizzled TMA staging
-// tile of 64-row x 32-column boxes (dQ: N = 64; dK and dV: N = D): thread rows row_lo, row_lo + 8,
-// columns 8 j + 2 tq (box j / 4). A warp's 8-byte stores run as two half-warps (g = row_lo & 7 in
-// 0..3 and 4..7). Were every thread to store column group j at once, a half-warp's logical chunks
-// 2 (j & 3) + tq / 2 would be XORed by g into only four physical chunks: two rows per bank, twice
-// the wavefronts. So threads with odd g store group j ^ 2 when the others store j: the chunk's
-// bits become (j1 ^ g0 ^ g2, j0 ^ g1, tq1 ^ g0), one-to-one over a half-warp's (g, tq / 2), and
-// each half-warp fills all 32 banks once (the minimum: 2 wavefronts per instruction).
-// kRaw: the accumulator's bits are stored as they are (int32 counts of dq_units), `scale` unused.
-template <int kGroups, bool kRaw = false>
-__device__ __forceinline__ void bw_write_boxes(unsigned char* tile, const float (&acc)[4 * kGroups], int row_lo, int tq,
-                                               float scale) {
-  const bool odd = (row_lo & 1) != 0;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row_lo + 8 * r;
-#pragma unroll
-    for (int j = 0; j < kGroups; ++j) {
-      const int js = j ^ 2;  // compile-time register indices; the choice is a select
-      const float x = odd ? acc[4 * js + 2 * r] : acc[4 * j + 2 * r];
-      const float y = odd ? acc[4 * js + 2 * r + 1] : acc[4 * j + 2 * r + 1];
-      const int jj = odd ? js : j;
-      const int chunk = (2 * (jj & 3) + (tq >> 1)) ^ (row & 7);
-      auto* dst = reinterpret_cast<float2*>(tile + (j >> 2) * kBoxBytes + row * 128 + chunk * 16 + (tq & 1) * 8);
-      if constexpr (kRaw) {
-        *dst = make_float2(x, y);
-      } else {
-        *dst = make_float2(x * scale, y * scale);
-      }
-    }
-  }
-}
-
 // One-pass deterministic backward (AttnBackwardParams::dq_units): scale * dq as int32 counts of
 // the units of rows row_lo and row_lo + 8 (`units`: their exponents, staged by the producer;
 // dcp/detail/dq_units.h), kept in the accumulator's registers as bits.
@@ -218,16 +143,6 @@ __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* u
       dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r + 1], m));
     }
   }
-}
-
-// TMA reduction (an add of the map's element type: fp32, or int32 for dq_units) of one swizzled
-// box at shared address `src` into the tensor at element coordinates (col, row); bulk_group
-// completion.
-__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32_t src, int col, int row) {
-  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(src), "r"(col), "r"(row)
-               : "memory");
 }
 
 // kDq: the item computes dQ; kUnit: the item walks a unit of tiles of one key block (the
@@ -267,7 +182,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   }
   __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before anyone uses them
 
-  const AttnWorkItem w = p.list.work[blockIdx.x];
+  const AttnWorkItem w = p.list.work[wp.work_begin + static_cast<int>(blockIdx.x)];
   const int hq = p.shape.num_q_heads;
   const int hkv = p.shape.num_kv_heads;
   const int group = hq / hkv;
@@ -412,14 +327,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   const int ctid = tid - 128;
   const int wg = ctid >> 7;               // keys [64 wg, 64 wg + 64)
-  // This warpgroup's staged boxes are written: its thread 0 may issue their reductions.
-  auto out_bar_sync = [wg]() {
-    if (wg == 0) {
-      bar_sync_n<kBarOut0, 128>();
-    } else {
-      bar_sync_n<kBarOut1, 128>();
-    }
-  };
   const int tw = ctid & 127;              // thread in the warpgroup
   const int warp_in_wg = tw >> 5;         // 16 keys of the warpgroup's 64
   const int lane = ctid & 31;
@@ -508,7 +415,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
     }
     fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
-    out_bar_sync();
+    bw_out_bar_sync(wg);
     if (wp.tma_dq != 0 && q_rows == kBwRows) {
       if (tw == 0) {
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
@@ -549,7 +456,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   bulk_wait<0>();  // the tile stays alive until the reductions are done
 
   // The item's fields read again rather than kept in registers through the walk.
-  const AttnWorkItem& we = p.list.work[blockIdx.x];
+  const AttnWorkItem& we = p.list.work[wp.work_begin + static_cast<int>(blockIdx.x)];
   const AttnTile* t0 = p.list.tiles + we.tile;
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
   // Deterministic: the units of a key block add these rows one after another, in work order
@@ -564,27 +471,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     // samples on lists of short items (causal-diagonal tiles at B 1024), L2 taking them at a
     // fraction of the rate of whole lines. Staged in the shared memory of K, V, Q and dO, which
     // nothing reads once both warpgroups are past their last products (the barrier) and the
-    // producer has posted the end of the walk: warpgroup wg's dK at 64 KB x wg, its dV 32 KB above.
+    // producer has posted the end of the walk.
     bar_sync_n<kBarDsReady, kConsumerThreads>();
-    constexpr int kBoxes = kD / 32;
-    static_assert(4 * kBoxes * kBoxBytes <= Smem::kDs, "staged in K, V, Q and dO");
-    unsigned char* dk_tile = smem + wg * 2 * kBoxes * kBoxBytes;
-    unsigned char* dv_tile = dk_tile + kBoxes * kBoxBytes;
-    bw_write_boxes<kD / 8>(dk_tile, dk, row_lo, tq, scale);
-    bw_write_boxes<kD / 8>(dv_tile, dv, row_lo, tq, 1.0F);
-    fence_proxy_async();  // the tiles -> visible to the TMA reductions after the barrier
-    out_bar_sync();
-    if (tw == 0) {
-      const uint32_t src = base + static_cast<uint32_t>(wg * 2 * kBoxes * kBoxBytes);
-      const int row = dkv_row0 + c0 + 64 * wg;
-#pragma unroll
-      for (int b = 0; b < kBoxes; ++b) {
-        tma_reduce_add_2d(&wp.dk_map, src + static_cast<uint32_t>(b * kBoxBytes), kvh * kD + 32 * b, row);
-        tma_reduce_add_2d(&wp.dv_map, src + static_cast<uint32_t>((kBoxes + b) * kBoxBytes), kvh * kD + 32 * b, row);
-      }
-      bulk_commit();
-      bulk_wait<0>();  // the CTA's shared memory stays alive until the reductions have read it
-    }
+    static_assert(4 * (kD / 32) * kBoxBytes <= Smem::kDs, "staged in K, V, Q and dO");
+    bw_add_dk_dv_tma<kD>(wp, smem, base, dk, dv, wg, tw, row_lo, tq, scale, dkv_row0 + c0, kvh);
     return;
   }
   bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
@@ -602,19 +492,36 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, true>, kSmem);
   BwWsParams wp{};
   wp.p = p;
+  // The chunks of Full tiles take 80-row q steps (attention_backward_sm90_wide.cu) where the wide
+  // kernel exists: head dim 128, the default (not deterministic) backward.
+#ifdef DCP_AB_OLD
+  constexpr bool kWideBuilt = false;
+#else
+  constexpr bool kWideBuilt = kD == 128;
+#endif
+  const bool wide = kWideBuilt && !p.deterministic && p.list.num_wide > 0;
+  if (p.list.num_wide < 0 || p.list.num_wide > p.list.num_work) {
+    raise(ErrorKind::InvalidInput, "attention_backward: num_wide " + std::to_string(p.list.num_wide) + " outside [0, num_work = " +
+                                       std::to_string(p.list.num_work) + "]");
+  }
   // dq: [dq_rows][num_q_heads x D] fp32 (int32 counts of units in the one-pass deterministic
   // backward), boxes of 64 rows x 32 columns.
   const TensorElem dq_elem = p.deterministic && p.dq_units != nullptr ? TensorElem::I32 : TensorElem::F32;
   const bool tma = p.dq_rows > 0 && encode_tensor_map_2d(wp.dq_map, "attention_backward_sm90_ws", dq_elem, p.dq,
                                                          int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32,
-                                                         kBwRows);
+                                                         kBwRows) &&
+                   (!wide || encode_tensor_map_2d(wp.dq_map80, "attention_backward_sm90_wide", dq_elem, p.dq,
+                                                  int64_t{p.shape.num_q_heads} * p.shape.head_dim, p.dq_rows, 32, 80));
   wp.tma_dq = tma ? 1 : 0;
   // Q, dO: [rows][num_q_heads x D] bf16, boxes of 64 rows x 64 columns (the sub-tile layout).
   const int64_t q_elems = int64_t{p.shape.num_q_heads} * p.shape.head_dim;
   const bool tma_qdo =
       p.q_rows > 0 && p.dout_rows > 0 &&
       encode_tensor_map_2d(wp.q_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.q, q_elems, p.q_rows, 64, kBwRows) &&
-      encode_tensor_map_2d(wp.do_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, kBwRows);
+      encode_tensor_map_2d(wp.do_map, "attention_backward_sm90_ws", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, kBwRows) &&
+      (!wide ||
+       (encode_tensor_map_2d(wp.q_map80, "attention_backward_sm90_wide", TensorElem::Bf16, p.q, q_elems, p.q_rows, 64, 80) &&
+        encode_tensor_map_2d(wp.do_map80, "attention_backward_sm90_wide", TensorElem::Bf16, p.dout, q_elems, p.dout_rows, 64, 80)));
   wp.tma_qdo = tma_qdo ? 1 : 0;
   // dK, dV: [dkv_rows][num_kv_heads x D] fp32, boxes of 64 rows x 32 columns.
   const int64_t kv_elems = int64_t{p.shape.num_kv_heads} * p.shape.head_dim;
@@ -624,7 +531,13 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       encode_tensor_map_2d(wp.dv_map, "attention_backward_sm90_ws", TensorElem::F32, p.dv, kv_elems, p.dkv_rows, 32, kBwRows);
   wp.tma_dkv = tma_dkv ? 1 : 0;
   if (!p.deterministic) {
-    attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
+    if (wide) {
+      launch_backward_sm90_wide(wp, stream);
+      wp.work_begin = p.list.num_wide;
+    }
+    if (p.list.num_work > wp.work_begin) {
+      attention_backward_sm90_ws_kernel<kD, true><<<p.list.num_work - wp.work_begin, kWsThreads, kSmem, stream>>>(wp);
+    }
     return;
   }
   const bool fused = p.dq_units != nullptr;

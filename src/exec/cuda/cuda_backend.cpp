@@ -246,6 +246,7 @@ class CudaBackend final : public Backend {
     shape.softmax_scale = 1.0F / std::sqrt(static_cast<float>(a.head_dim));
     cuda::AttnTileList list{d.tiles, d.work, d.num_work, d.row_offsets, d.ranges};
     list.cells = d.cells;
+    list.num_wide = d.num_wide;
     if (call.pass == Pass::Forward) {
       cuda::AttnForwardParams p;
       p.shape = shape;
@@ -475,6 +476,7 @@ class CudaBackend final : public Backend {
     const cuda::AttnTile* dq_tiles = nullptr;  // deterministic backward: the dQ pass
     const cuda::AttnWorkItem* dq_work = nullptr;
     int32_t num_dq_work = 0;
+    int32_t num_wide = 0;  // backward: items [0, num_wide) for the wide kernel (partition_backward_work)
   };
   struct DeviceMerge {
     const cuda::MergeSegment* segments = nullptr;
@@ -508,6 +510,7 @@ class CudaBackend final : public Backend {
     int num_zero = 0;
     int32_t num_semaphores = 0;
     int32_t num_dq_work = 0;
+    int32_t num_wide = 0;
     DeviceAttend at(char* device) const {
       return DeviceAttend{at_offset<cuda::AttnTile>(device, tiles),
                           at_offset<cuda::AttnWorkItem>(device, work),
@@ -520,7 +523,8 @@ class CudaBackend final : public Backend {
                           at_offset<uint8_t>(device, cells),
                           at_offset<cuda::AttnTile>(device, dq_tiles),
                           at_offset<cuda::AttnWorkItem>(device, dq_work),
-                          num_dq_work};
+                          num_dq_work,
+                          num_wide};
     }
   };
   struct HostMerge {
@@ -677,6 +681,7 @@ class CudaBackend final : public Backend {
         reserve_semaphores(det.num_semaphores);
       } else {
         work = cuda::make_backward_work(tiles, shape, cells);
+        if (kernels_.wide_backward) h.num_wide = cuda::partition_backward_work(work, tiles, shape);
       }
     }
     h.tiles = meta.add(tiles);
