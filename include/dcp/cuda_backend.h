@@ -66,11 +66,11 @@ struct CudaKernelOptions {
   // item's loads under the current item's output stores) whenever no transfer round is in
   // flight. Same results either way; off to measure what it saves.
   bool persistent_forward = true;
-  // Run the Hopper backward's items that need no mask (full 128-key chunks of Full tiles, head
-  // dim 128) with 80-row q steps (cuda::partition_backward_work), the rest with 64-row steps.
-  // Same results up to summation order. Off by default until its side-by-side measurement
-  // against the 64-row kernel (bench/run_ab_device.sh) is recorded.
-  bool wide_backward = false;
+  // Run the Hopper backward's items that need no mask (full 128-key chunks of Full tiles of at
+  // least 1024 rows, head dim 128) with 80-row q steps (cuda::partition_backward_work), the rest
+  // with 64-row steps. Same results up to summation order; 2-4 % faster on the backward's full
+  // and causal lists (bench/results/cuda_attention_h200.md); off to measure what it saves.
+  bool wide_backward = true;
 };
 
 struct CudaBackendOptions {

@@ -191,7 +191,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     DevBuf<uint8_t> d_cells(cells.size());
     d_cells.upload(cells);
     std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape, cells);
-    const int32_t num_wide = c.wide ? partition_backward_work(work, l.tiles, shape) : 0;
+    const int32_t num_wide = c.wide ? partition_backward_work(work, l.tiles, shape, 0) : 0;
     DevBuf<AttnWorkItem> d_work(work.size());
     d_work.upload(work);
     AttnBackwardParams bp;

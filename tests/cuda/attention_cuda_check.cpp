@@ -289,7 +289,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     DeterministicBackwardWork det;
     if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
     std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.dkv_work : make_backward_work(tiles, shape);
-    const int32_t num_wide = cfg.deterministic_backward ? 0 : partition_backward_work(bwork, tiles, shape);
+    const int32_t num_wide = cfg.deterministic_backward ? 0 : partition_backward_work(bwork, tiles, shape, 0);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
     DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.dkv_tiles.size(), 1)), d_dq_tiles(std::max<std::size_t>(det.dq_tiles.size(), 1));

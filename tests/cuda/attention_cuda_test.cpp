@@ -160,7 +160,7 @@ TEST(CudaAttentionHost, WideBackwardItemsComeFirstInOrder) {
   tiles[2].kv_head_end = 2;
   const std::vector<dcp::cuda::AttnWorkItem> before = dcp::cuda::make_backward_work(tiles, shape);
   std::vector<dcp::cuda::AttnWorkItem> work = before;
-  const int32_t wide = dcp::cuda::partition_backward_work(work, tiles, shape);
+  const int32_t wide = dcp::cuda::partition_backward_work(work, tiles, shape, 0);
   ASSERT_EQ(wide, 2 * 2 + 1 * 2);
   ASSERT_EQ(work.size(), before.size());
   auto is_wide = [&](const dcp::cuda::AttnWorkItem& w) { return w.tile != 0 && !(w.tile == 1 && w.chunk == 2); };
@@ -173,11 +173,15 @@ TEST(CudaAttentionHost, WideBackwardItemsComeFirstInOrder) {
   for (std::size_t i = 0; i < work.size(); ++i) EXPECT_EQ(key(work[i]), expect[i]) << "item " << i;
   // Head dim 64 has no wide kernel: nothing moves.
   std::vector<dcp::cuda::AttnWorkItem> work64 = before;
-  EXPECT_EQ(dcp::cuda::partition_backward_work(work64, tiles, AttnShape{8, 2, 64, 0.125F}), 0);
+  EXPECT_EQ(dcp::cuda::partition_backward_work(work64, tiles, AttnShape{8, 2, 64, 0.125F}, 0), 0);
   for (std::size_t i = 0; i < work64.size(); ++i) EXPECT_EQ(key(work64[i]), key(before[i]));
+  // Tiles shorter than the floor stay in the 64-row kernel: here only tile 1's 300 rows reach 256.
+  std::vector<dcp::cuda::AttnWorkItem> floored = before;
+  EXPECT_EQ(dcp::cuda::partition_backward_work(floored, tiles, shape, 256), 2 * 2);
+  EXPECT_EQ(dcp::cuda::partition_backward_work(floored, tiles, shape), 0) << "every tile is below the default floor";
   // An item naming a tile outside the list is refused.
   work64.front().tile = 7;
-  EXPECT_THROW(dcp::cuda::partition_backward_work(work64, tiles, shape), dcp::Error);
+  EXPECT_THROW(dcp::cuda::partition_backward_work(work64, tiles, shape, 0), dcp::Error);
 }
 
 TEST(CudaAttentionHost, RejectsBadShapesAndTiles) {

@@ -194,10 +194,16 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 // The backward's wide kernel (route Wgmma, head dim 128, the default backward) walks a work
 // item's q rows in steps of 80 instead of 64 (fewer shared-memory operand bytes per unit of work,
 // src/exec/cuda/attention_backward_sm90_wide.cu) and takes only items that need no mask: a full
-// 128-key chunk of a Full tile. partition_backward_work moves those items of make_backward_work's
-// list to its front, each part in its order, and returns their number, which the caller passes as
-// AttnTileList::num_wide; 0 (nothing moved) where the wide kernel does not apply.
-int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape);
+// 128-key chunk of a Full tile of at least min_q_rows q rows. partition_backward_work moves those
+// items of make_backward_work's list to its front, each part in its order, and returns their
+// number, which the caller passes as AttnTileList::num_wide; 0 (nothing moved) where the wide
+// kernel does not apply. A tile's last step is shorter than 80 rows unless its length divides
+// well, and costs a whole step: on one-GPU plans at B = 512 (6 x 80 + 32 rows) the wide kernel
+// was measured 5-6 % slower on three of four masks, at B = 1024 and above faster, hence the
+// default floor (bench/results/cuda_attention_h200.md); the kernel tests pass 0.
+inline constexpr int kWideBackwardMinRows = 1024;
+int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
+                                int min_q_rows = kWideBackwardMinRows);
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
 // head_dim 64 or 128), else Mma. Callers choose per call (the CUDA backend from its options), so

@@ -326,11 +326,13 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
   return make_backward_work(tiles, shape, {});
 }
 
-int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape) {
+int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
+                                int min_q_rows) {
 #ifdef DCP_AB_OLD
   (void)work;
   (void)tiles;
   (void)shape;
+  (void)min_q_rows;
   return 0;
 #else
   if (shape.head_dim != 128) return 0;
@@ -339,7 +341,8 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
       raise(ErrorKind::InvalidInput, "partition_backward_work: work item names tile " + std::to_string(w.tile) + " of " +
                                          std::to_string(tiles.size()));
     const AttnTile& t = tiles[static_cast<std::size_t>(w.tile)];
-    return t.kind == TileKind::Full && t.kv_len - w.chunk * kAttnBackwardChunkRows >= kAttnBackwardChunkRows;
+    return t.kind == TileKind::Full && t.q_len >= min_q_rows &&
+           t.kv_len - w.chunk * kAttnBackwardChunkRows >= kAttnBackwardChunkRows;
   };
   const auto mid = std::stable_partition(work.begin(), work.end(), wide);
   return static_cast<int32_t>(mid - work.begin());
