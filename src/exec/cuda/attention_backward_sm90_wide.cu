@@ -191,14 +191,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   const uint32_t empty_bar = base + Smem::kEmpty;
 
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid == 0) {
-    mbar_init(full_bar, 128);
-    mbar_init(full_bar + 8, 128);
-    mbar_init(empty_bar, kConsumerThreads);
-    mbar_init(empty_bar + 8, kConsumerThreads);
-    mbar_init_fence();
-  }
-  __syncthreads();
+  bw_init_ring(full_bar, empty_bar);
 
   const int hq = p.shape.num_q_heads;
   const int hkv = p.shape.num_kv_heads;
@@ -239,13 +232,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
       const int qh = end ? 0 : kvh * group + j / per_head;
       const int rq0 = end ? 0 : (j % per_head) * kWideRows;
       const int rows = end ? 0 : min(kWideRows, t->q_len - rq0);
-      if (ptid == 0) {
+      if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
         BwStageInfo info{};
-        info.cls = kFull;
         info.end = end ? 1 : 0;
         if (!end) {
-          info.kind = static_cast<int32_t>(TileKind::Full);
-          info.rq0 = rq0;
           info.qh = qh;
           info.q_rows = rows;
           info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;

@@ -173,14 +173,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const uint32_t empty_bar = base + Smem::kEmpty;  // + 8 * slot
 
   const int tid = static_cast<int>(threadIdx.x);
-  if (tid == 0) {
-    mbar_init(full_bar, 128);
-    mbar_init(full_bar + 8, 128);
-    mbar_init(empty_bar, kConsumerThreads);
-    mbar_init(empty_bar + 8, kConsumerThreads);
-    mbar_init_fence();  // the TMA loads complete on the full barriers
-  }
-  __syncthreads();  // the only CTA-wide barrier: the mbarriers exist before anyone uses them
+  bw_init_ring(full_bar, empty_bar);
 
   const AttnWorkItem w = p.list.work[wp.work_begin + static_cast<int>(blockIdx.x)];
   const int hq = p.shape.num_q_heads;
@@ -492,14 +485,9 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   allow_shared_memory("attention_backward_sm90_ws", attention_backward_sm90_ws_kernel<kD, true>, kSmem);
   BwWsParams wp{};
   wp.p = p;
-  // The chunks of Full tiles take 80-row q steps (attention_backward_sm90_wide.cu) where the wide
-  // kernel exists: head dim 128, the default (not deterministic) backward.
-#ifdef DCP_AB_OLD
-  constexpr bool kWideBuilt = false;
-#else
-  constexpr bool kWideBuilt = kD == 128;
-#endif
-  const bool wide = kWideBuilt && !p.deterministic && p.list.num_wide > 0;
+  // The items the list puts first take 80-row q steps (attention_backward_sm90_wide.cu): head
+  // dim 128, the default (not deterministic) backward.
+  const bool wide = kD == 128 && !p.deterministic && p.list.num_wide > 0;
   if (p.list.num_wide < 0 || p.list.num_wide > p.list.num_work) {
     raise(ErrorKind::InvalidInput, "attention_backward: num_wide " + std::to_string(p.list.num_wide) + " outside [0, num_work = " +
                                        std::to_string(p.list.num_work) + "]");

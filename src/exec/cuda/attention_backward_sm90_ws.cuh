@@ -76,6 +76,20 @@ struct BwStageInfo {
 };
 inline constexpr int kInfoRecords = 4;
 
+// The ring's mbarriers, two slots each: "full" completes on the producer warpgroup's 128 arrivals
+// (and a step's TMA bytes), "empty" on the 256 consumer threads'. Every thread of the CTA calls
+// it: the one CTA-wide barrier, so the mbarriers exist before anyone uses them.
+__device__ __forceinline__ void bw_init_ring(uint32_t full_bar, uint32_t empty_bar) {
+  if (threadIdx.x == 0) {
+    mbar_init(full_bar, 128);
+    mbar_init(full_bar + 8, 128);
+    mbar_init(empty_bar, kConsumerThreads);
+    mbar_init(empty_bar + 8, kConsumerThreads);
+    mbar_init_fence();  // the TMA loads complete on the full barriers
+  }
+  __syncthreads();
+}
+
 // This consumer warpgroup's staged boxes are written: its thread 0 may issue their reductions.
 __device__ __forceinline__ void bw_out_bar_sync(int wg) {
   if (wg == 0) {

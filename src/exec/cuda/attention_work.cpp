@@ -328,13 +328,6 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 
 int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
                                 int min_q_rows) {
-#ifdef DCP_AB_OLD
-  (void)work;
-  (void)tiles;
-  (void)shape;
-  (void)min_q_rows;
-  return 0;
-#else
   if (shape.head_dim != 128) return 0;
   auto wide = [&](const AttnWorkItem& w) {
     if (w.tile < 0 || static_cast<std::size_t>(w.tile) >= tiles.size())
@@ -346,7 +339,6 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
   };
   const auto mid = std::stable_partition(work.begin(), work.end(), wide);
   return static_cast<int32_t>(mid - work.begin());
-#endif
 }
 
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows) {
