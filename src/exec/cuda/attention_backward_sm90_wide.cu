@@ -23,6 +23,15 @@
 //   LSE = +inf (P = 0 there). A tile's last step is shorter: 64 rows come by the 64-row tensor
 //   maps (the slot's rows 64-79 keep finite values: zeroed at the start, later real rows), other
 //   lengths by cp.async with zero fill, and their dQ by fp32 atomics.
+// - Steps overlap by one product, and dQ leaves through a warp of its own. The producer's warps
+//   0-2 load; its warp 3 issues the dQ^T tiles' TMA reductions. A consumer issues step j's S^T as
+//   soon as the slot is full, then hands step j - 1's written tiles to that warp (a proxy fence
+//   and a non-blocking barrier arrival) while S^T runs, so the tensor pipe works through the
+//   hand-off and the slot's handshake instead of waiting for a barrier of the warpgroup and the
+//   reductions' issue. (ptxas keeps a product in flight only across straight-line code: a branch
+//   or a blocking barrier under it serialises every product of the kernel.) 1.03-1.04x on full
+//   and causal-sequence lists, 1.03-1.06x on the whole causal, lambda and shared-question plans
+//   (bench/results/cuda_attention_h200.md).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -49,6 +58,12 @@ inline constexpr int kWideD = 128;      // head dim
 inline constexpr int kWideProducerRegs = 24;
 inline constexpr int kWideConsumerRegs = 240;
 static_assert(128 * kWideProducerRegs + kConsumerThreads * kWideConsumerRegs <= cta_register_pool(kWsThreads), "register file");
+inline constexpr int kWideLoaders = 96;  // producer warps 0-2 load the ring's slots; warp 3 adds dQ
+// Named barriers of the dQ warp (beside attention_backward_sm90_ws.cuh's 1-4), each of the 256
+// consumer threads and the dQ warp's 32: the consumers arrive and the warp waits, or the reverse.
+inline constexpr int kBarDqFull = 5;  // a step's two dQ^T tiles are written (consumers arrive)
+inline constexpr int kBarDqFree = 6;  // the tiles have been read by the reductions (the dQ warp arrives)
+inline constexpr int kDqBarThreads = kConsumerThreads + 32;
 
 // A staged dQ box of the wide kernel: 80 rows x 32 fp32 columns, 128-byte swizzled like kBoxBytes'
 // boxes; its first 64 rows are a 64-row box (for a tile's 64-row last step).
@@ -80,22 +95,62 @@ struct BwWideSmem {
   static_assert(kFull % 8 == 0, "mbarriers are 8-byte aligned");
 };
 
-// S^T = K Q^T and dP^T = V dO^T over an 80-row step, two commit groups (S^T first).
-__device__ __forceinline__ void bw_wide_issue_st_dpt(float (&st)[40], float (&dpt)[40], uint32_t s_k, uint32_t s_v, uint32_t qb,
-                                                     uint32_t dob, int wg) {
-  zero(st);
-  zero(dpt);
+
+// Whether a step's dQ rows go out by TMA reductions (80 or 64 rows: a tensor map's box), not by
+// the consumers' atomics.
+__device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows) {
+  return wp.tma_dq != 0 && (rows == kWideRows || rows == kBwRows);
+}
+
+// The dQ warp (producer warp 3): for every step, once both consumer warpgroups have written their
+// dQ^T tiles, it adds them to dQ by TMA reductions and waits until the tiles have been read, then
+// frees them. The consumers only fence and arrive, so their products stay in flight across it (a
+// branch or a blocking barrier while a product is in flight makes ptxas serialise them all).
+// Barrier phases: the consumers arrive on kBarDqFull once per iteration (n steps + the end
+// record; the first arrival carries no tile) and wait on kBarDqFree before writing step s's tiles
+// (n times); the order below keeps every party at most one phase ahead of the other.
+__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const AttnTile& t, uint32_t s_dqt, int per_head, int num_steps,
+                                                int qh0, int lane) {
+  bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
+  bar_arrive_n<kBarDqFree, kDqBarThreads>();
+  const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
+#pragma unroll 1
+  for (int step = 0; step < num_steps; ++step) {
+    bar_sync_n<kBarDqFull, kDqBarThreads>();  // step's tiles written and fenced
+    const int rq0 = (step % per_head) * kWideRows;
+    const int rows = min(kWideRows, t.q_len - rq0);
+    if (lane == 0 && bw_wide_dq_by_tma(wp, rows)) {
+      const CUtensorMap* map = rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
+      const int col0 = (qh0 + step / per_head) * kWideD;
+#pragma unroll
+      for (int wg = 0; wg < 2; ++wg) {
+        const uint32_t src = s_dqt + static_cast<uint32_t>(wg * 2 * kWideBoxBytes);
+        tma_reduce_add_2d(map, src, col0 + 64 * wg, dq_row0 + rq0);
+        tma_reduce_add_2d(map, src + kWideBoxBytes, col0 + 64 * wg + 32, dq_row0 + rq0);
+      }
+      bulk_commit();
+      bulk_wait_read<0>();
+    }
+    __syncwarp();
+    if (step + 1 < num_steps) bar_arrive_n<kBarDqFree, kDqBarThreads>();
+  }
+  if (lane == 0) bulk_wait<0>();
+}
+
+// One score product over an 80-row step: S^T = K Q^T (a = K, b = the Q tile) or dP^T = V dO^T.
+// One commit group. The register fences pin the accumulator to the same registers from the first
+// k step to the last: a copy between them (SSA values the front end did not coalesce) would make
+// ptxas serialise every product of the kernel.
+__device__ __forceinline__ void bw_wide_issue_scores(float (&acc)[40], uint32_t a, uint32_t b, int wg) {
+  zero(acc);
+  fence_regs(acc);
   wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kWideD / 16; ++kk) {
-    wgmma_m64n80k16_ss(st, desc_k_major<kBwKeys>(s_k, wg * 64, kk), desc_k_major<kWideRows>(qb, 0, kk), kk > 0 ? 1 : 0);
+    wgmma_m64n80k16_ss(acc, desc_k_major<kBwKeys>(a, wg * 64, kk), desc_k_major<kWideRows>(b, 0, kk), kk > 0 ? 1 : 0);
   }
   wgmma_commit();
-#pragma unroll
-  for (int kk = 0; kk < kWideD / 16; ++kk) {
-    wgmma_m64n80k16_ss(dpt, desc_k_major<kBwKeys>(s_v, wg * 64, kk), desc_k_major<kWideRows>(dob, 0, kk), kk > 0 ? 1 : 0);
-  }
-  wgmma_commit();
+  fence_regs(acc);
 }
 
 // A fragments of m64k16 over the step's 80 q rows (k step kk = rows 16 kk .. + 15) of an
@@ -141,6 +196,30 @@ __device__ __forceinline__ void bw_wide_issue_dqt(float (&dqt)[40], uint32_t ds,
     wgmma_m64n80k16_ss_ta(dqt, desc_mn_major<kBwKeys>(kcols, kk), desc_k_major<kWideRows>(ds, 0, kk), kk > 0 ? 1 : 0);
   }
   wgmma_commit();
+}
+
+// A short last step's dQ rows (neither 80 nor 64: no tensor map fits) added by fp32 atomics from
+// the staging tile; thread tw adds (row, box) pairs idx = 2 row + box.
+__device__ __forceinline__ void bw_wide_add_dq_atomic(float* dq, const unsigned char* tile, const BwStageInfo& info, int hq, int col0,
+                                                      int tw) {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  (void)dq, (void)tile, (void)info, (void)hq, (void)col0, (void)tw;
+  __trap();  // float2 atomics are sm_90's; the kernel traps before this on other targets
+#else
+#pragma unroll 1
+  for (int idx = tw; idx < 2 * info.q_rows; idx += 128) {
+    const int row = idx >> 1;
+    const int half = idx & 1;
+    float* dst = dq + static_cast<int64_t>(info.dq_row + row) * hq * kWideD + col0 + 32 * half;
+    const unsigned char* src = tile + half * kWideBoxBytes + row * 128;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
+      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
+      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
+    }
+  }
+#endif
 }
 
 // dQ^T * scale into the warpgroup's staging tile of two [80 q][32 columns] boxes: the thread's
@@ -191,7 +270,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   const uint32_t empty_bar = base + Smem::kEmpty;
 
   const int tid = static_cast<int>(threadIdx.x);
-  bw_init_ring(full_bar, empty_bar);
+  bw_init_ring(full_bar, empty_bar, kWideLoaders);
 
   const int hq = p.shape.num_q_heads;
   const int hkv = p.shape.num_kv_heads;
@@ -203,27 +282,31 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWideProducerRegs));
     const int ptid = tid;
     const AttnTile* t = p.list.tiles + w.tile;
+    const int per_head = (t->q_len + kWideRows - 1) / kWideRows;
+    const int num_steps = per_head * group;
+    if (ptid >= kWideLoaders) {
+      bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, per_head, num_steps, kvh * group, ptid & 31);
+      return;
+    }
     {
       const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
       const int64_t kv_off = (static_cast<int64_t>(t->kv_begin + c0) * hkv + kvh) * kD;
-      producer_load_rows<kBwKeys, kD>(s_k, static_cast<const __nv_bfloat16*>(p.k) + kv_off, kv_stride, kBwKeys, ptid);
-      producer_load_rows<kBwKeys, kD>(s_v, static_cast<const __nv_bfloat16*>(p.v) + kv_off, kv_stride, kBwKeys, ptid);
+      producer_load_rows<kBwKeys, kD, kWideLoaders>(s_k, static_cast<const __nv_bfloat16*>(p.k) + kv_off, kv_stride, kBwKeys, ptid);
+      producer_load_rows<kBwKeys, kD, kWideLoaders>(s_v, static_cast<const __nv_bfloat16*>(p.v) + kv_off, kv_stride, kBwKeys, ptid);
     }
     // Rows 64-79 of both column blocks of the four Q / dO slots: a 64-row step's TMA leaves them
     // as they were, and they must hold finite values (their P is 0, and 0 x NaN is NaN).
 #pragma unroll 1
-    for (int i = ptid; i < 4 * 2 * 16 * 8; i += 128) {
+    for (int i = ptid; i < 4 * 2 * 16 * 8; i += kWideLoaders) {
       const int slot_tile = i >> 8;  // Q slot 0, Q slot 1, dO slot 0, dO slot 1 (contiguous)
       const int block = (i >> 7) & 1;
       const int row = 64 + ((i >> 3) & 15);
       *reinterpret_cast<int4*>(smem + Smem::kQ + slot_tile * Smem::kQBytes + block * kWideBoxBytes + row * 128 + (i & 7) * 16) =
           make_int4(0, 0, 0, 0);
     }
-    // Every producer thread's zeros land before thread 0's first TMA writes those rows.
+    // Every loader's zeros land before thread 0's first TMA writes those rows.
     fence_proxy_async();
-    bar_sync_n<kBarProducer, 128>();
-    const int per_head = (t->q_len + kWideRows - 1) / kWideRows;
-    const int num_steps = per_head * group;
+    bar_sync_n<kBarProducer, kWideLoaders>();
     const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
     for (int j = 0;; ++j) {
       const int slot = j & 1;
@@ -263,8 +346,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
           const int64_t q_stride = static_cast<int64_t>(hq) * kD;
           const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
           const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
-          producer_load_rows<kWideRows, kD>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
-          producer_load_rows<kWideRows, kD>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows, ptid);
+          producer_load_rows<kWideRows, kD, kWideLoaders>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
+          producer_load_rows<kWideRows, kD, kWideLoaders>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
+                                                          ptid);
         }
       }
       if (!tma || j == 0) {  // this step's cp.async bytes (and K / V and the zeroed rows at iteration 0)
@@ -290,7 +374,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   const float scale = p.shape.softmax_scale;
   const float scale_log2 = scale * kLog2e;
   const uint32_t s_ds = base + Smem::kDs;
-  const uint32_t s_dqt = base + Smem::kDqT;
 
   float dk[kD / 2];
   float dv[kD / 2];
@@ -298,22 +381,43 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   zero(dv);
   const int row_lo = warp_in_wg * 16 + g;
 
+  // Steps overlap by one product: step j's S^T is issued as soon as its slot is full, and step
+  // j - 1's dQ^T tiles (written by then) are handed to the dQ warp under it, so the tensor pipe
+  // works through that hand-off and the slot's handshake. Every product's issue and wait fall
+  // inside one iteration (an accumulator in flight across the loop's back edge, or across a branch
+  // or a blocking barrier, makes ptxas serialise all products).
+  unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
   for (int j = 0;; ++j) {
     const int buf = j & 1;
     mbar_wait(full_bar + static_cast<uint32_t>(buf * 8), static_cast<uint32_t>((j >> 1) & 1));
-    const BwStageInfo* info = s_info + (j & (kInfoRecords - 1));
-    if (info->end != 0) break;
+    const BwStageInfo& info = s_info[j & (kInfoRecords - 1)];
+    const bool end = info.end != 0;
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
+    if (j > 0) {
+      const BwStageInfo& prev = s_info[(j - 1) & (kInfoRecords - 1)];
+      if (!bw_wide_dq_by_tma(wp, prev.q_rows)) {  // a short step: its rows by atomics, before any product is issued
+        bw_out_bar_sync(wg);
+        bw_wide_add_dq_atomic(p.dq, tile, prev, hq, prev.qh * kD + 64 * wg, tw);
+      }
+    }
+    if (end) {
+      fence_proxy_async();  // the last step's tiles -> visible to the dQ warp's reductions
+      bar_arrive_n<kBarDqFull, kDqBarThreads>();
+      break;
+    }
+    float st[40];
+    bw_wide_issue_scores(st, s_k, qb, wg);
+    fence_proxy_async();  // step j - 1's tiles -> visible to the dQ warp's reductions
+    bar_arrive_n<kBarDqFull, kDqBarThreads>();
+    wgmma_wait<0>();  // S^T
+    fence_regs(st);
     const uint32_t dsb = s_ds + static_cast<uint32_t>(buf * Smem::kDsBytes);
     const float* lse_b = s_lse + buf * kWideRows;
     const float* delta_b = s_delta + buf * kWideRows;
 
-    float st[40];
     float dpt[40];
-    bw_wide_issue_st_dpt(st, dpt, s_k, s_v, qb, dob, wg);
-    wgmma_wait<1>();
-    fence_regs(st);
+    bw_wide_issue_scores(dpt, s_v, dob, wg);
     // P^T = exp2(S^T scale log2e - LSE log2e); columns are q rows 8 j + 2 tq (+ 1).
 #pragma unroll
     for (int jj = 0; jj < 10; ++jj) {
@@ -337,47 +441,17 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     bw_wide_pack(da, dpt);
     bw_wide_store_ds(dsb, da, wg, warp_in_wg, lane);
     fence_proxy_async();  // dS stores -> visible to wgmma after the barrier
-    bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     bar_sync_n<kBarDsReady, kConsumerThreads>();
 
     float dqt[40];
     bw_wide_issue_dqt(dqt, dsb, s_k, wg);
     bw_wide_issue_rs(dk, da, qb);
-    wgmma_wait<1>();  // dV and dQ^T complete; dK runs under the dQ tile's write and reduction
+    wgmma_wait<1>();  // dV and dQ^T complete; dK runs under the dQ tile's write
     fence_regs(dv);
     fence_regs(dqt);
-
-    const int q_rows = info->q_rows;
-    const int col0 = info->qh * kD + 64 * wg;
-    unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
+    bar_sync_n<kBarDqFree, kDqBarThreads>();  // the dQ warp has read step j - 1's tiles
     bw_wide_write_dqt(tile, dqt, row_lo, tq, scale);
-    fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
-    bw_out_bar_sync(wg);
-    if (wp.tma_dq != 0 && (q_rows == kWideRows || q_rows == kBwRows)) {
-      if (tw == 0) {
-        const CUtensorMap* map = q_rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
-        const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
-        tma_reduce_add_2d(map, src, col0, info->dq_row);
-        tma_reduce_add_2d(map, src + kWideBoxBytes, col0 + 32, info->dq_row);
-        bulk_commit();
-      }
-    } else {
-      // Thread tw adds (row, box) pairs idx = 2 row + box of the tile's q_rows rows.
-#pragma unroll 1
-      for (int idx = tw; idx < 2 * q_rows; idx += 128) {
-        const int row = idx >> 1;
-        const int half = idx & 1;
-        float* dst = p.dq + static_cast<int64_t>(info->dq_row + row) * hq * kD + col0 + 32 * half;
-        const unsigned char* src = tile + half * kWideBoxBytes + row * 128;
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
-          atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
-          atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
-        }
-      }
-    }
-    wgmma_wait<0>();  // dK: the slot (Q, dO, LSE, Delta, record) is no longer read
+    wgmma_wait<0>();  // dK: the slot (Q, dO, LSE, Delta) is no longer read
     fence_regs(dk);
     mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
   }

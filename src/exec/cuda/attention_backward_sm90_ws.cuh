@@ -76,13 +76,14 @@ struct BwStageInfo {
 };
 inline constexpr int kInfoRecords = 4;
 
-// The ring's mbarriers, two slots each: "full" completes on the producer warpgroup's 128 arrivals
-// (and a step's TMA bytes), "empty" on the 256 consumer threads'. Every thread of the CTA calls
-// it: the one CTA-wide barrier, so the mbarriers exist before anyone uses them.
-__device__ __forceinline__ void bw_init_ring(uint32_t full_bar, uint32_t empty_bar) {
+// The ring's mbarriers, two slots each: "full" completes on the producer threads' arrivals (the
+// warpgroup's 128, or those of the warps that load) and a step's TMA bytes, "empty" on the 256
+// consumer threads'. Every thread of the CTA calls it: the one CTA-wide barrier, so the mbarriers
+// exist before anyone uses them.
+__device__ __forceinline__ void bw_init_ring(uint32_t full_bar, uint32_t empty_bar, int producer_threads = 128) {
   if (threadIdx.x == 0) {
-    mbar_init(full_bar, 128);
-    mbar_init(full_bar + 8, 128);
+    mbar_init(full_bar, producer_threads);
+    mbar_init(full_bar + 8, producer_threads);
     mbar_init(empty_bar, kConsumerThreads);
     mbar_init(empty_bar + 8, kConsumerThreads);
     mbar_init_fence();  // the TMA loads complete on the full barriers

@@ -155,14 +155,15 @@ __device__ __forceinline__ void load_rows_sw128(uint32_t tile, const __nv_bfloat
 }
 
 // Rows [0, kR) of a [tokens][heads][kD] bf16 buffer (row stride `stride` elements; rows at or
-// past valid_rows zero-filled) into a swizzled kR-row tile by the 128 threads of a producer
-// warpgroup (thread ptid), 16 bytes per cp.async. Not unrolled: producers live on few registers
-// and have time to spare.
-template <int kR, int kD>
+// past valid_rows zero-filled) into a swizzled kR-row tile by kThreads producer threads (a
+// warpgroup's 128 by default; thread ptid), 16 bytes per cp.async. Not unrolled: producers live
+// on few registers and have time to spare.
+template <int kR, int kD, int kThreads = 128>
 __device__ __forceinline__ void producer_load_rows(uint32_t tile, const __nv_bfloat16* src, int64_t stride,
                                                    int valid_rows, int ptid) {
   constexpr int kChunks = kD / 8;
-  constexpr int kStep = 128 / kChunks;
+  static_assert(kThreads % kChunks == 0, "whole rows per pass");
+  constexpr int kStep = kThreads / kChunks;
   const int col = (ptid % kChunks) * 8;
 #pragma unroll 1
   for (int row = ptid / kChunks; row < kR; row += kStep) {
