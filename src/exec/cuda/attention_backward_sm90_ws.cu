@@ -35,7 +35,9 @@
 // is packed; dQ after the barrier, then dK, so that dK runs while the dQ tile is written and its
 // reduction issued. (This order gains 2-5 % on full and causal lists over issuing dK with dV
 // before the barrier, and lost 3-8 % on window and partial lists while their producer classified
-// only once it had the slot back; choosing the order per step made every list slower.)
+// only once it had the slot back; choosing the order per step made every list slower.) A step's dQ
+// tile is written at its end and reduced at the next step's start, under that step's S^T and dP^T
+// (1-3 % on the lists this kernel runs; bench/results/cuda_attention_h200.md).
 //
 // Between the consumers: dS^T is double-buffered by j & 1, so one named barrier of the 256
 // consumer threads per step (the dS^T stores of both warpgroups before either dQ product) is the
@@ -141,6 +143,37 @@ __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* u
     for (int j = 0; j < 8; ++j) {
       dq[4 * j + 2 * r] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r], m));
       dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r + 1], m));
+    }
+  }
+}
+
+// A dQ tile of fewer than 64 rows (a tile's last sub-tile), or any tile without a tensor map,
+// added by atomics from the staging tile: thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31
+// (box tw & 1); int32 counts of units in the one-pass deterministic backward.
+template <int kD, bool kFused>
+__device__ __forceinline__ void bw_add_dq_atomic(float* dq, const unsigned char* tile, const BwStageInfo& info, int hq, int wg, int tw) {
+  const int row = tw >> 1;
+  if (row >= info.q_rows) return;
+  const int col0 = info.qh * kD + (kD == 128 ? 64 * wg : 0);
+  float* dst = dq + static_cast<int64_t>(info.dq_row + row) * hq * kD + col0 + 32 * (tw & 1);
+  const unsigned char* src = tile + (tw & 1) * kBoxBytes + row * 128;
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    if constexpr (kFused) {
+      const int4 n4 = *reinterpret_cast<const int4*>(src + ((c ^ (row & 7)) * 16));
+      auto* d = reinterpret_cast<int*>(dst + 4 * c);
+      atomicAdd(d, n4.x);
+      atomicAdd(d + 1, n4.y);
+      atomicAdd(d + 2, n4.z);
+      atomicAdd(d + 3, n4.w);
+    } else {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+      __trap();  // float2 atomics are sm_90's; the kernel traps before this on other targets
+#else
+      const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
+      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
+      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
+#endif
     }
   }
 }
@@ -339,19 +372,47 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const int row_lo = warp_in_wg * 16 + g;  // accumulator row of e < 2 (dQ: q row)
   const int key_lo = wg * 64 + row_lo;     // CTA-local key of accumulator rows e < 2
 
+  // Steps overlap by their first products: step j's S^T and dP^T are issued as soon as the slot is
+  // full, and step j - 1's dQ tile (written at its end) is fenced, synchronised and handed to the
+  // TMA reduction under them. That hand-off is straight-line code (a barrier by register id,
+  // predicated TMA instructions): a branch or a branch-selected barrier under a product in flight
+  // makes ptxas serialise every product of the kernel. A step whose dQ goes by atomics (a short
+  // last sub-tile, or no tensor map) is added at the next step's start, before its products.
+  unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
+  const uint32_t tile_addr = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
   for (int j = 0;; ++j) {
     const int buf = j & 1;
     mbar_wait(full_bar + static_cast<uint32_t>(buf * 8), static_cast<uint32_t>((j >> 1) & 1));
     const BwStageInfo* info = s_info + (j & (kInfoRecords - 1));
-    if (info->end != 0) break;
+    const BwStageInfo* prev = s_info + ((j - 1) & (kInfoRecords - 1));  // step j - 1 (j > 0; still intact)
+    bool prev_tma = false;
+    if constexpr (kDq) {
+      prev_tma = j > 0 && wp.tma_dq != 0 && prev->q_rows == kBwRows;
+      if (j > 0 && !prev_tma) {
+        bw_out_bar_sync(wg);
+        bw_add_dq_atomic<kD, kFused>(p.dq, tile, *prev, hq, wg, tw);
+      }
+    }
+    auto hand_off_prev_dq = [&]() {
+      fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
+      bar_sync_id<128>(kBarOut0 + wg);
+      const bool issue = prev_tma && tw == 0;
+      const int col0 = prev->qh * kD + (kD == 128 ? 64 * wg : 0);
+      tma_reduce_add_2d_if(issue, &wp.dq_map, tile_addr, col0, prev->dq_row);
+      tma_reduce_add_2d_if(issue, &wp.dq_map, tile_addr + kBoxBytes, col0 + 32, prev->dq_row);
+      bulk_commit_if(issue);
+    };
+    if (info->end != 0) {
+      if constexpr (kDq) hand_off_prev_dq();
+      break;
+    }
     const int cls = info->cls;
     const auto kind = static_cast<TileKind>(info->kind);
     const int rq0 = info->rq0;
     const uint32_t qb = s_q + static_cast<uint32_t>(buf * Smem::kQBytes);
     const uint32_t dob = s_do + static_cast<uint32_t>(buf * Smem::kQBytes);
-    const int ds_buf = buf;
-    const uint32_t dsb = s_ds + static_cast<uint32_t>(ds_buf * Smem::kDsBytes);
-    unsigned char* ds_ptr = s_ds_ptr + ds_buf * Smem::kDsBytes;
+    const uint32_t dsb = s_ds + static_cast<uint32_t>(buf * Smem::kDsBytes);
+    unsigned char* ds_ptr = s_ds_ptr + buf * Smem::kDsBytes;
     const float* lse_b = s_lse + buf * kBwRows;
     const float* delta_b = s_delta + buf * kBwRows;
 
@@ -361,6 +422,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     float st[32];
     float dpt[32];
     bw_issue_st_dpt<kD>(st, dpt, s_k, s_v, qb, dob, wg);
+    if constexpr (kDq) hand_off_prev_dq();
     float2 cols[8];  // LSE, then Delta: loaded before the wait for the product that needs them
     bw_load_cols(lse_b, tq, cols);
     wgmma_wait<1>();
@@ -384,7 +446,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
       continue;
     }
-    bw_store_ds(ds_ptr, da, key_lo, tq);  // dS^T into buffer ds_buf
+    bw_store_ds(ds_ptr, da, key_lo, tq);  // dS^T into buffer buf
     fence_proxy_async();  // dS^T stores -> visible to wgmma after the barrier
     bulk_wait_read<0>();  // the last step's dQ tile is read: reusable below
     bar_sync_n<kBarDsReady, kConsumerThreads>();
@@ -392,53 +454,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     float dq[32];
     bw_issue_dq<kD>(dq, dsb, s_k, wg);
     bw_issue_rs<kD>(dk, da, qb);
-    wgmma_wait<1>();  // dV and dQ complete; dK runs under the dQ tile's write and reduction
+    wgmma_wait<1>();  // dV and dQ complete; dK runs under the dQ tile's write
     fence_regs(dv);
     fence_regs(dq);
-
     // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 j + 2 tq (+ 64 wg at D = 128).
     // D = 64: each warpgroup's partial sum over its 64 keys reduces separately.
-    const int q_rows = info->q_rows;
-    const int col0 = info->qh * kD + (kD == 128 ? 64 * wg : 0);
-    unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
     if constexpr (kFused) {
       bw_dq_to_units(dq, s_units + buf * kBwRows, row_lo, scale);
       bw_write_boxes<8, true>(tile, dq, row_lo, tq, 1.0F);
     } else {
       bw_write_boxes<8>(tile, dq, row_lo, tq, scale);
-    }
-    fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
-    bw_out_bar_sync(wg);
-    if (wp.tma_dq != 0 && q_rows == kBwRows) {
-      if (tw == 0) {
-        const uint32_t src = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
-        const int row = info->dq_row;
-        tma_reduce_add_2d(&wp.dq_map, src, col0, row);
-        tma_reduce_add_2d(&wp.dq_map, src + kBoxBytes, col0 + 32, row);
-        bulk_commit();
-      }
-    } else {
-      // Thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31 (box tw & 1), from the tile.
-      const int row = tw >> 1;
-      if (row < q_rows) {
-        float* dst = p.dq + static_cast<int64_t>(info->dq_row + row) * hq * kD + col0 + 32 * (tw & 1);
-        const unsigned char* src = tile + (tw & 1) * kBoxBytes + row * 128;
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          if constexpr (kFused) {
-            const int4 n4 = *reinterpret_cast<const int4*>(src + ((c ^ (row & 7)) * 16));
-            auto* d = reinterpret_cast<int*>(dst + 4 * c);
-            atomicAdd(d, n4.x);
-            atomicAdd(d + 1, n4.y);
-            atomicAdd(d + 2, n4.z);
-            atomicAdd(d + 3, n4.w);
-          } else {
-            const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
-            atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
-            atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
-          }
-        }
-      }
     }
     // dK (the last group) complete: Q, dO, LSE, Delta, the masks and the record of this slot are
     // no longer read, so the producer may refill it.

@@ -143,6 +143,20 @@ __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, uint32
                : "memory");
 }
 
+// tma_reduce_add_2d and its commit where `issue` holds: predicated instructions, not a branch,
+// so that a tensor-core product stays in flight across them.
+__device__ __forceinline__ void tma_reduce_add_2d_if(bool issue, const CUtensorMap* map, uint32_t src, int col, int row) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %4, 0;\n"
+      "@p cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];\n}\n" ::"l"(
+          reinterpret_cast<uint64_t>(map)),
+      "r"(src), "r"(col), "r"(row), "r"(static_cast<int>(issue))
+      : "memory");
+}
+__device__ __forceinline__ void bulk_commit_if(bool issue) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %0, 0;\n@p cp.async.bulk.commit_group;\n}\n" ::"r"(static_cast<int>(issue)) : "memory");
+}
+
 // An item's dK and dV (fp32 accumulators, dK times `scale`) added by TMA reductions of whole
 // lines: staged in the first 128 KB of the CTA's shared memory (warpgroup wg's dK at 64 KB x wg,
 // its dV 32 KB above), which the caller guarantees nothing reads any more (both warpgroups past

@@ -60,6 +60,15 @@ __device__ __forceinline__ void bar_sync_n() {
   asm volatile("bar.sync %0, %1;\n" ::"n"(kId), "n"(kThreads) : "memory");
 }
 
+// Named barrier `id`, a register, of kThreads threads: one instruction for warps that pick
+// different barriers, where a branch would sit under a tensor-core product in flight (ptxas then
+// serialises the kernel's products).
+template <int kThreads>
+__device__ __forceinline__ void bar_sync_id(int id) {
+  static_assert(kThreads % 32 == 0, "whole warps");
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+
 // Arrives on named barrier kId (of kThreads threads) without waiting: the other side of a
 // bar_sync_n by other threads (a producer / consumer hand-off between warpgroups).
 template <int kId, int kThreads>
