@@ -24,19 +24,28 @@
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
-// DCP_ATTN_WIDE_BACKWARD=1, as for the dcp command: the backward's full chunks of Full tiles run
-// in the wide kernel (80-row steps; cuda::partition_backward_work).
+// DCP_ATTN_WIDE_BACKWARD, as for the dcp command: on by default, the backward's full chunks of
+// Full tiles run in the wide kernel (80-row steps; cuda::partition_backward_work); 0 turns it off.
+// DCP_BENCH_ENERGY_S=N: after its timing, each pass of each route runs again, launch after launch,
+// until it fills N seconds, with the GPU's energy counter read around them (NVML, as `dcp bench
+// --energy-iters`): TFLOP per kJ, mean watts and the median SM clock, printed under the row and in
+// the JSON. At the H200's 700 W limit a long list's rate follows its energy per FLOP: these say
+// whether a kernel is slower than another per clock or per joule.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "dcp/cuda_backend.h"
 #include "dcp/detail/attention_cuda.h"
+#include "gpu_energy.h"
 
 using namespace dcp::cuda;
 
@@ -171,6 +180,38 @@ float median_ms(F&& launch, int warmup, int reps) {
   return ms[ms.size() / 2];
 }
 
+// A pass run back to back until it fills `seconds`, with the energy counter read around the runs.
+struct Energy {
+  double tflop_per_kj = 0, watts = 0, mhz = 0;
+};
+template <typename F>
+Energy measure_energy(const dcp::cli::GpuEnergyMeter& meter, F&& launch, double flops, double seconds) {
+  launch();
+  ck(cudaDeviceSynchronize(), "energy warm-up");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::optional<uint64_t> e0 = meter.energy_mj();
+  std::vector<unsigned> mhz;
+  int runs = 0;
+  double elapsed = 0;
+  do {
+    launch();
+    ck(cudaDeviceSynchronize(), "energy run");
+    ++runs;
+    if (const auto c = meter.sm_clock_mhz()) mhz.push_back(*c);
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  } while (elapsed < seconds);
+  const std::optional<uint64_t> e1 = meter.energy_mj();
+  Energy e;
+  if (e0 && e1 && *e1 > *e0) {
+    const double joules = static_cast<double>(*e1 - *e0) / 1e3;
+    e.tflop_per_kj = flops * runs / 1e12 / (joules / 1e3);
+    e.watts = joules / elapsed;
+  }
+  std::sort(mhz.begin(), mhz.end());
+  if (!mhz.empty()) e.mhz = mhz[mhz.size() / 2];
+  return e;
+}
+
 template <typename T>
 T* upload(const std::vector<T>& h) {
   T* d = nullptr;
@@ -237,8 +278,16 @@ int main(int argc, char** argv) {
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
   const bool with_det = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det");
+  const char* energy_env = std::getenv("DCP_BENCH_ENERGY_S");
+  const double energy_s = energy_env != nullptr ? std::atof(energy_env) : 0.0;
+  std::unique_ptr<dcp::cli::GpuEnergyMeter> meter;
+  if (energy_s > 0) {
+    std::string why;
+    meter = dcp::cli::GpuEnergyMeter::open(0, why);
+    if (!meter) std::fprintf(stderr, "DCP_BENCH_ENERGY_S: no energy meter (%s); energy not measured\n", why.c_str());
+  }
   const char* wide_env = std::getenv("DCP_ATTN_WIDE_BACKWARD");
-  const bool wide_backward = wide_env != nullptr && dcp::parse_switch(wide_env, "DCP_ATTN_WIDE_BACKWARD");
+  const bool wide_backward = wide_env == nullptr || dcp::parse_switch(wide_env, "DCP_ATTN_WIDE_BACKWARD");
   struct Row {
     int seq, block;
     std::string list;
@@ -248,6 +297,7 @@ int main(int argc, char** argv) {
     double det_ms = 0;                   // deterministic backward (with_det)
     double det_one_ms = 0;               // its one-pass method (AttnBackwardParams::dq_units)
     double det_dkv_ms = 0;               // its dK / dV pass alone (the dQ pass is the rest)
+    std::vector<Energy> fwd_energy, bwd_energy;  // per route (DCP_BENCH_ENERGY_S)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
@@ -320,7 +370,7 @@ int main(int argc, char** argv) {
         bp.dout_rows = max_seq;
         bp.dk = dk;
         bp.dv = dv;
-        Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}};
+        Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}, 0, 0, 0, {}, {}};
         for (const Route& r : routes) {
           fp.route = r.route;
           fp.list.cells = r.cells ? d_cells : nullptr;
@@ -329,6 +379,7 @@ int main(int argc, char** argv) {
           fp.list.work = r.runs ? d_run_work : d_fw;
           fp.list.num_work = static_cast<int32_t>(r.runs ? runs.work.size() : fw.size());
           row.fwd_ms.push_back(median_ms([&] { attention_forward(fp, nullptr); }, 2, 7));
+          if (meter) row.fwd_energy.push_back(measure_energy(*meter, [&] { attention_forward(fp, nullptr); }, flops, energy_s));
         }
         fp.list.tiles = d_tiles;
         fp.list.work = d_fw;
@@ -342,6 +393,9 @@ int main(int argc, char** argv) {
           bp.list.num_work = static_cast<int32_t>(r.cells ? bw_cells.size() : bw.size());
           bp.list.num_wide = r.cells ? bw_cells_wide : bw_wide;
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
+          if (meter) {
+            row.bwd_energy.push_back(measure_energy(*meter, [&] { attention_backward(bp, nullptr); }, 2.5 * flops, energy_s));
+          }
         }
         bp.list.cells = nullptr;
         bp.list.work = d_bw;
@@ -396,6 +450,12 @@ int main(int argc, char** argv) {
           std::printf(" %18.1f %9.0f %14.1f", 2.5 * flops / (row.det_ms * 1e9), 100.0 * row.det_dkv_ms / row.det_ms,
                       2.5 * flops / (row.det_one_ms * 1e9));
         std::printf("\n");
+        for (size_t ri = 0; ri < row.bwd_energy.size(); ++ri) {
+          const Energy& f = row.fwd_energy[ri];
+          const Energy& b = row.bwd_energy[ri];
+          std::printf("  energy %s: fwd %.0f TFLOP/kJ at %.0f W, %.0f MHz; bwd %.0f TFLOP/kJ at %.0f W, %.0f MHz\n", routes[ri].name,
+                      f.tflop_per_kj, f.watts, f.mhz, b.tflop_per_kj, b.watts, b.mhz);
+        }
         rows.push_back(row);
         std::fflush(stdout);
         cudaFree(o);
@@ -451,6 +511,11 @@ int main(int argc, char** argv) {
           const double tflops = (pass == 0 ? 1.0 : 2.5) * r.flops / (ms * 1e9);
           const char* p = pass == 0 ? "fwd" : "bwd";
           std::fprintf(j, ", \"%s_%s_ms\": %.4f, \"%s_%s_tflops\": %.1f", p, routes[ri].name, ms, p, routes[ri].name, tflops);
+          const std::vector<Energy>& energy = pass == 0 ? r.fwd_energy : r.bwd_energy;
+          if (ri < energy.size()) {
+            std::fprintf(j, ", \"%s_%s_tflop_per_kj\": %.1f, \"%s_%s_watts\": %.1f, \"%s_%s_mhz\": %.0f", p, routes[ri].name,
+                         energy[ri].tflop_per_kj, p, routes[ri].name, energy[ri].watts, p, routes[ri].name, energy[ri].mhz);
+          }
           std::fprintf(m, " %.3f | %.1f |", ms, tflops);
         }
       if (with_det) {

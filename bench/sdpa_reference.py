@@ -7,9 +7,16 @@ B tokens in one batch (rows with `block` = B), FLOPs of the exact causal area B 
 sequence, as the kernel benchmark counts the mask's area. A list of short diagonal tiles is a
 different workload from one long sequence (each 128-row chunk walks B / 128 / 2 key sub-tiles on
 average), so those lists are compared with this, not with the long sequence's rate.
+SDPA_ENERGY_S=N: each 32K single-sequence case also runs its forward, and its forward with the
+backward, back to back until they fill N seconds each, with the GPU's energy counter read around
+them (NVML by ctypes, as bench_cuda_attention's DCP_BENCH_ENERGY_S): TFLOP per kJ, mean watts and
+the median SM clock of each pass (the backward's joules are the pair's minus the forward's).
 Usage: python3 bench/sdpa_reference.py [out.json]"""
+import ctypes
 import json
+import os
 import sys
+import time
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -31,7 +38,46 @@ def median_ms(fn, warmup=2, reps=7):
     return times[len(times) // 2]
 
 
-def time_case(rows, backend_name, backend, h, d, seq, causal, block=None):
+class EnergyMeter:
+    """NVML's energy counter (mJ) and SM clock of CUDA device 0, found by its PCI bus id."""
+
+    def __init__(self):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            raise OSError("nvmlInit failed")
+        p = torch.cuda.get_device_properties(0)
+        bus = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0".encode()
+        self.handle = ctypes.c_void_p()
+        if self.lib.nvmlDeviceGetHandleByPciBusId_v2(bus, ctypes.byref(self.handle)) != 0:
+            raise OSError(f"no NVML device at {bus.decode()}")
+
+    def energy_mj(self):
+        v = ctypes.c_ulonglong()
+        return v.value if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(v)) == 0 else None
+
+    def sm_mhz(self):
+        v = ctypes.c_uint()
+        return v.value if self.lib.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(v)) == 0 else None
+
+
+def run_for(meter, fn, seconds):
+    """Joules per run, mean watts and median SM clock of `fn` run back to back for `seconds`."""
+    fn()
+    torch.cuda.synchronize()
+    t0, e0, mhz, runs = time.perf_counter(), meter.energy_mj(), [], 0
+    while True:
+        fn()
+        torch.cuda.synchronize()
+        runs += 1
+        mhz.append(meter.sm_mhz() or 0)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= seconds:
+            break
+    joules = (meter.energy_mj() - e0) / 1e3
+    return joules / runs, joules / elapsed, sorted(mhz)[len(mhz) // 2]
+
+
+def time_case(rows, backend_name, backend, h, d, seq, causal, block=None, meter=None, energy_s=0.0):
     """Times one shape and appends its row: one sequence of `seq` tokens, or with `block` a batch
     of seq / block sequences of `block` tokens."""
     batch, length = (1, seq) if block is None else (seq // block, block)
@@ -49,8 +95,15 @@ def time_case(rows, backend_name, backend, h, d, seq, causal, block=None):
         f_ms = median_ms(fwd)
         both = lambda: torch.autograd.grad(fwd(), (q, k, v), g)
         b_ms = median_ms(both) - f_ms
-    row = dict(backend=backend_name, seq=seq, causal=causal, fwd_ms=f_ms, bwd_ms=b_ms,
-               fwd_tflops=flops / (f_ms * 1e9), bwd_tflops=2.5 * flops / (b_ms * 1e9))
+        row = dict(backend=backend_name, seq=seq, causal=causal, fwd_ms=f_ms, bwd_ms=b_ms,
+                   fwd_tflops=flops / (f_ms * 1e9), bwd_tflops=2.5 * flops / (b_ms * 1e9))
+        if meter is not None and energy_s > 0 and block is None and seq == 32768:
+            f_j, f_w, f_mhz = run_for(meter, fwd, energy_s)
+            p_j, p_w, p_mhz = run_for(meter, both, energy_s)
+            row.update(fwd_tflop_per_kj=flops / 1e12 / (f_j / 1e3), fwd_watts=f_w, fwd_mhz=f_mhz,
+                       bwd_tflop_per_kj=2.5 * flops / 1e12 / ((p_j - f_j) / 1e3), pair_watts=p_w, pair_mhz=p_mhz)
+            print(f"  energy: fwd {row['fwd_tflop_per_kj']:.0f} TFLOP/kJ at {f_w:.0f} W, {f_mhz} MHz; "
+                  f"bwd {row['bwd_tflop_per_kj']:.0f} TFLOP/kJ (fwd + bwd at {p_w:.0f} W, {p_mhz} MHz)", flush=True)
     if block is not None:
         row["block"] = block
     rows.append(row)
@@ -62,10 +115,17 @@ def time_case(rows, backend_name, backend, h, d, seq, causal, block=None):
 def main():
     rows = []
     h, d = 32, 128
+    energy_s = float(os.environ.get("SDPA_ENERGY_S", "0"))
+    meter = None
+    if energy_s > 0:
+        try:
+            meter = EnergyMeter()
+        except (OSError, AttributeError) as e:
+            print(f"SDPA_ENERGY_S: no energy meter ({e}); energy not measured", file=sys.stderr)
     for backend_name, backend in [("cudnn", SDPBackend.CUDNN_ATTENTION), ("fa2", SDPBackend.FLASH_ATTENTION)]:
         for s in (16384, 32768):
             for causal in (False, True):
-                time_case(rows, backend_name, backend, h, d, seq=s, causal=causal)
+                time_case(rows, backend_name, backend, h, d, seq=s, causal=causal, meter=meter, energy_s=energy_s)
     for block in (1024, 2048, 4096):
         time_case(rows, "cudnn", SDPBackend.CUDNN_ATTENTION, h, d, seq=32768, causal=True, block=block)
     if len(sys.argv) > 1:
