@@ -29,9 +29,9 @@
 //   and a non-blocking barrier arrival) while S^T runs, so the tensor pipe works through the
 //   hand-off and the slot's handshake instead of waiting for a barrier of the warpgroup and the
 //   reductions' issue. (ptxas keeps a product in flight only across straight-line code: a branch
-//   or a blocking barrier under it serialises every product of the kernel.) 1.03-1.04x on full
-//   and causal-sequence lists, 1.03-1.06x on the whole causal, lambda and shared-question plans
-//   (bench/results/cuda_attention_h200.md).
+//   under it, such as an `if` around the TMA issue, serialises every product of the kernel.)
+//   1.03-1.04x on full and causal-sequence lists (H100), 1.03-1.06x on the whole causal, lambda
+//   and shared-question plans (bench/results/cuda_attention_h200.md).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -105,7 +105,7 @@ __device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows
 // The dQ warp (producer warp 3): for every step, once both consumer warpgroups have written their
 // dQ^T tiles, it adds them to dQ by TMA reductions and waits until the tiles have been read, then
 // frees them. The consumers only fence and arrive, so their products stay in flight across it (a
-// branch or a blocking barrier while a product is in flight makes ptxas serialise them all).
+// branch while a product is in flight makes ptxas serialise them all).
 // Barrier phases: the consumers arrive on kBarDqFull once per iteration (n steps + the end
 // record; the first arrival carries no tile) and wait on kBarDqFree before writing step s's tiles
 // (n times); the order below keeps every party at most one phase ahead of the other.
@@ -384,8 +384,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   // Steps overlap by one product: step j's S^T is issued as soon as its slot is full, and step
   // j - 1's dQ^T tiles (written by then) are handed to the dQ warp under it, so the tensor pipe
   // works through that hand-off and the slot's handshake. Every product's issue and wait fall
-  // inside one iteration (an accumulator in flight across the loop's back edge, or across a branch
-  // or a blocking barrier, makes ptxas serialise all products).
+  // inside one iteration (an accumulator in flight across the loop's back edge or a branch, or
+  // issued on a path that leaves the loop, makes ptxas serialise all products).
   unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
   for (int j = 0;; ++j) {
     const int buf = j & 1;
