@@ -9,7 +9,9 @@ block size and route, forward and backward TFLOP/s with:
   - every list: the share of the full list's rate at the same S, B and route (the issue's
     "window and partial lists >= 85 % of the full-tile rate");
 and checks the kernel issue's targets (forward >= 0.95x cuDNN at B >= 2048, >= 0.90x at
-B = 1024; backward >= 0.95x; window and partial >= 85 % of the full rate).
+B = 1024; backward >= 0.95x; window and partial >= 85 % of the full rate). Where the files carry
+energy (DCP_BENCH_ENERGY_S, SDPA_ENERGY_S) a second table gives each pass's TFLOP per kJ, watts and
+SM clock, and the ratio to cuDNN's TFLOP per kJ on the same counterpart.
 
 Usage: python3 bench/kernel_ratios.py kernels.tar [--route wgmma-runs] [--json OUT]
        python3 bench/kernel_ratios.py --bench bench_cuda_attention.json --sdpa sdpa_reference.json
@@ -89,6 +91,46 @@ def ratios(bench, sdpa, route):
     return out
 
 
+def cudnn_energy(sdpa):
+    """{(seq, causal): (fwd, bwd) TFLOP per kJ} of the cuDNN rows that carry energy."""
+    return {(r["seq"], bool(r["causal"])): (r["fwd_tflop_per_kj"], r["bwd_tflop_per_kj"])
+            for r in sdpa["rows"] if r["backend"] == "cudnn" and "bwd_tflop_per_kj" in r and r.get("block") is None}
+
+
+def energy_rows(bench, sdpa, route):
+    """One dict per list row with energy: TFLOP per kJ, watts and MHz of each pass, and the ratio
+    to cuDNN's TFLOP per kJ (full: non-causal, sequence: causal) where the reference has it."""
+    ref = cudnn_energy(sdpa)
+    out = []
+    for r in bench["rows"]:
+        if f"bwd_{route}_tflop_per_kj" not in r:
+            continue
+        row = {"seq": r["seq"], "block": r["block"], "list": r["list"]}
+        for side in ("fwd", "bwd"):
+            for what in ("tflop_per_kj", "watts", "mhz"):
+                row[f"{side}_{what}"] = r.get(f"{side}_{route}_{what}")
+        key = {"full": (r["seq"], False), "sequence": (r["seq"], True)}.get(r["list"])
+        if key in ref:
+            row["fwd_kj_x"] = row["fwd_tflop_per_kj"] / ref[key][0]
+            row["bwd_kj_x"] = row["bwd_tflop_per_kj"] / ref[key][1]
+        out.append(row)
+    return out
+
+
+def energy_table(rows, route):
+    def cell(x, fmt):
+        return format(x, fmt) if x is not None else "-"
+    lines = [f"route {route}; work per joule at the GPU's power limit, and its ratio to cuDNN's (full: non-causal, "
+             "sequence: causal)",
+             "| S | B | list | fwd TFLOP/kJ | W | MHz | x cuDNN | bwd TFLOP/kJ | W | MHz | x cuDNN |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        lines.append(f"| {r['seq']} | {r['block']} | {r['list']} | " + " | ".join(
+            f"{cell(r[f'{s}_tflop_per_kj'], '.0f')} | {cell(r[f'{s}_watts'], '.0f')} | {cell(r[f'{s}_mhz'], '.0f')} | "
+            f"{cell(r.get(f'{s}_kj_x'), '.3f')}" for s in ("fwd", "bwd")) + " |")
+    return "\n".join(lines)
+
+
 def verdicts(row):
     """(what, met) pairs of the targets this row carries."""
     v = []
@@ -141,9 +183,13 @@ def main(argv=None):
         ap.error("give kernels.tar, or both --bench and --sdpa")
     rows = ratios(bench, sdpa, a.route)
     print(table(rows, a.route))
+    energy = energy_rows(bench, sdpa, a.route)
+    if energy:
+        print()
+        print(energy_table(energy, a.route))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"route": a.route, "rows": rows}, f, indent=1)
+            json.dump({"route": a.route, "rows": rows, "energy": energy}, f, indent=1)
     return 0
 
 

@@ -71,6 +71,21 @@ def test_reads_a_kernels_tar(tmp_path):
     assert len(json.loads(out.read_text())["rows"]) == 8
 
 
+def test_energy_table_against_cudnn():
+    b, sd = bench(), sdpa()
+    assert kernel_ratios.energy_rows(b, sd, "wgmma-runs") == []  # no energy: no table
+    for r in b["rows"]:
+        for side, kj in (("fwd", 800.0), ("bwd", 700.0)):
+            r.update({f"{side}_wgmma-runs_tflop_per_kj": kj, f"{side}_wgmma-runs_watts": 690.0, f"{side}_wgmma-runs_mhz": 1500})
+    sd["rows"][0].update(fwd_tflop_per_kj=850.0, bwd_tflop_per_kj=760.0)  # cuDNN non-causal
+    rows = by_key(kernel_ratios.energy_rows(b, sd, "wgmma-runs"))
+    assert rows[(1024, "full")]["bwd_kj_x"] == pytest.approx(700 / 760)
+    assert rows[(1024, "full")]["fwd_kj_x"] == pytest.approx(800 / 850)
+    assert "bwd_kj_x" not in rows[(1024, "sequence")]  # cuDNN causal carries no energy here
+    text = kernel_ratios.energy_table(list(rows.values()), "wgmma-runs")
+    assert "| 32768 | 1024 | full | 800 | 690 | 1500 | 0.941 | 700 | 690 | 1500 | 0.921 |" in text
+
+
 def test_bad_inputs(tmp_path):
     with pytest.raises(SystemExit, match="route nope is not in the benchmark"):
         kernel_ratios.ratios(bench(), sdpa(), "nope")
