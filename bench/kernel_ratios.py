@@ -117,9 +117,12 @@ def energy_rows(bench, sdpa, route):
     return out
 
 
+def cell(x, fmt):
+    """x formatted, or "-" where the row has no value."""
+    return format(x, fmt) if x is not None else "-"
+
+
 def energy_table(rows, route):
-    def cell(x, fmt):
-        return format(x, fmt) if x is not None else "-"
     lines = [f"route {route}; work per joule at the GPU's power limit, and its ratio to cuDNN's (full: non-causal, "
              "sequence: causal)",
              "| S | B | list | fwd TFLOP/kJ | W | MHz | x cuDNN | bwd TFLOP/kJ | W | MHz | x cuDNN |",
@@ -147,8 +150,6 @@ def verdicts(row):
 
 
 def table(rows, route):
-    def cell(x, fmt):
-        return format(x, fmt) if x is not None else "-"
     lines = [f"route {route}; ratios to cuDNN in the same call (full: non-causal, sequence: causal, causal and partial: "
              "S / B causal sequences of B tokens); share: of the full list's rate",
              "| S | B | list | fwd TFLOP/s | x cuDNN | share | bwd TFLOP/s | x cuDNN | share | targets |",

@@ -198,30 +198,6 @@ __device__ __forceinline__ void bw_wide_issue_dqt(float (&dqt)[40], uint32_t ds,
   wgmma_commit();
 }
 
-// A short last step's dQ rows (neither 80 nor 64: no tensor map fits) added by fp32 atomics from
-// the staging tile; thread tw adds (row, box) pairs idx = 2 row + box.
-__device__ __forceinline__ void bw_wide_add_dq_atomic(float* dq, const unsigned char* tile, const BwStageInfo& info, int hq, int col0,
-                                                      int tw) {
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  (void)dq, (void)tile, (void)info, (void)hq, (void)col0, (void)tw;
-  __trap();  // float2 atomics are sm_90's; the kernel traps before this on other targets
-#else
-#pragma unroll 1
-  for (int idx = tw; idx < 2 * info.q_rows; idx += 128) {
-    const int row = idx >> 1;
-    const int half = idx & 1;
-    float* dst = dq + static_cast<int64_t>(info.dq_row + row) * hq * kWideD + col0 + 32 * half;
-    const unsigned char* src = tile + half * kWideBoxBytes + row * 128;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
-      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
-      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
-    }
-  }
-#endif
-}
-
 // dQ^T * scale into the warpgroup's staging tile of two [80 q][32 columns] boxes: the thread's
 // accumulator rows are dQ columns c = row_lo, row_lo + 8, its columns q rows 8 j + 2 tq (+ 1).
 // For one register a warp writes columns of 8 consecutive values of (c >> 2) and 4 of (q & 7)
@@ -398,7 +374,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
       const BwStageInfo& prev = s_info[(j - 1) & (kInfoRecords - 1)];
       if (!bw_wide_dq_by_tma(wp, prev.q_rows)) {  // a short step: its rows by atomics, before any product is issued
         bw_out_bar_sync(wg);
-        bw_wide_add_dq_atomic(p.dq, tile, prev, hq, prev.qh * kD + 64 * wg, tw);
+        bw_add_dq_atomic<kWideRows, false>(p.dq, tile, prev.q_rows, prev.dq_row, int64_t{hq} * kD, prev.qh * kD + 64 * wg, tw);
       }
     }
     if (end) {

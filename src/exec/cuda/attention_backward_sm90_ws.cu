@@ -147,37 +147,6 @@ __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* u
   }
 }
 
-// A dQ tile of fewer than 64 rows (a tile's last sub-tile), or any tile without a tensor map,
-// added by atomics from the staging tile: thread tw adds row tw / 2, columns 32 (tw & 1) .. + 31
-// (box tw & 1); int32 counts of units in the one-pass deterministic backward.
-template <int kD, bool kFused>
-__device__ __forceinline__ void bw_add_dq_atomic(float* dq, const unsigned char* tile, const BwStageInfo& info, int hq, int wg, int tw) {
-  const int row = tw >> 1;
-  if (row >= info.q_rows) return;
-  const int col0 = info.qh * kD + (kD == 128 ? 64 * wg : 0);
-  float* dst = dq + static_cast<int64_t>(info.dq_row + row) * hq * kD + col0 + 32 * (tw & 1);
-  const unsigned char* src = tile + (tw & 1) * kBoxBytes + row * 128;
-#pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    if constexpr (kFused) {
-      const int4 n4 = *reinterpret_cast<const int4*>(src + ((c ^ (row & 7)) * 16));
-      auto* d = reinterpret_cast<int*>(dst + 4 * c);
-      atomicAdd(d, n4.x);
-      atomicAdd(d + 1, n4.y);
-      atomicAdd(d + 2, n4.z);
-      atomicAdd(d + 3, n4.w);
-    } else {
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
-      __trap();  // float2 atomics are sm_90's; the kernel traps before this on other targets
-#else
-      const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
-      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
-      atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
-#endif
-    }
-  }
-}
-
 // kDq: the item computes dQ; kUnit: the item walks a unit of tiles of one key block (the
 // deterministic work); both: the one-pass deterministic backward (AttnBackwardParams::dq_units).
 template <int kD, bool kDq, bool kUnit = !kDq>
@@ -374,9 +343,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 
   // Steps overlap by their first products: step j's S^T and dP^T are issued as soon as the slot is
   // full, and step j - 1's dQ tile (written at its end) is fenced, synchronised and handed to the
-  // TMA reduction under them. That hand-off is straight-line code (a barrier by register id,
-  // predicated TMA instructions): a branch or a branch-selected barrier under a product in flight
-  // makes ptxas serialise every product of the kernel. A step whose dQ goes by atomics (a short
+  // TMA reduction under them. That hand-off is straight-line code (a barrier picked by register,
+  // predicated TMA instructions): a branch under a product in flight makes ptxas serialise every
+  // product of the kernel. A step whose dQ goes by atomics (a short
   // last sub-tile, or no tensor map) is added at the next step's start, before its products.
   unsigned char* tile = smem + Smem::kDqT + wg * Smem::kDqTileBytes;
   const uint32_t tile_addr = s_dqt + static_cast<uint32_t>(wg * Smem::kDqTileBytes);
@@ -390,12 +359,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       prev_tma = j > 0 && wp.tma_dq != 0 && prev->q_rows == kBwRows;
       if (j > 0 && !prev_tma) {
         bw_out_bar_sync(wg);
-        bw_add_dq_atomic<kD, kFused>(p.dq, tile, *prev, hq, wg, tw);
+        bw_add_dq_atomic<kBwRows, kFused>(p.dq, tile, prev->q_rows, prev->dq_row, int64_t{hq} * kD,
+                                          prev->qh * kD + (kD == 128 ? 64 * wg : 0), tw);
       }
     }
     auto hand_off_prev_dq = [&]() {
       fence_proxy_async();  // the tile -> visible to the TMA reduction after the barrier
-      bar_sync_id<128>(kBarOut0 + wg);
+      bw_out_bar_sync(wg);
       const bool issue = prev_tma && tw == 0;
       const int col0 = prev->qh * kD + (kD == 128 ? 64 * wg : 0);
       tma_reduce_add_2d_if(issue, &wp.dq_map, tile_addr, col0, prev->dq_row);

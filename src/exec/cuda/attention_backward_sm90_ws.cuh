@@ -92,11 +92,45 @@ __device__ __forceinline__ void bw_init_ring(uint32_t full_bar, uint32_t empty_b
 }
 
 // This consumer warpgroup's staged boxes are written: its thread 0 may issue their reductions.
+// One barrier instruction picked by register, not a branch, so that it may sit under a product
+// in flight (a branch there makes ptxas serialise the kernel's products).
 __device__ __forceinline__ void bw_out_bar_sync(int wg) {
-  if (wg == 0) {
-    bar_sync_n<kBarOut0, 128>();
-  } else {
-    bar_sync_n<kBarOut1, 128>();
+  static_assert(kBarOut1 == kBarOut0 + 1, "warpgroup wg's barrier is kBarOut0 + wg");
+  bar_sync_id<128>(kBarOut0 + wg);
+}
+
+// A staged dQ tile of q_rows rows (two boxes of kBoxRows rows x 32 fp32 columns, 128-byte
+// swizzled) added to dq by atomics: where no tensor map fits (a tile's short last step) or none
+// was given. Thread tw of the warpgroup adds the (row, box) pairs idx = 2 row + box, idx = tw,
+// tw + 128, ...; kUnits: the tile holds int32 counts of units (one-pass deterministic backward).
+template <int kBoxRows, bool kUnits>
+__device__ __forceinline__ void bw_add_dq_atomic(float* dq, const unsigned char* tile, int q_rows, int dq_row, int64_t row_stride,
+                                                 int col0, int tw) {
+#pragma unroll 1
+  for (int idx = tw; idx < 2 * q_rows; idx += 128) {
+    const int row = idx >> 1;
+    const int box = idx & 1;
+    float* dst = dq + static_cast<int64_t>(dq_row + row) * row_stride + col0 + 32 * box;
+    const unsigned char* src = tile + box * (kBoxRows * 128) + row * 128;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      if constexpr (kUnits) {
+        const int4 n4 = *reinterpret_cast<const int4*>(src + ((c ^ (row & 7)) * 16));
+        auto* d = reinterpret_cast<int*>(dst + 4 * c);
+        atomicAdd(d, n4.x);
+        atomicAdd(d + 1, n4.y);
+        atomicAdd(d + 2, n4.z);
+        atomicAdd(d + 3, n4.w);
+      } else {
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+        __trap();  // float2 atomics are sm_90's; the kernels trap before this on other targets
+#else
+        const float4 v4 = *reinterpret_cast<const float4*>(src + ((c ^ (row & 7)) * 16));
+        atomicAdd(reinterpret_cast<float2*>(dst + 4 * c), make_float2(v4.x, v4.y));
+        atomicAdd(reinterpret_cast<float2*>(dst + 4 * c + 2), make_float2(v4.z, v4.w));
+#endif
+      }
+    }
   }
 }
 
