@@ -229,6 +229,71 @@ TEST(PartialCells, BackwardWorkDropsExactlyTheEmptyChunks) {
   }
 }
 
+// A Partial tile's 128-key chunk needs no mask when every row holds all its keys: the cells say so
+// never wrongly (a brute-force walk over random lists), exactly for rows of one range, and
+// partition_backward_work moves those chunks' items to the wide kernel's part of the list.
+TEST(PartialCells, UnmaskedChunksOfPartialTilesGoToTheWideKernel) {
+  for (uint64_t seed = 1; seed <= 60; ++seed) {
+    List l = random_list(seed);
+    const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+    for (const AttnTile& t : l.tiles) {
+      for (int c = 0; c * 128 < t.kv_len; ++c) {
+        if (!dcp::cuda::attn_chunk_unmasked(t, c, cells)) continue;
+        ASSERT_EQ(t.kind, TileKind::Partial);
+        ASSERT_GE(t.kv_len, (c + 1) * 128);
+        for (int r = 0; r < t.q_len; ++r)
+          for (int k = c * 128; k < (c + 1) * 128; ++k) ASSERT_TRUE(l.allowed(t, r, k)) << "seed " << seed << " row " << r << " key " << k;
+      }
+    }
+  }
+  // Tile 0: every row sees keys [0, 256) and some of the last 44: chunks 0 and 1 unmasked, chunk 2
+  // short. Tile 1: chunk 0 whole but for its last row; chunk 1 only on even rows. Tile 2: Full.
+  List l;
+  l.tiles = {partial_tile(200, 300), partial_tile(150, 256)};
+  l.tiles[1].range_row_begin = 200;
+  for (int r = 0; r < 200; ++r) {
+    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+    l.ranges.insert(l.ranges.end(), {0, 256});
+    if (r % 3 == 0) l.ranges.insert(l.ranges.end(), {260, 300});
+  }
+  for (int r = 0; r < 150; ++r) {
+    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+    l.ranges.insert(l.ranges.end(), {0, r == 149 ? 100 : (r % 2 == 0 ? 256 : 128)});
+  }
+  l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+  AttnTile full;
+  full.q_len = 100;
+  full.kv_len = 256;
+  full.kind = TileKind::Full;
+  full.kv_head_end = 1;
+  l.tiles.push_back(full);
+  for (AttnTile& t : l.tiles) t.kv_head_end = 2;
+  const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+  EXPECT_TRUE(dcp::cuda::attn_chunk_unmasked(l.tiles[0], 0, cells));
+  EXPECT_TRUE(dcp::cuda::attn_chunk_unmasked(l.tiles[0], 1, cells));
+  EXPECT_FALSE(dcp::cuda::attn_chunk_unmasked(l.tiles[0], 2, cells)) << "44 keys";
+  EXPECT_FALSE(dcp::cuda::attn_chunk_unmasked(l.tiles[1], 0, cells)) << "the last row misses keys";
+  EXPECT_FALSE(dcp::cuda::attn_chunk_unmasked(l.tiles[1], 1, cells));
+  EXPECT_FALSE(dcp::cuda::attn_chunk_unmasked(l.tiles[2], 0, cells)) << "a Full tile is not asked";
+  EXPECT_FALSE(dcp::cuda::attn_chunk_unmasked(l.tiles[0], 0, {})) << "no cells, no claim";
+
+  const AttnShape shape{8, 2, 128, 0.088F};
+  const std::vector<AttnWorkItem> before = dcp::cuda::make_backward_work(l.tiles, shape, cells);
+  std::vector<AttnWorkItem> work = before;
+  auto is_wide = [](const AttnWorkItem& w) { return (w.tile == 0 && w.chunk < 2) || w.tile == 2; };
+  const int32_t wide = dcp::cuda::partition_backward_work(work, l.tiles, shape, cells, 0);
+  ASSERT_EQ(wide, 2 * 2 + 2 * 2);
+  for (int32_t i = 0; i < static_cast<int32_t>(work.size()); ++i)
+    EXPECT_EQ(is_wide(work[static_cast<std::size_t>(i)]), i < wide) << "item " << i;
+  // Without cells only the Full tile's chunks move; the rows' floor applies to both kinds.
+  work = before;
+  EXPECT_EQ(dcp::cuda::partition_backward_work(work, l.tiles, shape, 0), 2 * 2);
+  work = before;
+  EXPECT_EQ(dcp::cuda::partition_backward_work(work, l.tiles, shape, cells, 101), 2 * 2) << "tile 0's 200 rows only";
+  work = before;
+  EXPECT_EQ(dcp::cuda::partition_backward_work(work, l.tiles, shape, cells, 201), 0);
+}
+
 TEST(PartialCells, RefusesRowsOutsideTheMaskLists) {
   List l;
   l.tiles.push_back(partial_tile(10, 64));
