@@ -334,7 +334,7 @@ int main(int argc, char** argv) {
         auto bw = make_backward_work(c.tiles, shape);
         auto bw_cells = make_backward_work(c.tiles, shape, cells);
         const int32_t bw_wide = wide_backward ? partition_backward_work(bw, c.tiles, shape) : 0;
-        const int32_t bw_cells_wide = wide_backward ? partition_backward_work(bw_cells, c.tiles, shape, cells) : 0;
+        const int32_t bw_cells_wide = wide_backward ? partition_backward_work(bw_cells, c.tiles, shape) : 0;
         const RunsWork runs = make_runs_work(c, shape);
         AttnTile* d_run_tiles = upload(runs.tiles);
         AttnWorkItem* d_run_work = upload(runs.work);

@@ -66,18 +66,9 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       // [150, 150 + kv_len) Full for A, split into two head groups when hkv >= 2; a causal
       // diagonal of B over keys [150, 220) (overlapping the previous one: its contributions add).
       // Every tile names its dO / LSE / Delta / dQ / dK / dV rows explicitly (kShift later).
-      // Odd seeds and multiples of 5: every row of the Partial tile sees keys [0, 128) (a sink),
-      // so its first chunk needs no mask and runs in the wide kernel (attn_chunk_unmasked), its
-      // second masked.
       const int qb = c.q_len;
-      const bool sink = c.seed % 2 == 1 || c.seed % 5 == 0;
       AttnTile t0 = tile_of(0, c.q_len, 0, 150, TileKind::Partial, 0, hkv);
       append_row_ranges(l.row_offsets, l.ranges, t0, [&](int i) {
-        if (sink) {
-          std::vector<std::pair<int, int>> r{{0, 128}};
-          if (i % 3 != 0) r.emplace_back(130 + i % 7, 150 - i % 5);
-          return r;
-        }
         if (i % 5 == 0) return std::vector<std::pair<int, int>>{};
         return random_ranges(rng, 0, 150, 4);
       });
@@ -200,7 +191,7 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     DevBuf<uint8_t> d_cells(cells.size());
     d_cells.upload(cells);
     std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape, cells);
-    const int32_t num_wide = c.wide ? partition_backward_work(work, l.tiles, shape, cells, 0) : 0;
+    const int32_t num_wide = c.wide ? partition_backward_work(work, l.tiles, shape, 0) : 0;
     DevBuf<AttnWorkItem> d_work(work.size());
     d_work.upload(work);
     AttnBackwardParams bp;

@@ -194,10 +194,7 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 // The backward's wide kernel (route Wgmma, head dim 128, the default backward) walks a work
 // item's q rows in steps of 80 instead of 64 (fewer shared-memory operand bytes per unit of work,
 // src/exec/cuda/attention_backward_sm90_wide.cu) and takes only items that need no mask: a full
-// 128-key chunk of a Full tile of at least min_q_rows q rows, or, given the list's cells, of a
-// Partial tile whose rows all hold every key of the chunk (attn_chunk_unmasked: a sink's keys
-// seen by every row, the inside of a band; the wide kernel walks all of a tile's rows, so a chunk
-// with one masked or empty row stays in the 64-row kernel). partition_backward_work moves those
+// 128-key chunk of a Full tile of at least min_q_rows q rows. partition_backward_work moves those
 // items of make_backward_work's list to its front, each part in its order, and returns their
 // number, which the caller passes as AttnTileList::num_wide; 0 (nothing moved) where the wide
 // kernel does not apply. A tile's last step is shorter than 80 rows unless its length divides
@@ -207,12 +204,6 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 inline constexpr int kWideBackwardMinRows = 1024;
 int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
                                 int min_q_rows = kWideBackwardMinRows);
-int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
-                                std::span<const uint8_t> cells, int min_q_rows = kWideBackwardMinRows);
-// Whether every row of Partial tile t allows every key of its 128-key chunk `chunk`, by its cells
-// (make_partial_cells; false without them, or for a chunk of fewer than 128 keys). The host's
-// test, repeated by the wide kernel on each Partial item it is given.
-bool attn_chunk_unmasked(const AttnTile& t, int chunk, std::span<const uint8_t> cells);
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
 // head_dim 64 or 128), else Mma. Callers choose per call (the CUDA backend from its options), so

@@ -1,6 +1,5 @@
 // attention_backward_sm90_wide.cu — the warp-specialised Hopper backward over 80-row q steps, for
-// the work items that need no mask: a full 128-key chunk of a Full tile, or of a Partial tile
-// whose rows all hold every key of the chunk, head dim 128
+// the work items that need no mask: a full 128-key chunk of a Full tile, head dim 128
 // (partition_backward_work puts them first in the list: AttnTileList::num_wide). The 64-row kernel
 // (attention_backward_sm90_ws.cu) takes the other items; the launcher runs both, this one first.
 //
@@ -230,7 +229,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   constexpr int kD = kWideD;
   const AttnWorkItem w = p.list.work[blockIdx.x];
   const int c0 = w.chunk * kBwKeys;
-  if (!bw_wide_item(p.list.tiles[w.tile], c0, p.list.cells)) __trap();  // not partition_backward_work's: a caller's error
+  if (!bw_wide_item(p.list.tiles[w.tile], c0)) __trap();  // not partition_backward_work's: a caller's error
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const SmemBase aligned = sw128_smem_base(smem_raw);

@@ -4,8 +4,8 @@
 // dK += dS^T Q, dQ = dS K by bulk reductions), with the loads, the step walk and the Partial
 // classification moved to a producer warpgroup. Same contract as the other backward kernels
 // (dcp/detail/attention_cuda.h); dQ always leaves by bulk reductions. At head dim 128 the items
-// that need no mask (full chunks of Full tiles and the unmasked chunks of Partial ones,
-// AttnTileList::num_wide of them at the list's front) run first in the wide kernel (attention_backward_sm90_wide.cu, 80-row steps); this one
+// that need no mask (full chunks of Full tiles, AttnTileList::num_wide of them at the list's
+// front) run first in the wide kernel (attention_backward_sm90_wide.cu, 80-row steps); this one
 // takes the rest (BwWsParams::work_begin).
 //
 // CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: it loads K and V once, then walks

@@ -48,18 +48,9 @@ struct BwWsParams {
   int32_t work_begin;
 };
 
-// The items the wide kernel takes (partition_backward_work): a full 128-key chunk of a Full tile,
-// or of a Partial tile whose cells say every row holds all its keys (attn_chunk_unmasked).
-__device__ __forceinline__ bool bw_wide_item(const AttnTile& t, int c0, const uint8_t* cells) {
-  if (t.kv_len - c0 < kBwKeys) return false;
-  if (t.kind == TileKind::Full) return true;
-  if (t.kind != TileKind::Partial || cells == nullptr || t.cells_begin < 0) return false;
-  static_assert(kBwKeys == 2 * kAttnCellKeys, "a chunk is two cell columns");
-  const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
-  const uint8_t* at = cells + t.cells_begin + c0 / kAttnCellKeys;
-  uint32_t bits = 0;
-  for (int u = 0; u < (t.q_len + kAttnCellRows - 1) / kAttnCellRows; ++u) bits |= at[u * cols] | at[u * cols + 1];
-  return (bits & kAttnCellNotFull) == 0;
+// The items the wide kernel takes (partition_backward_work): a full 128-key chunk of a Full tile.
+__device__ __forceinline__ bool bw_wide_item(const AttnTile& t, int c0) {
+  return t.kind == TileKind::Full && t.kv_len - c0 >= kBwKeys;
 }
 
 // A staged box of a TMA reduction (dQ, dK, dV): 64 rows x 32 fp32 columns (128 bytes per row),

@@ -326,41 +326,19 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
   return make_backward_work(tiles, shape, {});
 }
 
-bool attn_chunk_unmasked(const AttnTile& t, int chunk, std::span<const uint8_t> cells) {
-  if (t.kind != TileKind::Partial || cells.empty() || t.cells_begin < 0 || chunk < 0) return false;
-  if (t.kv_len - chunk * kAttnBackwardChunkRows < kAttnBackwardChunkRows) return false;
-  const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
-  const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
-  const std::size_t begin = static_cast<std::size_t>(t.cells_begin);
-  if (begin + static_cast<std::size_t>(cols) * cell_rows > cells.size()) return false;
-  constexpr int kCols = kAttnBackwardChunkRows / kAttnCellKeys;
-  // A cell without NotFull has every key for each of its rows (and so Any): the chunk's rows all
-  // see all its keys when none of its cells misses one.
-  for (int u = 0; u < cell_rows; ++u)
-    for (int c = chunk * kCols; c < (chunk + 1) * kCols; ++c)
-      if ((cells[begin + static_cast<std::size_t>(u) * cols + c] & kAttnCellNotFull) != 0) return false;
-  return true;
-}
-
 int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
-                                std::span<const uint8_t> cells, int min_q_rows) {
+                                int min_q_rows) {
   if (shape.head_dim != 128) return 0;
   auto wide = [&](const AttnWorkItem& w) {
     if (w.tile < 0 || static_cast<std::size_t>(w.tile) >= tiles.size())
       raise(ErrorKind::InvalidInput, "partition_backward_work: work item names tile " + std::to_string(w.tile) + " of " +
                                          std::to_string(tiles.size()));
     const AttnTile& t = tiles[static_cast<std::size_t>(w.tile)];
-    if (t.q_len < min_q_rows) return false;
-    if (t.kind == TileKind::Partial) return attn_chunk_unmasked(t, w.chunk, cells);
-    return t.kind == TileKind::Full && t.kv_len - w.chunk * kAttnBackwardChunkRows >= kAttnBackwardChunkRows;
+    return t.kind == TileKind::Full && t.q_len >= min_q_rows &&
+           t.kv_len - w.chunk * kAttnBackwardChunkRows >= kAttnBackwardChunkRows;
   };
   const auto mid = std::stable_partition(work.begin(), work.end(), wide);
   return static_cast<int32_t>(mid - work.begin());
-}
-
-int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
-                                int min_q_rows) {
-  return partition_backward_work(work, tiles, shape, {}, min_q_rows);
 }
 
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows) {

@@ -681,7 +681,7 @@ class CudaBackend final : public Backend {
         reserve_semaphores(det.num_semaphores);
       } else {
         work = cuda::make_backward_work(tiles, shape, cells);
-        if (kernels_.wide_backward) h.num_wide = cuda::partition_backward_work(work, tiles, shape, cells);
+        if (kernels_.wide_backward) h.num_wide = cuda::partition_backward_work(work, tiles, shape);
       }
     }
     h.tiles = meta.add(tiles);
