@@ -13,6 +13,9 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -98,6 +101,39 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
 
 int row_of(int begin, int fallback) { return begin >= 0 ? begin : fallback; }
 
+// The backward captured into a graph on a new thread's stream and replayed once (BackwardCase::captured).
+void run_captured(const AttnBackwardParams& bp) {
+  int device = 0;
+  cuda_ok(cudaGetDevice(&device), "cudaGetDevice");
+  std::string error;
+  std::thread([&] {
+    cudaStream_t stream = nullptr;
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    try {
+      cuda_ok(cudaSetDevice(device), "cudaSetDevice");
+      cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+      cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), "begin capture");
+      try {
+        attention_backward(bp, stream);
+      } catch (...) {
+        (void)cudaStreamEndCapture(stream, &graph);
+        throw;
+      }
+      cuda_ok(cudaStreamEndCapture(stream, &graph), "end capture");
+      cuda_ok(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+      cuda_ok(cudaGraphLaunch(exec, stream), "replay");
+      cuda_ok(cudaStreamSynchronize(stream), "replay");
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    if (exec != nullptr) (void)cudaGraphExecDestroy(exec);
+    if (graph != nullptr) (void)cudaGraphDestroy(graph);
+    if (stream != nullptr) (void)cudaStreamDestroy(stream);
+  }).join();
+  if (!error.empty()) throw std::runtime_error("captured backward: " + error);
+}
+
 }  // namespace
 
 std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
@@ -108,6 +144,7 @@ std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
     c.q_rows_known = c.seed % 4 != 1;
     c.partial_cells = c.seed % 3 != 2;
     c.wide = c.seed % 5 != 4;
+    c.captured = c.seed % 3 == 1;
   }
   return out;
 }
@@ -213,7 +250,11 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     bp.q_rows = c.q_rows_known ? l.q_rows : 0;
     bp.dout_rows = c.q_rows_known ? qo_rows : 0;
     bp.route = c.route;
-    attention_backward(bp, nullptr);
+    if (c.captured) {
+      run_captured(bp);
+    } else {
+      attention_backward(bp, nullptr);
+    }
     cuda_ok(cudaDeviceSynchronize(), "backward");
     const std::vector<float> g_dq = d_dq.download(), g_dk = d_dk.download(), g_dv = d_dv.download();
 
@@ -279,11 +320,11 @@ std::string describe(const BackwardCase& c, const BackwardResult& r) {
   static const char* const kNames[] = {"full", "causal", "partial", "multi-tile"};
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d cells=%d wide=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
+                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d cells=%d wide=%d captured=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
                 "dV %.2e bad=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
                 c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, c.dq_rows_known ? 1 : 0, c.q_rows_known ? 1 : 0, c.partial_cells ? 1 : 0,
-                c.wide ? 1 : 0, r.num_tiles, r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
+                c.wide ? 1 : 0, c.captured ? 1 : 0, r.num_tiles, r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;
   return text;

@@ -156,6 +156,10 @@ struct BackwardCase {
   // Move the items the wide kernel takes to the list's front (partition_backward_work,
   // AttnTileList::num_wide): the Wgmma route at head dim 128 runs them with 80-row q steps.
   bool wide = true;
+  // Run the backward as a CUDA graph captured (global mode) on a stream of a thread of its own,
+  // then replayed: a launch that forks a stream of its own (the wide kernel beside the 64-row
+  // one) makes that stream inside the capture and joins it back into the graph.
+  bool captured = false;
   AttnKernelRoute route = AttnKernelRoute::Mma;
 };
 struct BackwardResult {

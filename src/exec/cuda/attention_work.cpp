@@ -26,7 +26,14 @@ void allow_shared_memory_on_device(const char* name, const void* kernel, int sme
     raise(ErrorKind::Cuda, std::string(name) + ": cudaGetDevice: " + cudaGetErrorString(e));
   const std::lock_guard<std::mutex> lock(mutex);
   if (done.count({kernel, device}) != 0) return;
+  // The first launch may fall inside a graph capture: the attribute puts nothing into a stream,
+  // so the capture's strict modes are relaxed around it.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  if (const cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode); e != cudaSuccess)
+    raise(ErrorKind::Cuda, std::string(name) + ": cudaThreadExchangeStreamCaptureMode: " + cudaGetErrorString(e));
   const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (const cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode); e != cudaSuccess)
+    raise(ErrorKind::Cuda, std::string(name) + ": cudaThreadExchangeStreamCaptureMode: " + cudaGetErrorString(e));
   if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
   done.insert({kernel, device});
 }
