@@ -1,7 +1,7 @@
 // attention_backward_sm90_wide.cu — the warp-specialised Hopper backward over 80-row q steps, for
 // the work items that need no mask: a full 128-key chunk of a Full tile, head dim 128
 // (partition_backward_work puts them first in the list: AttnTileList::num_wide). The 64-row kernel
-// (attention_backward_sm90_ws.cu) takes the other items; the launcher runs both, this one first.
+// (attention_backward_sm90_ws.cu) takes the other items; the launcher runs both side by side.
 //
 // Why 80 rows. The 64-row step is bound by shared memory: each warpgroup's S^T and dP^T read K or
 // V and a 64-row Q or dO sub-tile per product (n = 64), and dQ, dK, dV their operands, for 64 rows'
