@@ -10,7 +10,8 @@
 # AB_STOP_ON_FAIL=1: a variant whose kernel tests or whole-plan check fail ends the call there
 # (the logs in ab.tgz), before any timing.
 # AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
-# purpose to bound what a change could buy is only timed).
+# purpose to bound what a change could buy is only timed; a variant built with a flag that turns
+# off what the tree's own tests check, such as A's -DDCP_AB_OLD, fails them by design).
 # AB_DET=1 adds the deterministic backward: its whole-plan check (gradients bitwise equal over three
 # steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json);
 # AB_DET=2 adds the same for the one-pass deterministic backward (DCP_ATTN_DETERMINISTIC_ONE_PASS=1:
