@@ -5,8 +5,8 @@
 // classification moved to a producer warpgroup. Same contract as the other backward kernels
 // (dcp/detail/attention_cuda.h); dQ always leaves by bulk reductions. At head dim 128 the items
 // that need no mask (full chunks of Full tiles, AttnTileList::num_wide of them at the list's
-// front) run first in the wide kernel (attention_backward_sm90_wide.cu, 80-row steps); this one
-// takes the rest (BwWsParams::work_begin).
+// front) run in the wide kernel (attention_backward_sm90_wide.cu, 80-row steps) beside this one,
+// which takes the rest (BwWsParams::work_begin).
 //
 // CTA: 3 warpgroups (384 threads). Warpgroup 0 is the producer: it loads K and V once, then walks
 // the steps (q head, 64-row q sub-tile) as the basic kernel does, classifies each (Partial: by
