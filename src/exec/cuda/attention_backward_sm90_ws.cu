@@ -65,7 +65,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <map>
 #include <string>
 
 #include "attention_backward_sm90.cuh"
@@ -475,66 +474,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
 #endif
 }
 
-// A second stream of this thread and the current device, with the events that fork it from the
-// caller's stream and join it back: per thread, so that no other thread records the events
-// between a launch's fork and join. Destroyed with the thread (errors ignored: at process exit
-// the context may be gone first).
-struct SideStream {
-  cudaStream_t stream = nullptr;
-  cudaEvent_t fork = nullptr, join = nullptr;
-};
-SideStream& side_stream() {
-  struct Streams {
-    std::map<int, SideStream> of;  // by device
-    Streams() = default;
-    Streams(const Streams&) = delete;
-    Streams& operator=(const Streams&) = delete;
-    ~Streams() {
-      for (auto& [device, s] : of) {
-        (void)cudaEventDestroy(s.fork);
-        (void)cudaEventDestroy(s.join);
-        (void)cudaStreamDestroy(s.stream);
-      }
-    }
-  };
-  thread_local Streams streams;
-  auto ck = [](cudaError_t e, const char* what) {
-    if (e != cudaSuccess) raise(ErrorKind::Cuda, std::string("attention_backward: side stream: ") + what + ": " + cudaGetErrorString(e));
-  };
-  int device = 0;
-  ck(cudaGetDevice(&device), "cudaGetDevice");
-  if (const auto it = streams.of.find(device); it != streams.of.end()) return it->second;
-  // Made on first use, which may fall inside a graph capture: making a stream and events puts
-  // nothing into a stream, so the capture's strict modes are relaxed around it.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  ck(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-  SideStream s;
-  const cudaError_t made[] = {cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking),
-                              cudaEventCreateWithFlags(&s.fork, cudaEventDisableTiming),
-                              cudaEventCreateWithFlags(&s.join, cudaEventDisableTiming)};
-  ck(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
-  for (const cudaError_t e : made) ck(e, "creating the stream and its events");
-  return streams.of[device] = s;
-}
-
-// Runs launch(side) for a kernel beside the ones the caller then puts on `stream`, as one step of
-// `stream` (eager and in a captured graph alike): the side stream waits for `stream` first, and
-// `stream` waits for the side stream's kernel after the caller's launches.
-template <typename Launch>
-void fork_side(cudaStream_t stream, SideStream& side, Launch&& launch) {
-  if (const cudaError_t e = cudaEventRecord(side.fork, stream); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string("attention_backward: fork: ") + cudaGetErrorString(e));
-  if (const cudaError_t e = cudaStreamWaitEvent(side.stream, side.fork, 0); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string("attention_backward: fork: ") + cudaGetErrorString(e));
-  launch(side.stream);
-}
-void join_side(cudaStream_t stream, SideStream& side) {
-  if (const cudaError_t e = cudaEventRecord(side.join, side.stream); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string("attention_backward: join: ") + cudaGetErrorString(e));
-  if (const cudaError_t e = cudaStreamWaitEvent(stream, side.join, 0); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string("attention_backward: join: ") + cudaGetErrorString(e));
-}
-
 template <int kD>
 void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   constexpr int kSmem = BwWsSmem<kD>::kAlloc;
@@ -575,24 +514,19 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
       encode_tensor_map_2d(wp.dv_map, "attention_backward_sm90_ws", TensorElem::F32, p.dv, kv_elems, p.dkv_rows, 32, kBwRows);
   wp.tma_dkv = tma_dkv ? 1 : 0;
   if (!p.deterministic) {
+    // The wide kernel beside the 64-row one (their items are independent and their additions
+    // commute): one after the other, the SMs that the wide kernel's last items leave idle wait
+    // for all of them, up to an item's time per call (1.017x on the lambda plan at B 1024, the
+    // others unchanged: bench/results/cuda_attention_h200.md).
     const int rest = p.list.num_work - (wide ? p.list.num_wide : 0);
-    if (wide && rest > 0) {
-      // Both kernels at once (their items are independent and their additions commute): one after
-      // the other, the SMs that the wide kernel's last items leave idle wait for all of them, up
-      // to an item's time per call (1.017x on the lambda plan at B 1024, whose calls have few wide
-      // items; the others unchanged: bench/results/cuda_attention_h200.md).
-      SideStream& side = side_stream();
-      fork_side(stream, side, [&](cudaStream_t s) { launch_backward_sm90_wide(wp, s); });
-      wp.work_begin = p.list.num_wide;
-      attention_backward_sm90_ws_kernel<kD, true><<<rest, kWsThreads, kSmem, stream>>>(wp);
-      join_side(stream, side);
-      return;
-    }
-    if (wide) {
-      launch_backward_sm90_wide(wp, stream);
-    } else if (rest > 0) {
+    const SideStream* side = wide && rest > 0 ? &side_stream("attention_backward") : nullptr;
+    if (side != nullptr) fork_side("attention_backward", stream, *side);
+    if (wide) launch_backward_sm90_wide(wp, side != nullptr ? side->stream : stream);
+    if (rest > 0) {
+      wp.work_begin = p.list.num_work - rest;
       attention_backward_sm90_ws_kernel<kD, true><<<rest, kWsThreads, kSmem, stream>>>(wp);
     }
+    if (side != nullptr) join_side("attention_backward", stream, *side);
     return;
   }
   const bool fused = p.dq_units != nullptr;

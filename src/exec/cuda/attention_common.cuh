@@ -14,6 +14,7 @@
 
 #include "dcp/detail/attention_cuda.h"
 #include "dcp/error.h"
+#include "launch_setup.h"
 
 namespace dcp::cuda::detail {
 
@@ -381,12 +382,7 @@ void launch_for_head_dim(const char* name, const AttnShape& shape, Launch&& laun
   if (err != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": launch: " + cudaGetErrorString(err));
 }
 
-// Opts a kernel into `smem_bytes` of dynamic shared memory on the current device. The attribute
-// is per device, so it is set once per (kernel, device): a process driving several GPUs gets it
-// on each (attention_work.cpp keeps the record).
-void allow_shared_memory_on_device(const char* name, const void* kernel, int smem_bytes);
-// Streaming multiprocessors of the current device (persistent launches size their grid by it).
-int multiprocessor_count();
+// allow_shared_memory_on_device for a kernel (launch_setup.h).
 template <typename Kernel>
 void allow_shared_memory(const char* name, Kernel kernel, int smem_bytes) {
   allow_shared_memory_on_device(name, reinterpret_cast<const void*>(kernel), smem_bytes);

@@ -1,13 +1,10 @@
 // attention_work.cpp — host side of the CUDA attention kernels: validation of tile lists, the
 // per-CTA work lists, and mask-area FLOPs.
-#include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
-#include <mutex>
-#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -16,42 +13,6 @@
 #include "dcp/error.h"
 
 namespace dcp::cuda {
-
-namespace detail {
-void allow_shared_memory_on_device(const char* name, const void* kernel, int smem_bytes) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> done;  // (kernel, device) pairs already opted in
-  int device = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string(name) + ": cudaGetDevice: " + cudaGetErrorString(e));
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (done.count({kernel, device}) != 0) return;
-  // The first launch may fall inside a graph capture: the attribute puts nothing into a stream,
-  // so the capture's strict modes are relaxed around it.
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  if (const cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string(name) + ": cudaThreadExchangeStreamCaptureMode: " + cudaGetErrorString(e));
-  const cudaError_t attr = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (const cudaError_t e = cudaThreadExchangeStreamCaptureMode(&mode); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string(name) + ": cudaThreadExchangeStreamCaptureMode: " + cudaGetErrorString(e));
-  if (attr != cudaSuccess) raise(ErrorKind::Cuda, std::string(name) + ": cudaFuncSetAttribute: " + cudaGetErrorString(attr));
-  done.insert({kernel, device});
-}
-
-int multiprocessor_count() {
-  static std::mutex mutex;
-  static std::map<int, int> counts;  // per device: asked once, every persistent launch reads it
-  int device = 0;
-  if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string("cudaGetDevice: ") + cudaGetErrorString(e));
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (const auto it = counts.find(device); it != counts.end()) return it->second;
-  int count = 0;
-  if (const cudaError_t e = cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess)
-    raise(ErrorKind::Cuda, std::string("cudaDeviceGetAttribute(multiprocessors): ") + cudaGetErrorString(e));
-  return counts[device] = std::max(count, 1);
-}
-}  // namespace detail
 
 namespace {
 
