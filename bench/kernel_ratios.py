@@ -122,16 +122,21 @@ def cell(x, fmt):
     return format(x, fmt) if x is not None else "-"
 
 
-def energy_table(rows, route):
-    lines = [f"route {route}; work per joule at the GPU's power limit, and its ratio to cuDNN's (full: non-causal, "
-             "sequence: causal)",
-             "| S | B | list | fwd TFLOP/kJ | W | MHz | x cuDNN | bwd TFLOP/kJ | W | MHz | x cuDNN |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        lines.append(f"| {r['seq']} | {r['block']} | {r['list']} | " + " | ".join(
-            f"{cell(r[f'{s}_tflop_per_kj'], '.0f')} | {cell(r[f'{s}_watts'], '.0f')} | {cell(r[f'{s}_mhz'], '.0f')} | "
-            f"{cell(r.get(f'{s}_kj_x'), '.3f')}" for s in ("fwd", "bwd")) + " |")
+def markdown(caption, columns, body):
+    """A caption line, then a markdown table of `columns` over the cell lists in `body`."""
+    lines = [caption, "| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in body]
     return "\n".join(lines)
+
+
+def energy_table(rows, route):
+    body = [[str(r["seq"]), str(r["block"]), r["list"]] +
+            [c for s in ("fwd", "bwd") for c in (cell(r[f"{s}_tflop_per_kj"], ".0f"), cell(r[f"{s}_watts"], ".0f"),
+                                                   cell(r[f"{s}_mhz"], ".0f"), cell(r.get(f"{s}_kj_x"), ".3f"))]
+            for r in rows]
+    return markdown(f"route {route}; work per joule at the GPU's power limit, and its ratio to cuDNN's (full: "
+                    "non-causal, sequence: causal)",
+                    ["S", "B", "list", "fwd TFLOP/kJ", "W", "MHz", "x cuDNN", "bwd TFLOP/kJ", "W", "MHz", "x cuDNN"], body)
 
 
 def verdicts(row):
@@ -150,17 +155,14 @@ def verdicts(row):
 
 
 def table(rows, route):
-    lines = [f"route {route}; ratios to cuDNN in the same call (full: non-causal, sequence: causal, causal and partial: "
-             "S / B causal sequences of B tokens); share: of the full list's rate",
-             "| S | B | list | fwd TFLOP/s | x cuDNN | share | bwd TFLOP/s | x cuDNN | share | targets |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in rows:
-        v = verdicts(r)
-        tgt = "; ".join(f"{w}: {'met' if ok else 'missed'}" for w, ok in v) or ""
-        lines.append(f"| {r['seq']} | {r['block']} | {r['list']} | {cell(r['fwd'], '.1f')} | {cell(r.get('fwd_x'), '.3f')} | "
-                     f"{cell(r.get('fwd_share'), '.2f')} | {cell(r['bwd'], '.1f')} | {cell(r.get('bwd_x'), '.3f')} | "
-                     f"{cell(r.get('bwd_share'), '.2f')} | {tgt} |")
-    return "\n".join(lines)
+    body = [[str(r["seq"]), str(r["block"]), r["list"]] +
+            [c for s in ("fwd", "bwd") for c in (cell(r[s], ".1f"), cell(r.get(f"{s}_x"), ".3f"),
+                                                   cell(r.get(f"{s}_share"), ".2f"))] +
+            ["; ".join(f"{w}: {'met' if ok else 'missed'}" for w, ok in verdicts(r))]
+            for r in rows]
+    return markdown(f"route {route}; ratios to cuDNN in the same call (full: non-causal, sequence: causal, causal and "
+                    "partial: S / B causal sequences of B tokens); share: of the full list's rate",
+                    ["S", "B", "list", "fwd TFLOP/s", "x cuDNN", "share", "bwd TFLOP/s", "x cuDNN", "share", "targets"], body)
 
 
 def main(argv=None):
