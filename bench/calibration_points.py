@@ -2,7 +2,7 @@
 """The one-GPU whole plans of a device call, as points for the kernel-model fit and its test.
 
 Usage: bench/calibration_points.py [--in-place-only] DCP_BINARY RUNS.json:CALL [RUNS.json:CALL ...]
-         > tests/sim/data/h200_one_gpu_plans.json
+         > tests/sim/data/<h200 or h100>_one_gpu_plans.json
 RUNS.json is a runs file of bench/results (bench/exec_tables.py describes it). Every one-GPU
 `dcp bench` run of the call (bench_1gpu_<profile><tokens>_<mask>, as bench/run_exec_device.sh
 names them) becomes one point: its measured forward and backward time per layer, its block size,

@@ -20,15 +20,17 @@
 //                   "block", "list", "fwd_<route>_ms", "bwd_<route>_ms"}]}); lists rebuilt as that
 //                   benchmark builds them: one causal sequence of `seq` tokens cut into blocks, every
 //                   tile its own output
+//   --cluster NAME  the preset the plans are built on and whose measured calibration is the
+//                   default base: h200-nvl (default) or h100-sxm, the card the points ran on
 //   --base FILE     calibration whose other fields (launch overhead, memory bandwidth) are kept
-//                   (default: the simulator's built-in H200 calibration)
+//                   (default: the cluster's built-in measured calibration)
 //   --route NAME    the benchmark's column to fit (default wgmma-persistent: the kernels with the
 //                   host's cell classes of Partial tiles and the persistent forward, as the CUDA backend runs them)
 //   --plan-weight W weight of a whole plan against one kernel list (default 8)
 //   --pin fwd_work_item_cost=0   keeps one cost of one pass out of the fit (repeatable)
 //   --work          also prints what each point asks of the kernels
-// Usage: fit_calibration --plans FILE [--kernels FILE] [--route NAME] [--base FILE] [--plan-weight W]
-//        [--pin K=V] [--work]
+// Usage: fit_calibration --plans FILE [--kernels FILE] [--cluster NAME] [--route NAME] [--base FILE]
+//        [--plan-weight W] [--pin K=V] [--work]
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -103,8 +105,8 @@ void add_program(const dcp::Plan& plan, const dcp::Calibration& base, Point& p) 
   }
 }
 
-// A whole plan as `dcp bench` builds it on one GPU: DCP's placement on the h200-nvl preset.
-Point plan_point(const nlohmann::json& j, const dcp::Calibration& base) {
+// A whole plan as `dcp bench` builds it on one GPU: DCP's placement on the cluster's preset.
+Point plan_point(const nlohmann::json& j, const std::string& preset, const dcp::Calibration& base) {
   Point p;
   p.name = j.at("name").get<std::string>();
   p.plan = true;
@@ -112,7 +114,7 @@ Point plan_point(const nlohmann::json& j, const dcp::Calibration& base) {
   dcp::BlockOptions bo;
   bo.block_size = j.at("block").get<int64_t>();
   const dcp::BlockTable table = dcp::build_block_table(batch, bo);
-  dcp::Cluster cluster = dcp::cluster_preset("h200-nvl", 1);
+  dcp::Cluster cluster = dcp::cluster_preset(preset, 1);
   cluster.devices_per_node = 1;
   dcp::PlanOptions po;
   po.schedule.num_comm_stages = j.at("stages").get<int>();
@@ -242,7 +244,7 @@ void pin(const std::string& arg, Vec (&held)[2]) {
 }
 
 int run(int argc, char** argv) {
-  std::string plans_path, kernels_path, base_path, route = "wgmma-persistent";
+  std::string plans_path, kernels_path, base_path, preset = "h200-nvl", route = "wgmma-persistent";
   double plan_weight = 8.0;
   bool show_work = false;
   Vec held[2];
@@ -257,6 +259,7 @@ int run(int argc, char** argv) {
     if (a == "--plans") plans_path = value();
     else if (a == "--kernels") kernels_path = value();
     else if (a == "--base") base_path = value();
+    else if (a == "--cluster") preset = value();
     else if (a == "--route") route = value();
     else if (a == "--plan-weight") plan_weight = std::stod(value());
     else if (a == "--pin") pin(value(), held);
@@ -264,12 +267,13 @@ int run(int argc, char** argv) {
     else dcp::raise(dcp::ErrorKind::InvalidInput, "unknown argument '" + a + "' (see the header of bench/fit_calibration.cpp)");
   }
   if (plans_path.empty()) dcp::raise(dcp::ErrorKind::InvalidInput, "--plans FILE is required");
-  dcp::Calibration base = base_path.empty() ? dcp::measured_h200_calibration() : dcp::load_calibration(base_path);
+  dcp::Calibration base = base_path.empty() ? dcp::calibration_from_cluster(dcp::cluster_preset(preset, 1))
+                                            : dcp::load_calibration(base_path);
   base.subtile_model = true;
 
   std::vector<Point> pts;
   const nlohmann::json plans = read_json(plans_path);
-  for (const nlohmann::json& j : plans.at("plans")) pts.push_back(plan_point(j, base));
+  for (const nlohmann::json& j : plans.at("plans")) pts.push_back(plan_point(j, preset, base));
   if (!kernels_path.empty()) {
     const nlohmann::json k = read_json(kernels_path);
     const dcp::AttentionShape shape{.q_heads = k.at("q_heads").get<int>(), .kv_heads = k.at("kv_heads").get<int>(),

@@ -112,7 +112,7 @@ for det in $dets; do
         say "$prefix $v $m"
         DCP_ATTN_DETERMINISTIC=$((det > 0)) DCP_ATTN_DETERMINISTIC_ONE_PASS=$one timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
           --q-heads 32 --kv-heads 8 --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 \
-          --method dcp --cluster h200-nvl --nodes 1 ${AB_ENERGY:+--energy-iters $AB_ENERGY} \
+          --method dcp --cluster auto --nodes 1 ${AB_ENERGY:+--energy-iters $AB_ENERGY} \
           --json "$x/${prefix}_${v}_${m}_${tag}.json" 2>&1 | tail -1
       done
     done

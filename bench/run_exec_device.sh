@@ -85,7 +85,7 @@ if has detbench; then
   say "deterministic backward: whole plans, ldc 65536 (fwd bwd TFLOP/s)"
   detplan() { CUDA_VISIBLE_DEVICES=0 timeout 60 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $1 --q-heads 32 \
                 --kv-heads 8 --head-dim 128 --block $2 --stages 2 --layers 2 --iters 3 --warmup 1 --method dcp \
-                --cluster h200-nvl --nodes 1 2>&1 | grep -E '^dcp +[0-9]' | awk '{print $4, $5}'; }
+                --cluster auto --nodes 1 2>&1 | grep -E '^dcp +[0-9]' | awk '{print $4, $5}'; }
   for blk in 1024 2048; do
     for m in causal lambda causal_blockwise shared_question; do
       echo "B $blk $m | default $(DCP_ATTN_DETERMINISTIC=0 detplan $m $blk)" \
@@ -123,7 +123,7 @@ bench() {  # name np args...
   local name=$1 np=$2; shift 2
   say "bench $name"
   local vis=""; [ "$np" = 1 ] && vis="CUDA_VISIBLE_DEVICES=0"
-  env $vis timeout ${BENCH_TIMEOUT:-120} $MPIRUN -np "$np" $b/dcp bench --cluster h200-nvl --nodes ${NODES:-1} \
+  env $vis timeout ${BENCH_TIMEOUT:-120} $MPIRUN -np "$np" $b/dcp bench --cluster auto --nodes ${NODES:-1} \
     --json "$json_dir/bench_$name.json" ${BENCH_EXTRA:-} "$@" 2>&1 | tee -a "$log"
   tar -cf "$out/json.tar" -C "$json_dir" .
 }

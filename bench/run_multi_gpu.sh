@@ -33,7 +33,7 @@ run() {  # name nodes args...
   echo "== $(date +%T) $name" | tee -a "$log"
   timeout ${BENCH_TIMEOUT:-150} mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -x DCP_ATTN_FORWARD \
     -x DCP_ATTN_BACKWARD -x DCP_ATTN_BACKWARD_DQ -np "$gpus" \
-    /tmp/dcp_build/dcp bench --cluster h200-nvl --nodes "$nodes" --devices-per-node $((gpus / nodes)) \
+    /tmp/dcp_build/dcp bench --cluster auto --nodes "$nodes" --devices-per-node $((gpus / nodes)) \
     --json "/tmp/dcp_json/$name.json" "$@" 2>&1 | tee -a "$log"
   tar -cf "$out/json.tar" -C /tmp/dcp_json .
 }

@@ -79,7 +79,7 @@ fi
 if has bench; then
   say "dcp bench, the same plan"
   timeout 200 $b/dcp bench --profile ldc --seed 1 --tokens 131072 --mask causal --q-heads 32 --kv-heads 8 \
-    --head-dim 128 --block 2048 --stages 2 --layers 4 --iters 5 --warmup 2 --method dcp --cluster h200-nvl --nodes 1 \
+    --head-dim 128 --block 2048 --stages 2 --layers 4 --iters 5 --warmup 2 --method dcp --cluster auto --nodes 1 \
     --json "$out/dcp_bench.json" 2>&1 | tail -12 | tee -a "$log"
 fi
 if has pair; then
@@ -95,7 +95,7 @@ if has pair; then
   say "two GPUs: dcp bench, the same plan"
   timeout 200 mpirun --bind-to none -x NCCL_NVLS_ENABLE -x LD_LIBRARY_PATH -np 2 $b/dcp bench --profile ldc --seed 1 \
     --tokens 131072 --mask causal --q-heads 32 --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 4 \
-    --iters 5 --warmup 2 --method dcp --cluster h200-nvl --nodes 1 --devices-per-node 2 \
+    --iters 5 --warmup 2 --method dcp --cluster auto --nodes 1 --devices-per-node 2 \
     --json "$out/dcp_bench_pair.json" 2>&1 | tail -12 | tee -a "$log"
   (cd "$out" && tar -cf pair.tar pytest_pair.log op_bench_pair.json dcp_bench_pair.json 2>/dev/null && \
     rm -f pytest_pair.log op_bench_pair.json dcp_bench_pair.json)
@@ -116,7 +116,7 @@ if has det; then  # the deterministic backward: kernel table beside the default,
       say "dcp bench ldc 65536 $m, $name"
       DCP_ATTN_DETERMINISTIC=$det DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$rows timeout 120 $b/dcp bench --profile ldc --seed 1 \
         --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 \
-        --warmup 2 --method dcp --cluster h200-nvl --nodes 1 --json "$out/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
+        --warmup 2 --method dcp --cluster auto --nodes 1 --json "$out/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
     done
   done
   # One file for them all (the device tool brings back at most 8 files per call).
@@ -153,7 +153,7 @@ if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
         say "dcp bench ldc 65536 $m, B $B, $name"
         env ${envs//,/ } timeout 120 $b/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m --q-heads 32 \
           --kv-heads 8 --head-dim 128 --block $B --stages 2 --layers 2 --iters 5 --warmup 2 --method dcp \
-          --cluster h200-nvl --nodes 1 $flag --json "/tmp/plans_json/$file.json" 2>&1 | tail -3 | tee -a "$log"
+          --cluster auto --nodes 1 $flag --json "/tmp/plans_json/$file.json" 2>&1 | tail -3 | tee -a "$log"
       done
     done
   done

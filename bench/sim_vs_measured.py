@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Simulated vs measured time of the same plans: `dcp bench --json` results against `dcp simulate`.
 
-Usage: bench/sim_vs_measured.py DCP_BINARY [--calibration FILE] RUNS...
+Usage: bench/sim_vs_measured.py DCP_BINARY [--cluster PRESET] [--calibration FILE] RUNS...
 RUNS as bench/exec_tables.py takes them (bench JSON files, .tar files, runs.json[:CALL]). For every
-run (one batch, one mask, every placement) the same batch is simulated on the h200-nvl preset with
-the run's GPU count (as 2 nodes of 1 GPU for the *_2nodes_* runs), block size and 2 stages, with the
-simulator's default calibration or FILE, and each placement's fwd / bwd times are compared.
+run (one batch, one mask, every placement) the same batch is simulated on PRESET (default: the
+cluster the run records, else h200-nvl; h100-sxm for older runs on an H100) with the run's GPU count (as 2 nodes of 1 GPU for the *_2nodes_*
+runs), block size and 2 stages, with the preset's default calibration or FILE, and each
+placement's fwd / bwd times are compared.
 """
 import re
 import subprocess
@@ -17,11 +18,11 @@ from exec_tables import load  # noqa: E402
 METHODS = ("dcp", "ring", "zigzag", "ulysses", "a2a_p2p", "packing")
 
 
-def simulate(dcp, cal, name, d):
+def simulate(dcp, cluster, cal, name, d):
     budget = re.search(d["profile"] + r"(\d+)", name)
     nodes = 2 if "_2nodes_" in name else 1
     cmd = [dcp, "simulate", "--profile", d["profile"], "--tokens", budget.group(1), "--mask", d["mask"],
-           "--cluster", "h200-nvl", "--nodes", str(nodes), "--devices-per-node", str(d["world"] // nodes),
+           "--cluster", cluster, "--nodes", str(nodes), "--devices-per-node", str(d["world"] // nodes),
            "--stages", "2", "--block", str(d["block"]), "--batches", "1"]
     # Runs from before the option existed merged every output through a slot.
     cmd += [] if d.get("outputs_in_place", False) else ["--no-outputs-in-place"]
@@ -35,14 +36,14 @@ def simulate(dcp, cal, name, d):
     return sim
 
 
-def main(dcp, cal, paths):
+def main(dcp, cluster, cal, paths):
     print("| run | method | measured fwd / bwd ms | simulated fwd / bwd ms | error fwd / bwd | error step |")
     print("|---|---|---|---|---|---|")
     worst = {}
     for name, d in load(paths):
         if d.get("search") or "rows" not in d:
             continue
-        sim = simulate(dcp, cal, name, d)
+        sim = simulate(dcp, cluster or d.get("cluster", "h200-nvl"), cal, name, d)
         for r in d["rows"]:
             if r["method"] not in sim:
                 continue
@@ -61,11 +62,12 @@ def main(dcp, cal, paths):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    calibration = ""
-    if "--calibration" in args:
-        i = args.index("--calibration")
-        calibration = args[i + 1]
-        del args[i:i + 2]
+    options = {"--calibration": "", "--cluster": ""}
+    for flag in options:
+        if flag in args:
+            i = args.index(flag)
+            options[flag] = args[i + 1]
+            del args[i:i + 2]
     if len(args) < 2:
         sys.exit(__doc__)
-    main(args[0], calibration, args[1:])
+    main(args[0], options["--cluster"], options["--calibration"], args[1:])

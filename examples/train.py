@@ -124,7 +124,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="each rank reads only its share of a step's documents, as a data loader per rank "
                         "would; the planner gathers their lengths and masks, and dispatch moves the tokens "
                         "(same plans and loss as without)")
-    g.add_argument("--cluster", default="h200-nvl", help="dcp cluster preset or JSON file")
+    g.add_argument("--cluster", default="auto",
+                   help="dcp cluster preset or JSON file (auto: the preset measured on this GPU, h200-nvl without one)")
     g = p.add_argument_group("measurement and output")
     g.add_argument("--measure-from", type=int, default=10, help="first step of the timing medians")
     g.add_argument("--profile-steps", type=int, default=2,

@@ -37,7 +37,8 @@ namespace {
 
 struct BenchArgs {
   BatchSource batch;
-  ClusterSource cluster{.preset = "h200-nvl", .nodes = 1, .devices_per_node = 0};
+  // "auto": the preset measured on this machine's GPU (h100-sxm, h200-nvl), else h200-nvl.
+  ClusterSource cluster{.preset = "auto", .nodes = 1, .devices_per_node = 0};
   BlockOptions blocks;
   std::vector<std::string> methods;
   int layers = 2;
@@ -344,6 +345,16 @@ int bench_main(const BenchArgs& args, int& world_out) {
   const Batch batch = resolve_batch(args.batch);
   batch.validate();
   ClusterSource cs = args.cluster;
+  if (cs.preset == "auto") {
+    // The sim columns and --search price the kernels of this card, where a measured preset exists.
+    const std::string gpu = cuda ? cuda_device_name(device) : "";
+    cs.preset = cluster_preset_for_gpu(gpu);
+    if (cs.preset.empty()) {
+      cs.preset = "h200-nvl";
+      if (cuda && rank == 0)
+        std::cerr << "dcp bench: no preset was measured on '" << gpu << "': the sim columns price h200-nvl (see --cluster)\n";
+    }
+  }
   if (cs.devices_per_node == 0) cs.devices_per_node = world / std::max(1, cs.nodes);
   const Cluster cluster = resolve_cluster(cs);
   if (cluster.num_devices() != world)
@@ -380,9 +391,10 @@ int bench_main(const BenchArgs& args, int& world_out) {
   double best_static = 0;
   for (const Row& r : rows)
     if (r.method != "dcp" && (best_static == 0 || r.fwd_ms + r.bwd_ms < best_static)) best_static = r.fwd_ms + r.bwd_ms;
-  std::cout << fmt::format("dcp bench: {} tokens, {} sequences, mask {}, {} GPU(s), backend {}, {} layers, block {}\n",
+  std::cout << fmt::format("dcp bench: {} tokens, {} sequences, mask {}, {} GPU(s), backend {}, {} layers, block {}, "
+                           "cluster {}\n",
                            batch.total_tokens(), batch.sequences.size(), mask_label({batch}), world, backend->name(),
-                           args.layers, args.blocks.block_size);
+                           args.layers, args.blocks.block_size, cluster.name);
   std::cout << fmt::format("{:<10} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>9}\n", "method", "fwd ms",
                            "bwd ms", "fwd TF/s", "bwd TF/s", "sim fwd", "sim bwd", "MB moved", "speedup", "check");
   nlohmann::json j = nlohmann::json::array();
@@ -416,7 +428,8 @@ int bench_main(const BenchArgs& args, int& world_out) {
                           {"backend", backend->name()}, {"layers", args.layers}, {"block", args.blocks.block_size},
                           {"search", args.search}, {"balance_time", args.balance_time},
                           {"outputs_in_place", args.outputs_in_place},
-                          {"calibration", args.calibration}, {"rows", j}};
+                          {"cluster", cluster.name}, {"calibration", args.calibration},
+                          {"sim_calibration", calibration.name}, {"rows", j}};
     std::ofstream(args.json) << out.dump(2) << "\n";
   }
   for (const Row& r : rows)
@@ -451,6 +464,9 @@ void register_bench(CLI::App& app, Runner& runner) {
       "bench", "Run a batch's plans (dcp and every static baseline) on GPUs: time, TFLOP/s per GPU, vs the simulator");
   add_batch_options(sub, args->batch);
   add_cluster_options(sub, args->cluster);
+  sub->get_option("--cluster")
+      ->description("Cluster preset (a100-p4d, h100-sxm, h200-nvl), a cluster JSON file, or auto: the preset "
+                    "measured on this machine's GPU (an H100 or H200; h200-nvl otherwise)");
   add_block_options(sub, args->blocks);
   sub->add_option("--method", args->methods, "Only these placements (repeatable)");
   sub->add_option("--trace", args->trace,

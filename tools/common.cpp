@@ -62,7 +62,7 @@ void add_batch_options(CLI::App* app, BatchSource& src) {
 }
 
 void add_cluster_options(CLI::App* app, ClusterSource& src) {
-  app->add_option("--cluster", src.preset, "Cluster preset (a100-p4d, h200-nvl) or a cluster JSON file")
+  app->add_option("--cluster", src.preset, "Cluster preset (a100-p4d, h100-sxm, h200-nvl) or a cluster JSON file")
       ->capture_default_str();
   app->add_option_function<int>(
          "--nodes",

@@ -88,6 +88,9 @@ int cuda_device_count();        // 0 without CUDA or devices
 // "domain:bus:device.function" of a visible device (what NVML and nvidia-smi name it by); empty
 // without CUDA or for a device outside [0, cuda_device_count()).
 std::string cuda_device_pci_bus_id(int device);
+// The device's product name ("NVIDIA H100 80GB HBM3"); empty without CUDA or for a device outside
+// [0, cuda_device_count()).
+std::string cuda_device_name(int device);
 // Pre: 0 <= options.device < cuda_device_count(). Throws Unsupported when built without CUDA.
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
 inline std::unique_ptr<Backend> make_cuda_backend(int device) {

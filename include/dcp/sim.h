@@ -63,14 +63,18 @@ struct Calibration {
 };
 
 // The simulator's default for a cluster. A preset whose kernels were measured carries that
-// measurement (h200-nvl: measured_h200_calibration()) as long as the cluster keeps the preset's
-// kernel rates; any other cluster gets its own rates with default overheads.
+// measurement (h200-nvl: measured_h200_calibration(), h100-sxm: measured_h100_calibration()) as
+// long as the cluster keeps the preset's kernel rates; any other cluster gets its own rates with
+// default overheads.
 Calibration calibration_from_cluster(const Cluster& cluster);
 // The tile-list kernels of this repository on one H200 (subtiles model; 32 query / 8 KV heads,
 // head dim 128, bf16), fitted to the kernel benchmark and the one-GPU whole plans recorded in
 // bench/results (refit: bench/fit_calibration.cpp; the same values as
 // data/calibration/h200_measured_subtiles.json).
 Calibration measured_h200_calibration();
+// The same kernels on one H100 80GB HBM3, fitted the same way
+// (data/calibration/h100_measured_subtiles.json).
+Calibration measured_h100_calibration();
 // JSON file {"name":..., "attn_fwd_tflops":..., "attn_bwd_tflops":..., "tile_overhead_us":...,
 // "launch_overhead_us":..., "memory_bw_GBps":..., (fwd|bwd)_(diagonal|partial)_efficiency in
 // (0, 1], "attention_cost_model": "area"|"subtiles", (fwd|bwd)_(diagonal|partial)_masked_cost

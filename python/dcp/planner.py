@@ -29,6 +29,21 @@ def _options(options: Any) -> _dcp.PlanOptions:
     return o
 
 
+def auto_preset() -> str:
+    """The preset measured on this process's GPU (its current CUDA device under torch, else device
+    0): 'h100-sxm' on an H100, 'h200-nvl' on an H200 and wherever no GPU or no measured preset is
+    found. The planner's memory bound and the simulator's calibration (search) then fit the card."""
+    device = 0
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            device = torch.cuda.current_device()
+    except ImportError:
+        pass
+    return _dcp.cluster_preset_for_gpu(_dcp.cuda_device_name(device)) or "h200-nvl"
+
+
 def _cluster(cluster: Any, world_size: int, devices_per_node: Optional[int], group: Any = None) -> _dcp.Cluster:
     """The cluster model of a group of world_size ranks. A preset's node size: devices_per_node
     where given, else the group's own layout (dcp.launch.node_layout: which of its ranks share a
@@ -38,7 +53,7 @@ def _cluster(cluster: Any, world_size: int, devices_per_node: Optional[int], gro
     elif isinstance(cluster, str) and cluster.endswith(".json"):
         c = _dcp.load_cluster(cluster)
     else:
-        preset = cluster or "h200-nvl"
+        preset = auto_preset() if cluster in (None, "", "auto") else cluster
         if devices_per_node:
             per_node = devices_per_node
         elif group is not None and world_size > 1:
@@ -266,8 +281,9 @@ class Planner:
 
     group:    a torch.distributed process group (None: the default group if initialised, else a
               single process).
-    cluster:  a cluster preset name ('h200-nvl', 'a100-p4d'), a cluster JSON file or a dcp.Cluster;
-              with a preset, devices per node come from LOCAL_WORLD_SIZE (torchrun) unless given.
+    cluster:  'auto' (the preset measured on this GPU: auto_preset()), a cluster preset name
+              ('h200-nvl', 'h100-sxm', 'a100-p4d'), a cluster JSON file or a dcp.Cluster; with a
+              preset, devices per node come from the group's layout unless given.
     options:  dict or dcp.PlanOptions: method ('dcp' or a static layout: ring, zigzag, ulysses,
               a2a_p2p, packing), block_size, stages, eps_compute, eps_memory, search,
               placement_threads (threads inside one placement, default 1: `threads` below already
@@ -285,7 +301,7 @@ class Planner:
               would get); 0 plans every step. Fixed-length data then plans once.
     """
 
-    def __init__(self, group: Any = None, cluster: Any = "h200-nvl", options: Any = None, *,
+    def __init__(self, group: Any = None, cluster: Any = "auto", options: Any = None, *,
                  shape: Tuple[int, int, int], dtype: str = "bf16", threads: int = 4, lookahead: int = 2,
                  verify: str = "every", broadcast: bool = False, devices_per_node: Optional[int] = None,
                  timeout_s: float = 600.0, per_rank_data: bool = False, reuse_batches: int = 2):

@@ -134,9 +134,11 @@ void bind_batch(nb::module_& m) {
         return c;
       },
       nb::arg("preset"), nb::arg("nodes"), nb::arg("devices_per_node") = 0,
-      "A cluster preset (a100-p4d, h200-nvl) of `nodes` nodes; devices_per_node overrides the preset's.");
+      "A cluster preset (a100-p4d, h100-sxm, h200-nvl) of `nodes` nodes; devices_per_node overrides the preset's.");
   m.def("load_cluster", &load_cluster, nb::arg("path"), "A cluster from its JSON file (docs/formats.md).");
   m.def("cluster_presets", &cluster_preset_names);
+  m.def("cluster_preset_for_gpu", &cluster_preset_for_gpu, nb::arg("gpu_name"),
+        "The preset measured on the GPU of this product name ('NVIDIA H100 80GB HBM3' -> 'h100-sxm'); '' for others.");
   m.def(
       "node_layout_of",
       [](const std::vector<int>& node_of_rank) {

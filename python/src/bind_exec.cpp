@@ -175,6 +175,7 @@ void bind_exec(nb::module_& m) {
   m.def("cpu_backend", [] { return std::shared_ptr<Backend>(make_cpu_backend()); });
   m.def("cuda_available", &cuda_backend_available);
   m.def("cuda_device_count", &cuda_device_count);
+  m.def("cuda_device_name", &cuda_device_name, nb::arg("device"), "The device's product name; '' without CUDA.");
   m.def(
       "cuda_backend",
       [](int device, uintptr_t stream, nb::object allocator, const std::string& forward, const std::string& backward,

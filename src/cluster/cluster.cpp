@@ -88,6 +88,19 @@ Cluster h200_nvl(int nodes) {
   return c;
 }
 
+// 8 x H100 SXM 80 GB on NVLink (450 GB/s per GPU per direction) and 8 x 400 Gbps NICs per node,
+// as in DGX H100 / p5 nodes. Attention rates are cuDNN SDPA as measured on an H100 80GB HBM3 in
+// this project's kernel calls (bench/results/kernels_h100_2026-12-05.json: fwd ~620-634, bwd
+// ~545-556 TFLOP/s for 32K sequences). Latencies are typical figures, not measured here.
+Cluster h100_sxm(int nodes) {
+  Cluster c = h200_nvl(nodes);
+  c.name = "h100-sxm";
+  c.attn_fwd_flops = 620e12;
+  c.attn_bwd_flops = 545e12;
+  c.device_memory_bytes = 80e9;
+  return c;
+}
+
 }  // namespace
 
 double Cluster::inter_weight() const { return intra_bw / inter_bw_device; }
@@ -116,12 +129,20 @@ void Cluster::validate(const std::string& where) const {
   require_positive(device_memory_bytes, where, "device_memory_bytes");
 }
 
-std::vector<std::string> cluster_preset_names() { return {"a100-p4d", "h200-nvl"}; }
+std::vector<std::string> cluster_preset_names() { return {"a100-p4d", "h100-sxm", "h200-nvl"}; }
+
+std::string cluster_preset_for_gpu(const std::string& gpu_name) {
+  if (gpu_name.find("H100") != std::string::npos) return "h100-sxm";
+  if (gpu_name.find("H200") != std::string::npos) return "h200-nvl";
+  return "";
+}
 
 Cluster cluster_preset(const std::string& name, int nodes) {
   Cluster c;
   if (name == "a100-p4d") {
     c = a100_p4d(nodes);
+  } else if (name == "h100-sxm") {
+    c = h100_sxm(nodes);
   } else if (name == "h200-nvl") {
     c = h200_nvl(nodes);
   } else {

@@ -13,7 +13,7 @@ namespace dcp {
 namespace {
 
 TEST(Cluster, Presets) {
-  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"a100-p4d", "h200-nvl"}));
+  EXPECT_EQ(cluster_preset_names(), (std::vector<std::string>{"a100-p4d", "h100-sxm", "h200-nvl"}));
   const Cluster a = cluster_preset("a100-p4d", 4);
   EXPECT_EQ(a.num_devices(), 32);
   EXPECT_EQ(a.node_of(17), 2);
@@ -33,10 +33,28 @@ TEST(Cluster, Presets) {
   EXPECT_EQ(h.attn_bwd_flops, 530e12);
   EXPECT_EQ(h.device_memory_bytes, 141e9);
   EXPECT_DOUBLE_EQ(h.inter_weight(), 9.0);
+  // The H100 node: the H200's links, its own kernel rates and memory.
+  const Cluster g = cluster_preset("h100-sxm", 2);
+  EXPECT_EQ(g.name, "h100-sxm");
+  EXPECT_EQ(g.num_devices(), 16);
+  EXPECT_EQ(g.intra_bw, h.intra_bw);
+  EXPECT_EQ(g.inter_bw_device, h.inter_bw_device);
+  EXPECT_EQ(g.nic_bw_node, h.nic_bw_node);
+  EXPECT_EQ(g.attn_fwd_flops, 620e12);
+  EXPECT_EQ(g.attn_bwd_flops, 545e12);
+  EXPECT_EQ(g.device_memory_bytes, 80e9);
+}
+
+TEST(Cluster, PresetOfTheGpu) {
+  EXPECT_EQ(cluster_preset_for_gpu("NVIDIA H100 80GB HBM3"), "h100-sxm");
+  EXPECT_EQ(cluster_preset_for_gpu("NVIDIA H200"), "h200-nvl");
+  EXPECT_EQ(cluster_preset_for_gpu("NVIDIA A100-SXM4-80GB"), "");
+  EXPECT_EQ(cluster_preset_for_gpu(""), "");
+  for (const char* gpu : {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}) cluster_preset(cluster_preset_for_gpu(gpu), 1);
 }
 
 TEST(Cluster, BadPresetAndSizes) {
-  test::expect_invalid_input([] { cluster_preset("dgx-b200", 1); }, {"'dgx-b200'", "a100-p4d, h200-nvl"});
+  test::expect_invalid_input([] { cluster_preset("dgx-b200", 1); }, {"'dgx-b200'", "a100-p4d, h100-sxm, h200-nvl"});
   test::expect_invalid_input([] { cluster_preset("a100-p4d", 0); }, {"cluster.nodes: must be in [1, 1024], got 0"});
   Cluster c;
   c.devices_per_node = 0;

@@ -39,6 +39,28 @@ def test_equal_batches_reuse_their_plan():
         p.close()
 
 
+def test_auto_cluster_is_the_preset_measured_on_this_gpu():
+    """'auto' names the GPU's preset (h200-nvl without a GPU or a measured preset), and a Planner
+    made with it plans as one made with that preset."""
+    assert dcp._dcp.cluster_preset_for_gpu("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert dcp._dcp.cluster_preset_for_gpu("NVIDIA H200") == "h200-nvl"
+    assert dcp._dcp.cluster_preset_for_gpu("Tesla V100-SXM2-16GB") == ""
+    from dcp.planner import auto_preset
+    preset = auto_preset()
+    assert preset in dcp._dcp.cluster_presets()
+    if dcp._dcp.cuda_device_count() == 0:
+        assert preset == "h200-nvl"
+    auto = dcp.Planner(None, "auto", {"block_size": 64, "stages": 2}, shape=cases.SHAPE, threads=1)
+    named = dcp.Planner(None, preset, {"block_size": 64, "stages": 2}, shape=cases.SHAPE, threads=1)
+    assert auto.cluster.name == named.cluster.name == preset
+    lengths, specs = cases.random_docs(3, max_len=400, num_docs=3)
+    for p in (auto, named):
+        p.submit(0, lengths, specs)
+    assert auto.get(0).plan.hash == named.get(0).plan.hash
+    auto.close()
+    named.close()
+
+
 def test_simulate_predicts_a_plans_time():
     """Plan.simulate: per-device times consistent with the pass times, dcp ahead of packing on a
     batch with one long document, and clear errors."""

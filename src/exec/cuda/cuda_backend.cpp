@@ -805,6 +805,15 @@ std::string cuda_device_pci_bus_id(int device) {
   }
   return bus;
 }
+std::string cuda_device_name(int device) {
+  if (device < 0 || device >= cuda_device_count()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return "";
+  }
+  return prop.name;
+}
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   const int n = cuda_device_count();
   if (options.device < 0 || options.device >= n)
