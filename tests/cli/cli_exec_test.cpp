@@ -333,6 +333,31 @@ TEST(CliBench, OutputsInPlaceMatchTheReference) {
   }
 }
 
+// dcp bench's cluster: auto (the default) is the GPU's measured preset, h200-nvl on the CPU backend;
+// a named preset is taken as given. The JSON records the cluster and the simulator's calibration.
+TEST(CliBench, ClusterAutoAndNamedPresetsAreRecorded) {
+  const std::string common = "bench --backend cpu --profile ldc --tokens 2048 --q-heads 4 --kv-heads 2 --head-dim 64 "
+                             "--block 256 --layers 1 --iters 1 --warmup 0 --method dcp";
+  const struct {
+    const char* flag;
+    const char* cluster;
+    const char* calibration;
+  } cases[] = {{"", "h200-nvl", "h200-measured-subtiles"},
+               {" --cluster auto", "h200-nvl", "h200-measured-subtiles"},
+               {" --cluster h100-sxm", "h100-sxm", "h100-measured-subtiles"}};
+  for (const auto& c : cases) {
+    const std::string json = ::testing::TempDir() + "dcp_bench_cluster.json";
+    const auto r = dcp::test::run_cli(common + c.flag + " --json " + json);
+    ASSERT_EQ(r.exit_code, 0) << c.flag << ": " << r.out;
+    EXPECT_NE(r.out.find(std::string("cluster ") + c.cluster), std::string::npos) << r.out;
+    std::ifstream in(json);
+    const auto j = nlohmann::json::parse(in);
+    EXPECT_EQ(j["cluster"], c.cluster) << c.flag;
+    EXPECT_EQ(j["sim_calibration"], c.calibration) << c.flag;
+  }
+  EXPECT_NE(dcp::test::run_cli(common + " --cluster h300").exit_code, 0);
+}
+
 // dcp bench --energy-iters: the further steps run, and without a GPU meter (the CPU backend; on a
 // GPU machine without NVML) the command says why there are no energy figures and writes none.
 TEST(CliBench, EnergyItersWithoutAMeterSaysWhy) {
