@@ -69,11 +69,11 @@ struct Calibration {
 Calibration calibration_from_cluster(const Cluster& cluster);
 // The tile-list kernels of this repository on one H200 (subtiles model; 32 query / 8 KV heads,
 // head dim 128, bf16), fitted to the kernel benchmark and the one-GPU whole plans recorded in
-// bench/results (refit: bench/fit_calibration.cpp; the same values as
-// data/calibration/h200_measured_subtiles.json).
+// bench/results (refit: bench/fit_calibration.cpp): data/calibration/h200_measured_subtiles.json,
+// embedded in the library when it is configured.
 Calibration measured_h200_calibration();
-// The same kernels on one H100 80GB HBM3, fitted the same way
-// (data/calibration/h100_measured_subtiles.json).
+// The same kernels on one H100 80GB HBM3, fitted the same way:
+// data/calibration/h100_measured_subtiles.json, embedded likewise.
 Calibration measured_h100_calibration();
 // JSON file {"name":..., "attn_fwd_tflops":..., "attn_bwd_tflops":..., "tile_overhead_us":...,
 // "launch_overhead_us":..., "memory_bw_GBps":..., (fwd|bwd)_(diagonal|partial)_efficiency in

@@ -12,6 +12,7 @@
 #include "dcp/cluster.h"
 #include "dcp/error.h"
 #include "dcp/sim.h"
+#include "measured_calibrations.h"
 
 namespace dcp {
 namespace {
@@ -74,75 +75,22 @@ void Calibration::validate(const std::string& where) const {
   non_negative(bwd_work_item_cost, "bwd_work_item_cost");
 }
 
-namespace {
-
-// One card's fit of the sub-tile model (bench/fit_calibration's output): kernel rates in TFLOP/s
-// of full sub-tiles, the other costs in full sub-tiles, memory bandwidth in GB/s.
-struct SubtileFit {
-  const char* name;
-  double fwd_tflops, fwd_diagonal, fwd_partial, fwd_empty, fwd_item;
-  double bwd_tflops, bwd_diagonal, bwd_partial, bwd_empty, bwd_item;
-  double memory_GBps;
-};
-
-Calibration measured_subtiles(const SubtileFit& f) {
-  Calibration c;
-  c.name = f.name;
-  c.subtile_model = true;
-  c.attn_fwd_flops = f.fwd_tflops * 1e12;
-  c.attn_bwd_flops = f.bwd_tflops * 1e12;
-  c.fwd_diagonal_masked_cost = f.fwd_diagonal;
-  c.fwd_partial_masked_cost = f.fwd_partial;
-  c.fwd_empty_subtile_cost = f.fwd_empty;
-  c.fwd_work_item_cost = f.fwd_item;
-  c.bwd_diagonal_masked_cost = f.bwd_diagonal;
-  c.bwd_partial_masked_cost = f.bwd_partial;
-  c.bwd_empty_subtile_cost = f.bwd_empty;
-  c.bwd_work_item_cost = f.bwd_item;
-  c.tile_overhead_s = 0;  // the work items carry the per-tile costs
-  c.launch_overhead_s = 4e-6;
-  c.memory_bw = f.memory_GBps * 1e9;
-  return c;
-}
-
-}  // namespace
-
 Calibration measured_h200_calibration() {
   // The persistent forward over runs of tiles sharing an output, the backward with cell classes of
   // Partial tiles and dK / dV added by TMA, both walking only the spans of allowed pairs, and plans
-  // with outputs in place (sources and fit errors in data/calibration/h200_measured_subtiles.json,
-  // which a test keeps equal to these values).
-  return measured_subtiles({.name = "h200-measured-subtiles",
-                            .fwd_tflops = 651.4,
-                            .fwd_diagonal = 1.0,
-                            .fwd_partial = 1.704,
-                            .fwd_empty = 0.0,
-                            .fwd_item = 2.127,
-                            .bwd_tflops = 505.2,
-                            .bwd_diagonal = 1.517,
-                            .bwd_partial = 1.949,
-                            .bwd_empty = 0.814,
-                            .bwd_item = 0.912,
-                            .memory_GBps = 4200});
+  // with outputs in place (the file names its sources and fit errors).
+  static const Calibration c =
+      parse_calibration(sim_detail::kH200MeasuredSubtilesJson, "data/calibration/h200_measured_subtiles.json (built in)");
+  return c;
 }
 
 Calibration measured_h100_calibration() {
-  // The same kernels on an H100 80GB HBM3, with the wide backward kernel for Full tiles
-  // (data/calibration/h100_measured_subtiles.json, kept equal by a test). The backward's masked
-  // sub-tiles cost more here than in the H200 fit: that fit predates the wide kernel, which runs
-  // the full sub-tiles faster and leaves the masked ones as they were.
-  return measured_subtiles({.name = "h100-measured-subtiles",
-                            .fwd_tflops = 652.0,
-                            .fwd_diagonal = 1.063,
-                            .fwd_partial = 1.68,
-                            .fwd_empty = 0.0,
-                            .fwd_item = 2.182,
-                            .bwd_tflops = 563.3,
-                            .bwd_diagonal = 2.527,
-                            .bwd_partial = 2.828,
-                            .bwd_empty = 0.989,
-                            .bwd_item = 1.294,
-                            .memory_GBps = 3000});
+  // The same kernels on an H100 80GB HBM3, with the wide backward kernel for Full tiles. Its
+  // backward's masked sub-tiles cost more than the H200 fit's: that fit predates the wide kernel,
+  // which runs the full sub-tiles faster and leaves the masked ones as they were.
+  static const Calibration c =
+      parse_calibration(sim_detail::kH100MeasuredSubtilesJson, "data/calibration/h100_measured_subtiles.json (built in)");
+  return c;
 }
 
 Calibration calibration_from_cluster(const Cluster& cluster) {

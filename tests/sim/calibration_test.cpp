@@ -1,6 +1,7 @@
 // The simulator's default calibration against measurements: with no calibration given, the
 // h200-nvl and h100-sxm presets predict every one-GPU whole plan recorded on their card within
-// 10 % (forward and backward), and their built-in values are those of their calibration files.
+// 10 % (forward and backward), and their built-in values are those of their calibration files
+// as they are now (embedded when the library is configured).
 #include <gtest/gtest.h>
 
 #include <cmath>
