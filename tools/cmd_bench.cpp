@@ -345,18 +345,12 @@ int bench_main(const BenchArgs& args, int& world_out) {
   const Batch batch = resolve_batch(args.batch);
   batch.validate();
   ClusterSource cs = args.cluster;
-  if (cs.preset == "auto") {
-    // The sim columns and --search price the kernels of this card, where a measured preset exists.
-    const std::string gpu = cuda ? cuda_device_name(device) : "";
-    cs.preset = cluster_preset_for_gpu(gpu);
-    if (cs.preset.empty()) {
-      cs.preset = "h200-nvl";
-      if (cuda && rank == 0)
-        std::cerr << "dcp bench: no preset was measured on '" << gpu << "': the sim columns price h200-nvl (see --cluster)\n";
-    }
-  }
+  if (cs.preset == "auto" && !cuda) cs.preset = "h200-nvl";  // the CPU backend: no card to price
+  if (cs.preset == "auto" && rank == 0 && cluster_preset_for_gpu(cuda_device_name(device)).empty())
+    std::cerr << "dcp bench: no preset was measured on '" << cuda_device_name(device)
+              << "': the sim columns price h200-nvl (see --cluster)\n";
   if (cs.devices_per_node == 0) cs.devices_per_node = world / std::max(1, cs.nodes);
-  const Cluster cluster = resolve_cluster(cs);
+  const Cluster cluster = resolve_cluster(cs, device);
   if (cluster.num_devices() != world)
     raise(ErrorKind::InvalidInput, fmt::format("dcp bench: cluster has {} devices, {} ranks run", cluster.num_devices(), world));
   args.blocks.validate(batch.shape);
@@ -464,9 +458,6 @@ void register_bench(CLI::App& app, Runner& runner) {
       "bench", "Run a batch's plans (dcp and every static baseline) on GPUs: time, TFLOP/s per GPU, vs the simulator");
   add_batch_options(sub, args->batch);
   add_cluster_options(sub, args->cluster);
-  sub->get_option("--cluster")
-      ->description("Cluster preset (a100-p4d, h100-sxm, h200-nvl), a cluster JSON file, or auto: the preset "
-                    "measured on this machine's GPU (an H100 or H200; h200-nvl otherwise)");
   add_block_options(sub, args->blocks);
   sub->add_option("--method", args->methods, "Only these placements (repeatable)");
   sub->add_option("--trace", args->trace,

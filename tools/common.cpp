@@ -62,7 +62,9 @@ void add_batch_options(CLI::App* app, BatchSource& src) {
 }
 
 void add_cluster_options(CLI::App* app, ClusterSource& src) {
-  app->add_option("--cluster", src.preset, "Cluster preset (a100-p4d, h100-sxm, h200-nvl) or a cluster JSON file")
+  app->add_option("--cluster", src.preset,
+                  "Cluster preset (a100-p4d, h100-sxm, h200-nvl), auto (the preset measured on this machine's GPU: "
+                  "an H100 or H200; h200-nvl otherwise) or a cluster JSON file")
       ->capture_default_str();
   app->add_option_function<int>(
          "--nodes",
@@ -138,12 +140,17 @@ std::vector<Batch> resolve_batches(const BatchSource& src, int count) {
   return {all.begin() + src.index, all.begin() + src.index + count};
 }
 
-Cluster resolve_cluster(const ClusterSource& src) {
+Cluster resolve_cluster(const ClusterSource& src, int device) {
   Cluster c;
   const auto presets = cluster_preset_names();
-  const bool preset = std::find(presets.begin(), presets.end(), src.preset) != presets.end();
+  std::string name = src.preset;
+  if (name == "auto") {
+    name = cluster_preset_for_gpu(cuda_device_name(device));
+    if (name.empty()) name = "h200-nvl";
+  }
+  const bool preset = std::find(presets.begin(), presets.end(), name) != presets.end();
   if (preset) {
-    c = cluster_preset(src.preset, 1);  // sized below, checked once complete
+    c = cluster_preset(name, 1);  // sized below, checked once complete
     c.nodes = src.nodes;
   } else if (std::filesystem::exists(src.preset) || src.preset.find('/') != std::string::npos ||
              src.preset.ends_with(".json")) {

@@ -51,7 +51,9 @@ std::string batch_source_label(const BatchSource& src);
 Batch resolve_batch(const BatchSource& src);
 // `count` consecutive batches from --index on (a --batch file gives exactly one).
 std::vector<Batch> resolve_batches(const BatchSource& src, int count);
-Cluster resolve_cluster(const ClusterSource& src);
+// --cluster auto: the preset measured on the GPU `device` (cluster_preset_for_gpu), h200-nvl where
+// there is none (no GPU, or a card without a measured preset).
+Cluster resolve_cluster(const ClusterSource& src, int device = 0);
 
 // --stages: communication stages after the local stage 0 (plan.h's num_comm_stages).
 void add_stages_option(CLI::App* app, int& stages);

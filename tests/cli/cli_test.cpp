@@ -100,6 +100,17 @@ TEST(Cli, WritesTheBatchItUsedAndReadsItBack) {
   EXPECT_EQ(ja["placements"][0]["devices"], jb["placements"][0]["devices"]);
 }
 
+// --cluster auto is the preset measured on this machine's GPU, h200-nvl without one: a Hopper
+// preset, sized by --nodes / --devices-per-node like any other.
+TEST(Cli, ClusterAutoIsAMeasuredHopperPreset) {
+  Result r = run("simulate --profile ldc --tokens 8192 --mask causal --cluster auto --nodes 1 --devices-per-node 2 "
+                 "--batches 1 --method dcp");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const bool h200 = r.out.find("1 x 2 devices (h200-nvl), calibration h200-measured-subtiles") != std::string::npos;
+  const bool h100 = r.out.find("1 x 2 devices (h100-sxm), calibration h100-measured-subtiles") != std::string::npos;
+  EXPECT_TRUE(h200 || h100) << r.out;
+}
+
 // A corpus's document lengths packed into batches: in the file's order, next-fit to --tokens.
 TEST(Cli, PacksTheDocumentLengthsOfAFile) {
   const std::string lengths = ::testing::TempDir() + "dcp_cli_lengths.txt";
