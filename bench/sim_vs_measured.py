@@ -4,9 +4,9 @@
 Usage: bench/sim_vs_measured.py DCP_BINARY [--cluster PRESET] [--calibration FILE] RUNS...
 RUNS as bench/exec_tables.py takes them (bench JSON files, .tar files, runs.json[:CALL]). For every
 run (one batch, one mask, every placement) the same batch is simulated on PRESET (default: the
-cluster the run records, else h200-nvl; h100-sxm for older runs on an H100) with the run's GPU count (as 2 nodes of 1 GPU for the *_2nodes_*
-runs), block size and 2 stages, with the preset's default calibration or FILE, and each
-placement's fwd / bwd times are compared.
+cluster the run records, else h200-nvl; h100-sxm for older runs on an H100) with the run's GPU
+count (as 2 nodes of 1 GPU for the *_2nodes_* runs), block size and 2 stages, with the preset's
+default calibration or FILE, and each placement's fwd / bwd times are compared.
 """
 import re
 import subprocess

@@ -42,12 +42,12 @@ NodeLayout node_layout_of(const std::vector<int>& node_of_rank);
 
 // Presets: "a100-p4d" (paper: 8 x A100-80GB, NVSwitch, 4 x 100 Gbps per node),
 // "h100-sxm" (8 x H100 SXM 80 GB, NVLink, 8 x 400 Gbps per node), "h200-nvl" (8 x H200, NVLink,
-// 8 x 400 Gbps per node). Throws InvalidInput for other names,
-// listing the known ones.
+// 8 x 400 Gbps per node). Throws InvalidInput for other names, listing the known ones.
 Cluster cluster_preset(const std::string& name, int nodes);
 std::vector<std::string> cluster_preset_names();
 // The preset whose kernels were measured on the GPU of this product name (as CUDA names it:
-// "NVIDIA H100 80GB HBM3" -> "h100-sxm", "NVIDIA H200" -> "h200-nvl"); empty for other GPUs.
+// "NVIDIA H100 80GB HBM3" -> "h100-sxm", "NVIDIA H200" -> "h200-nvl"); empty for other GPUs,
+// other H100 forms (PCIe, NVL) and the GH200 among them.
 std::string cluster_preset_for_gpu(const std::string& gpu_name);
 
 }  // namespace dcp

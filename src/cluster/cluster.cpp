@@ -132,8 +132,11 @@ void Cluster::validate(const std::string& where) const {
 std::vector<std::string> cluster_preset_names() { return {"a100-p4d", "h100-sxm", "h200-nvl"}; }
 
 std::string cluster_preset_for_gpu(const std::string& gpu_name) {
-  if (gpu_name.find("H100") != std::string::npos) return "h100-sxm";
-  if (gpu_name.find("H200") != std::string::npos) return "h200-nvl";
+  // Only the cards the kernels were measured on: an H100 PCIe or NVL, or a GH200, runs at other
+  // power and memory limits.
+  const auto has = [&](const char* s) { return gpu_name.find(s) != std::string::npos; };
+  if (has("H100") && has("HBM3") && !has("PCIe")) return "h100-sxm";  // "NVIDIA H100 80GB HBM3"
+  if (gpu_name.starts_with("NVIDIA H200")) return "h200-nvl";         // "NVIDIA H200", "NVIDIA H200 NVL"
   return "";
 }
 

@@ -49,6 +49,8 @@ TEST(Cluster, PresetOfTheGpu) {
   EXPECT_EQ(cluster_preset_for_gpu("NVIDIA H100 80GB HBM3"), "h100-sxm");
   EXPECT_EQ(cluster_preset_for_gpu("NVIDIA H200"), "h200-nvl");
   EXPECT_EQ(cluster_preset_for_gpu("NVIDIA A100-SXM4-80GB"), "");
+  EXPECT_EQ(cluster_preset_for_gpu("NVIDIA H100 PCIe"), "");
+  EXPECT_EQ(cluster_preset_for_gpu("NVIDIA GH200 480GB"), "");
   EXPECT_EQ(cluster_preset_for_gpu(""), "");
   for (const char* gpu : {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}) cluster_preset(cluster_preset_for_gpu(gpu), 1);
 }
