@@ -19,8 +19,9 @@
 // accumulate in place, the plans' default; its backward is wgmma-cells' as well).
 // On sm_90 the deterministic backward (route wgmma over make_deterministic_backward_work) is
 // timed too: column wgmma-det, the two-pass method (a dK / dV pass, then a dQ pass) with its
-// dK / dV pass's share, and the one-pass method (AttnBackwardParams::dq_units and the dq
-// conversion after it; the units' set-up not timed). DCP_BENCH_ROUTES selects them by the name wgmma-det.
+// dK / dV pass's share, the one-pass method (AttnBackwardParams::dq_units and the dq conversion
+// after it; the units' set-up not timed) and the ordered one-pass method (AttnBackwardParams::
+// ordered: the default work in turns, both kernels). DCP_BENCH_ROUTES selects them by the name wgmma-det.
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -298,12 +299,13 @@ int main(int argc, char** argv) {
     double det_one_ms = 0;               // its one-pass method (AttnBackwardParams::dq_units)
     double det_dkv_ms = 0;               // its dK / dV pass alone (the dQ pass is the rest)
     std::vector<Energy> fwd_energy, bwd_energy;  // per route (DCP_BENCH_ENERGY_S)
+    double det_ordered_ms = 0;           // the ordered one-pass method (AttnBackwardParams::ordered)
   };
   std::vector<Row> rows;
   std::printf("GPU: %s (%d SMs)\n%-6s %-5s %-9s %6s", prop.name, prop.multiProcessorCount, "S", "B", "list", "tiles");
   for (const char* pass : {"fwd", "bwd"})
     for (const Route& r : routes) std::printf(" %18s", (std::string(pass) + " " + r.name + " TF/s").c_str());
-  if (with_det) std::printf(" %18s %9s %14s", "bwd wgmma-det TF/s", "dK/dV %", "one-pass TF/s");
+  if (with_det) std::printf(" %18s %9s %14s %14s", "bwd wgmma-det TF/s", "dK/dV %", "one-pass TF/s", "ordered TF/s");
   std::printf("\n");
   int32_t* semaphores = nullptr;
   int32_t semaphore_capacity = 0;
@@ -370,7 +372,7 @@ int main(int argc, char** argv) {
         bp.dout_rows = max_seq;
         bp.dk = dk;
         bp.dv = dv;
-        Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}, 0, 0, 0, {}, {}};
+        Row row{seq, block, name, static_cast<int>(c.tiles.size()), flops, {}, {}, 0, 0, 0, {}, {}, 0};
         for (const Route& r : routes) {
           fp.route = r.route;
           fp.list.cells = r.cells ? d_cells : nullptr;
@@ -403,11 +405,13 @@ int main(int argc, char** argv) {
         bp.list.num_wide = 0;
         if (with_det) {
           const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape);
-          if (det.num_semaphores > semaphore_capacity) {
+          auto reserve_semaphores = [&](int32_t n) {
+            if (n <= semaphore_capacity) return;
             cudaFree(semaphores);
-            ck(cudaMalloc(&semaphores, static_cast<size_t>(det.num_semaphores) * 4), "malloc semaphores");
-            semaphore_capacity = det.num_semaphores;
-          }
+            ck(cudaMalloc(&semaphores, static_cast<size_t>(n) * 4), "malloc semaphores");
+            semaphore_capacity = n;
+          };
+          reserve_semaphores(det.num_semaphores);
           AttnTile* d_dkv_tiles = upload(det.dkv_tiles);
           AttnWorkItem* d_dkv_work = upload(det.dkv_work);
           AttnTile* d_dq_tiles = upload(det.dq_tiles);
@@ -428,12 +432,29 @@ int main(int argc, char** argv) {
           // The one-pass method (units over every K, V and dO row of the list).
           deterministic_dq_units(k, v, max_seq, dout, max_seq, shape, dq_bound, dq_units, nullptr);
           dp.dq_units = dq_units;
-          row.det_one_ms = median_ms(
-              [&] {
-                attention_backward(dp, nullptr);
-                deterministic_dq_from_units(dq, dq_units, max_seq, shape, nullptr);
-              },
-              1, 5);
+          auto one_pass_ms = [&](const AttnBackwardParams& params) {  // the backward and dq's conversion
+            return median_ms(
+                [&] {
+                  attention_backward(params, nullptr);
+                  deterministic_dq_from_units(dq, dq_units, max_seq, shape, nullptr);
+                },
+                1, 5);
+          };
+          row.det_one_ms = one_pass_ms(dp);
+          // The ordered one-pass method: the default work (cells, the wide kernel's items first) in turns.
+          std::vector<AttnWorkItem> ordered = bw_cells;
+          const int32_t ordered_sems = order_backward_turns(ordered, c.tiles, shape);
+          reserve_semaphores(ordered_sems);
+          AttnWorkItem* d_ordered = upload(ordered.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : ordered);
+          AttnBackwardParams op = dp;
+          op.list = AttnTileList{d_tiles, d_ordered, static_cast<int32_t>(ordered.size()), d_off, d_rng};
+          op.list.cells = d_cells;
+          op.list.num_wide = bw_cells_wide;
+          op.semaphores = semaphores;
+          op.num_semaphores = ordered_sems;
+          op.ordered = true;
+          row.det_ordered_ms = one_pass_ms(op);
+          cudaFree(d_ordered);
           dp.dq_units = nullptr;
           dp.dq_list.num_work = 0;  // the two-pass method's dK / dV pass alone
           row.det_dkv_ms = median_ms([&] { attention_backward(dp, nullptr); }, 1, 5);
@@ -447,8 +468,8 @@ int main(int argc, char** argv) {
         for (double ms : row.fwd_ms) std::printf(" %18.1f", flops / (ms * 1e9));
         for (double ms : row.bwd_ms) std::printf(" %18.1f", 2.5 * flops / (ms * 1e9));
         if (with_det)
-          std::printf(" %18.1f %9.0f %14.1f", 2.5 * flops / (row.det_ms * 1e9), 100.0 * row.det_dkv_ms / row.det_ms,
-                      2.5 * flops / (row.det_one_ms * 1e9));
+          std::printf(" %18.1f %9.0f %14.1f %14.1f", 2.5 * flops / (row.det_ms * 1e9), 100.0 * row.det_dkv_ms / row.det_ms,
+                      2.5 * flops / (row.det_one_ms * 1e9), 2.5 * flops / (row.det_ordered_ms * 1e9));
         std::printf("\n");
         for (size_t ri = 0; ri < row.bwd_energy.size(); ++ri) {
           const Energy& f = row.fwd_energy[ri];
@@ -496,8 +517,8 @@ int main(int argc, char** argv) {
         rule += "---|---|";
       }
     if (with_det) {
-      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma | det dK / dV pass ms | one-pass ms |");
-      rule += "---|---|---|---|---|";
+      std::fprintf(m, " bwd wgmma-det ms | bwd wgmma-det TFLOP/s | det / wgmma | det dK / dV pass ms | one-pass ms | ordered ms |");
+      rule += "---|---|---|---|---|---|";
     }
     std::fprintf(m, "\n%s\n", rule.c_str());
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -522,14 +543,16 @@ int main(int argc, char** argv) {
         const double tflops = 2.5 * r.flops / (r.det_ms * 1e9);
         std::fprintf(j,
                      ", \"bwd_wgmma-det_ms\": %.4f, \"bwd_wgmma-det_tflops\": %.1f, \"bwd_wgmma-det-dkv_ms\": %.4f, "
-                     "\"bwd_wgmma-det-one-pass_ms\": %.4f, \"bwd_wgmma-det-one-pass_tflops\": %.1f",
-                     r.det_ms, tflops, r.det_dkv_ms, r.det_one_ms, 2.5 * r.flops / (r.det_one_ms * 1e9));
+                     "\"bwd_wgmma-det-one-pass_ms\": %.4f, \"bwd_wgmma-det-one-pass_tflops\": %.1f, "
+                     "\"bwd_wgmma-det-ordered_ms\": %.4f, \"bwd_wgmma-det-ordered_tflops\": %.1f",
+                     r.det_ms, tflops, r.det_dkv_ms, r.det_one_ms, 2.5 * r.flops / (r.det_one_ms * 1e9), r.det_ordered_ms,
+                     2.5 * r.flops / (r.det_ordered_ms * 1e9));
         double base_ms = 0;
         for (size_t ri = 0; ri < routes.size(); ++ri)
           if (routes[ri].route == AttnKernelRoute::Wgmma) base_ms = r.bwd_ms[ri];
-        std::fprintf(m, " %.3f | %.1f | %s | %.3f | %.3f |", r.det_ms, tflops,
+        std::fprintf(m, " %.3f | %.1f | %s | %.3f | %.3f | %.3f |", r.det_ms, tflops,
                      base_ms > 0 ? (std::to_string(base_ms / r.det_ms).substr(0, 5) + "x").c_str() : "-", r.det_dkv_ms,
-                     r.det_one_ms);
+                     r.det_one_ms, r.det_ordered_ms);
       }
       std::fprintf(j, "}%s\n", i + 1 < rows.size() ? "," : "");
       std::fprintf(m, "\n");

@@ -7,8 +7,9 @@
 #   phases: build checks pytest op bench det kernels plans pair (default: all but det, kernels, plans and pair); results and
 #   logs in $OUT (or /tmp/dcp_out)
 #   (det: the kernel table with the deterministic backward beside the default, its whole-plan
-#   check, and `dcp bench` of one-GPU plans without it, with it, and with it on units of 4096 rows,
-#   in det.tar; the kernel table's routes and lengths: $DET_ROUTES, $DET_SEQ);
+#   checks (whole key blocks, units of 256 rows, ordered), and `dcp bench` of one-GPU plans without
+#   it, with its one-pass method and with the ordered one, in det.tar; the kernel table's routes
+#   and lengths: $DET_ROUTES, $DET_SEQ; $DET_BLOCK, the plans' block size, 2048);
 #   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both (all in kernels.tar);
 #   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run;
 #   pair: two GPUs (the two-GPU issue's operator runs): the package's two-GPU tests, the operator
@@ -109,19 +110,21 @@ if has det; then  # the deterministic backward: kernel table beside the default,
   echo "exec check (deterministic): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det.log") configs bitwise equal" | tee -a "$log"
   DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_UNIT_ROWS=256 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_units.log" 2>&1
   echo "exec check (deterministic, units of 256 rows): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_units.log") configs bitwise equal" | tee -a "$log"
+  DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ORDERED=1 timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_ordered.log" 2>&1
+  echo "exec check (deterministic, ordered): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_ordered.log") configs bitwise equal" | tee -a "$log"
   for m in causal lambda causal_blockwise shared_question; do
-    # name:DCP_ATTN_DETERMINISTIC:DCP_ATTN_DETERMINISTIC_UNIT_ROWS
-    for run in default:0:0 det:1:0 units:1:4096; do
-      IFS=: read -r name det rows <<<"$run"
+    # name:DCP_ATTN_DETERMINISTIC:DCP_ATTN_DETERMINISTIC_ORDERED (one GPU: the one-pass method over
+    # the key blocks' units, or ordered over the default work)
+    for run in default:0:0 det:1:0 ordered:1:1; do
+      IFS=: read -r name det ordered <<<"$run"
       say "dcp bench ldc 65536 $m, $name"
-      DCP_ATTN_DETERMINISTIC=$det DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$rows timeout 120 $b/dcp bench --profile ldc --seed 1 \
-        --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 --head-dim 128 --block 2048 --stages 2 --layers 2 --iters 5 \
+      DCP_ATTN_DETERMINISTIC=$det DCP_ATTN_DETERMINISTIC_ORDERED=$ordered timeout 120 $b/dcp bench --profile ldc --seed 1 \
+        --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 --head-dim 128 --block ${DET_BLOCK:-2048} --stages 2 --layers 2 --iters 5 \
         --warmup 2 --method dcp --cluster auto --nodes 1 --json "$out/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
     done
   done
   # One file for them all (the device tool brings back at most 8 files per call).
-  (cd "$out" && tar -cf det.tar exec_check_det.log exec_check_det_units.log dcp_bench_*.json && \
-    rm -f exec_check_det.log exec_check_det_units.log dcp_bench_*.json)
+  (cd "$out" && tar -cf det.tar exec_check_det*.log dcp_bench_*.json && rm -f exec_check_det*.log dcp_bench_*.json)
 fi
 if has kernels; then
   # The H200 runs these kernels at its power limit (about 690 W), where the SM clock settles

@@ -55,6 +55,11 @@ struct CudaKernelOptions {
   // devices, or a plan whose dQ partials are merged from slots, always take two passes: the unit
   // needs every K and V row's maxima, and a merge adds floats. false: two passes everywhere.
   bool deterministic_one_pass = true;
+  // The one-pass method over the default backward's work instead of the key blocks' units
+  // (AttnBackwardParams::ordered): both backward kernels as the default runs them, the wide one's
+  // items first, dQ in units as above, each item's dK / dV added in its turn. Off until its
+  // checks and timings have run on a GPU (bench/run_package_device.sh DEPS build checks det).
+  bool deterministic_ordered = false;
   // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
   // key blocks; > 0, a key block's tiles cut into units of at most this many q rows.
   int deterministic_unit_rows = 0;

@@ -286,10 +286,14 @@ CaseResult run_case(const CaseConfig& cfg) {
     d_delta.upload(h_delta);
     // The deterministic backward runs two lists of its own: the dK / dV pass's (one tile per kv
     // head, by key block) and the dQ pass's.
+    // The ordered method runs the default work, with turns.
     DeterministicBackwardWork det;
+    const bool ordered = cfg.deterministic_backward && cfg.det_fused && cfg.det_ordered;
+    const bool unit_lists = cfg.deterministic_backward && !ordered;
     if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
-    std::vector<AttnWorkItem> bwork = cfg.deterministic_backward ? det.dkv_work : make_backward_work(tiles, shape);
-    const int32_t num_wide = cfg.deterministic_backward ? 0 : partition_backward_work(bwork, tiles, shape, 0);
+    std::vector<AttnWorkItem> bwork = unit_lists ? det.dkv_work : make_backward_work(tiles, shape);
+    const int32_t num_wide = unit_lists ? 0 : partition_backward_work(bwork, tiles, shape, 0);
+    if (ordered) det.num_semaphores = order_backward_turns(bwork, tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
     DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.dkv_tiles.size(), 1)), d_dq_tiles(std::max<std::size_t>(det.dq_tiles.size(), 1));
@@ -308,7 +312,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     d_dv.fill(0);
     AttnBackwardParams bp;
     bp.shape = shape;
-    bp.list = AttnTileList{cfg.deterministic_backward ? d_btiles.ptr : d_tiles.ptr, d_bwork.ptr,
+    bp.list = AttnTileList{unit_lists ? d_btiles.ptr : d_tiles.ptr, d_bwork.ptr,
                            static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
     bp.list.num_wide = num_wide;
     if (cfg.deterministic_backward) {
@@ -323,6 +327,7 @@ CaseResult run_case(const CaseConfig& cfg) {
       if (cfg.det_fused) {
         deterministic_dq_units(d_k.ptr, d_v.ptr, n_tok, d_do.ptr, n_tok, shape, d_bound.ptr, d_units.ptr, nullptr);
         bp.dq_units = d_units.ptr;
+        bp.ordered = ordered;
       }
     }
     bp.q = d_q.ptr;

@@ -24,6 +24,7 @@ struct CaseConfig {
   bool deterministic_backward = false;
   int det_unit_rows = 0;  // its units (0: whole key blocks; 1: every tile alone)
   bool det_fused = false;  // its one-pass method (AttnBackwardParams::dq_units over every K / V row)
+  bool det_ordered = false;  // with det_fused: over the default work in turns (AttnBackwardParams::ordered)
 };
 
 struct CaseResult {

@@ -48,8 +48,9 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
   }
 }
 
-// The deterministic backward (Hopper, route wgmma), both methods (two passes; one pass with dQ
-// rounded to per-row units): against fp64 like the default, and four runs bitwise identical.
+// The deterministic backward (Hopper, route wgmma), every method (two passes; one pass with dQ
+// rounded to per-row units, over the key blocks' units or, ordered, over the default work with
+// both kernels): against fp64 like the default, and four runs bitwise identical.
 // Lists of up to 8 blocks of up to 420 tokens, so that dQ rows meet the tiles of many key blocks
 // and head groups, and full and short sub-tiles both occur; units of one tile and of a few, so
 // that several items take turns at the same dK / dV rows.
@@ -59,7 +60,9 @@ TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
   if (std::find(routes.begin(), routes.end(), dcp::cuda::AttnKernelRoute::Wgmma) == routes.end())
     GTEST_SKIP() << "the deterministic backward needs an sm_90 device";
   const Shape s = GetParam();
-  for (const bool fused : {false, true}) {
+  for (const int method : {0, 1, 2}) {
+    const bool fused = method > 0;
+    const char* name = method == 0 ? "two passes: " : method == 1 ? "one pass:   " : "ordered:    ";
     for (uint64_t seed = 1; seed <= 3; ++seed) {
       CaseConfig cfg = shape_case(s, seed * 7919, dcp::cuda::AttnKernelRoute::Wgmma);
       cfg.num_blocks = seed == 1 ? 5 : seed == 2 ? 8 : 6;
@@ -67,10 +70,11 @@ TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
       cfg.deterministic_backward = true;
       cfg.det_unit_rows = seed == 2 ? 1 : seed == 3 ? 600 : 0;  // cut units: dK/dV in turns
       cfg.det_fused = fused;
+      cfg.det_ordered = method == 2;
       const auto r = dcp::cuda::check::run_case(cfg);
       ASSERT_TRUE(r.ran);
-      EXPECT_TRUE(dcp::cuda::check::passed(r)) << (fused ? "one pass: " : "two passes: ") << dcp::cuda::check::describe(cfg, r);
-      std::printf("%s %s\n", fused ? "one pass:  " : "two passes:", dcp::cuda::check::describe(cfg, r).c_str());
+      EXPECT_TRUE(dcp::cuda::check::passed(r)) << name << dcp::cuda::check::describe(cfg, r);
+      std::printf("%s %s\n", name, dcp::cuda::check::describe(cfg, r).c_str());
     }
   }
 }

@@ -251,6 +251,58 @@ TEST(DeterministicBackwardWork, RefusesListsWithSharedRowsThatDisagree) {
   refused({tile(0, 100, 100, 100, TileKind::Full), moved}, "reads other q");
 }
 
+// The ordered method's turns over the default work (make_backward_work, the wide items moved to
+// the front): the items adding to the same dK / dV element share one semaphore and hold ranks 0,
+// 1, ... in list order (so that, launched in list order, each waits only for items before it);
+// an element with one adder takes no turn; the semaphores are numbered 0 .. n - 1.
+TEST(DeterministicBackwardWork, OrderedTurnsFollowTheList) {
+  const int shapes[][2] = {{8, 8}, {8, 2}, {8, 1}, {32, 8}};
+  for (uint64_t seed = 1; seed <= 40; ++seed) {
+    Rand rng(seed + 100);
+    const auto& sh = shapes[seed % 4];
+    const AttnShape shape{sh[0], sh[1], 128, 0.1F};
+    const List l = random_list(rng, shape.num_kv_heads);
+    std::vector<dcp::cuda::AttnWorkItem> work = dcp::cuda::make_backward_work(l.tiles, shape);
+    (void)dcp::cuda::partition_backward_work(work, l.tiles, shape, seed % 2 == 0 ? 0 : 256);
+    const std::vector<dcp::cuda::AttnWorkItem> before = work;
+    const int32_t sems = dcp::cuda::order_backward_turns(work, l.tiles, shape);
+    std::map<std::tuple<int, int>, std::vector<size_t>> adders;  // (dK/dV row, kv head) -> items, in order
+    for (size_t k = 0; k < work.size(); ++k) {
+      const dcp::cuda::AttnWorkItem& w = work[k];
+      const AttnTile& t = l.tiles[static_cast<size_t>(w.tile)];
+      const int keys = std::min(kChunk, t.kv_len - w.chunk * kChunk);
+      for (int key = 0; key < keys; ++key) adders[{dkv_row(t) + w.chunk * kChunk + key, w.head}].push_back(k);
+    }
+    std::set<int32_t> used;
+    for (const auto& [at, items] : adders) {
+      if (items.size() == 1) {
+        EXPECT_LT(work[items[0]].dkv_sem, 0) << "seed " << seed;
+        continue;
+      }
+      const int32_t sem = work[items[0]].dkv_sem;
+      ASSERT_TRUE(sem >= 0 && sem < sems) << "seed " << seed;
+      used.insert(sem);
+      for (size_t r = 0; r < items.size(); ++r) {
+        EXPECT_EQ(work[items[r]].dkv_sem, sem) << "seed " << seed;
+        EXPECT_EQ(work[items[r]].dkv_rank, static_cast<int32_t>(r)) << "seed " << seed;
+      }
+    }
+    EXPECT_EQ(static_cast<int32_t>(used.size()), sems) << "semaphores numbered without gaps, seed " << seed;
+    // The turns change nothing else: the same items in the same order.
+    ASSERT_EQ(work.size(), before.size());
+    for (size_t k = 0; k < work.size(); ++k) {
+      EXPECT_TRUE(work[k].tile == before[k].tile && work[k].chunk == before[k].chunk && work[k].head == before[k].head)
+          << "item " << k << " moved, seed " << seed;
+    }
+    if (HasFatalFailure()) return;
+  }
+  // Tiles that share dK / dV rows but not their keys cannot take turns.
+  const AttnShape shape{8, 2, 128, 0.1F};
+  std::vector<AttnTile> bad{tile_of(0, 100, 0, 150, TileKind::Full, 0, 2), tile_of(100, 100, 100, 100, TileKind::Full, 0, 2)};
+  std::vector<dcp::cuda::AttnWorkItem> work = dcp::cuda::make_backward_work(bad, shape);
+  EXPECT_THROW((void)dcp::cuda::order_backward_turns(work, bad, shape), dcp::Error);
+}
+
 // Only the warp-specialised Hopper kernels have the deterministic passes: other routes refuse
 // before launching anything (no GPU needed to see it).
 TEST(DeterministicBackwardWork, OtherRoutesRefuse) {

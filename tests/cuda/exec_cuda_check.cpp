@@ -177,6 +177,8 @@ CudaBackendOptions backend_options(int device) {
   o.kernels.deterministic_backward = parse_switch(env("DCP_ATTN_DETERMINISTIC"), "DCP_ATTN_DETERMINISTIC");
   if (const std::string one_pass = env("DCP_ATTN_DETERMINISTIC_ONE_PASS"); !one_pass.empty())
     o.kernels.deterministic_one_pass = parse_switch(one_pass, "DCP_ATTN_DETERMINISTIC_ONE_PASS");
+  if (const std::string ordered = env("DCP_ATTN_DETERMINISTIC_ORDERED"); !ordered.empty())
+    o.kernels.deterministic_ordered = parse_switch(ordered, "DCP_ATTN_DETERMINISTIC_ORDERED");
   o.kernels.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   if (const std::string wide = env("DCP_ATTN_WIDE_BACKWARD"); !wide.empty())
     o.kernels.wide_backward = parse_switch(wide, "DCP_ATTN_WIDE_BACKWARD");

@@ -285,6 +285,15 @@ struct DeterministicBackwardWork {
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                                            int unit_rows = 0);
 
+// The ordered deterministic backward (AttnBackwardParams::ordered): the default backward's work
+// (make_backward_work, partition_backward_work) run as it is, each item adding its dK / dV in a
+// fixed turn. order_backward_turns gives the items that add to the same dK / dV rows (one 128-key
+// chunk of one key block and kv head) a semaphore each (dkv_sem) and their ranks in list order
+// (dkv_rank); an item alone on its rows gets -1. Returns the number of semaphores. InvalidInput
+// on an item naming no tile of the list, or tiles that share dK / dV rows of a kv head but not
+// their kv rows.
+int32_t order_backward_turns(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape);
+
 struct AttnBackwardParams {
   AttnShape shape;
   AttnTileList list;                     // work from make_backward_work
@@ -340,6 +349,14 @@ struct AttnBackwardParams {
   // with outlier features (tests/cuda/deterministic_units_test.cpp): 12-17 bits there, above
   // the bf16 gradient it becomes; the two-pass method keeps fp32's rounding of each sum.
   const int32_t* dq_units = nullptr;
+  // The ordered one-pass deterministic backward (with dq_units; dq_list is not read): `list` is
+  // the default backward's work with order_backward_turns' turns, and both kernels run it as the
+  // default backward does (the wide kernel's items, then the 64-row kernel's, one launch after the
+  // other on the stream, so that every turn an item waits for was taken by an item launched
+  // before it), each dQ contribution added in units as above, each item's dK / dV added once its
+  // turn comes. Every element then receives its additions in one order: dQ's integer sums are
+  // exact in any order, dK / dV's come in list order.
+  bool ordered = false;
 };
 
 // The one-pass deterministic backward's units (AttnBackwardParams::dq_units): units[r * hq + h]

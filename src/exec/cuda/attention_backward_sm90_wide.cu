@@ -41,6 +41,7 @@
 #include "attention_backward_sm90_ws.cuh"
 #include "attention_common.cuh"
 #include "dcp/detail/attention_cuda.h"
+#include "dcp/detail/dq_units.h"
 #include "sync_sm90.cuh"
 #include "tensor_map.h"
 #include "wgmma_sm90.cuh"
@@ -82,7 +83,8 @@ struct BwWideSmem {
   static constexpr int kDqT = kDs + 2 * kDsBytes;       // one staging tile per consumer warpgroup
   static constexpr int kLse = kDqT + 2 * kDqTileBytes;  // 2 x 80 floats
   static constexpr int kDelta = kLse + 2 * kWideRows * 4;
-  static constexpr int kInfo = kDelta + 2 * kWideRows * 4;
+  static constexpr int kUnitExps = kDelta + 2 * kWideRows * 4;  // 2 x 80 unit exponents (ordered deterministic), a byte each
+  static constexpr int kInfo = kUnitExps + 2 * kWideRows;
   static constexpr int kFull = kInfo + kInfoRecords * static_cast<int>(sizeof(BwStageInfo));  // uint64 mbarrier[2]
   static constexpr int kEmpty = kFull + 16;                                                    // uint64 mbarrier[2]
   static constexpr int kBytes = kEmpty + 16;
@@ -202,23 +204,47 @@ __device__ __forceinline__ void bw_wide_issue_dqt(float (&dqt)[40], uint32_t ds,
 // accumulator rows are dQ columns c = row_lo, row_lo + 8, its columns q rows 8 j + 2 tq (+ 1).
 // For one register a warp writes columns of 8 consecutive values of (c >> 2) and 4 of (q & 7)
 // parity pairs: the swizzled chunks (c >> 2) ^ (q & 7) are 8 distinct ones, times c & 3: 32 banks.
-__device__ __forceinline__ void bw_wide_write_dqt(unsigned char* tile, const float (&dqt)[40], int row_lo, int tq, float scale) {
+// kUnits: int32 counts of the q rows' units instead (`units`: the step's exponents, one byte per
+// row; dcp/detail/dq_units.h).
+template <bool kUnits>
+__device__ __forceinline__ void bw_wide_write_dqt(unsigned char* tile, const float (&dqt)[40], int row_lo, int tq, float scale,
+                                                  const uint8_t* units) {
+  if constexpr (!kUnits) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int c = row_lo + 8 * r;
-    unsigned char* box = tile + (c >> 5) * kWideBoxBytes + (c & 3) * 4;
-    const int chunk = (c & 31) >> 2;
+    for (int r = 0; r < 2; ++r) {
+      const int c = row_lo + 8 * r;
+      unsigned char* box = tile + (c >> 5) * kWideBoxBytes + (c & 3) * 4;
+      const int chunk = (c & 31) >> 2;
+#pragma unroll
+      for (int j = 0; j < 10; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int q = 8 * j + 2 * tq + e;
+          *reinterpret_cast<float*>(box + q * 128 + ((chunk ^ (q & 7)) << 4)) = dqt[4 * j + 2 * r + e] * scale;
+        }
+      }
+    }
+  } else {
+    // The same stores, a q row's multiplier made once for both of its columns.
 #pragma unroll
     for (int j = 0; j < 10; ++j) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int q = 8 * j + 2 * tq + e;
-        *reinterpret_cast<float*>(box + q * 128 + ((chunk ^ (q & 7)) << 4)) = dqt[4 * j + 2 * r + e] * scale;
+        const float m = dq_units::multiplier(units[q], scale);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int c = row_lo + 8 * r;
+          unsigned char* at = tile + (c >> 5) * kWideBoxBytes + (c & 3) * 4 + q * 128 + ((((c & 31) >> 2) ^ (q & 7)) << 4);
+          *reinterpret_cast<int32_t*>(at) = dq_units::to_units(dqt[4 * j + 2 * r + e], m);
+        }
       }
     }
   }
 }
 
+// kUnits: the ordered deterministic backward (dQ as counts of dq_units, dK / dV in turns).
+template <bool kUnits>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_kernel(const __grid_constant__ BwWsParams wp) {
   const AttnBackwardParams p = wp.p;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -241,6 +267,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   const uint32_t s_do = base + Smem::kDo;
   auto* s_lse = reinterpret_cast<float*>(smem + Smem::kLse);
   auto* s_delta = reinterpret_cast<float*>(smem + Smem::kDelta);
+  auto* s_units = reinterpret_cast<uint8_t*>(smem + Smem::kUnitExps);
   auto* s_info = reinterpret_cast<BwStageInfo*>(smem + Smem::kInfo);
   const uint32_t full_bar = base + Smem::kFull;
   const uint32_t empty_bar = base + Smem::kEmpty;
@@ -317,6 +344,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
         }
         if (ptid < kWideRows) {
           stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kWideRows, s_delta + slot * kWideRows);
+          if (kUnits) {
+            s_units[slot * kWideRows + ptid] =
+                static_cast<uint8_t>(ptid < rows ? p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh] : 1);
+          }
         }
         if (!tma) {
           const int64_t q_stride = static_cast<int64_t>(hq) * kD;
@@ -374,7 +405,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
       const BwStageInfo& prev = s_info[(j - 1) & (kInfoRecords - 1)];
       if (!bw_wide_dq_by_tma(wp, prev.q_rows)) {  // a short step: its rows by atomics, before any product is issued
         bw_out_bar_sync(wg);
-        bw_add_dq_atomic<kWideRows, false>(p.dq, tile, prev.q_rows, prev.dq_row, int64_t{hq} * kD, prev.qh * kD + 64 * wg, tw);
+        bw_add_dq_atomic<kWideRows, kUnits>(p.dq, tile, prev.q_rows, prev.dq_row, int64_t{hq} * kD, prev.qh * kD + 64 * wg, tw);
       }
     }
     if (end) {
@@ -426,30 +457,39 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     fence_regs(dv);
     fence_regs(dqt);
     bar_sync_n<kBarDqFree, kDqBarThreads>();  // the dQ warp has read step j - 1's tiles
-    bw_wide_write_dqt(tile, dqt, row_lo, tq, scale);
+    bw_wide_write_dqt<kUnits>(tile, dqt, row_lo, tq, scale, s_units + buf * kWideRows);
     wgmma_wait<0>();  // dK: the slot (Q, dO, LSE, Delta) is no longer read
     fence_regs(dk);
     mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
   }
   bulk_wait<0>();
 
-  const AttnTile* t0 = p.list.tiles + p.list.work[blockIdx.x].tile;
+  const AttnWorkItem& we = p.list.work[blockIdx.x];
+  const AttnTile* t0 = p.list.tiles + we.tile;
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
+  const bool ordered = kUnits && we.dkv_sem >= 0;
+  if (ordered) bw_dkv_turn_take(p.semaphores + we.dkv_sem, we.dkv_rank, ctid);  // its barrier as below
   if (wp.tma_dkv != 0) {
-    bar_sync_n<kBarDsReady, kConsumerThreads>();  // both warpgroups past their last products
+    if (!ordered) bar_sync_n<kBarDsReady, kConsumerThreads>();  // both warpgroups past their last products
     bw_add_dk_dv_tma<kD>(wp, smem, base, dk, dv, wg, tw, row_lo, tq, scale, dkv_row0 + c0, kvh);
-    return;
+  } else {
+    bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, wg * 64 + row_lo, kBwKeys, tq, scale);
   }
-  bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, wg * 64 + row_lo, kBwKeys, tq, scale);
+  if (ordered) bw_dkv_turn_pass(p.semaphores + we.dkv_sem, ctid);
 #endif
 }
 
 }  // namespace
 
-void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream) {
+void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool units) {
   constexpr int kSmem = BwWideSmem::kAlloc;
-  allow_shared_memory("attention_backward_sm90_wide", attention_backward_sm90_wide_kernel, kSmem);
-  attention_backward_sm90_wide_kernel<<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
+  if (units) {
+    allow_shared_memory("attention_backward_sm90_wide (ordered deterministic)", attention_backward_sm90_wide_kernel<true>, kSmem);
+    attention_backward_sm90_wide_kernel<true><<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
+    return;
+  }
+  allow_shared_memory("attention_backward_sm90_wide", attention_backward_sm90_wide_kernel<false>, kSmem);
+  attention_backward_sm90_wide_kernel<false><<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
 }
 
 }  // namespace dcp::cuda::detail

@@ -90,21 +90,6 @@ inline constexpr int kProducerRegs = 40;
 inline constexpr int kConsumerRegs = 232;
 static_assert(128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= cta_register_pool(kWsThreads), "register file");
 
-// The dK / dV turns of a cut key block (deterministic backward): a unit waits, with acquire loads,
-// until the chunk's semaphore reaches its turn, adds, and releases the semaphore after its
-// additions are visible.
-__device__ __forceinline__ void sem_wait_at_least(const int32_t* sem, int target) {
-  int seen = 0;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
-  while (seen < target) {
-    __nanosleep(32);
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
-  }
-}
-__device__ __forceinline__ void sem_release(int32_t* sem) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
-}
-
 template <int kD>
 struct BwWsSmem {
   static constexpr int kKvBytes = kBwKeys * kD * 2;
@@ -148,11 +133,13 @@ __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* u
 }
 
 // kDq: the item computes dQ; kUnit: the item walks a unit of tiles of one key block (the
-// deterministic work); both: the one-pass deterministic backward (AttnBackwardParams::dq_units).
-template <int kD, bool kDq, bool kUnit = !kDq>
+// deterministic work); kUnits: dQ added as int32 counts of AttnBackwardParams::dq_units. kDq and
+// kUnit: the one-pass deterministic backward; kDq and kUnits alone: the ordered one (the default
+// work, each item's dK / dV added in its turn).
+template <int kD, bool kDq, bool kUnit = !kDq, bool kUnits = kDq && kUnit>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kernel(const __grid_constant__ BwWsParams wp) {
   const AttnBackwardParams p = wp.p;  // a copy: fields load from parameter space, not through a pointer
-  constexpr bool kFused = kDq && kUnit;  // the one-pass deterministic backward (dQ rounded to units)
+  static_assert(kDq || !kUnits, "dQ units without dQ");
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   (void)wp;  // built for a target without wgmma: never selected there, fail loudly if run
   __trap();
@@ -295,7 +282,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
           }
         }
         if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
-        if (kFused && ptid < kBwRows) {
+        if (kUnits && ptid < kBwRows) {
           s_units[slot * kBwRows + ptid] = ptid < rows ? p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh] : 1;
         }
         if (!tma) {
@@ -359,7 +346,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       prev_tma = j > 0 && wp.tma_dq != 0 && prev->q_rows == kBwRows;
       if (j > 0 && !prev_tma) {
         bw_out_bar_sync(wg);
-        bw_add_dq_atomic<kBwRows, kFused>(p.dq, tile, prev->q_rows, prev->dq_row, int64_t{hq} * kD,
+        bw_add_dq_atomic<kBwRows, kUnits>(p.dq, tile, prev->q_rows, prev->dq_row, int64_t{hq} * kD,
                                           prev->qh * kD + (kD == 128 ? 64 * wg : 0), tw);
       }
     }
@@ -429,7 +416,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
     fence_regs(dq);
     // Thread rows of dQ: q rows 16 warp_in_wg + g (+ 8); columns 8 j + 2 tq (+ 64 wg at D = 128).
     // D = 64: each warpgroup's partial sum over its 64 keys reduces separately.
-    if constexpr (kFused) {
+    if constexpr (kUnits) {
       bw_dq_to_units(dq, s_units + buf * kBwRows, row_lo, scale);
       bw_write_boxes<8, true>(tile, dq, row_lo, tq, 1.0F);
     } else {
@@ -447,30 +434,25 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   const AttnWorkItem& we = p.list.work[wp.work_begin + static_cast<int>(blockIdx.x)];
   const AttnTile* t0 = p.list.tiles + we.tile;
   const int dkv_row0 = t0->dkv_begin >= 0 ? t0->dkv_begin : t0->kv_begin;
-  // Deterministic: the units of a key block add these rows one after another, in work order
-  // (each consumer thread's atomics complete and are fenced before thread 0 passes the turn on).
-  const bool ordered = kUnit && we.dkv_sem >= 0;
-  if (ordered) {
-    if (ctid == 0) sem_wait_at_least(p.semaphores + we.dkv_sem, we.dkv_rank);
-    bar_sync_n<kBarDsReady, kConsumerThreads>();
-  }
-  if (!ordered && wp.tma_dkv != 0 && keys == kBwKeys) {
+  // Deterministic: the items adding to these rows add one after another, in work order (the
+  // units of a cut key block, or every item of the ordered method that shares its chunk).
+  const bool ordered = (kUnit || kUnits) && we.dkv_sem >= 0;
+  if (ordered) bw_dkv_turn_take(p.semaphores + we.dkv_sem, we.dkv_rank, ctid);
+  // A cut key block's units add by atomics in their turns (the method measured); the ordered
+  // method's items by TMA reductions like the default's.
+  if (wp.tma_dkv != 0 && keys == kBwKeys && !(kUnit && ordered)) {
     // dK and dV by TMA reductions: 8-byte atomics from registers took 12 % of the dK / dV pass's
     // samples on lists of short items (causal-diagonal tiles at B 1024), L2 taking them at a
     // fraction of the rate of whole lines. Staged in the shared memory of K, V, Q and dO, which
-    // nothing reads once both warpgroups are past their last products (the barrier) and the
-    // producer has posted the end of the walk.
-    bar_sync_n<kBarDsReady, kConsumerThreads>();
+    // nothing reads once both warpgroups are past their last products (the barrier, which the
+    // turn's already was) and the producer has posted the end of the walk.
+    if (!ordered) bar_sync_n<kBarDsReady, kConsumerThreads>();
     static_assert(4 * (kD / 32) * kBoxBytes <= Smem::kDs, "staged in K, V, Q and dO");
     bw_add_dk_dv_tma<kD>(wp, smem, base, dk, dv, wg, tw, row_lo, tq, scale, dkv_row0 + c0, kvh);
-    return;
+  } else {
+    bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
   }
-  bw_add_dk_dv<kD>(p.dk, p.dv, dk, dv, dkv_row0 + c0, hkv, kvh, key_lo, keys, tq, scale);
-  if (ordered) {
-    __threadfence();
-    bar_sync_n<kBarDsReady, kConsumerThreads>();
-    if (ctid == 0) sem_release(p.semaphores + we.dkv_sem);
-  }
+  if (ordered) bw_dkv_turn_pass(p.semaphores + we.dkv_sem, ctid);
 #endif
 }
 
@@ -481,8 +463,11 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   BwWsParams wp{};
   wp.p = p;
   // The items the list puts first take 80-row q steps (attention_backward_sm90_wide.cu): head
-  // dim 128, the default (not deterministic) backward.
-  const bool wide = kD == 128 && !p.deterministic && p.list.num_wide > 0;
+  // dim 128, the default backward and the ordered deterministic one.
+  const bool ordered = p.deterministic && p.ordered;
+  if (ordered && p.dq_units == nullptr)
+    raise(ErrorKind::InvalidInput, "attention_backward (ordered deterministic): no dq_units (deterministic_dq_units)");
+  const bool wide = kD == 128 && (!p.deterministic || ordered) && p.list.num_wide > 0;
   if (p.list.num_wide < 0 || p.list.num_wide > p.list.num_work) {
     raise(ErrorKind::InvalidInput, "attention_backward: num_wide " + std::to_string(p.list.num_wide) + " outside [0, num_work = " +
                                        std::to_string(p.list.num_work) + "]");
@@ -538,6 +523,19 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
         e != cudaSuccess) {
       raise(ErrorKind::Cuda, std::string("attention_backward (deterministic): zeroing the semaphores: ") + cudaGetErrorString(e));
     }
+  }
+  if (ordered) {
+    // The wide kernel's items, then the 64-row kernel's, in that order on the stream: a turn
+    // waits only for items launched before it.
+    if (wide) launch_backward_sm90_wide(wp, stream, true);
+    const int rest = p.list.num_work - (wide ? p.list.num_wide : 0);
+    if (rest > 0) {
+      wp.work_begin = p.list.num_work - rest;
+      allow_shared_memory("attention_backward_sm90_ws (ordered deterministic)", attention_backward_sm90_ws_kernel<kD, true, false, true>,
+                          kSmem);
+      attention_backward_sm90_ws_kernel<kD, true, false, true><<<rest, kWsThreads, kSmem, stream>>>(wp);
+    }
+    return;
   }
   if (fused) {
     allow_shared_memory("attention_backward_sm90_ws (one-pass deterministic)", attention_backward_sm90_ws_kernel<kD, true, true>,

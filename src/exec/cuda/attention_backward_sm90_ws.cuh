@@ -218,9 +218,38 @@ __device__ __forceinline__ void bw_add_dk_dv_tma(const BwWsParams& wp, unsigned 
   }
 }
 
+// dK / dV turns (deterministic backward: AttnWorkItem::dkv_sem / dkv_rank). The items that add to
+// the same rows take turns in work order: consumer thread 0 waits, with acquire loads, until the
+// rows' semaphore has counted every earlier item, and a barrier of the consumer threads passes
+// that on (after it, both warpgroups are past their last products). Once this item's additions
+// are complete (atomics, or TMA reductions waited for by their issuing threads), every consumer
+// thread fences them, in both proxies, and thread 0 counts the turn with a release.
+__device__ __forceinline__ void bw_dkv_turn_take(const int32_t* sem, int rank, int ctid) {
+  if (ctid == 0) {
+    int seen = 0;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
+    while (seen < rank) {
+      __nanosleep(32);
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(sem) : "memory");
+    }
+  }
+  bar_sync_n<kBarDsReady, kConsumerThreads>();
+  // The earlier items' additions, seen through the acquire and the barrier, come before this
+  // thread's TMA reductions (async proxy).
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+__device__ __forceinline__ void bw_dkv_turn_pass(int32_t* sem, int ctid) {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+  __threadfence();
+  bar_sync_n<kBarDsReady, kConsumerThreads>();
+  if (ctid == 0) asm volatile("red.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem) : "memory");
+}
+
 // The wide kernel over items [0, wp.p.list.num_wide) (attention_backward_sm90_wide.cu): head dim
 // 128, wp's 80-row maps encoded where its 64-row ones are; every item must be one bw_wide_item
 // names (partition_backward_work's), else the kernel traps.
-void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream);
+// units: the ordered deterministic backward (AttnBackwardParams::ordered): dQ as counts of
+// dq_units, dK / dV in the items' turns.
+void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool units = false);
 
 }  // namespace dcp::cuda::detail

@@ -309,6 +309,37 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
   return static_cast<int32_t>(mid - work.begin());
 }
 
+int32_t order_backward_turns(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape) {
+  const char* where = "order_backward_turns";
+  validate(tiles, shape, where);
+  // Tiles sharing dK / dV rows of a kv head must share their kv rows (key_blocks raises
+  // otherwise), so the items adding to one chunk's rows are those of one (key block, chunk, head).
+  key_blocks(tiles, shape.num_kv_heads, where);
+  auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
+  std::map<std::tuple<int, int, int>, std::vector<std::size_t>> adders;  // (dK/dV row, chunk, head) -> items
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    AttnWorkItem& w = work[i];
+    if (w.tile < 0 || static_cast<std::size_t>(w.tile) >= tiles.size())
+      raise(ErrorKind::InvalidInput, std::string(where) + ": work item " + std::to_string(i) + " names tile " +
+                                         std::to_string(w.tile) + " of " + std::to_string(tiles.size()));
+    w.dkv_sem = -1;
+    w.dkv_rank = 0;
+    adders[{dkv_row0(tiles[static_cast<std::size_t>(w.tile)]), w.chunk, w.head}].push_back(i);
+  }
+  int64_t semaphores = 0;
+  for (const auto& [key, items] : adders) {
+    if (items.size() < 2) continue;  // one writer: no turn to wait for
+    if (semaphores == std::numeric_limits<int32_t>::max()) raise(ErrorKind::InvalidInput, std::string(where) + ": too many turns");
+    int32_t rank = 0;
+    for (const std::size_t i : items) {  // list order: an item waits only for items launched before it
+      work[i].dkv_sem = static_cast<int32_t>(semaphores);
+      work[i].dkv_rank = rank++;
+    }
+    ++semaphores;
+  }
+  return static_cast<int32_t>(semaphores);
+}
+
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows) {
   const char* where = "make_deterministic_backward_work";
   validate(tiles, shape, where);

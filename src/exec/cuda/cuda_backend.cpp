@@ -307,6 +307,14 @@ class CudaBackend final : public Backend {
       p.dq_list.tiles = d.dq_tiles;
       p.dq_list.work = d.dq_work;
       p.dq_list.num_work = d.num_dq_work;
+      if (p.dq_units != nullptr && d.ordered_work != nullptr) {
+        p.ordered = true;
+        p.list.tiles = d.ordered_tiles;
+        p.list.work = d.ordered_work;
+        p.list.num_work = d.num_ordered_work;
+        p.list.num_wide = d.num_ordered_wide;
+        p.num_semaphores = d.num_ordered_semaphores;
+      }
     }
     cuda::attention_backward(p, stream_);
   }
@@ -477,6 +485,13 @@ class CudaBackend final : public Backend {
     const cuda::AttnWorkItem* dq_work = nullptr;
     int32_t num_dq_work = 0;
     int32_t num_wide = 0;  // backward: items [0, num_wide) for the wide kernel (partition_backward_work)
+    // The ordered deterministic backward's list (the default work with turns), taken where the
+    // one-pass units are ready.
+    const cuda::AttnTile* ordered_tiles = nullptr;
+    const cuda::AttnWorkItem* ordered_work = nullptr;
+    int32_t num_ordered_work = 0;
+    int32_t num_ordered_wide = 0;
+    int32_t num_ordered_semaphores = 0;
   };
   struct DeviceMerge {
     const cuda::MergeSegment* segments = nullptr;
@@ -505,12 +520,14 @@ class CudaBackend final : public Backend {
   }
   struct HostAttend {
     size_t tiles = 0, work = 0, row_offsets = 0, ranges = 0, zero = 0,
-           cells = MetaBuilder::kNone, dq_tiles = MetaBuilder::kNone, dq_work = MetaBuilder::kNone;
+           cells = MetaBuilder::kNone, dq_tiles = MetaBuilder::kNone, dq_work = MetaBuilder::kNone,
+           ordered_tiles = MetaBuilder::kNone, ordered_work = MetaBuilder::kNone;
     int32_t num_work = 0;
     int num_zero = 0;
     int32_t num_semaphores = 0;
     int32_t num_dq_work = 0;
     int32_t num_wide = 0;
+    int32_t num_ordered_work = 0, num_ordered_wide = 0, num_ordered_semaphores = 0;
     DeviceAttend at(char* device) const {
       return DeviceAttend{at_offset<cuda::AttnTile>(device, tiles),
                           at_offset<cuda::AttnWorkItem>(device, work),
@@ -524,7 +541,12 @@ class CudaBackend final : public Backend {
                           at_offset<cuda::AttnTile>(device, dq_tiles),
                           at_offset<cuda::AttnWorkItem>(device, dq_work),
                           num_dq_work,
-                          num_wide};
+                          num_wide,
+                          at_offset<cuda::AttnTile>(device, ordered_tiles),
+                          at_offset<cuda::AttnWorkItem>(device, ordered_work),
+                          num_ordered_work,
+                          num_ordered_wide,
+                          num_ordered_semaphores};
     }
   };
   struct HostMerge {
@@ -671,6 +693,15 @@ class CudaBackend final : public Backend {
     HostAttend h;
     if (!fwd) {
       if (kernels_.deterministic_backward) {
+        if (kernels_.deterministic_one_pass && kernels_.deterministic_ordered) {
+          std::vector<cuda::AttnWorkItem> ordered = cuda::make_backward_work(tiles, shape, cells);
+          if (kernels_.wide_backward) h.num_ordered_wide = cuda::partition_backward_work(ordered, tiles, shape);
+          h.num_ordered_semaphores = cuda::order_backward_turns(ordered, tiles, shape);
+          reserve_semaphores(h.num_ordered_semaphores);
+          h.ordered_tiles = meta.add(tiles);
+          h.ordered_work = meta.add(ordered);
+          h.num_ordered_work = i32(static_cast<int64_t>(ordered.size()), "work items");
+        }
         cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows);
         tiles = std::move(det.dkv_tiles);
         work = std::move(det.dkv_work);
