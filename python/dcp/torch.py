@@ -49,6 +49,9 @@ _config = {
     # Its one-pass method on one GPU (dQ summed as integer counts of per-row units; on by
     # default; False: two passes there too, as on several GPUs).
     "deterministic_one_pass": os.environ.get("DCP_ATTN_DETERMINISTIC_ONE_PASS", ""),
+    # That method over the default backward's work, both kernels, dK / dV added in turns (off by
+    # default until it has run on a GPU).
+    "deterministic_ordered": os.environ.get("DCP_ATTN_DETERMINISTIC_ORDERED", ""),
     "nccl_blocking_wait": True,
 }
 
@@ -65,7 +68,9 @@ def configure(**options: Any) -> None:
     a Hopper GPU), deterministic_one_pass (default True: on one GPU, the deterministic backward
     takes one pass, dQ summed as integer counts of per-row units, 12-17 bits of precision on rows
     with outlier features; False: two passes, as on several GPUs, dQ recomputed in a pass of its
-    own), nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
+    own), deterministic_ordered (True: the one-pass method over the default backward's work and
+    kernels, each item's dK / dV added in its turn; not yet measured, off by default),
+    nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
     Takes effect for runtimes made afterwards."""
     for key, value in options.items():
         if key not in _config:
@@ -178,7 +183,8 @@ class _Runtime:
                                              _TorchAllocator(device), _config["forward_kernel"],
                                              _config["backward_kernel"], _config["dq_reduction"],
                                              _switch(_config["deterministic"]),
-                                             _switch(_config["deterministic_one_pass"]))
+                                             _switch(_config["deterministic_one_pass"]),
+                                             _switch(_config["deterministic_ordered"]))
             self.comm = _dcp.self_comm(False) if world == 1 else self._nccl(group, rank, world, index)
         elif device.type == "cpu":
             self.backend = _dcp.cpu_backend()

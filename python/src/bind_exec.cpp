@@ -179,7 +179,8 @@ void bind_exec(nb::module_& m) {
   m.def(
       "cuda_backend",
       [](int device, uintptr_t stream, nb::object allocator, const std::string& forward, const std::string& backward,
-         const std::string& dq, const std::string& deterministic, const std::string& deterministic_one_pass) {
+         const std::string& dq, const std::string& deterministic, const std::string& deterministic_one_pass,
+         const std::string& deterministic_ordered) {
         // The backend owns its allocator: both die together.
         struct Owned {
           std::unique_ptr<PyAllocator> allocator;
@@ -201,12 +202,15 @@ void bind_exec(nb::module_& m) {
         if (!deterministic_one_pass.empty())  // empty: the library's default
           o.kernels.deterministic_one_pass =
               parse_switch(deterministic_one_pass, "deterministic_one_pass (DCP_ATTN_DETERMINISTIC_ONE_PASS)");
+        if (!deterministic_ordered.empty())
+          o.kernels.deterministic_ordered =
+              parse_switch(deterministic_ordered, "deterministic_ordered (DCP_ATTN_DETERMINISTIC_ORDERED)");
         owned->backend = make_cuda_backend(o);
         return std::shared_ptr<Backend>(owned, owned->backend.get());
       },
       nb::arg("device"), nb::arg("stream") = 0, nb::arg("allocator") = nb::none(), nb::arg("forward") = "auto",
       nb::arg("backward") = "auto", nb::arg("dq") = "bulk", nb::arg("deterministic") = "0",
-      nb::arg("deterministic_one_pass") = "");
+      nb::arg("deterministic_one_pass") = "", nb::arg("deterministic_ordered") = "");
 
   nb::class_<PyAttention>(m, "Attention")
       .def(

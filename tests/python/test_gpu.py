@@ -118,11 +118,12 @@ def test_compiled_on_gpu_matches_eager():
         assert rel_error(a.float().cpu(), b.float().cpu()) < 1e-2
 
 
-@pytest.mark.parametrize("one_pass", [False, True])
-def test_deterministic_backward_repeats_bitwise(one_pass):
+@pytest.mark.parametrize("method", ["two-pass", "one-pass", "ordered"])
+def test_deterministic_backward_repeats_bitwise(method):
     shape = (8, 2, 128)
     lengths, specs = cases.random_docs(13, max_len=1500, num_docs=6)
-    dt.configure(deterministic=True, deterministic_one_pass=one_pass)
+    dt.configure(deterministic=True, deterministic_one_pass=method != "two-pass",
+                 deterministic_ordered=method == "ordered")
     try:
         plan = planned(lengths, specs, shape)
         q, k, v, w = cases.inputs(13, sum(lengths), shape)
@@ -142,7 +143,7 @@ def test_deterministic_backward_repeats_bitwise(one_pass):
         for got, want in zip(grads[0], (qr.grad, kr.grad, vr.grad)):
             assert rel_error(plan.undispatch(got.float().cpu()), want) < 2e-2
     finally:
-        dt.configure(deterministic=False, deterministic_one_pass=False)
+        dt.configure(deterministic=False, deterministic_one_pass="", deterministic_ordered="")
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
