@@ -64,6 +64,17 @@ struct PlannerOptions {
   // at scale 4 fell from 24.98 to 22.85 ms and lambda from 2.53 to 2.31; twice the schedules
   // per placement took the search from 169–1498 to 264–1992 ms per batch (placement dominates).
   std::vector<bool> level_stage_compute{false, true};
+  // ScheduleOptions::rounds_per_link_class candidates, crossed with the lists above (where
+  // far_outputs_first is a list of both, with its true alone: without it the tiles whose inputs
+  // stay in the node lead the rounds anyway). Measured on the paper micro-benchmark
+  // (bench/results/plan_sim.md): shared question at scale 2 from 4.78 to 4.66 ms, causal at
+  // scale 2 from 9.30 to 9.02, no cell slower; the search 30-40 % longer.
+  std::vector<bool> rounds_per_link_class{false, true};
+  // Per placement and stage count, the backward's choices (ScheduleOptions::backward) may come
+  // from another of the schedules tried than the forward's: where the schedule fastest in one
+  // pass is not the one fastest in the other, that mix is planned and simulated too (the passes
+  // are scheduled and simulated apart, so it is predicted at their sum).
+  bool mix_passes = true;
   // Across nodes, the chosen placement (DCP's or a static layout's) is planned again with every
   // schedule and the other ScheduleOptions::proxies setting; the fastest plan is kept: proxies
   // make most plans faster but not all. Both settings on every placement would double the search
@@ -134,6 +145,8 @@ struct PlanCandidate {
   bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
   double last_round_share = 1.0;
   bool level_stage_compute = false;
+  bool rounds_per_link_class = false;
+  std::optional<ScheduleOptions::PassChoices> backward;  // the backward's own (mix_passes)
   bool proxies = false;
   int num_comm_stages = 0;
   uint64_t placement_seed = 0;  // PlacementOptions::seed of its placement

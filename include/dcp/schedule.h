@@ -41,6 +41,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -109,6 +110,27 @@ struct ScheduleOptions {
   // takes DCP's causal cell at scale 4 from 24.98 to 22.85 ms but the static layouts' from
   // 28.95 to 36.57 (bench/results/plan_sim.md); the planner tries it.
   bool level_stage_compute = false;
+  // Rounds filled per link class: the inputs from the device's node and those from other nodes
+  // each fill the rounds as above on their own (own round, budget and share), since the two
+  // classes cross different resources at the same time; a tile runs once the last of its inputs
+  // is in. Without it one budget counts both classes, so rounds of slow crossings (far outputs
+  // first) carry few of the node's own inputs, and the compute they unlock waits for later
+  // rounds. On one node (one class) it changes nothing.
+  bool rounds_per_link_class = false;
+  // The four choices above that shape a pass's rounds and stages, for the backward where they
+  // differ from the forward's (unset: the backward takes the same). The passes are scheduled apart
+  // and run one after the other, each from idle devices, so each may take its own best: the
+  // planner picks them per pass (PlannerOptions::mix_passes).
+  struct PassChoices {
+    bool far_outputs_first = false;
+    double last_round_share = 1.0;
+    bool level_stage_compute = false;
+    bool rounds_per_link_class = false;
+    friend bool operator==(const PassChoices&, const PassChoices&) = default;
+  };
+  std::optional<PassChoices> backward;
+  // These options with the backward's choices in place of the forward's.
+  ScheduleOptions for_backward() const;
   void validate() const;  // throws InvalidInput naming the option
 };
 

@@ -33,10 +33,11 @@ void PlannerOptions::validate() const {
   for (double e : tighten_eps)
     if (!(e >= 0)) raise(ErrorKind::InvalidInput, "planner: tighten_eps must be >= 0 (got " + std::to_string(e) + ")");
   if (split_sink.empty()) raise(ErrorKind::InvalidInput, "planner: split_sink needs at least one candidate");
-  if (far_outputs_first.empty() || last_round_share.empty() || level_stage_compute.empty())
+  if (far_outputs_first.empty() || last_round_share.empty() || level_stage_compute.empty() ||
+      rounds_per_link_class.empty())
     raise(ErrorKind::InvalidInput,
-          "planner: the schedule candidates (far_outputs_first, last_round_share, level_stage_compute) need "
-          "one each");
+          "planner: the schedule candidates (far_outputs_first, last_round_share, level_stage_compute, "
+          "rounds_per_link_class) need one each");
   for (double share : last_round_share) {
     PlanOptions p = plan;
     p.schedule.last_round_share = share;
@@ -78,7 +79,14 @@ std::string describe(const PlanCandidate& c) {
   out = "B " + std::to_string(c.block_size) + (c.split_sink ? " (split sink)" : "") + " eps " + num(c.eps_compute);
   if (c.tightened_from > 0) out += " (tightened from " + num(c.tightened_from) + ")";
   out += std::string(" far-first ") + (c.far_outputs_first ? "on" : "off") + " last-round share " + num(c.last_round_share);
-  out += std::string(" leveling ") + (c.level_stage_compute ? "on" : "off") + " stages " + std::to_string(c.num_comm_stages);
+  out += std::string(" leveling ") + (c.level_stage_compute ? "on" : "off");
+  if (c.rounds_per_link_class) out += " rounds per link class";
+  if (c.backward) {
+    out += std::string(" (backward: far-first ") + (c.backward->far_outputs_first ? "on" : "off") + " last-round share " +
+           num(c.backward->last_round_share) + " leveling " + (c.backward->level_stage_compute ? "on" : "off") +
+           (c.backward->rounds_per_link_class ? " rounds per link class" : "") + ")";
+  }
+  out += " stages " + std::to_string(c.num_comm_stages);
   return out + (c.proxies ? "" : " no proxies");
 }
 
@@ -111,16 +119,21 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   const std::vector<int> stage_counts =
       opts.num_comm_stages.empty() ? std::vector<int>{opts.plan.schedule.num_comm_stages} : opts.num_comm_stages;
   for (int stages : stage_counts)
-    for (bool level : opts.level_stage_compute)
-      for (double share : opts.last_round_share)
-        for (bool far_first : opts.far_outputs_first) {
-          ScheduleOptions so = opts.plan.schedule;
-          so.far_outputs_first = far_first;
-          so.last_round_share = share;
-          so.level_stage_compute = level;
-          so.num_comm_stages = stages;
-          schedule_variants.push_back(so);
-        }
+    for (bool per_class : opts.rounds_per_link_class)
+      for (bool level : opts.level_stage_compute)
+        for (double share : opts.last_round_share)
+          for (bool far_first : opts.far_outputs_first) {
+            // Rounds per link class only where crossings come first: otherwise the tiles whose
+            // inputs stay in the node already lead the rounds.
+            if (per_class && !far_first && opts.far_outputs_first.size() > 1) continue;
+            ScheduleOptions so = opts.plan.schedule;
+            so.far_outputs_first = far_first;
+            so.last_round_share = share;
+            so.level_stage_compute = level;
+            so.rounds_per_link_class = per_class;
+            so.num_comm_stages = stages;
+            schedule_variants.push_back(so);
+          }
 
   // A placement and the schedules it is planned with. `counts`: the simulator's sub-tile counts
   // of its table, shared by every plan over the table (placements, schedules, seeds) and filled
@@ -167,6 +180,43 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     so.table_cache = p.counts.get();
     return so;
   };
+  // mix_passes: per stage count (and proxy setting) of a placement's schedules, the one fastest
+  // in the forward and the one fastest in the backward, where they differ and their passes
+  // together beat every schedule tried, planned as one (their passes as already built).
+  struct Mixed {
+    ScheduleOptions schedule;
+    PlanCandidate c;
+  };
+  auto mix = [&](const Placed& p, const std::vector<Schedule>& schedules, const PlanCandidate* out,
+                 const std::array<double, 2>* pass_s, std::vector<Mixed>& mixed) {
+    const size_t n = p.schedules.size();
+    std::vector<uint8_t> done(n, 0);
+    for (size_t k = 0; k < n; ++k) {
+      const ScheduleOptions& lead = p.schedules[k];
+      if (done[k] || lead.backward) continue;
+      size_t f = k, b = k, t = k;  // fastest forward, backward, and both together
+      for (size_t j = k; j < n; ++j) {
+        const ScheduleOptions& so = p.schedules[j];
+        if (so.backward || so.num_comm_stages != lead.num_comm_stages || so.proxies != lead.proxies) continue;
+        done[j] = 1;
+        if (pass_s[j][0] < pass_s[f][0]) f = j;
+        if (pass_s[j][1] < pass_s[b][1]) b = j;
+        if (out[j].predicted_s < out[t].predicted_s) t = j;
+      }
+      if (!(pass_s[f][0] + pass_s[b][1] < out[t].predicted_s)) continue;
+      Mixed m{p.schedules[f], out[f]};
+      const ScheduleOptions& bs = p.schedules[b];
+      m.schedule.backward = ScheduleOptions::PassChoices{bs.far_outputs_first, bs.last_round_share, bs.level_stage_compute,
+                                                         bs.rounds_per_link_class};
+      m.c.backward = m.schedule.backward;
+      const auto t0 = Clock::now();
+      const Plan plan = build_plan(*p.table, p.placed.placement, cluster, Schedule{schedules[f].fwd, schedules[b].bwd},
+                                   plan_options(m.schedule));
+      m.c.planning_s = p.c.planning_s + seconds_since(t0);
+      m.c.predicted_s = simulate(plan, cluster, sim_options(p)).total_s();
+      mixed.push_back(std::move(m));
+    }
+  };
   // Plans and simulates every placement of `group` with each of its schedules, all at once on
   // the pool, then takes the candidates in order: the same choice as one at a time. Schedule
   // options that make the same schedule of a placement (on one node far_outputs_first changes
@@ -175,6 +225,8 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     std::vector<size_t> first_unit(group.size() + 1, 0);  // the placement's candidates in `results`
     for (size_t i = 0; i < group.size(); ++i) first_unit[i + 1] = first_unit[i] + group[i]->schedules.size();
     std::vector<PlanCandidate> results(first_unit.back());
+    std::vector<std::array<double, 2>> pass_s(first_unit.back());  // simulated forward, backward
+    std::vector<std::vector<Mixed>> mixed(group.size());              // mix_passes' candidates
     run_each(par, static_cast<int>(group.size()), [&](int gi) {
       const Placed& p = *group[static_cast<size_t>(gi)];
       const size_t n = p.schedules.size();
@@ -190,6 +242,8 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
         c.far_outputs_first = so.far_outputs_first;
         c.last_round_share = so.last_round_share;
         c.level_stage_compute = so.level_stage_compute;
+        c.rounds_per_link_class = so.rounds_per_link_class;
+        c.backward = so.backward;
         c.num_comm_stages = so.num_comm_stages;
         c.proxies = so.proxies && cluster.nodes > 1;
       });
@@ -204,19 +258,26 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
         const Plan plan = build_plan(*p.table, p.placed.placement, cluster, schedules[static_cast<size_t>(j)],
                                      plan_options(p.schedules[static_cast<size_t>(j)]));
         c.planning_s += seconds_since(t0);
-        c.predicted_s = simulate(plan, cluster, sim_options(p)).total_s();
+        const SimResult r = simulate(plan, cluster, sim_options(p));
+        c.predicted_s = r.total_s();
+        pass_s[first_unit[static_cast<size_t>(gi)] + static_cast<size_t>(j)] = {r.fwd_s, r.bwd_s};
       });
       for (size_t j = 0; j < n; ++j)
         if (twin[j] >= 0) {
           out[j].predicted_s = out[twin[j]].predicted_s;
           out[j].planning_s = out[twin[j]].planning_s;
+          pass_s[first_unit[static_cast<size_t>(gi)] + j] = pass_s[first_unit[static_cast<size_t>(gi)] + static_cast<size_t>(twin[j])];
         }
+      if (opts.mix_passes) mix(p, schedules, out, pass_s.data() + first_unit[static_cast<size_t>(gi)], mixed[static_cast<size_t>(gi)]);
     });
     size_t u = 0;
-    for (std::unique_ptr<Placed>& p : group) {
+    for (size_t gi = 0; gi < group.size(); ++gi) {
+      std::unique_ptr<Placed>& p = group[gi];
       const size_t first = tried.size();
-      for (size_t j = 0; j < p->schedules.size(); ++j, ++u) {
-        const PlanCandidate& c = results[u];
+      const size_t n = p->schedules.size();
+      for (const Mixed& m : mixed[gi]) p->schedules.push_back(m.schedule);
+      for (size_t j = 0; j < p->schedules.size(); ++j) {
+        const PlanCandidate& c = j < n ? results[u++] : mixed[gi][j - n].c;
         tried.push_back(c);
         const bool better = best_placed == nullptr || (c.balanced && !best.chosen.balanced) ||
                             (c.balanced == best.chosen.balanced && c.predicted_s < best.chosen.predicted_s);
@@ -445,6 +506,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
     // Its schedules as tried (DCP's: every variant; a static layout's: its stage counts).
     auto p = std::make_unique<Placed>(*best_placed);
     p->c = best.chosen;
+    std::erase_if(p->schedules, [](const ScheduleOptions& so) { return so.backward.has_value(); });  // mixed again
     for (ScheduleOptions& schedule : p->schedules) schedule.proxies = !best.chosen.proxies;
     std::vector<std::unique_ptr<Placed>> retry;
     retry.push_back(std::move(p));

@@ -3,6 +3,7 @@
 #include "dcp/schedule.h"
 
 #include <algorithm>
+#include <array>
 #include <numeric>
 
 #include "dcp/error.h"
@@ -19,9 +20,25 @@ void ScheduleOptions::validate() const {
   if (!(proxy_slack >= 0 && proxy_slack < 1e6))
     raise(ErrorKind::InvalidInput, "schedule options: proxy_slack must be a number >= 0 (got " +
                                        std::to_string(proxy_slack) + ")");
-  if (!(last_round_share > 0 && last_round_share <= 1))
-    raise(ErrorKind::InvalidInput, "schedule options: last_round_share must be in (0, 1] (got " +
-                                       std::to_string(last_round_share) + ")");
+  auto check_share = [](double share, const std::string& which) {
+    if (!(share > 0 && share <= 1))
+      raise(ErrorKind::InvalidInput, "schedule options: " + which + "last_round_share must be in (0, 1] (got " +
+                                         std::to_string(share) + ")");
+  };
+  check_share(last_round_share, "");
+  if (backward) check_share(backward->last_round_share, "the backward's ");
+}
+
+ScheduleOptions ScheduleOptions::for_backward() const {
+  ScheduleOptions o = *this;
+  if (backward) {
+    o.far_outputs_first = backward->far_outputs_first;
+    o.last_round_share = backward->last_round_share;
+    o.level_stage_compute = backward->level_stage_compute;
+    o.rounds_per_link_class = backward->rounds_per_link_class;
+  }
+  o.backward.reset();
+  return o;
 }
 
 std::span<const DataKind> input_kinds(Pass pass, Side side) {
@@ -213,6 +230,57 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       return std::tie(cross[b], prio[a]) < std::tie(cross[a], prio[b]);
     });
 
+    auto add_compute = [&](int32_t t, int stage) {
+      const Tile& tile = table.tiles[t];
+      out.tile_stage[t] = stage;
+      out.stage_compute_s[d][stage] += (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+    };
+    if (opts.rounds_per_link_class) {
+      // Inputs from the device's own node and from other nodes cross different resources (its
+      // ingress inside the node; ports and NICs between nodes) at the same time, so a round lasts
+      // about the longer of its two classes, not their sum. Each class fills its rounds as below
+      // on its own (its own round, share and budget), and a tile runs once the last of its inputs
+      // is in: a device whose first rounds carry slow crossings still gets inputs from its node,
+      // and the compute they unlock, in them. With one class this is the rounds below exactly.
+      auto far = [&](const Item& it) {
+        return cluster.node_of(placement.block_home[it.block]) != cluster.node_of(d) ? 1 : 0;
+      };
+      std::array<double, 2> remaining{0.0, 0.0};
+      for (const Item& it : items) remaining[far(it)] += it.time_s;
+      auto budget_for = [&](int c, int r) {
+        const int rounds_left = num_stages - r;
+        if (rounds_left <= 1) return remaining[c];
+        return remaining[c] / (rounds_left - 1 + opts.last_round_share);
+      };
+      std::array<int, 2> round{1, 1};
+      std::array<double, 2> round_s{0.0, 0.0};
+      std::array<double, 2> budget{budget_for(0, 1), budget_for(1, 1)};
+      for (int32_t oi : order) {
+        std::array<double, 2> new_s{0.0, 0.0};
+        for (int32_t ii : tile_items[oi])
+          if (ii >= 0 && items[ii].round == 0) new_s[far(items[ii])] += items[ii].time_s;
+        for (int c = 0; c < 2; ++c) {
+          if (round[c] < num_stages - 1 && round_s[c] > 0 && new_s[c] > 0 && round_s[c] + new_s[c] > budget[c]) {
+            ++round[c];
+            round_s[c] = 0;
+            budget[c] = budget_for(c, round[c]);
+          }
+        }
+        int need = 0;
+        for (int32_t ii : tile_items[oi]) {
+          if (ii < 0) continue;
+          Item& it = items[ii];
+          if (it.round == 0) {
+            const int c = far(it);
+            it.round = round[c];
+            round_s[c] += it.time_s;
+            remaining[c] -= it.time_s;
+          }
+          need = std::max(need, it.round);
+        }
+        add_compute(remote[oi], need);
+      }
+    } else {
     int stage = 1;
     double round_s = 0, remaining_s = total_transfer_s;
     // Round r gets an even share of what is left to move, measured in predicted seconds
@@ -251,6 +319,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       const Tile& tile = table.tiles[t];
       out.stage_compute_s[d][need] +=
           (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
+    }
     }
     // With far outputs first, none of those tiles stays in the last stage: the outputs of the
     // last stage travel in the final round, after every device's compute, where the partials of
@@ -366,7 +435,7 @@ Schedule build_schedule(const BlockTable& table, const Placement& placement, con
                                        " devices, placement has " + std::to_string(placement.num_devices));
   Schedule s;
   s.fwd = schedule_pass(table, placement, cluster, opts, Pass::Forward);
-  s.bwd = schedule_pass(table, placement, cluster, opts, Pass::Backward);
+  s.bwd = schedule_pass(table, placement, cluster, opts.for_backward(), Pass::Backward);
   return s;
 }
 

@@ -296,6 +296,69 @@ TEST(Plan, BadScheduleOptionsAreNamed) {
   o = ScheduleOptions{};
   o.last_round_share = 0;
   EXPECT_THROW(o.validate(), Error);
+  o = ScheduleOptions{};
+  o.backward = ScheduleOptions::PassChoices{};
+  o.backward->last_round_share = 1.5;
+  try {
+    o.validate();
+    ADD_FAILURE() << "the backward's last_round_share 1.5 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("backward's last_round_share"), std::string::npos) << e.what();
+  }
+}
+
+// The backward's own choices (ScheduleOptions::backward) schedule the backward as those options
+// alone would and leave the forward as it was; rounds shared out per link class keep plans
+// exact, and change the rounds only across nodes (on one node every input is of one class).
+TEST(Plan, BackwardChoicesAndRoundsPerLinkClass) {
+  const Cluster c = cluster_for(8);
+  int per_class_moved = 0;
+  for (const std::string& mask : {std::string("causal"), std::string("shared_question"), std::string("lambda")}) {
+    const Batch batch = skewed_batch(mask);
+    for (const PlacedBatch& pb : {testing::dcp_placed(batch, 8), placed(BaselineKind::A2AP2P, batch, 8)}) {
+      for (int bits = 0; bits < 16; ++bits) {
+        SCOPED_TRACE(mask + " options " + std::to_string(bits));
+        ScheduleOptions a;
+        a.num_comm_stages = 3;
+        a.far_outputs_first = (bits & 1) != 0;
+        a.rounds_per_link_class = (bits & 2) != 0;
+        ScheduleOptions b = a;
+        b.level_stage_compute = (bits & 4) != 0;
+        b.last_round_share = (bits & 8) != 0 ? 0.5 : 1.0;
+        b.far_outputs_first = !a.far_outputs_first;
+        b.rounds_per_link_class = !a.rounds_per_link_class;
+        ScheduleOptions mixed = a;
+        mixed.backward = ScheduleOptions::PassChoices{b.far_outputs_first, b.last_round_share, b.level_stage_compute,
+                                                      b.rounds_per_link_class};
+        const Schedule s = build_schedule(pb.table, pb.placement, c, mixed);
+        ASSERT_NO_THROW(s.validate(pb.table, pb.placement));
+        EXPECT_TRUE(s.fwd == build_schedule(pb.table, pb.placement, c, a).fwd);
+        EXPECT_TRUE(s.bwd == build_schedule(pb.table, pb.placement, c, b).bwd);
+        PlanOptions po;
+        po.schedule = mixed;
+        EXPECT_TRUE(validate_plan(build_plan(pb.table, pb.placement, c, po)).empty());
+        if (a.rounds_per_link_class) {
+          ScheduleOptions plain = a;
+          plain.rounds_per_link_class = false;
+          per_class_moved += build_schedule(pb.table, pb.placement, c, plain) == build_schedule(pb.table, pb.placement, c, a) ? 0 : 1;
+        }
+      }
+    }
+  }
+  EXPECT_GT(per_class_moved, 0) << "rounds per link class never changed a schedule across nodes";
+  // One node: every remote input comes from the device's node, so sharing rounds per class is
+  // sharing them as before.
+  Cluster one = cluster_for(8);
+  one.devices_per_node = 8;
+  one.nodes = 1;
+  const PlacedBatch pb = testing::dcp_placed(skewed_batch("causal"), 8);
+  ScheduleOptions plain;
+  ScheduleOptions per_class;
+  per_class.rounds_per_link_class = true;
+  const Schedule x = build_schedule(pb.table, pb.placement, one, plain);
+  const Schedule y = build_schedule(pb.table, pb.placement, one, per_class);
+  EXPECT_EQ(x.fwd.tile_stage, y.fwd.tile_stage);
+  EXPECT_EQ(x.bwd.tile_stage, y.bwd.tile_stage);
 }
 
 // The tail runs after the final round is posted and before it is waited for, on the devices

@@ -38,10 +38,36 @@ PlannerOptions small_search(const Cluster& cluster) {
   return opts;
 }
 
+// A DCP candidate's plan made again from its options alone (block table, placement, schedule)
+// and simulated with the search's calibration.
+double own_prediction(const Batch& batch, const Cluster& cluster, const PlannerOptions& opts, const PlanCandidate& c) {
+  BlockOptions bo;
+  bo.block_size = c.block_size;
+  bo.split_sink = c.split_sink;
+  const BlockTable table = build_block_table(batch, bo);
+  PlacementOptions po = opts.placement;
+  po.eps_compute = c.eps_compute;
+  po.seed = c.placement_seed;
+  po.tile_cost = tile_cost_from(*opts.calibration);
+  PlanOptions plan_opts = opts.plan;
+  plan_opts.schedule.far_outputs_first = c.far_outputs_first;
+  plan_opts.schedule.last_round_share = c.last_round_share;
+  plan_opts.schedule.level_stage_compute = c.level_stage_compute;
+  plan_opts.schedule.rounds_per_link_class = c.rounds_per_link_class;
+  plan_opts.schedule.num_comm_stages = c.num_comm_stages;
+  plan_opts.schedule.backward = c.backward;
+  const Plan plan = build_plan(table, place_dcp(table, cluster, po).placement, cluster, plan_opts);
+  SimOptions so;
+  so.calibration = *opts.calibration;
+  return simulate(plan, cluster, so).total_s();
+}
+
 TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
+  opts.mix_passes = false;      // and the schedule variants' alone (mixed passes: their own test)
+  opts.rounds_per_link_class = {false};
   opts.retry_proxies = false;
   opts.block_sizes = {256, 512, 1024};
   opts.eps_compute = {0.02, 0.1};
@@ -214,6 +240,8 @@ TEST(Planner, EqualSchedulesOfAPlacementShareTheirPrediction) {
   const Cluster cluster = two_h200();
   PlannerOptions opts = small_search(cluster);
   opts.static_layouts.clear();
+  opts.mix_passes = false;
+  opts.rounds_per_link_class = {false};
   const Batch batch = small_batch("shared_question");
   const PlannedBatch p = plan_batch(batch, cluster, opts);
   ASSERT_EQ(p.candidates.size() % 2, 0u);
@@ -225,24 +253,58 @@ TEST(Planner, EqualSchedulesOfAPlacementShareTheirPrediction) {
     EXPECT_EQ(on.predicted_s, off.predicted_s) << describe(on);
   }
   // Each candidate's prediction is its own plan's (every option as the candidate says).
-  for (const PlanCandidate& c : p.candidates) {
-    BlockOptions bo;
-    bo.block_size = c.block_size;
-    const BlockTable table = build_block_table(batch, bo);
-    PlacementOptions po = opts.placement;
-    po.eps_compute = c.eps_compute;
-    po.seed = c.placement_seed;
-    po.tile_cost = tile_cost_from(*opts.calibration);
-    PlanOptions plan_opts = opts.plan;
-    plan_opts.schedule.far_outputs_first = c.far_outputs_first;
-    plan_opts.schedule.last_round_share = c.last_round_share;
-    plan_opts.schedule.level_stage_compute = c.level_stage_compute;
-    plan_opts.schedule.num_comm_stages = c.num_comm_stages;
-    const Plan plan = build_plan(table, place_dcp(table, cluster, po).placement, cluster, plan_opts);
-    SimOptions so;
-    so.calibration = *opts.calibration;
-    EXPECT_EQ(simulate(plan, cluster, so).total_s(), c.predicted_s) << describe(c);
+  for (const PlanCandidate& c : p.candidates) EXPECT_EQ(own_prediction(batch, cluster, opts, c), c.predicted_s) << describe(c);
+}
+
+// mix_passes: where a placement's fastest forward schedule and fastest backward schedule (of one
+// stage count) differ, their mix is a candidate too, right after the placement's schedules; it is
+// predicted at its own plan's time, which is the sum of those two passes and below every schedule
+// of that placement and stage count; the other candidates are those of a search without it, and a
+// mixed winner's plan carries the backward's choices.
+TEST(Planner, MixesThePassesFastestSchedules) {
+  const Cluster cluster = cluster_preset("a100-p4d", 2);
+  PlannerOptions opts;
+  opts.static_layouts.clear();
+  opts.retry_proxies = false;
+  opts.block_sizes = {512, 1024};
+  opts.eps_compute = {0.05, 0.1};
+  opts.num_comm_stages = {4, 3};
+  opts.rounds_per_link_class = {false, true};
+  opts.calibration = calibration_from_cluster(cluster);
+  int mixes = 0;
+  for (const char* mask : {"causal", "shared_question", "lambda"}) {
+    SCOPED_TRACE(mask);
+    const Batch batch = small_batch(mask);
+    opts.mix_passes = false;
+    const PlannedBatch plain = plan_batch(batch, cluster, opts);
+    opts.mix_passes = true;
+    const PlannedBatch p = plan_batch(batch, cluster, opts);
+    std::vector<PlanCandidate> regular;
+    for (size_t i = 0; i < p.candidates.size(); ++i) {
+      const PlanCandidate& c = p.candidates[i];
+      if (!c.backward) {
+        regular.push_back(c);
+        continue;
+      }
+      ++mixes;
+      // Its placement's schedules of its stage count come before it.
+      double best = 1e300;
+      for (size_t k = 0; k < i; ++k) {
+        const PlanCandidate& o = p.candidates[k];
+        if (!o.backward && o.block_size == c.block_size && o.split_sink == c.split_sink && o.eps_compute == c.eps_compute &&
+            o.placement_seed == c.placement_seed && o.num_comm_stages == c.num_comm_stages && o.proxies == c.proxies)
+          best = std::min(best, o.predicted_s);
+      }
+      EXPECT_LT(c.predicted_s, best) << describe(c);
+      EXPECT_EQ(own_prediction(batch, cluster, opts, c), c.predicted_s) << describe(c);
+    }
+    ASSERT_EQ(regular.size(), plain.candidates.size());
+    for (size_t i = 0; i < regular.size(); ++i) EXPECT_EQ(describe(regular[i]), describe(plain.candidates[i])) << i;
+    EXPECT_LE(p.chosen.predicted_s, plain.chosen.predicted_s);
+    EXPECT_EQ(p.plan.header.options.schedule.backward, p.chosen.backward);
+    EXPECT_TRUE(validate_plan(p.plan).empty());
   }
+  EXPECT_GT(mixes, 0) << "no placement had different fastest schedules per pass: the test checks nothing";
 }
 
 // Block sizes over the tile budget are skipped, except the largest, so a search always has a
@@ -251,6 +313,8 @@ TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
+  opts.mix_passes = false;      // and the schedule variants' alone (mixed passes: their own test)
+  opts.rounds_per_link_class = {false};
   opts.retry_proxies = false;
   opts.block_sizes = {256, 1024, 512};
   opts.calibration = calibration_from_cluster(cluster);
@@ -294,6 +358,8 @@ TEST(Planner, TriesEveryStageCount) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
+  opts.mix_passes = false;      // and the schedule variants' alone (mixed passes: their own test)
+  opts.rounds_per_link_class = {false};
   opts.retry_proxies = false;
   opts.block_sizes = {512};
   opts.calibration = calibration_from_cluster(cluster);
@@ -324,6 +390,8 @@ TEST(Planner, PlacesTheBestCandidateAgainWithFurtherSeeds) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();  // DCP's candidates alone: the counts below are theirs
+  opts.mix_passes = false;      // and the schedule variants' alone (mixed passes: their own test)
+  opts.rounds_per_link_class = {false};
   opts.retry_proxies = false;
   opts.block_sizes = {512, 1024};
   opts.eps_compute = {0.05, 0.1};
@@ -361,6 +429,8 @@ TEST(Planner, TightensTheBestPlacementsToTighterBounds) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();
+  opts.mix_passes = false;
+  opts.rounds_per_link_class = {false};
   opts.retry_proxies = false;
   opts.block_sizes = {512, 1024};
   opts.eps_compute = {0.05, 0.1};
@@ -442,6 +512,8 @@ TEST(Planner, RetriesTheChosenPlacementWithTheOtherProxySetting) {
   const Cluster cluster = cluster_preset("a100-p4d", 2);
   PlannerOptions opts;
   opts.static_layouts.clear();
+  opts.mix_passes = false;
+  opts.rounds_per_link_class = {false};
   opts.block_sizes = {512, 1024};
   opts.calibration = calibration_from_cluster(cluster);
   for (const bool proxies : {true, false}) {
@@ -571,6 +643,9 @@ TEST(Planner, RejectsEmptyOrBadCandidates) {
   opts.level_stage_compute = {};
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
   opts.level_stage_compute = {false};
+  opts.rounds_per_link_class = {};
+  EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
+  opts.rounds_per_link_class = {false};
   opts.split_sink = {};
   EXPECT_THROW(plan_batch(batch, cluster, opts), Error);
   opts.split_sink = {false};
