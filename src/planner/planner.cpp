@@ -118,14 +118,20 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
   std::vector<ScheduleOptions> schedule_variants;
   const std::vector<int> stage_counts =
       opts.num_comm_stages.empty() ? std::vector<int>{opts.plan.schedule.num_comm_stages} : opts.num_comm_stages;
+  const auto tried_value = [](const std::vector<bool>& list, bool value) {
+    return std::find(list.begin(), list.end(), value) != list.end();
+  };
+  const bool plain_rounds_tried = tried_value(opts.rounds_per_link_class, false);
+  const bool far_first_tried = tried_value(opts.far_outputs_first, true);
   for (int stages : stage_counts)
     for (bool per_class : opts.rounds_per_link_class)
       for (bool level : opts.level_stage_compute)
         for (double share : opts.last_round_share)
           for (bool far_first : opts.far_outputs_first) {
-            // Rounds per link class only where crossings come first: otherwise the tiles whose
-            // inputs stay in the node already lead the rounds.
-            if (per_class && !far_first && opts.far_outputs_first.size() > 1) continue;
+            // Rounds per link class only across nodes (on one node there is one class) and where
+            // crossings come first (otherwise the tiles whose inputs stay in the node already
+            // lead the rounds).
+            if (per_class && plain_rounds_tried && (cluster.nodes == 1 || (!far_first && far_first_tried))) continue;
             ScheduleOptions so = opts.plan.schedule;
             so.far_outputs_first = far_first;
             so.last_round_share = share;

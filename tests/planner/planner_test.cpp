@@ -307,6 +307,30 @@ TEST(Planner, MixesThePassesFastestSchedules) {
   EXPECT_GT(mixes, 0) << "no placement had different fastest schedules per pass: the test checks nothing";
 }
 
+// Rounds per link class are tried across nodes with far outputs first alone; on one node (one
+// class) not at all, unless they are the only rounds asked for.
+TEST(Planner, RoundsPerLinkClassAcrossNodesWithFarOutputsFirst) {
+  for (const bool across : {true, false}) {
+    const Cluster cluster = across ? cluster_preset("a100-p4d", 2) : two_h200();
+    PlannerOptions opts = small_search(cluster);
+    opts.static_layouts.clear();
+    opts.retry_proxies = false;
+    opts.mix_passes = false;
+    const PlannedBatch p = plan_batch(small_batch("causal"), cluster, opts);
+    int per_class = 0;
+    for (const PlanCandidate& c : p.candidates) {
+      if (!c.rounds_per_link_class) continue;
+      ++per_class;
+      EXPECT_TRUE(c.far_outputs_first) << describe(c);
+    }
+    EXPECT_EQ(per_class > 0, across);
+    opts.rounds_per_link_class = {true};
+    const PlannedBatch only = plan_batch(small_batch("causal"), cluster, opts);
+    ASSERT_FALSE(only.candidates.empty());
+    for (const PlanCandidate& c : only.candidates) EXPECT_TRUE(c.rounds_per_link_class) << describe(c);
+  }
+}
+
 // Block sizes over the tile budget are skipped, except the largest, so a search always has a
 // candidate; without a budget every block size is tried.
 TEST(Planner, SkipsBlockSizesOverTheTileBudgetButNeverTheLargest) {
