@@ -205,8 +205,6 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     // Order remote tiles by amortised transfer time per unit of compute (cheapest first), so
     // early rounds unlock the most compute per byte; ties keep table order (deterministic).
     prio.assign(remote.size(), 0.0);
-    double total_transfer_s = 0;
-    for (const Item& it : items) total_transfer_s += it.time_s;
     for (size_t i = 0; i < remote.size(); ++i) {
       double cost = 0;
       for (int32_t ii : tile_items[i])
@@ -230,96 +228,60 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
       return std::tie(cross[b], prio[a]) < std::tie(cross[a], prio[b]);
     });
 
-    auto add_compute = [&](int32_t t, int stage) {
-      const Tile& tile = table.tiles[t];
-      out.tile_stage[t] = stage;
-      out.stage_compute_s[d][stage] += (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
-    };
-    if (opts.rounds_per_link_class) {
-      // Inputs from the device's own node and from other nodes cross different resources (its
-      // ingress inside the node; ports and NICs between nodes) at the same time, so a round lasts
-      // about the longer of its two classes, not their sum. Each class fills its rounds as below
-      // on its own (its own round, share and budget), and a tile runs once the last of its inputs
-      // is in: a device whose first rounds carry slow crossings still gets inputs from its node,
-      // and the compute they unlock, in them. With one class this is the rounds below exactly.
-      auto far = [&](const Item& it) {
-        return cluster.node_of(placement.block_home[it.block]) != cluster.node_of(d) ? 1 : 0;
-      };
-      std::array<double, 2> remaining{0.0, 0.0};
-      for (const Item& it : items) remaining[far(it)] += it.time_s;
-      auto budget_for = [&](int c, int r) {
-        const int rounds_left = num_stages - r;
-        if (rounds_left <= 1) return remaining[c];
-        return remaining[c] / (rounds_left - 1 + opts.last_round_share);
-      };
-      std::array<int, 2> round{1, 1};
-      std::array<double, 2> round_s{0.0, 0.0};
-      std::array<double, 2> budget{budget_for(0, 1), budget_for(1, 1)};
-      for (int32_t oi : order) {
-        std::array<double, 2> new_s{0.0, 0.0};
-        for (int32_t ii : tile_items[oi])
-          if (ii >= 0 && items[ii].round == 0) new_s[far(items[ii])] += items[ii].time_s;
-        for (int c = 0; c < 2; ++c) {
-          if (round[c] < num_stages - 1 && round_s[c] > 0 && new_s[c] > 0 && round_s[c] + new_s[c] > budget[c]) {
-            ++round[c];
-            round_s[c] = 0;
-            budget[c] = budget_for(c, round[c]);
-          }
-        }
-        int need = 0;
-        for (int32_t ii : tile_items[oi]) {
-          if (ii < 0) continue;
-          Item& it = items[ii];
-          if (it.round == 0) {
-            const int c = far(it);
-            it.round = round[c];
-            round_s[c] += it.time_s;
-            remaining[c] -= it.time_s;
-          }
-          need = std::max(need, it.round);
-        }
-        add_compute(remote[oi], need);
-      }
-    } else {
-    int stage = 1;
-    double round_s = 0, remaining_s = total_transfer_s;
     // Round r gets an even share of what is left to move, measured in predicted seconds
     // (link bandwidth by source, NIC sharing, latency) or, as in the paper, in bytes. Matching
     // each round to the previous stage's compute was tried and simulated slower: rounds act
     // as loose barriers between peers, so uneven rounds propagate stalls.
     // The last input round counts as last_round_share of a round: a smaller last stage sends
     // fewer outputs in the final round, which nothing overlaps.
-    auto budget_for = [&](int r) {
-      const int rounds_left = num_stages - r;
-      if (rounds_left <= 1) return remaining_s;
-      return remaining_s / (rounds_left - 1 + opts.last_round_share);
+    // With rounds_per_link_class the inputs from the device's own node and those from other
+    // nodes fill the rounds each on its own (round, budget and share): they cross different
+    // resources (its ingress inside the node; ports and NICs between nodes) at the same time, so a
+    // round lasts about the longer of the two, not their sum, and a device whose first rounds
+    // carry slow crossings still gets inputs from its node, and the compute they unlock, in them.
+    // A tile runs once the last of its inputs is in.
+    auto link_class = [&](const Item& it) {
+      return opts.rounds_per_link_class && cluster.node_of(placement.block_home[it.block]) != cluster.node_of(d) ? 1 : 0;
     };
-    double budget = budget_for(1);
+    std::array<double, 2> remaining{0.0, 0.0};
+    for (const Item& it : items) remaining[link_class(it)] += it.time_s;
+    auto budget_for = [&](int c, int r) {
+      const int rounds_left = num_stages - r;
+      if (rounds_left <= 1) return remaining[c];
+      return remaining[c] / (rounds_left - 1 + opts.last_round_share);
+    };
+    std::array<int, 2> round{1, 1};
+    std::array<double, 2> round_s{0.0, 0.0};
+    std::array<double, 2> budget{budget_for(0, 1), budget_for(1, 1)};
     for (int32_t oi : order) {
-      double new_s = 0;
+      std::array<double, 2> new_s{0.0, 0.0};
       for (int32_t ii : tile_items[oi])
-        if (ii >= 0 && items[ii].round == 0) new_s += items[ii].time_s;
-      if (stage < num_stages - 1 && round_s > 0 && new_s > 0 && round_s + new_s > budget) {
-        ++stage;
-        round_s = 0;
-        budget = budget_for(stage);
-      }
-      const int32_t t = remote[oi];
-      for (int32_t ii : tile_items[oi])
-        if (ii >= 0 && items[ii].round == 0) {
-          items[ii].round = stage;
-          round_s += items[ii].time_s;
-          remaining_s -= items[ii].time_s;
+        if (ii >= 0 && items[ii].round == 0) new_s[link_class(items[ii])] += items[ii].time_s;
+      for (int c = 0; c < 2; ++c) {
+        if (round[c] < num_stages - 1 && round_s[c] > 0 && new_s[c] > 0 && round_s[c] + new_s[c] > budget[c]) {
+          ++round[c];
+          round_s[c] = 0;
+          budget[c] = budget_for(c, round[c]);
         }
+      }
       // A tile whose inputs all arrived earlier can run in the earliest such stage.
       int need = 0;
-      for (int32_t ii : tile_items[oi])
-        if (ii >= 0) need = std::max(need, items[ii].round);
+      for (int32_t ii : tile_items[oi]) {
+        if (ii < 0) continue;
+        Item& it = items[ii];
+        if (it.round == 0) {
+          const int c = link_class(it);
+          it.round = round[c];
+          round_s[c] += it.time_s;
+          remaining[c] -= it.time_s;
+        }
+        need = std::max(need, it.round);
+      }
+      const int32_t t = remote[oi];
       out.tile_stage[t] = need;
       const Tile& tile = table.tiles[t];
       out.stage_compute_s[d][need] +=
           (pass == Pass::Forward ? table.tile_flops_fwd(tile) : table.tile_flops_bwd(tile)) / rate;
-    }
     }
     // With far outputs first, none of those tiles stays in the last stage: the outputs of the
     // last stage travel in the final round, after every device's compute, where the partials of
