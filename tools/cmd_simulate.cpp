@@ -277,7 +277,8 @@ void register_simulate(CLI::App& app, Runner& runner) {
   sub->add_flag("--search", args->search,
                 "DCP: let the planner pick the block size, compute tolerance and schedule by simulated "
                 "time (candidates: --search-blocks (on sink masks each also with the sink split) x "
-                "--search-eps, each planned with the planner's 8 schedules; plan ms then includes the search)");
+                "--search-eps, each planned with the planner's schedules (8 on one node, 12 across nodes, and "
+                "each pass's fastest together); plan ms then includes the search)");
   sub->add_option("--search-blocks", args->search_blocks, "Block size candidates of --search")->capture_default_str();
   sub->add_option("--search-eps", args->search_eps, "Compute tolerance candidates of --search")->capture_default_str();
   sub->add_option("--search-reseed", args->search_reseed,
