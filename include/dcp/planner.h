@@ -66,9 +66,10 @@ struct PlannerOptions {
   std::vector<bool> level_stage_compute{false, true};
   // ScheduleOptions::rounds_per_link_class candidates, crossed with the lists above (where
   // far_outputs_first is a list of both, with its true alone: without it the tiles whose inputs
-  // stay in the node lead the rounds anyway; on one node true is not tried: one class). Measured on the paper micro-benchmark
-  // (bench/results/plan_sim.md): shared question at scale 2 from 4.78 to 4.66 ms, causal at
-  // scale 2 from 9.30 to 9.02, no cell slower; the search 30-40 % longer.
+  // stay in the node lead the rounds anyway; on one node true is not tried: one class).
+  // Measured on the paper micro-benchmark (bench/results/plan_sim.md): shared question at scale
+  // 2 from 4.78 to 4.66 ms, causal at scale 2 from 9.30 to 9.02, no cell slower; the search
+  // 30-40 % longer.
   std::vector<bool> rounds_per_link_class{false, true};
   // Per placement and stage count, the backward's choices (ScheduleOptions::backward) may come
   // from another of the schedules tried than the forward's: where the schedule fastest in one
