@@ -23,12 +23,14 @@
 //     proxy passes it on over the node's links; a partial output reaches the proxy in its own
 //     round and the proxy, which merges what it gets, sends it on the round after.
 //   * Per-node reduction of outputs: partials of one output block computed by several devices
-//     of a node other than the home's are sent to one of them (the relay: the one whose own
-//     partial is ready last), merged there into its partial, and cross the network once, as a
-//     ring accumulates partials along the ring. A partial reaches the relay no earlier than the
-//     round after the relay's last tile of the block (so the merge follows it) and the relay
-//     forwards the round after the last partial arrives; partials that could not arrive in time
-//     for the final round go to the home directly.
+//     of a node other than the home's are sent to one of them (the relay: among those whose own
+//     partial is ready last, the one whose port carries the fewest bytes across nodes so far,
+//     so relays spread over the node's ports and memory), merged there into its
+//     partial, and cross the network once, as a ring accumulates partials along the ring. A
+//     partial reaches the relay no earlier than the round after the relay's last tile of the
+//     block (so the merge follows it) and the relay forwards the round after the last partial
+//     arrives; partials that could not arrive in time for the final round go to the home
+//     directly.
 //   * Leveling (level_stage_compute): a tile may run later than its inputs allow, so that no
 //     stage of a device carries much more than its mean stage.
 //   * Tail: nothing else overlaps the final round, so some of a device's tiles whose outputs

@@ -368,7 +368,7 @@ PassSchedule schedule_pass(const BlockTable& table, const Placement& placement,
     }
   }
   if (opts.two_phase && cluster.nodes > 1 && opts.reduce_outputs_per_node)
-    sched::reduce_outputs_per_node(cluster, out);
+    sched::reduce_outputs_per_node(table, cluster, out);
   if (opts.proxies && cluster.nodes > 1) sched::proxy_outputs(table, cluster, opts.proxy_slack, out);
   out.tile_tail.assign(table.tiles.size(), 0);
   if (opts.tail_overlaps_final_round) hold_back_tail(table, placement, cluster, tiles_of, rate, out);

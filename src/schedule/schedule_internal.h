@@ -32,7 +32,7 @@ void apply_two_phase(const BlockTable& table, const Placement& placement, const 
 void proxy_inputs(const BlockTable& table, const Cluster& cluster, double slack, PassSchedule& ps);
 void proxy_outputs(const BlockTable& table, const Cluster& cluster, double slack, PassSchedule& ps);
 // Reduce inter-node partial outputs of several devices of one node at one relay there.
-void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps);
+void reduce_outputs_per_node(const BlockTable& table, const Cluster& cluster, PassSchedule& ps);
 
 // The largest DataKind value, a KeyPacker field's bound.
 inline constexpr int64_t kMaxDataKind = static_cast<int64_t>(DataKind::Delta);

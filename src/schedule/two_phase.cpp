@@ -78,7 +78,7 @@ void apply_two_phase(const BlockTable& table, const Placement& placement, const 
   }
 }
 
-void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps) {
+void reduce_outputs_per_node(const BlockTable& table, const Cluster& cluster, PassSchedule& ps) {
   std::vector<ScheduledTransfer>& out = ps.outputs;
   const int32_t final_round = ps.num_stages + 1;
   auto node = [&](int d) { return cluster.node_of(d); };
@@ -103,28 +103,54 @@ void reduce_outputs_per_node(const Cluster& cluster, PassSchedule& ps) {
         return std::make_tuple(side(a.kind), a.token_block, a.group, a.dst, node(a.src), -a.round, a.src, a.kind) <
                std::make_tuple(side(b.kind), b.token_block, b.group, b.dst, node(b.src), -b.round, b.src, b.kind);
       });
-  size_t i = 0;
-  while (i < out.size()) {
+  auto group_end = [&](size_t i) {
     size_t j = i + 1;
     while (j < out.size() && side(out[j].kind) == side(out[i].kind) && out[j].token_block == out[i].token_block &&
            out[j].group == out[i].group && out[j].dst == out[i].dst && node(out[j].src) == node(out[i].src))
       ++j;
-    if (node(out[i].src) != node(out[i].dst) && out[j - 1].src != out[i].src) {
-      const int32_t relay = out[i].src;
+    return j;
+  };
+  // Bytes each device sends across nodes: a block's relay is, among the sources whose partials
+  // are ready last, the one whose port carries least so far (crossings that no relay serves
+  // counted first), so that the relays of several blocks spread over the node's ports.
+  auto bytes_of = [&](const ScheduledTransfer& t) {
+    return static_cast<double>(table.partial_bytes(t.kind, table.token_blocks[static_cast<size_t>(t.token_block)].length));
+  };
+  std::vector<double> sent(static_cast<size_t>(max_device + 1), 0.0);
+  auto relays = [&](size_t i, size_t j) { return node(out[i].src) != node(out[i].dst) && out[j - 1].src != out[i].src; };
+  for (size_t i = 0, j = 0; i < out.size(); i = j) {
+    j = group_end(i);
+    if (node(out[i].src) != node(out[i].dst) && !relays(i, j))
+      for (size_t k = i; k < j; ++k) sent[static_cast<size_t>(out[k].src)] += bytes_of(out[k]);
+  }
+  size_t i = 0;
+  while (i < out.size()) {
+    const size_t j = group_end(i);
+    if (relays(i, j)) {
       const int32_t relay_round = out[i].round;  // the relay's own partial is ready for this round
+      int32_t relay = out[i].src;
+      for (size_t k = i; k < j && out[k].round == relay_round; ++k)
+        if (sent[static_cast<size_t>(out[k].src)] < sent[static_cast<size_t>(relay)]) relay = out[k].src;
+      std::stable_partition(out.begin() + static_cast<std::ptrdiff_t>(i), out.begin() + static_cast<std::ptrdiff_t>(j),
+                            [&](const ScheduledTransfer& x) { return x.src == relay; });
       int32_t last_in = 0;
       for (size_t k = i; k < j; ++k) {
         if (out[k].src == relay) continue;
         // After the relay's last tile of the block (its own round - 1), and in time for a
         // forward no later than the final round.
         const int32_t round = std::max(out[k].round, relay_round - 1);
-        if (round + 1 > final_round) continue;  // goes to the home directly
+        if (round + 1 > final_round) {  // goes to the home directly
+          sent[static_cast<size_t>(out[k].src)] += bytes_of(out[k]);
+          continue;
+        }
         out[k].dst = relay;
         out[k].round = round;
         last_in = std::max(last_in, round);
       }
-      if (last_in > 0)
-        for (size_t k = i; k < j && out[k].src == relay; ++k) out[k].round = std::max(relay_round, last_in + 1);
+      for (size_t k = i; k < j && out[k].src == relay; ++k) {
+        if (last_in > 0) out[k].round = std::max(relay_round, last_in + 1);
+        sent[static_cast<size_t>(relay)] += bytes_of(out[k]);
+      }
     }
     i = j;
   }
