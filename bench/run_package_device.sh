@@ -38,7 +38,8 @@ if has build; then
   python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__)' | tee -a "$log"
   # The wheel comes back in $OUT: a later call installs it (pip install --no-deps) without building.
   rm -rf /tmp/wheels
-  bench_flag=""; { has kernels || has det || [ -n "${BUILD_BENCH:-}" ]; } && bench_flag="-C cmake.define.DCP_ENABLE_BENCH=ON"  # bench_cuda_attention
+  bench_flag=""; { has kernels || { has det && [ "${DET_ROUTES:-}" != none ]; } || [ -n "${BUILD_BENCH:-}" ]; } &&
+    bench_flag="-C cmake.define.DCP_ENABLE_BENCH=ON"  # bench_cuda_attention
   CMAKE_BUILD_PARALLEL_LEVEL=16 python3 -m pip wheel --no-build-isolation --no-deps -v -w /tmp/wheels . \
     -C build-dir=$b -C cmake.define.DCP_DEVICE_DEPS_DIR="$deps" -C cmake.define.NCCL_ROOT="$NCCL_ROOT" \
     -C cmake.define.DCP_ENABLE_TOOLS=ON -C cmake.define.DCP_ENABLE_TESTS=ON $bench_flag >"$out/build.log" 2>&1 \
