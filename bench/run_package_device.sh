@@ -132,7 +132,8 @@ if has det; then  # the deterministic backward: kernel table beside the default,
     done
   done
   # One file for them all (the device tool brings back at most 8 files per call).
-  (cd "$out" && tar -cf det.tar exec_check_det*.log dcp_bench_*.json && rm -f exec_check_det*.log dcp_bench_*.json)
+  (cd "$out" && shopt -s nullglob && files=(exec_check_det*.log dcp_bench_*.json) &&
+    { [ ${#files[@]} -eq 0 ] || { tar -cf det.tar "${files[@]}" && rm -f "${files[@]}"; }; })
 fi
 if has kernels; then
   # The H200 runs these kernels at its power limit (about 690 W), where the SM clock settles
