@@ -144,12 +144,14 @@ if has kernels; then
   say "kernel bench, routes ${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent,wgmma-runs}"
   DCP_BENCH_ROUTES=${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent,wgmma-runs} timeout 240 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" \
     2>&1 | tee -a "$log"
-  say "cuDNN / FlashAttention-2 SDPA on the same shapes (bench/sdpa_reference.py)"
-  timeout 180 python3 bench/sdpa_reference.py "$out/sdpa_reference.json" 2>&1 | tee -a "$log"
+  if [ "${KERNEL_SDPA:-1}" != 0 ]; then  # KERNEL_SDPA=0: ours alone (a calibration refit needs no cuDNN)
+    say "cuDNN / FlashAttention-2 SDPA on the same shapes (bench/sdpa_reference.py)"
+    timeout 180 python3 bench/sdpa_reference.py "$out/sdpa_reference.json" 2>&1 | tee -a "$log"
+  fi
   kill $smi
   # One file for the four (the device tool brings back a few files per call).
-  tar -cf "$out/kernels.tar" -C "$out" bench_cuda_attention.json bench_cuda_attention.md sdpa_reference.json clocks.csv && \
-    rm -f "$out"/bench_cuda_attention.json "$out"/bench_cuda_attention.md "$out"/sdpa_reference.json "$out"/clocks.csv
+  (cd "$out" && shopt -s nullglob && files=(bench_cuda_attention.json bench_cuda_attention.md sdpa_reference.json clocks.csv) &&
+    tar -cf kernels.tar "${files[@]}" && rm -f "${files[@]}")
 fi
 if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
   # PLAN_BLOCKS: block sizes (default 2048). PLAN_RUNS: name:flags:environment triples, e.g.
