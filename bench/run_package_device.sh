@@ -150,8 +150,8 @@ if has kernels; then
   fi
   kill $smi
   # One file for the four (the device tool brings back a few files per call).
-  (cd "$out" && shopt -s nullglob && files=(bench_cuda_attention.json bench_cuda_attention.md sdpa_reference.json clocks.csv) &&
-    tar -cf kernels.tar "${files[@]}" && rm -f "${files[@]}")
+  (cd "$out" && files=() && for f in bench_cuda_attention.json bench_cuda_attention.md sdpa_reference.json clocks.csv; do
+    [ -e "$f" ] && files+=("$f"); done; tar -cf kernels.tar "${files[@]}" && rm -f "${files[@]}")
 fi
 if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
   # PLAN_BLOCKS: block sizes (default 2048). PLAN_RUNS: name:flags:environment triples, e.g.
