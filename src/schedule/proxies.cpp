@@ -48,9 +48,7 @@ struct Rules {
 // proxies chosen here join it.
 void balance(const BlockTable& table, const Cluster& cluster, double slack, bool receiving, const Rules& rules,
              std::unordered_set<uint64_t>& holders, std::vector<ScheduledTransfer>& transfers) {
-  auto bytes_of = [&](const ScheduledTransfer& t) {
-    return static_cast<double>(table.partial_bytes(t.kind, table.token_blocks[static_cast<size_t>(t.token_block)].length));
-  };
+  auto bytes_of = [&](const ScheduledTransfer& t) { return static_cast<double>(transfer_bytes(table, t)); };
   const int devices = cluster.num_devices();
   std::vector<double> load(static_cast<size_t>(devices), 0.0);
   std::vector<Bundle> bundles;

@@ -31,12 +31,7 @@ void ScheduleOptions::validate() const {
 
 ScheduleOptions ScheduleOptions::for_backward() const {
   ScheduleOptions o = *this;
-  if (backward) {
-    o.far_outputs_first = backward->far_outputs_first;
-    o.last_round_share = backward->last_round_share;
-    o.level_stage_compute = backward->level_stage_compute;
-    o.rounds_per_link_class = backward->rounds_per_link_class;
-  }
+  if (backward) o.set_choices(*backward);
   o.backward.reset();
   return o;
 }
@@ -98,7 +93,7 @@ void hold_back_tail(const BlockTable& table, const Placement& placement, const C
   std::vector<std::vector<double>> in_s(num_devices, std::vector<double>(num_stages + 2, 0.0));
   std::vector<std::vector<double>> out_s = in_s;
   for (const ScheduledTransfer& x : ps.outputs) {
-    const auto bytes = static_cast<double>(table.partial_bytes(x.kind, table.token_blocks[x.token_block].length));
+    const auto bytes = static_cast<double>(sched::transfer_bytes(table, x));
     const double secs = bytes / sched::link_bw(cluster, x.src, x.dst) + sched::link_latency(cluster, x.src, x.dst);
     in_s[x.dst][x.round] += secs;
     out_s[x.src][x.round] += secs;

@@ -31,8 +31,14 @@ void apply_two_phase(const BlockTable& table, const Placement& placement, const 
 // first, then sending ports, each through a proxy one round apart.
 void proxy_inputs(const BlockTable& table, const Cluster& cluster, double slack, PassSchedule& ps);
 void proxy_outputs(const BlockTable& table, const Cluster& cluster, double slack, PassSchedule& ps);
-// Reduce inter-node partial outputs of several devices of one node at one relay there.
+// Reduce inter-node partial outputs of several devices of one node at one relay there (among
+// the sources ready last, the one whose port has sent the fewest bytes across nodes so far).
 void reduce_outputs_per_node(const BlockTable& table, const Cluster& cluster, PassSchedule& ps);
+
+// Bytes of one scheduled transfer as it crosses its link (BlockTable::partial_bytes).
+inline int64_t transfer_bytes(const BlockTable& table, const ScheduledTransfer& t) {
+  return table.partial_bytes(t.kind, table.token_blocks[static_cast<size_t>(t.token_block)].length);
+}
 
 // The largest DataKind value, a KeyPacker field's bound.
 inline constexpr int64_t kMaxDataKind = static_cast<int64_t>(DataKind::Delta);

@@ -113,9 +113,7 @@ void reduce_outputs_per_node(const BlockTable& table, const Cluster& cluster, Pa
   // Bytes each device sends across nodes: a block's relay is, among the sources whose partials
   // are ready last, the one whose port carries least so far (crossings that no relay serves
   // counted first), so that the relays of several blocks spread over the node's ports.
-  auto bytes_of = [&](const ScheduledTransfer& t) {
-    return static_cast<double>(table.partial_bytes(t.kind, table.token_blocks[static_cast<size_t>(t.token_block)].length));
-  };
+  auto bytes_of = [&](const ScheduledTransfer& t) { return static_cast<double>(transfer_bytes(table, t)); };
   std::vector<double> sent(static_cast<size_t>(max_device + 1), 0.0);
   auto relays = [&](size_t i, size_t j) { return node(out[i].src) != node(out[i].dst) && out[j - 1].src != out[i].src; };
   for (size_t i = 0, j = 0; i < out.size(); i = j) {
