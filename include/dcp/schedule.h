@@ -131,6 +131,14 @@ struct ScheduleOptions {
     friend bool operator==(const PassChoices&, const PassChoices&) = default;
   };
   std::optional<PassChoices> backward;
+  // The forward's choices (the four fields above), and those fields set to `c`.
+  PassChoices choices() const { return {far_outputs_first, last_round_share, level_stage_compute, rounds_per_link_class}; }
+  void set_choices(const PassChoices& c) {
+    far_outputs_first = c.far_outputs_first;
+    last_round_share = c.last_round_share;
+    level_stage_compute = c.level_stage_compute;
+    rounds_per_link_class = c.rounds_per_link_class;
+  }
   // These options with the backward's choices in place of the forward's.
   ScheduleOptions for_backward() const;
   void validate() const;  // throws InvalidInput naming the option

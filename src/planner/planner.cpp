@@ -211,9 +211,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
       }
       if (!(pass_s[f][0] + pass_s[b][1] < out[t].predicted_s)) continue;
       Mixed m{p.schedules[f], out[f]};
-      const ScheduleOptions& bs = p.schedules[b];
-      m.schedule.backward = ScheduleOptions::PassChoices{bs.far_outputs_first, bs.last_round_share, bs.level_stage_compute,
-                                                         bs.rounds_per_link_class};
+      m.schedule.backward = p.schedules[b].choices();
       m.c.backward = m.schedule.backward;
       const auto t0 = Clock::now();
       const Plan plan = build_plan(*p.table, p.placed.placement, cluster, Schedule{schedules[f].fwd, schedules[b].bwd},
