@@ -78,14 +78,13 @@ std::string describe(const PlanCandidate& c) {
   }
   out = "B " + std::to_string(c.block_size) + (c.split_sink ? " (split sink)" : "") + " eps " + num(c.eps_compute);
   if (c.tightened_from > 0) out += " (tightened from " + num(c.tightened_from) + ")";
-  out += std::string(" far-first ") + (c.far_outputs_first ? "on" : "off") + " last-round share " + num(c.last_round_share);
-  out += std::string(" leveling ") + (c.level_stage_compute ? "on" : "off");
-  if (c.rounds_per_link_class) out += " rounds per link class";
-  if (c.backward) {
-    out += std::string(" (backward: far-first ") + (c.backward->far_outputs_first ? "on" : "off") + " last-round share " +
-           num(c.backward->last_round_share) + " leveling " + (c.backward->level_stage_compute ? "on" : "off") +
-           (c.backward->rounds_per_link_class ? " rounds per link class" : "") + ")";
-  }
+  const auto choices = [&](const ScheduleOptions::PassChoices& p) {
+    return std::string("far-first ") + (p.far_outputs_first ? "on" : "off") + " last-round share " +
+           num(p.last_round_share) + " leveling " + (p.level_stage_compute ? "on" : "off") +
+           (p.rounds_per_link_class ? " rounds per link class" : "");
+  };
+  out += " " + choices({c.far_outputs_first, c.last_round_share, c.level_stage_compute, c.rounds_per_link_class});
+  if (c.backward) out += " (backward: " + choices(*c.backward) + ")";
   out += " stages " + std::to_string(c.num_comm_stages);
   return out + (c.proxies ? "" : " no proxies");
 }
