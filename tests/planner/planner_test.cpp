@@ -50,10 +50,7 @@ double own_prediction(const Batch& batch, const Cluster& cluster, const PlannerO
   po.seed = c.placement_seed;
   po.tile_cost = tile_cost_from(*opts.calibration);
   PlanOptions plan_opts = opts.plan;
-  plan_opts.schedule.far_outputs_first = c.far_outputs_first;
-  plan_opts.schedule.last_round_share = c.last_round_share;
-  plan_opts.schedule.level_stage_compute = c.level_stage_compute;
-  plan_opts.schedule.rounds_per_link_class = c.rounds_per_link_class;
+  plan_opts.schedule.set_choices({c.far_outputs_first, c.last_round_share, c.level_stage_compute, c.rounds_per_link_class});
   plan_opts.schedule.num_comm_stages = c.num_comm_stages;
   plan_opts.schedule.backward = c.backward;
   const Plan plan = build_plan(table, place_dcp(table, cluster, po).placement, cluster, plan_opts);
