@@ -157,7 +157,8 @@ def main(argv=None):
     mask_table("whole one-GPU plans, energy (AB_ENERGY): TFLOP per kJ of the GPU, mean over both orders", energy)
     default_bwd = {r["mask"]: r for r in plans}
     det_tables = {}
-    for prefix, title in (("detplan", "deterministic backward"), ("det1plan", "one-pass deterministic backward")):
+    for prefix, title in (("detplan", "deterministic backward"), ("det1plan", "one-pass deterministic backward"),
+                          ("ordplan", "ordered deterministic backward")):
         detplans = det_tables[prefix] = plan_rows(files, prefix)
         if not detplans:
             continue
@@ -179,7 +180,8 @@ def main(argv=None):
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"lists": lists, "plans": plans, "plans_tflop_per_kj": energy, "deterministic_plans": det_tables["detplan"],
-                       "one_pass_deterministic_plans": det_tables["det1plan"]}, f, indent=1)
+                       "one_pass_deterministic_plans": det_tables["det1plan"],
+                       "ordered_deterministic_plans": det_tables["ordplan"]}, f, indent=1)
     return 0
 
 

@@ -6,7 +6,8 @@
 # changes against one base in one call). Every variant but A is checked (kernel tests against
 # fp64, the whole-plan check on one GPU), then all are timed alternately in the same sustained
 # state: bench_cuda_attention (S = 32768, routes $AB_ROUTES) A B A B, and one-GPU whole plans (ldc
-# 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed (AB_PLANS=0: none).
+# 65536, the four masks, B = $AB_BLOCK) in the variants' order, then reversed (AB_PLANS=0: none;
+# AB_LISTS=0: no kernel lists; AB_MASKS: other masks).
 # AB_STOP_ON_FAIL=1: a variant whose kernel tests or whole-plan check fail ends the call there
 # (the logs in ab.tgz), before any timing.
 # AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
@@ -15,7 +16,8 @@
 # AB_DET=1 adds the deterministic backward: its whole-plan check (gradients bitwise equal over three
 # steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json);
 # AB_DET=2 adds the same for the one-pass deterministic backward (DCP_ATTN_DETERMINISTIC_ONE_PASS=1:
-# det1plan_*.json) beside the two-pass one.
+# det1plan_*.json) beside the two-pass one; AB_DET=3 the one-pass and the ordered methods
+# (DCP_ATTN_DETERMINISTIC_ORDERED=1: ordplan_*.json), no two-pass; AB_DET=4 the ordered method alone.
 # AB_ENERGY=N: every whole plan also runs N more steps of each pass with the GPU's energy counter
 # read around them (dcp bench --energy-iters): ab_table.py prints their TFLOP per kJ.
 # cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
@@ -37,6 +39,16 @@ NV=$(python3 -c 'import nvidia,os;print(os.path.dirname(nvidia.__path__[0]))')/n
 export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
 say() { echo "== $(date +%T) $*"; }
 variants=${AB_VARIANTS:-A B}
+# The deterministic methods of AB_DET and their switches.
+case ${AB_DET:-0} in 1) det_methods="two_pass" ;; 2) det_methods="two_pass one_pass" ;; 3) det_methods="one_pass ordered" ;; 4) det_methods="ordered" ;; *) det_methods="" ;; esac
+det_env() {
+  case $1 in
+    default) echo "DCP_ATTN_DETERMINISTIC=0" ;;
+    two_pass) echo "DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ONE_PASS=0" ;;
+    one_pass) echo "DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ONE_PASS=1" ;;
+    ordered) echo "DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ORDERED=1" ;;
+  esac
+}
 flags_of() {
   case $1 in
     A) echo "${AB_FLAGS_A--DDCP_AB_OLD}" ;;
@@ -78,16 +90,15 @@ for v in $variants; do
     say "stopped: a check of $v failed (AB_STOP_ON_FAIL=1)"
     exit 1
   fi
-  for one in $([ "${AB_DET:-0}" -ge 1 ] && echo 0) $([ "${AB_DET:-0}" = 2 ] && echo 1); do
-    say "whole-plan check, one GPU, deterministic backward ($v, one pass: $one)"
-    DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ONE_PASS=$one timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check \
-      >"$x/exec_check_det${one}_$v.log" 2>&1
-    echo "deterministic exec check $v (one pass: $one): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$x/exec_check_det${one}_$v.log") configs bitwise equal"
+  for method in $det_methods; do
+    say "whole-plan check, one GPU, deterministic backward ($v, $method)"
+    env $(det_env $method) timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_det_${method}_$v.log" 2>&1
+    echo "deterministic exec check $v ($method): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$x/exec_check_det_${method}_$v.log") configs bitwise equal"
   done
 done
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 >"$x/clocks.csv" 2>&1 &
 smi=$!
-for r in 1 2; do
+for r in $([ "${AB_LISTS:-1}" = 0 ] || echo 1 2); do
   for v in $variants; do
     say "kernels $v, run $r"
     DCP_BENCH_SEQ=32768 DCP_BENCH_ROUTES=${AB_ROUTES:-wgmma-cells,wgmma-runs} timeout 120 \
@@ -96,21 +107,16 @@ for r in 1 2; do
 done
 reversed=$(echo $variants | tr ' ' '\n' | tac | tr '\n' ' ')
 [ "${AB_PLANS:-1}" = 0 ] && reversed="" variants_plans="" || variants_plans=$variants
-dets=0
-[ "${AB_DET:-0}" = 1 ] && dets="0 1"
-[ "${AB_DET:-0}" = 2 ] && dets="0 1 2"
-for det in $dets; do
-  prefix=plan one=0
-  [ $det = 1 ] && prefix=detplan
-  [ $det = 2 ] && prefix=det1plan one=1
+for method in default $det_methods; do
+  case $method in default) prefix=plan ;; two_pass) prefix=detplan ;; one_pass) prefix=det1plan ;; ordered) prefix=ordplan ;; esac
   n=0
   for order in ${variants_plans:+"$variants_plans"} ${reversed:+"$reversed"}; do
     n=$((n + 1))
     tag=$(echo $order | tr -d ' ')$n  # the order, numbered: one variant's two orders stay apart
-    for m in causal lambda causal_blockwise shared_question; do
+    for m in ${AB_MASKS:-causal lambda causal_blockwise shared_question}; do
       for v in $order; do
         say "$prefix $v $m"
-        DCP_ATTN_DETERMINISTIC=$((det > 0)) DCP_ATTN_DETERMINISTIC_ONE_PASS=$one timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
+        env $(det_env $method) timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
           --q-heads 32 --kv-heads 8 --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 \
           --method dcp --cluster auto --nodes 1 ${AB_ENERGY:+--energy-iters $AB_ENERGY} \
           --json "$x/${prefix}_${v}_${m}_${tag}.json" 2>&1 | tail -1
