@@ -58,8 +58,9 @@ struct CudaKernelOptions {
   // The one-pass method over the default backward's work instead of the key blocks' units
   // (AttnBackwardParams::ordered): both backward kernels as the default runs them, the wide one's
   // items first, dQ in units as above, each item's dK / dV added in its turn. Bitwise repeatable
-  // on an H100 but no faster than one pass there (0.77-0.80x the default backward on one-GPU
-  // plans: dQ's conversion to units costs more in the wide kernel than the turns), so off.
+  // but no faster than one pass (0.77-0.80x the default backward on one-GPU plans: the two kernels
+  // run one after the other, the turns forbidding the default's side-by-side launch, and dQ's
+  // conversion to units costs about 5 %), so off.
   bool deterministic_ordered = false;
   // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
   // key blocks; > 0, a key block's tiles cut into units of at most this many q rows.
