@@ -205,8 +205,8 @@ int main(int argc, char** argv) {
       const PlanCandidate& c = planned.chosen;
       const std::string label =
           fmt::format("planner: B={}{} eps={} stages={} far_first={} share={} level={} (search {:.0f} ms)", c.block_size,
-                      c.split_sink ? " split" : "", c.eps_compute, c.num_comm_stages, c.far_outputs_first ? 1 : 0,
-                      c.last_round_share, c.level_stage_compute ? 1 : 0, planned.search_s * 1e3);
+                      c.split_sink ? " split" : "", c.eps_compute, c.num_comm_stages, c.choices.far_outputs_first ? 1 : 0,
+                      c.choices.last_round_share, c.choices.level_stage_compute ? 1 : 0, planned.search_s * 1e3);
       report(label.c_str(), planned.plan, planned.predicted, so.calibration);
       if (!trace_path.empty()) {
         SimOptions traced = so;

@@ -143,11 +143,10 @@ struct PlanCandidate {
   int64_t block_size = 0;
   bool split_sink = false;  // BlockOptions::split_sink (and it cut a sequence)
   double eps_compute = 0;
-  bool far_outputs_first = false;  // the schedule's options tried (ScheduleOptions)
-  double last_round_share = 1.0;
-  bool level_stage_compute = false;
-  bool rounds_per_link_class = false;
-  std::optional<ScheduleOptions::PassChoices> backward;  // the backward's own (mix_passes)
+  // The schedule's options tried (ScheduleOptions::choices): the forward's, and the backward's
+  // too unless it has its own (mix_passes).
+  ScheduleOptions::PassChoices choices;
+  std::optional<ScheduleOptions::PassChoices> backward;
   bool proxies = false;
   int num_comm_stages = 0;
   uint64_t placement_seed = 0;  // PlacementOptions::seed of its placement

@@ -83,7 +83,7 @@ std::string describe(const PlanCandidate& c) {
            num(p.last_round_share) + " leveling " + (p.level_stage_compute ? "on" : "off") +
            (p.rounds_per_link_class ? " rounds per link class" : "");
   };
-  out += " " + choices({c.far_outputs_first, c.last_round_share, c.level_stage_compute, c.rounds_per_link_class});
+  out += " " + choices(c.choices);
   if (c.backward) out += " (backward: " + choices(*c.backward) + ")";
   out += " stages " + std::to_string(c.num_comm_stages);
   return out + (c.proxies ? "" : " no proxies");
@@ -242,10 +242,7 @@ PlannedBatch plan_batch(const Batch& batch, const Cluster& cluster, const Planne
         const auto t0 = Clock::now();
         schedules[static_cast<size_t>(j)] = build_schedule(*p.table, p.placed.placement, cluster, so);
         c.planning_s += seconds_since(t0);
-        c.far_outputs_first = so.far_outputs_first;
-        c.last_round_share = so.last_round_share;
-        c.level_stage_compute = so.level_stage_compute;
-        c.rounds_per_link_class = so.rounds_per_link_class;
+        c.choices = so.choices();
         c.backward = so.backward;
         c.num_comm_stages = so.num_comm_stages;
         c.proxies = so.proxies && cluster.nodes > 1;

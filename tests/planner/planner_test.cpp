@@ -50,7 +50,7 @@ double own_prediction(const Batch& batch, const Cluster& cluster, const PlannerO
   po.seed = c.placement_seed;
   po.tile_cost = tile_cost_from(*opts.calibration);
   PlanOptions plan_opts = opts.plan;
-  plan_opts.schedule.set_choices({c.far_outputs_first, c.last_round_share, c.level_stage_compute, c.rounds_per_link_class});
+  plan_opts.schedule.set_choices(c.choices);
   plan_opts.schedule.num_comm_stages = c.num_comm_stages;
   plan_opts.schedule.backward = c.backward;
   const Plan plan = build_plan(table, place_dcp(table, cluster, po).placement, cluster, plan_opts);
@@ -82,15 +82,15 @@ TEST(Planner, ChoosesTheFastestBalancedCandidateAndItsPlanIsValid) {
     }
     for (size_t i = 0; i < p.candidates.size(); i += 8) {
       for (size_t k = 0; k < 8; ++k) {
-        EXPECT_EQ(p.candidates[i + k].far_outputs_first, k % 2 == 1);
-        EXPECT_DOUBLE_EQ(p.candidates[i + k].last_round_share, k % 4 < 2 ? 1.0 : 0.5);
-        EXPECT_EQ(p.candidates[i + k].level_stage_compute, k >= 4);
+        EXPECT_EQ(p.candidates[i + k].choices.far_outputs_first, k % 2 == 1);
+        EXPECT_DOUBLE_EQ(p.candidates[i + k].choices.last_round_share, k % 4 < 2 ? 1.0 : 0.5);
+        EXPECT_EQ(p.candidates[i + k].choices.level_stage_compute, k >= 4);
         EXPECT_EQ(p.candidates[i + k].balanced, p.candidates[i].balanced);
       }
     }
-    EXPECT_EQ(p.plan.header.options.schedule.far_outputs_first, p.chosen.far_outputs_first);
-    EXPECT_DOUBLE_EQ(p.plan.header.options.schedule.last_round_share, p.chosen.last_round_share);
-    EXPECT_EQ(p.plan.header.options.schedule.level_stage_compute, p.chosen.level_stage_compute);
+    EXPECT_EQ(p.plan.header.options.schedule.far_outputs_first, p.chosen.choices.far_outputs_first);
+    EXPECT_DOUBLE_EQ(p.plan.header.options.schedule.last_round_share, p.chosen.choices.last_round_share);
+    EXPECT_EQ(p.plan.header.options.schedule.level_stage_compute, p.chosen.choices.level_stage_compute);
     bool any_balanced = false;
     for (const auto& c : p.candidates) any_balanced = any_balanced || c.balanced;
     for (const auto& c : p.candidates) {
@@ -245,8 +245,8 @@ TEST(Planner, EqualSchedulesOfAPlacementShareTheirPrediction) {
   for (size_t i = 0; i < p.candidates.size(); i += 2) {
     const PlanCandidate& off = p.candidates[i];
     const PlanCandidate& on = p.candidates[i + 1];
-    ASSERT_FALSE(off.far_outputs_first);
-    ASSERT_TRUE(on.far_outputs_first);
+    ASSERT_FALSE(off.choices.far_outputs_first);
+    ASSERT_TRUE(on.choices.far_outputs_first);
     EXPECT_EQ(on.predicted_s, off.predicted_s) << describe(on);
   }
   // Each candidate's prediction is its own plan's (every option as the candidate says).
@@ -316,15 +316,15 @@ TEST(Planner, RoundsPerLinkClassAcrossNodesWithFarOutputsFirst) {
     const PlannedBatch p = plan_batch(small_batch("causal"), cluster, opts);
     int per_class = 0;
     for (const PlanCandidate& c : p.candidates) {
-      if (!c.rounds_per_link_class) continue;
+      if (!c.choices.rounds_per_link_class) continue;
       ++per_class;
-      EXPECT_TRUE(c.far_outputs_first) << describe(c);
+      EXPECT_TRUE(c.choices.far_outputs_first) << describe(c);
     }
     EXPECT_EQ(per_class > 0, across);
     opts.rounds_per_link_class = {true};
     const PlannedBatch only = plan_batch(small_batch("causal"), cluster, opts);
     ASSERT_FALSE(only.candidates.empty());
-    for (const PlanCandidate& c : only.candidates) EXPECT_TRUE(c.rounds_per_link_class) << describe(c);
+    for (const PlanCandidate& c : only.candidates) EXPECT_TRUE(c.choices.rounds_per_link_class) << describe(c);
   }
 }
 
@@ -392,7 +392,7 @@ TEST(Planner, TriesEveryStageCount) {
   ASSERT_EQ(p.candidates.size(), 4u);
   for (size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(p.candidates[i].num_comm_stages, i < 2 ? 4 : 3);
-    EXPECT_EQ(p.candidates[i].level_stage_compute, i % 2 == 1);
+    EXPECT_EQ(p.candidates[i].choices.level_stage_compute, i % 2 == 1);
   }
   EXPECT_EQ(p.plan.header.options.schedule.num_comm_stages, p.chosen.num_comm_stages);
   EXPECT_TRUE(validate_plan(p.plan).empty());
