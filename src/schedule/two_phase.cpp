@@ -113,13 +113,12 @@ void reduce_outputs_per_node(const BlockTable& table, const Cluster& cluster, Pa
   // Bytes each device sends across nodes: a block's relay is, among the sources whose partials
   // are ready last, the one whose port carries least so far (crossings that no relay serves
   // counted first), so that the relays of several blocks spread over the node's ports.
-  auto bytes_of = [&](const ScheduledTransfer& t) { return static_cast<double>(transfer_bytes(table, t)); };
-  std::vector<double> sent(static_cast<size_t>(max_device + 1), 0.0);
+  std::vector<int64_t> sent(static_cast<size_t>(max_device + 1), 0);
   auto relays = [&](size_t i, size_t j) { return node(out[i].src) != node(out[i].dst) && out[j - 1].src != out[i].src; };
   for (size_t i = 0, j = 0; i < out.size(); i = j) {
     j = group_end(i);
     if (node(out[i].src) != node(out[i].dst) && !relays(i, j))
-      for (size_t k = i; k < j; ++k) sent[static_cast<size_t>(out[k].src)] += bytes_of(out[k]);
+      for (size_t k = i; k < j; ++k) sent[static_cast<size_t>(out[k].src)] += transfer_bytes(table, out[k]);
   }
   size_t i = 0;
   while (i < out.size()) {
@@ -138,7 +137,7 @@ void reduce_outputs_per_node(const BlockTable& table, const Cluster& cluster, Pa
         // forward no later than the final round.
         const int32_t round = std::max(out[k].round, relay_round - 1);
         if (round + 1 > final_round) {  // goes to the home directly
-          sent[static_cast<size_t>(out[k].src)] += bytes_of(out[k]);
+          sent[static_cast<size_t>(out[k].src)] += transfer_bytes(table, out[k]);
           continue;
         }
         out[k].dst = relay;
@@ -147,7 +146,7 @@ void reduce_outputs_per_node(const BlockTable& table, const Cluster& cluster, Pa
       }
       for (size_t k = i; k < j && out[k].src == relay; ++k) {
         if (last_in > 0) out[k].round = std::max(relay_round, last_in + 1);
-        sent[static_cast<size_t>(relay)] += bytes_of(out[k]);
+        sent[static_cast<size_t>(relay)] += transfer_bytes(table, out[k]);
       }
     }
     i = j;
