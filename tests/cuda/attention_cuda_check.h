@@ -99,9 +99,9 @@ inline bool passed(const ForwardResult& r, double tol = 2e-2, double fp32_tol = 
 std::vector<AttnKernelRoute> kernel_routes();
 
 // The targeted checks' grid, forward and backward alike: head dims 64 and 128 x GQA 8/8, 8/2,
-// 8/1 x eight scenario sizes (q lengths that end on 80-row steps of every kind: 300 =
-// 3 x 80 + 60, 224 = 2 x 80 + 64), seeds 1, 2, ... in that order (Case: ForwardCase or BackwardCase,
-// Scenario its enum).
+// 8/1 x nine scenario sizes (q lengths that end the wide backward's steps in every way: 300 =
+// 3 x 80 + 60 (a short step), 224 = 2 x 80 + 64, 128 = 2 x 64, 336 = 80 + 4 x 64), seeds 1, 2, ...
+// in that order (Case: ForwardCase or BackwardCase, Scenario its enum).
 template <class Case, class Scenario>
 std::vector<Case> scenario_grid(AttnKernelRoute route) {
   const int shapes[3][2] = {{8, 8}, {8, 2}, {8, 1}};
@@ -110,7 +110,7 @@ std::vector<Case> scenario_grid(AttnKernelRoute route) {
     int q_len, kv_len;
   } scen[] = {{Scenario::Full, 300, 333},       {Scenario::Full, 128, 256},     {Scenario::Full, 224, 256},
               {Scenario::Causal, 300, 300},     {Scenario::Causal, 256, 256},   {Scenario::Partial, 200, 400},
-              {Scenario::MultiTile, 190, 129},  {Scenario::MultiTile, 77, 300}};
+              {Scenario::MultiTile, 190, 129},  {Scenario::MultiTile, 77, 300}, {Scenario::Full, 336, 256}};
   std::vector<Case> out;
   uint64_t seed = 1;
   for (int dim : {64, 128}) {

@@ -188,6 +188,40 @@ TEST(CudaAttentionHost, WideBackwardItemsComeFirstInOrder) {
   EXPECT_THROW(dcp::cuda::partition_backward_work(work64, tiles, shape, 0), dcp::Error);
 }
 
+// The wide kernel's steps cover a tile's rows in order without gaps or overlaps, take as many
+// steps as ceil(q_len / 80), and on a length that is a multiple of 16 (at least 256) are all full
+// boxes (80 or 64 rows), the 80-row ones first.
+TEST(CudaAttentionHost, WideBackwardStepsTileTheRows) {
+  for (int32_t q_len = 1; q_len <= 9000; ++q_len) {
+    const dcp::cuda::WideBackwardSteps w = dcp::cuda::wide_backward_steps(q_len);
+    ASSERT_EQ(w.per_head, (q_len + 79) / 80) << "q_len " << q_len;
+    ASSERT_GE(w.n80, 0) << "q_len " << q_len;
+    ASSERT_LE(w.n80, w.per_head) << "q_len " << q_len;
+    int32_t covered = 0;
+    int32_t short_steps = 0;
+    for (int32_t s = 0; s < w.per_head; ++s) {
+      ASSERT_EQ(w.row0(s), covered) << "q_len " << q_len << " step " << s;
+      const int32_t rows = w.rows(s, q_len);
+      ASSERT_GE(rows, 1) << "q_len " << q_len << " step " << s;
+      ASSERT_LE(rows, s < w.n80 ? 80 : 64) << "q_len " << q_len << " step " << s;
+      if (rows != 80 && rows != 64) ++short_steps;
+      covered += rows;
+    }
+    ASSERT_EQ(covered, q_len) << "q_len " << q_len;
+    if (q_len % 16 == 0 && q_len >= 256) {
+      EXPECT_EQ(short_steps, 0) << "q_len " << q_len;
+      EXPECT_LE(w.per_head - w.n80, 4) << "q_len " << q_len;
+    } else {
+      EXPECT_LE(short_steps, 1) << "q_len " << q_len;
+    }
+  }
+  // The block sizes in use: 1024 = 12 x 80 + 64, 2048 = 24 x 80 + 2 x 64, 4096 = 48 x 80 + 4 x 64.
+  EXPECT_EQ(dcp::cuda::wide_backward_steps(1024).n80, 12);
+  EXPECT_EQ(dcp::cuda::wide_backward_steps(2048).n80, 24);
+  EXPECT_EQ(dcp::cuda::wide_backward_steps(4096).n80, 48);
+  EXPECT_EQ(dcp::cuda::wide_backward_steps(4096).per_head, 52);
+}
+
 TEST(CudaAttentionHost, RejectsBadShapesAndTiles) {
   std::vector<AttnTile> tiles(1);
   tiles[0].q_len = 10;

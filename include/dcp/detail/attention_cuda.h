@@ -197,13 +197,49 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 // 128-key chunk of a Full tile of at least min_q_rows q rows. partition_backward_work moves those
 // items of make_backward_work's list to its front, each part in its order, and returns their
 // number, which the caller passes as AttnTileList::num_wide; 0 (nothing moved) where the wide
-// kernel does not apply. A tile's last step is shorter than 80 rows unless its length divides
-// well, and costs a whole step: on one-GPU plans at B = 512 (6 x 80 + 32 rows) the wide kernel
-// was measured 5-6 % slower on three of four masks, at B = 1024 and above faster, hence the
-// default floor (bench/results/cuda_attention_h200.md); the kernel tests pass 0.
+// kernel does not apply. Every step costs an 80-row step, so a tile whose length 80 does not
+// divide pays for rows it does not have: on one-GPU plans at B = 512 (7 steps for 512 rows) the
+// wide kernel was measured 5-6 % slower on three of four masks, at B = 1024 and above faster,
+// hence the default floor (bench/results/cuda_attention_h200.md); the kernel tests pass 0.
 inline constexpr int kWideBackwardMinRows = 1024;
 int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
                                 int min_q_rows = kWideBackwardMinRows);
+
+#if defined(__CUDACC__)
+#define DCP_WIDE_STEPS_FN __host__ __device__ inline
+#else
+#define DCP_WIDE_STEPS_FN inline
+#endif
+// The wide kernel's steps over one q head of a tile of q_len rows: the first n80 of 80 rows, the
+// rest of 64. Both sizes are tensor-map boxes, so such a step is loaded by TMA and its dQ added by
+// TMA reductions; a shorter step is loaded by cp.async with zero fill and its dQ added by atomics
+// while no product is in flight. Where q_len is a multiple of 16 and at least 256, q_len = 80 n80
+// + 64 b with b in [0, 4] (64 b and q_len equal mod 80) takes ceil(q_len / 80) steps, as many as
+// 80-row steps would, and none is short. Other lengths take 80-row steps, the last one shorter.
+struct WideBackwardSteps {
+  int32_t per_head = 0;  // steps per q head: ceil(q_len / 80)
+  int32_t n80 = 0;       // steps of 80 rows, first
+  DCP_WIDE_STEPS_FN int32_t row0(int32_t s) const { return s < n80 ? 80 * s : 80 * n80 + 64 * (s - n80); }
+  DCP_WIDE_STEPS_FN int32_t rows(int32_t s, int32_t q_len) const {
+    const int32_t left = q_len - row0(s);
+    const int32_t cap = s < n80 ? 80 : 64;
+    return left < cap ? left : cap;
+  }
+};
+DCP_WIDE_STEPS_FN WideBackwardSteps wide_backward_steps(int32_t q_len) {
+  const int32_t r = q_len % 80;
+  const int32_t b = r == 0 ? 0 : (80 - r) / 16;
+  WideBackwardSteps w;
+  if (r % 16 == 0 && q_len >= 64 * b) {
+    w.n80 = (q_len - 64 * b) / 80;
+    w.per_head = w.n80 + b;
+  } else {
+    w.per_head = (q_len + 79) / 80;
+    w.n80 = w.per_head;
+  }
+  return w;
+}
+#undef DCP_WIDE_STEPS_FN
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
 // head_dim 64 or 128), else Mma. Callers choose per call (the CUDA backend from its options), so

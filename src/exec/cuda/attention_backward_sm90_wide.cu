@@ -20,9 +20,10 @@
 //   instructions a warp), and dQ^T is staged row by row of q into 80-row TMA boxes with 4-byte
 //   stores (conflict-free: a warp's 32 stores of one register fill 32 banks).
 // - Mask-free: no classification, no row masks; rows past the tile's end load as zeros with
-//   LSE = +inf (P = 0 there). A tile's last step is shorter: 64 rows come by the 64-row tensor
-//   maps (the slot's rows 64-79 keep finite values: zeroed at the start, later real rows), other
-//   lengths by cp.async with zero fill, and their dQ by fp32 atomics.
+//   LSE = +inf (P = 0 there). A tile whose length is a multiple of 16 ends on up to four 64-row
+//   steps instead of one short step (wide_backward_steps), which come by the 64-row tensor maps
+//   (the slot's rows 64-79 keep finite values: zeroed at the start, later real rows); other
+//   lengths end on a short step loaded by cp.async with zero fill, its dQ added by fp32 atomics.
 // - Steps overlap by one product, and dQ leaves through a warp of its own. The producer's warps
 //   0-2 load; its warp 3 issues the dQ^T tiles' TMA reductions. A consumer issues step j's S^T as
 //   soon as the slot is full, then hands step j - 1's written tiles to that warp (a proxy fence
@@ -59,6 +60,7 @@ inline constexpr int kWideD = 128;      // head dim
 inline constexpr int kWideProducerRegs = 24;
 inline constexpr int kWideConsumerRegs = 240;
 static_assert(128 * kWideProducerRegs + kConsumerThreads * kWideConsumerRegs <= cta_register_pool(kWsThreads), "register file");
+static_assert(kWideRows == 80 && kBwRows == 64, "wide_backward_steps' step sizes");
 inline constexpr int kWideLoaders = 96;  // producer warps 0-2 load the ring's slots; warp 3 adds dQ
 // Named barriers of the dQ warp (beside attention_backward_sm90_ws.cuh's 1-4), each of the 256
 // consumer threads and the dQ warp's 32: the consumers arrive and the warp waits, or the reverse.
@@ -111,7 +113,7 @@ __device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows
 // Barrier phases: the consumers arrive on kBarDqFull once per iteration (n steps + the end
 // record; the first arrival carries no tile) and wait on kBarDqFree before writing step s's tiles
 // (n times); the order below keeps every party at most one phase ahead of the other.
-__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const AttnTile& t, uint32_t s_dqt, int per_head, int num_steps,
+__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const AttnTile& t, uint32_t s_dqt, WideBackwardSteps steps, int num_steps,
                                                 int qh0, int lane) {
   bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
   bar_arrive_n<kBarDqFree, kDqBarThreads>();
@@ -119,11 +121,11 @@ __device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const Attn
 #pragma unroll 1
   for (int step = 0; step < num_steps; ++step) {
     bar_sync_n<kBarDqFull, kDqBarThreads>();  // step's tiles written and fenced
-    const int rq0 = (step % per_head) * kWideRows;
-    const int rows = min(kWideRows, t.q_len - rq0);
+    const int rq0 = steps.row0(step % steps.per_head);
+    const int rows = steps.rows(step % steps.per_head, t.q_len);
     if (lane == 0 && bw_wide_dq_by_tma(wp, rows)) {
       const CUtensorMap* map = rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
-      const int col0 = (qh0 + step / per_head) * kWideD;
+      const int col0 = (qh0 + step / steps.per_head) * kWideD;
 #pragma unroll
       for (int wg = 0; wg < 2; ++wg) {
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * 2 * kWideBoxBytes);
@@ -285,10 +287,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWideProducerRegs));
     const int ptid = tid;
     const AttnTile* t = p.list.tiles + w.tile;
-    const int per_head = (t->q_len + kWideRows - 1) / kWideRows;
-    const int num_steps = per_head * group;
+    const WideBackwardSteps steps = wide_backward_steps(t->q_len);
+    const int num_steps = steps.per_head * group;
     if (ptid >= kWideLoaders) {
-      bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, per_head, num_steps, kvh * group, ptid & 31);
+      bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, steps, num_steps, kvh * group, ptid & 31);
       return;
     }
     {
@@ -315,9 +317,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
       const int slot = j & 1;
       const bool end = j >= num_steps;
       if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-      const int qh = end ? 0 : kvh * group + j / per_head;
-      const int rq0 = end ? 0 : (j % per_head) * kWideRows;
-      const int rows = end ? 0 : min(kWideRows, t->q_len - rq0);
+      const int qh = end ? 0 : kvh * group + j / steps.per_head;
+      const int rq0 = end ? 0 : steps.row0(j % steps.per_head);
+      const int rows = end ? 0 : steps.rows(j % steps.per_head, t->q_len);
       if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
         BwStageInfo info{};
         info.end = end ? 1 : 0;
