@@ -10,6 +10,8 @@
 # AB_LISTS=0: no kernel lists; AB_MASKS: other masks).
 # AB_STOP_ON_FAIL=1: a variant whose kernel tests or whole-plan check fail ends the call there
 # (the logs in ab.tgz), before any timing.
+# AB_ENV_<V>="VAR=value ...": variant V's environment for its checks and timings (a runtime option
+# against the default: AB_FLAGS_A= AB_ENV_B="DCP_ATTN_WIDE_UNIT_ROWS=8192").
 # AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
 # purpose to bound what a change could buy is only timed; a variant built with a flag that turns
 # off what the tree's own tests check, such as A's -DDCP_AB_OLD, fails them by design).
@@ -49,6 +51,9 @@ det_env() {
     ordered) echo "DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ORDERED=1" ;;
   esac
 }
+# A variant's environment for everything it runs (AB_ENV_B="DCP_ATTN_WIDE_UNIT_ROWS=8192": a
+# runtime option against the default, both variants built from the same flags).
+env_of() { local v="AB_ENV_$1"; echo "${!v-}"; }
 flags_of() {
   case $1 in
     A) echo "${AB_FLAGS_A--DDCP_AB_OLD}" ;;
@@ -75,12 +80,12 @@ for v in $variants; do
   [ $v = A ] && continue
   case " ${AB_NOCHECK:-} " in *" $v "*) continue ;; esac  # a timing-only probe (wrong results by design)
   say "kernel tests ($v)"
-  timeout 200 /tmp/ab$v/tests/cuda/dcp_test_cuda >"$x/kernel_tests_$v.log" 2>&1
+  env $(env_of $v) timeout 200 /tmp/ab$v/tests/cuda/dcp_test_cuda >"$x/kernel_tests_$v.log" 2>&1
   rc_tests=$?
   echo "kernel tests $v: rc=$rc_tests"
   grep -E "^\[  (FAILED|PASSED) |Failure" "$x/kernel_tests_$v.log" | head
   say "whole-plan check, one GPU ($v)"
-  timeout 200 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_$v.log" 2>&1
+  env $(env_of $v) timeout 200 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_$v.log" 2>&1
   rc_check=$?
   echo "exec check $v: rc=$rc_check"
   tail -2 "$x/exec_check_$v.log"
@@ -92,7 +97,7 @@ for v in $variants; do
   fi
   for method in $det_methods; do
     say "whole-plan check, one GPU, deterministic backward ($v, $method)"
-    env $(det_env $method) timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_det_${method}_$v.log" 2>&1
+    env $(env_of $v) $(det_env $method) timeout 240 /tmp/ab$v/tests/cuda/dcp_exec_cuda_check >"$x/exec_check_det_${method}_$v.log" 2>&1
     echo "deterministic exec check $v ($method): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$x/exec_check_det_${method}_$v.log") configs bitwise equal"
   done
 done
@@ -101,7 +106,7 @@ smi=$!
 for r in $([ "${AB_LISTS:-1}" = 0 ] || echo 1 2); do
   for v in $variants; do
     say "kernels $v, run $r"
-    DCP_BENCH_SEQ=32768 DCP_BENCH_ROUTES=${AB_ROUTES:-wgmma-cells,wgmma-runs} timeout 120 \
+    env $(env_of $v) DCP_BENCH_SEQ=32768 DCP_BENCH_ROUTES=${AB_ROUTES:-wgmma-cells,wgmma-runs} timeout 120 \
       /tmp/ab$v/bench/bench_cuda_attention "$x/kernels_${v}_$r" 2>&1 | tail -16
   done
 done
@@ -116,7 +121,7 @@ for method in default $det_methods; do
     for m in ${AB_MASKS:-causal lambda causal_blockwise shared_question}; do
       for v in $order; do
         say "$prefix $v $m"
-        env $(det_env $method) timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
+        env $(env_of $v) $(det_env $method) timeout 120 /tmp/ab$v/dcp bench --profile ldc --seed 1 --tokens 65536 --mask $m \
           --q-heads 32 --kv-heads 8 --head-dim 128 --block ${AB_BLOCK:-1024} --stages 2 --layers 2 --iters 5 --warmup 2 \
           --method dcp --cluster auto --nodes 1 ${AB_ENERGY:+--energy-iters $AB_ENERGY} \
           --json "$x/${prefix}_${v}_${m}_${tag}.json" 2>&1 | tail -1

@@ -222,6 +222,99 @@ TEST(CudaAttentionHost, WideBackwardStepsTileTheRows) {
   EXPECT_EQ(dcp::cuda::wide_backward_steps(4096).per_head, 52);
 }
 
+// Units of wide items: every (tile, chunk, kv head) of the wide part is covered once, by a unit
+// of tiles that share kv rows and dK / dV rows, within the row cap unless it is one tile; the
+// other items follow unchanged; no cap, no change.
+TEST(CudaAttentionHost, WideUnitsCoverEveryWideItemOnce) {
+  const AttnShape shape{8, 4, 128, 0.088F};
+  // A causal pattern over 6 blocks of 1024 rows (the last 700) plus head-split tiles: Full below
+  // the diagonal, CausalDiagonal on it; key blocks 0-4 have several Full tiles each.
+  std::vector<AttnTile> tiles;
+  const int len[6] = {1024, 1024, 1024, 1024, 1024, 700};
+  int begin[7] = {0};
+  for (int b = 0; b < 6; ++b) begin[b + 1] = begin[b] + len[b];
+  for (int i = 0; i < 6; ++i) {
+    for (int j = 0; j <= i; ++j) {
+      AttnTile t;
+      t.q_begin = begin[i];
+      t.q_len = len[i];
+      t.kv_begin = begin[j];
+      t.kv_len = len[j];
+      t.kind = i == j ? TileKind::CausalDiagonal : TileKind::Full;
+      t.kv_head_begin = 0;
+      t.kv_head_end = 4;
+      if (i == 4 && j == 1) {  // split into two head groups
+        t.kv_head_end = 1;
+        tiles.push_back(t);
+        t.kv_head_begin = 1;
+        t.kv_head_end = 4;
+      }
+      tiles.push_back(t);
+    }
+  }
+  const std::size_t n_tiles = tiles.size();
+  std::vector<dcp::cuda::AttnWorkItem> base = dcp::cuda::make_backward_work(tiles, shape);
+  const int32_t base_wide = dcp::cuda::partition_backward_work(base, tiles, shape, 0);
+  ASSERT_GT(base_wide, 0);
+  auto same_tile = [](const AttnTile& a, const AttnTile& b) {
+    return a.q_begin == b.q_begin && a.q_len == b.q_len && a.kv_begin == b.kv_begin && a.kv_len == b.kv_len && a.kind == b.kind &&
+           a.kv_head_begin == b.kv_head_begin && a.kv_head_end == b.kv_head_end;
+  };
+  for (int unit_rows : {1, 1024, 2048, 3000, 1 << 20}) {
+    std::vector<AttnTile> t2 = tiles;
+    std::vector<dcp::cuda::AttnWorkItem> work = base;
+    const int32_t wide = dcp::cuda::group_wide_backward_work(t2, work, base_wide, unit_rows);
+    ASSERT_LE(wide, base_wide) << unit_rows;
+    ASSERT_EQ(work.size() - static_cast<std::size_t>(wide), base.size() - static_cast<std::size_t>(base_wide)) << unit_rows;
+    for (std::size_t i = 0; i < base.size() - static_cast<std::size_t>(base_wide); ++i) {
+      const auto& a = work[static_cast<std::size_t>(wide) + i];
+      const auto& b = base[static_cast<std::size_t>(base_wide) + i];
+      EXPECT_EQ(std::tuple(a.tile, a.chunk, a.head, a.num_tiles), std::tuple(b.tile, b.chunk, b.head, b.num_tiles)) << unit_rows;
+    }
+    for (std::size_t i = 0; i < n_tiles; ++i) EXPECT_TRUE(same_tile(t2[i], tiles[i])) << "the list's own tiles stay as they were";
+    // (original tile, chunk, head) covered, each once.
+    std::vector<std::tuple<int, int, int>> covered, expect;
+    for (int32_t i = 0; i < base_wide; ++i)
+      expect.emplace_back(base[static_cast<std::size_t>(i)].tile, base[static_cast<std::size_t>(i)].chunk, base[static_cast<std::size_t>(i)].head);
+    for (int32_t i = 0; i < wide; ++i) {
+      const auto& w = work[static_cast<std::size_t>(i)];
+      ASSERT_GE(w.num_tiles, 1);
+      ASSERT_LE(static_cast<std::size_t>(w.tile + w.num_tiles), t2.size());
+      const AttnTile& first = t2[static_cast<std::size_t>(w.tile)];
+      int64_t rows = 0;
+      for (int32_t k = w.tile; k < w.tile + w.num_tiles; ++k) {
+        const AttnTile& t = t2[static_cast<std::size_t>(k)];
+        EXPECT_EQ(t.kind, TileKind::Full);
+        EXPECT_EQ(t.kv_begin, first.kv_begin);
+        EXPECT_EQ(t.kv_len, first.kv_len);
+        EXPECT_TRUE(w.head >= t.kv_head_begin && w.head < t.kv_head_end);
+        rows += t.q_len;
+        int orig = -1;
+        for (std::size_t o = 0; o < n_tiles; ++o)
+          if (same_tile(tiles[o], t)) orig = static_cast<int>(o);
+        ASSERT_GE(orig, 0);
+        covered.emplace_back(orig, w.chunk, w.head);
+      }
+      if (w.num_tiles > 1) {
+        EXPECT_LE(rows, unit_rows);
+      }
+    }
+    std::sort(covered.begin(), covered.end());
+    std::sort(expect.begin(), expect.end());
+    EXPECT_EQ(covered, expect) << unit_rows;
+    if (unit_rows >= 1 << 20) {
+      EXPECT_EQ(wide, 8 * 4 * 5) << "one unit per (key block 0-4, chunk, head)";
+    }
+  }
+  std::vector<AttnTile> t3 = tiles;
+  std::vector<dcp::cuda::AttnWorkItem> same = base;
+  EXPECT_EQ(dcp::cuda::group_wide_backward_work(t3, same, base_wide, 0), base_wide);
+  EXPECT_EQ(t3.size(), n_tiles);
+  EXPECT_THROW(dcp::cuda::group_wide_backward_work(t3, same, static_cast<int32_t>(same.size()) + 1, 1024), dcp::Error);
+  same.front().tile = static_cast<int32_t>(t3.size());
+  EXPECT_THROW(dcp::cuda::group_wide_backward_work(t3, same, base_wide, 1024), dcp::Error);
+}
+
 TEST(CudaAttentionHost, RejectsBadShapesAndTiles) {
   std::vector<AttnTile> tiles(1);
   tiles[0].q_len = 10;
