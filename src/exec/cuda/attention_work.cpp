@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -323,7 +324,7 @@ int32_t group_wide_backward_work(std::vector<AttnTile>& tiles, std::vector<AttnW
   };
   std::map<std::tuple<int32_t, int32_t, int32_t>, std::size_t> block_of;
   std::vector<Block> blocks;
-  std::map<std::pair<int32_t, int32_t>, bool> seen;  // (tile, head) already listed
+  std::set<std::pair<int32_t, int32_t>> seen;  // (tile, head) already listed
   int32_t max_head = 0;
   for (int32_t i = 0; i < num_wide; ++i) max_head = std::max(max_head, work[static_cast<std::size_t>(i)].head + 1);
   for (int32_t i = 0; i < num_wide; ++i) {
@@ -341,7 +342,7 @@ int32_t group_wide_backward_work(std::vector<AttnTile>& tiles, std::vector<AttnW
     if (added) blocks.push_back(Block{std::vector<std::vector<int32_t>>(static_cast<std::size_t>(max_head)), {}});
     Block& b = blocks[it->second];
     if (std::find(b.chunks.begin(), b.chunks.end(), w.chunk) == b.chunks.end()) b.chunks.push_back(w.chunk);
-    if (!seen.emplace(std::make_pair(w.tile, w.head), true).second) continue;
+    if (!seen.emplace(w.tile, w.head).second) continue;
     b.tiles[static_cast<std::size_t>(w.head)].push_back(w.tile);
   }
   // Units: consecutive tiles of one (block, head) up to unit_rows q rows (at least one tile), their
