@@ -215,8 +215,8 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
 // unit instead of once per tile. The units' tiles are appended to `tiles` (AttnWorkItem::tile:
 // the first, num_tiles: how many); a unit's items (its chunks, then kv heads) follow one another,
 // units in the order of their blocks' first items; the other items keep their order behind them.
-// Returns the new num_wide; the caller sets AttnTileList::wide_units when it grouped any (a new
-// num_wide below the old), and groups only for route Wgmma. unit_rows <= 0: nothing changes.
+// Returns the new num_wide; a caller that groups (unit_rows > 0, route Wgmma only) sets
+// AttnTileList::wide_units on the list. unit_rows <= 0: nothing changes.
 // InvalidInput on a wide item that names no Full tile of the list or already covers several tiles.
 int32_t group_wide_backward_work(std::vector<AttnTile>& tiles, std::vector<AttnWorkItem>& work, int32_t num_wide, int unit_rows);
 

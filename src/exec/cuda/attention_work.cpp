@@ -40,12 +40,14 @@ void validate(std::span<const AttnTile> tiles, const AttnShape& shape, const cha
   }
 }
 
+// The first dK / dV row of a tile (its kv rows' when it names none).
+int32_t dkv_row0(const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; }
+
 // Key blocks (tiles sharing kv rows and dK/dV rows) in order of first appearance, and in each
 // the input tiles per kv head: [block][kv head] -> tiles. The deterministic backward's dK / dV
 // items walk one head's tiles of one key block. Two key blocks may share dK/dV rows only for
 // disjoint heads (InvalidInput otherwise).
 std::vector<std::vector<std::vector<int>>> key_blocks(std::span<const AttnTile> tiles, int hkv, const char* where) {
-  auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
   std::map<std::tuple<int, int, int>, std::size_t> block_of;
   std::vector<std::vector<std::vector<int>>> members;
   for (std::size_t i = 0; i < tiles.size(); ++i) {
@@ -325,8 +327,6 @@ int32_t group_wide_backward_work(std::vector<AttnTile>& tiles, std::vector<AttnW
   std::map<std::tuple<int32_t, int32_t, int32_t>, std::size_t> block_of;
   std::vector<Block> blocks;
   std::set<std::pair<int32_t, int32_t>> seen;  // (tile, head) already listed
-  int32_t max_head = 0;
-  for (int32_t i = 0; i < num_wide; ++i) max_head = std::max(max_head, work[static_cast<std::size_t>(i)].head + 1);
   for (int32_t i = 0; i < num_wide; ++i) {
     const AttnWorkItem& w = work[static_cast<std::size_t>(i)];
     if (w.tile < 0 || static_cast<std::size_t>(w.tile) >= tiles.size() || w.head < 0 || w.num_tiles != 1)
@@ -338,11 +338,12 @@ int32_t group_wide_backward_work(std::vector<AttnTile>& tiles, std::vector<AttnW
       raise(ErrorKind::InvalidInput, std::string(where) + ": wide item " + std::to_string(i) + " names tile " +
                                          std::to_string(w.tile) + ", which is not a Full tile");
     const auto [it, added] =
-        block_of.emplace(std::make_tuple(t.kv_begin, t.kv_len, t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin), blocks.size());
-    if (added) blocks.push_back(Block{std::vector<std::vector<int32_t>>(static_cast<std::size_t>(max_head)), {}});
+        block_of.emplace(std::make_tuple(t.kv_begin, t.kv_len, dkv_row0(t)), blocks.size());
+    if (added) blocks.emplace_back();
     Block& b = blocks[it->second];
     if (std::find(b.chunks.begin(), b.chunks.end(), w.chunk) == b.chunks.end()) b.chunks.push_back(w.chunk);
     if (!seen.emplace(w.tile, w.head).second) continue;
+    if (b.tiles.size() <= static_cast<std::size_t>(w.head)) b.tiles.resize(static_cast<std::size_t>(w.head) + 1);
     b.tiles[static_cast<std::size_t>(w.head)].push_back(w.tile);
   }
   // Units: consecutive tiles of one (block, head) up to unit_rows q rows (at least one tile), their
@@ -398,7 +399,6 @@ int32_t order_backward_turns(std::span<AttnWorkItem> work, std::span<const AttnT
   // Tiles sharing dK / dV rows of a kv head must share their kv rows (key_blocks raises
   // otherwise), so the items adding to one chunk's rows are those of one (key block, chunk, head).
   key_blocks(tiles, shape.num_kv_heads, where);
-  auto dkv_row0 = [](const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; };
   std::map<std::tuple<int, int, int>, std::vector<std::size_t>> adders;  // (dK/dV row, chunk, head) -> items
   for (std::size_t i = 0; i < work.size(); ++i) {
     AttnWorkItem& w = work[i];
