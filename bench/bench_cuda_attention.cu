@@ -27,8 +27,6 @@
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
 // DCP_ATTN_WIDE_BACKWARD, as for the dcp command: on by default, the backward's full chunks of
 // Full tiles run in the wide kernel (80-row steps; cuda::partition_backward_work); 0 turns it off.
-// DCP_ATTN_WIDE_UNIT_ROWS: its units of tiles sharing keys (cuda::group_wide_backward_work; unset:
-// CudaKernelOptions' default, 0: one tile per item).
 // DCP_BENCH_ENERGY_S=N: after its timing, each pass of each route runs again, launch after launch,
 // until it fills N seconds, with the GPU's energy counter read around them (NVML, as `dcp bench
 // --energy-iters`): TFLOP per kJ, mean watts and the median SM clock, printed under the row and in
@@ -291,9 +289,6 @@ int main(int argc, char** argv) {
   }
   const char* wide_env = std::getenv("DCP_ATTN_WIDE_BACKWARD");
   const bool wide_backward = wide_env == nullptr || dcp::parse_switch(wide_env, "DCP_ATTN_WIDE_BACKWARD");
-  const char* unit_env = std::getenv("DCP_ATTN_WIDE_UNIT_ROWS");
-  const int wide_unit_rows = unit_env != nullptr && unit_env[0] != '\0' ? dcp::parse_row_count(unit_env, "DCP_ATTN_WIDE_UNIT_ROWS")
-                                                                         : dcp::CudaKernelOptions{}.wide_unit_rows;
   struct Row {
     int seq, block;
     std::string list;
@@ -338,23 +333,15 @@ int main(int argc, char** argv) {
         int32_t* d_off = upload(c.row_offsets);
         int32_t* d_rng = upload(c.ranges);
         const auto fw = make_forward_work(c.tiles, shape);
-        const auto bw_plain = make_backward_work(c.tiles, shape);  // the mma and wgmma-basic routes' (no wide kernel)
-        auto bw = bw_plain;
+        auto bw = make_backward_work(c.tiles, shape);
         auto bw_cells = make_backward_work(c.tiles, shape, cells);
-        // The backward's tiles: the list's, then the wide units' copies (group_wide_backward_work).
-        std::vector<AttnTile> bw_tiles = c.tiles;
-        const int32_t bw_wide =
-            wide_backward ? group_wide_backward_work(bw_tiles, bw, partition_backward_work(bw, c.tiles, shape), wide_unit_rows) : 0;
-        const int32_t bw_cells_wide =
-            wide_backward ? group_wide_backward_work(bw_tiles, bw_cells, partition_backward_work(bw_cells, c.tiles, shape), wide_unit_rows)
-                          : 0;
-        AttnTile* d_bw_tiles = upload(bw_tiles);
+        const int32_t bw_wide = wide_backward ? partition_backward_work(bw, c.tiles, shape) : 0;
+        const int32_t bw_cells_wide = wide_backward ? partition_backward_work(bw_cells, c.tiles, shape) : 0;
         const RunsWork runs = make_runs_work(c, shape);
         AttnTile* d_run_tiles = upload(runs.tiles);
         AttnWorkItem* d_run_work = upload(runs.work);
         AttnWorkItem* d_fw = upload(fw);
         AttnWorkItem* d_bw = upload(bw);
-        AttnWorkItem* d_bw_plain = upload(bw_plain);
         AttnWorkItem* d_bw_cells = upload(bw_cells.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : bw_cells);
         float *o = nullptr, *lse_part = nullptr;
         ck(cudaMalloc(&o, static_cast<size_t>(c.out_rows) * hq * dim * 4), "malloc o");
@@ -371,7 +358,7 @@ int main(int argc, char** argv) {
         fp.lse = lse_part;
         AttnBackwardParams bp;
         bp.shape = shape;
-        bp.list = AttnTileList{d_bw_tiles, d_bw, static_cast<int32_t>(bw.size()), d_off, d_rng};
+        bp.list = AttnTileList{d_tiles, d_bw, static_cast<int32_t>(bw.size()), d_off, d_rng};
         bp.q = q;
         bp.k = k;
         bp.v = v;
@@ -407,15 +394,6 @@ int main(int argc, char** argv) {
           bp.list.work = r.cells ? d_bw_cells : d_bw;
           bp.list.num_work = static_cast<int32_t>(r.cells ? bw_cells.size() : bw.size());
           bp.list.num_wide = r.cells ? bw_cells_wide : bw_wide;
-          bp.list.wide_units = wide_unit_rows > 0 ? 1 : 0;
-          bp.list.tiles = d_bw_tiles;
-          if (r.route != AttnKernelRoute::Wgmma) {
-            bp.list.tiles = d_tiles;
-            bp.list.work = d_bw_plain;
-            bp.list.num_work = static_cast<int32_t>(bw_plain.size());
-            bp.list.num_wide = 0;
-            bp.list.wide_units = 0;
-          }
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
           if (meter) {
             row.bwd_energy.push_back(measure_energy(*meter, [&] { attention_backward(bp, nullptr); }, 2.5 * flops, energy_s));
@@ -425,7 +403,6 @@ int main(int argc, char** argv) {
         bp.list.work = d_bw;
         bp.list.num_work = static_cast<int32_t>(bw.size());
         bp.list.num_wide = 0;
-        bp.list.wide_units = 0;
         if (with_det) {
           const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape);
           auto reserve_semaphores = [&](int32_t n) {
@@ -466,14 +443,13 @@ int main(int argc, char** argv) {
           row.det_one_ms = one_pass_ms(dp);
           // The ordered one-pass method: the default work (cells, the wide kernel's items first) in turns.
           std::vector<AttnWorkItem> ordered = bw_cells;
-          const int32_t ordered_sems = order_backward_turns(ordered, bw_tiles, shape);
+          const int32_t ordered_sems = order_backward_turns(ordered, c.tiles, shape);
           reserve_semaphores(ordered_sems);
           AttnWorkItem* d_ordered = upload(ordered.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : ordered);
           AttnBackwardParams op = dp;
-          op.list = AttnTileList{d_bw_tiles, d_ordered, static_cast<int32_t>(ordered.size()), d_off, d_rng};
+          op.list = AttnTileList{d_tiles, d_ordered, static_cast<int32_t>(ordered.size()), d_off, d_rng};
           op.list.cells = d_cells;
           op.list.num_wide = bw_cells_wide;
-          op.list.wide_units = wide_unit_rows > 0 ? 1 : 0;
           op.semaphores = semaphores;
           op.num_semaphores = ordered_sems;
           op.ordered = true;
@@ -506,14 +482,12 @@ int main(int argc, char** argv) {
         cudaFree(o);
         cudaFree(lse_part);
         cudaFree(d_tiles);
-        cudaFree(d_bw_tiles);
         cudaFree(d_off);
         cudaFree(d_rng);
         cudaFree(d_fw);
         cudaFree(d_run_tiles);
         cudaFree(d_run_work);
         cudaFree(d_bw);
-        cudaFree(d_bw_plain);
         cudaFree(d_bw_cells);
         cudaFree(d_cells);
       }

@@ -11,7 +11,7 @@
 # AB_STOP_ON_FAIL=1: a variant whose kernel tests or whole-plan check fail ends the call there
 # (the logs in ab.tgz), before any timing.
 # AB_ENV_<V>="VAR=value ...": variant V's environment for its checks and timings (a runtime option
-# against the default: AB_FLAGS_A= AB_ENV_B="DCP_ATTN_WIDE_UNIT_ROWS=8192").
+# against the default: AB_FLAGS_A= AB_ENV_B="DCP_ATTN_WIDE_BACKWARD=0").
 # AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
 # purpose to bound what a change could buy is only timed; a variant built with a flag that turns
 # off what the tree's own tests check, such as A's -DDCP_AB_OLD, fails them by design).
@@ -51,7 +51,7 @@ det_env() {
     ordered) echo "DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_ORDERED=1" ;;
   esac
 }
-# A variant's environment for everything it runs (AB_ENV_B="DCP_ATTN_WIDE_UNIT_ROWS=8192": a
+# A variant's environment for everything it runs (AB_ENV_B="DCP_ATTN_WIDE_BACKWARD=0": a
 # runtime option against the default, both variants built from the same flags).
 env_of() { local v="AB_ENV_$1"; echo "${!v-}"; }
 flags_of() {

@@ -209,8 +209,6 @@ CudaKernelOptions kernel_options_from_environment() {
     k.persistent_forward = parse_switch(persistent, "DCP_ATTN_PERSISTENT");
   if (const std::string wide = env("DCP_ATTN_WIDE_BACKWARD"); !wide.empty())
     k.wide_backward = parse_switch(wide, "DCP_ATTN_WIDE_BACKWARD");
-  if (const std::string unit = env("DCP_ATTN_WIDE_UNIT_ROWS"); !unit.empty())
-    k.wide_unit_rows = parse_row_count(unit, "DCP_ATTN_WIDE_UNIT_ROWS");
   return k;
 }
 

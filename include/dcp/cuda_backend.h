@@ -78,12 +78,6 @@ struct CudaKernelOptions {
   // with 64-row steps. Same results up to summation order; 2-4 % faster on the backward's full
   // and causal lists (bench/results/cuda_attention_h200.md); off to measure what it saves.
   bool wide_backward = true;
-  // The wide kernel's items walk units of Full tiles sharing their keys, up to this many q rows
-  // (cuda::group_wide_backward_work), so that an item loads its K / V chunk and adds its dK / dV
-  // once per unit instead of once per tile. 0: one tile per item. Same results up to summation
-  // order; checked against fp64 on an H100, not yet timed (bench/results/cuda_attention_h200.md),
-  // hence off.
-  int wide_unit_rows = 0;
 };
 
 struct CudaBackendOptions {

@@ -292,22 +292,10 @@ CaseResult run_case(const CaseConfig& cfg) {
     const bool unit_lists = cfg.deterministic_backward && !ordered;
     if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
     std::vector<AttnWorkItem> bwork = unit_lists ? det.dkv_work : make_backward_work(tiles, shape);
-    // The wide items in units of tiles sharing keys (their copies appended to the backward's tiles;
-    // route wgmma only): none, a few rows (one or two tiles a unit) or every tile of a key block, by
-    // seed.
-    std::vector<AttnTile> wtiles = tiles;
-    AttnBackwardParams probe;
-    probe.shape = shape;
-    probe.route = cfg.backward_route;
-    const bool wgmma = attention_backward_route(probe) == AttnKernelRoute::Wgmma;
-    const int unit_rows = !wgmma || cfg.seed % 3 == 0 ? 0 : cfg.seed % 3 == 1 ? 2 * cfg.max_block_len : 1 << 20;
-    const int32_t num_wide =
-        unit_lists ? 0 : group_wide_backward_work(wtiles, bwork, partition_backward_work(bwork, tiles, shape, 0), unit_rows);
-    if (ordered) det.num_semaphores = order_backward_turns(bwork, wtiles, shape);
+    const int32_t num_wide = unit_lists ? 0 : partition_backward_work(bwork, tiles, shape, 0);
+    if (ordered) det.num_semaphores = order_backward_turns(bwork, tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
-    DevBuf<AttnTile> d_wtiles(wtiles.size());
-    d_wtiles.upload(wtiles);
     DevBuf<AttnTile> d_btiles(std::max<std::size_t>(det.dkv_tiles.size(), 1)), d_dq_tiles(std::max<std::size_t>(det.dq_tiles.size(), 1));
     DevBuf<AttnWorkItem> d_dq_work(std::max<std::size_t>(det.dq_work.size(), 1));
     DevBuf<int32_t> d_sems(static_cast<std::size_t>(std::max(det.num_semaphores, 1)));
@@ -324,10 +312,9 @@ CaseResult run_case(const CaseConfig& cfg) {
     d_dv.fill(0);
     AttnBackwardParams bp;
     bp.shape = shape;
-    bp.list = AttnTileList{unit_lists ? d_btiles.ptr : d_wtiles.ptr, d_bwork.ptr,
+    bp.list = AttnTileList{unit_lists ? d_btiles.ptr : d_tiles.ptr, d_bwork.ptr,
                            static_cast<int32_t>(bwork.size()), d_offsets.ptr, d_ranges.ptr};
     bp.list.num_wide = num_wide;
-    bp.list.wide_units = unit_rows > 0 ? 1 : 0;
     if (cfg.deterministic_backward) {
       bp.deterministic = true;
       bp.semaphores = d_sems.ptr;

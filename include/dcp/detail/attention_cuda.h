@@ -153,9 +153,6 @@ struct AttnTileList {
   // Backward, route Wgmma: items [0, num_wide) run in the wide kernel (partition_backward_work);
   // 0: the 64-row kernel runs every item.
   int32_t num_wide = 0;
-  // Backward: the wide items walk units of tiles (group_wide_backward_work), which only the Wgmma
-  // route's wide kernel does (InvalidInput on another route).
-  int32_t wide_units = 0;
 };
 
 // ---- Cell classes of Partial tiles ----------------------------------------------------------
@@ -207,18 +204,6 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 inline constexpr int kWideBackwardMinRows = 1024;
 int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape,
                                 int min_q_rows = kWideBackwardMinRows);
-
-// Units of the wide items: partition_backward_work's first num_wide items of `work` (one Full tile,
-// 128-key chunk and kv head each) become items that each walk a unit of tiles sharing their kv
-// rows and dK / dV rows (a key block), consecutive in the block's list order, up to unit_rows q
-// rows (at least one tile), so that an item loads its K / V chunk and adds its dK / dV once per
-// unit instead of once per tile. The units' tiles are appended to `tiles` (AttnWorkItem::tile:
-// the first, num_tiles: how many); a unit's items (its chunks, then kv heads) follow one another,
-// units in the order of their blocks' first items; the other items keep their order behind them.
-// Returns the new num_wide; a caller that groups (unit_rows > 0, route Wgmma only) sets
-// AttnTileList::wide_units on the list. unit_rows <= 0: nothing changes.
-// InvalidInput on a wide item that names no Full tile of the list or already covers several tiles.
-int32_t group_wide_backward_work(std::vector<AttnTile>& tiles, std::vector<AttnWorkItem>& work, int32_t num_wide, int unit_rows);
 
 #if defined(__CUDACC__)
 #define DCP_WIDE_STEPS_FN __host__ __device__ inline

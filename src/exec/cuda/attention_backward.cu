@@ -453,11 +453,6 @@ AttnKernelRoute attention_backward_route(const AttnBackwardParams& params) {
 void attention_backward(const AttnBackwardParams& params, cudaStream_t stream) {
   if (params.list.num_work == 0) return;
   const AttnKernelRoute route = attention_backward_route(params);
-  if (params.list.wide_units != 0 && route != AttnKernelRoute::Wgmma) {
-    raise(ErrorKind::InvalidInput, std::string("attention_backward: the list's wide items walk units of tiles "
-                                               "(group_wide_backward_work), which only route wgmma runs, not route ") +
-                                       (route == AttnKernelRoute::Mma ? "mma" : "wgmma-basic"));
-  }
   if (params.deterministic && route != AttnKernelRoute::Wgmma) {
     raise(ErrorKind::Unsupported, "attention_backward: the deterministic backward runs on the warp-specialised Hopper "
                                   "kernel only (route wgmma on an sm_90 device), not on route " +

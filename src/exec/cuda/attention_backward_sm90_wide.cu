@@ -113,46 +113,30 @@ __device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows
 // Barrier phases: the consumers arrive on kBarDqFull once per iteration (n steps + the end
 // record; the first arrival carries no tile) and wait on kBarDqFree before writing step s's tiles
 // (n times); the order below keeps every party at most one phase ahead of the other.
-// One tile's steps follow from its WideBackwardSteps; a unit's (kWalk) come from the stage
-// records, as the consumers read them: the producer wrote record s (and s + 1) before the
-// consumers' hand-off of step s, and overwrites it (with step s + 4's) only after the consumers
-// have passed step s + 2's wait on kBarDqFree, which this warp grants once it is done with s + 1.
-template <bool kWalk>
-__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const AttnTile& t, const BwStageInfo* s_info, uint32_t s_dqt,
-                                                WideBackwardSteps steps, int num_steps, int qh0, int lane) {
+__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const AttnTile& t, uint32_t s_dqt, WideBackwardSteps steps, int num_steps,
+                                                int qh0, int lane) {
   bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
   bar_arrive_n<kBarDqFree, kDqBarThreads>();
   const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
 #pragma unroll 1
-  for (int step = 0;; ++step) {
+  for (int step = 0; step < num_steps; ++step) {
     bar_sync_n<kBarDqFull, kDqBarThreads>();  // step's tiles written and fenced
-    int rows, col0, row;
-    if constexpr (kWalk) {
-      const BwStageInfo& info = s_info[step & (kInfoRecords - 1)];
-      rows = info.q_rows;
-      col0 = info.qh * kWideD;
-      row = info.dq_row;
-    } else {
-      const int rq0 = steps.row0(step % steps.per_head);
-      rows = steps.rows(step % steps.per_head, t.q_len);
-      col0 = (qh0 + step / steps.per_head) * kWideD;
-      row = dq_row0 + rq0;
-    }
+    const int rq0 = steps.row0(step % steps.per_head);
+    const int rows = steps.rows(step % steps.per_head, t.q_len);
     if (lane == 0 && bw_wide_dq_by_tma(wp, rows)) {
       const CUtensorMap* map = rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
+      const int col0 = (qh0 + step / steps.per_head) * kWideD;
 #pragma unroll
       for (int wg = 0; wg < 2; ++wg) {
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * 2 * kWideBoxBytes);
-        tma_reduce_add_2d(map, src, col0 + 64 * wg, row);
-        tma_reduce_add_2d(map, src + kWideBoxBytes, col0 + 64 * wg + 32, row);
+        tma_reduce_add_2d(map, src, col0 + 64 * wg, dq_row0 + rq0);
+        tma_reduce_add_2d(map, src + kWideBoxBytes, col0 + 64 * wg + 32, dq_row0 + rq0);
       }
       bulk_commit();
       bulk_wait_read<0>();
     }
     __syncwarp();
-    const bool last = kWalk ? s_info[(step + 1) & (kInfoRecords - 1)].end != 0 : step + 1 >= num_steps;
-    if (last) break;
-    bar_arrive_n<kBarDqFree, kDqBarThreads>();
+    if (step + 1 < num_steps) bar_arrive_n<kBarDqFree, kDqBarThreads>();
   }
   if (lane == 0) bulk_wait<0>();
 }
@@ -262,8 +246,7 @@ __device__ __forceinline__ void bw_wide_write_dqt(unsigned char* tile, const flo
 }
 
 // kUnits: the ordered deterministic backward (dQ as counts of dq_units, dK / dV in turns).
-// kWalk: an item walks a unit of tiles (AttnTileList::wide_units), not one tile.
-template <bool kUnits, bool kWalk>
+template <bool kUnits>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_kernel(const __grid_constant__ BwWsParams wp) {
   const AttnBackwardParams p = wp.p;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -304,9 +287,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWideProducerRegs));
     const int ptid = tid;
     const AttnTile* t = p.list.tiles + w.tile;
+    const WideBackwardSteps steps = wide_backward_steps(t->q_len);
+    const int num_steps = steps.per_head * group;
     if (ptid >= kWideLoaders) {
-      const WideBackwardSteps steps = wide_backward_steps(t->q_len);
-      bw_wide_dq_warp<kWalk>(wp, *t, s_info, base + BwWideSmem::kDqT, steps, steps.per_head * group, kvh * group, ptid & 31);
+      bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, steps, num_steps, kvh * group, ptid & 31);
       return;
     }
     {
@@ -328,35 +312,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // Every loader's zeros land before thread 0's first TMA writes those rows.
     fence_proxy_async();
     bar_sync_n<kBarProducer, kWideLoaders>();
-    // The walk: the item's tiles (kWalk: a unit of Full tiles sharing this chunk's keys,
-    // group_wide_backward_work), each tile's steps q head by q head. A unit's step split is
-    // recomputed from the tile at every step rather than carried: this warpgroup runs on 24
-    // registers, and carried it spilled.
-    const WideBackwardSteps first_steps = wide_backward_steps(t->q_len);
-    const int first_num_steps = first_steps.per_head * group;
-    const int first_dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
-    [[maybe_unused]] int tiles_left = w.num_tiles - 1;
-    [[maybe_unused]] int walked = 0;  // kWalk: the current tile's steps issued
+    const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
     for (int j = 0;; ++j) {
-      WideBackwardSteps steps = first_steps;
-      if constexpr (kWalk) {
-        steps = wide_backward_steps(t->q_len);
-        if (walked >= steps.per_head * group && tiles_left > 0) {  // every tile has rows
-          ++t;
-          --tiles_left;
-          walked = 0;
-          steps = wide_backward_steps(t->q_len);
-        }
-      }
-      const int s = kWalk ? walked++ : j;  // the step within the tile
       const int slot = j & 1;
-      const bool end = kWalk ? s >= steps.per_head * group : j >= first_num_steps;
+      const bool end = j >= num_steps;
       if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-      const int qh = end ? 0 : kvh * group + s / steps.per_head;
-      const int rq0 = end ? 0 : steps.row0(s % steps.per_head);
-      const int rows = end ? 0 : steps.rows(s % steps.per_head, t->q_len);
-      const int dout_row0 = kWalk ? (t->dout_begin >= 0 ? t->dout_begin : t->q_begin) : first_dout_row0;
-      if (ptid == 0) {  // the consumers and the dQ warp read end, qh, q_rows and dq_row (no mask, no class)
+      const int qh = end ? 0 : kvh * group + j / steps.per_head;
+      const int rq0 = end ? 0 : steps.row0(j % steps.per_head);
+      const int rows = end ? 0 : steps.rows(j % steps.per_head, t->q_len);
+      if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
         BwStageInfo info{};
         info.end = end ? 1 : 0;
         if (!end) {
@@ -521,22 +485,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
 
 void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool units) {
   constexpr int kSmem = BwWideSmem::kAlloc;
-  const auto launch = [&]<bool kUnits, bool kWalk>(const char* name) {
-    allow_shared_memory(name, attention_backward_sm90_wide_kernel<kUnits, kWalk>, kSmem);
-    attention_backward_sm90_wide_kernel<kUnits, kWalk><<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
-  };
-  const bool walk = wp.p.list.wide_units != 0;
   if (units) {
-    if (walk) {
-      launch.template operator()<true, true>("attention_backward_sm90_wide (ordered deterministic, units of tiles)");
-    } else {
-      launch.template operator()<true, false>("attention_backward_sm90_wide (ordered deterministic)");
-    }
-  } else if (walk) {
-    launch.template operator()<false, true>("attention_backward_sm90_wide (units of tiles)");
-  } else {
-    launch.template operator()<false, false>("attention_backward_sm90_wide");
+    allow_shared_memory("attention_backward_sm90_wide (ordered deterministic)", attention_backward_sm90_wide_kernel<true>, kSmem);
+    attention_backward_sm90_wide_kernel<true><<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
+    return;
   }
+  allow_shared_memory("attention_backward_sm90_wide", attention_backward_sm90_wide_kernel<false>, kSmem);
+  attention_backward_sm90_wide_kernel<false><<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
 }
 
 }  // namespace dcp::cuda::detail

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <limits>
 #include <map>
-#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -310,87 +309,6 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
   };
   const auto mid = std::stable_partition(work.begin(), work.end(), wide);
   return static_cast<int32_t>(mid - work.begin());
-}
-
-int32_t group_wide_backward_work(std::vector<AttnTile>& tiles, std::vector<AttnWorkItem>& work, int32_t num_wide, int unit_rows) {
-  const char* where = "group_wide_backward_work";
-  if (num_wide < 0 || static_cast<std::size_t>(num_wide) > work.size())
-    raise(ErrorKind::InvalidInput, std::string(where) + ": num_wide " + std::to_string(num_wide) + " outside [0, " +
-                                       std::to_string(work.size()) + "]");
-  if (unit_rows <= 0 || num_wide == 0) return num_wide;
-  // The wide items' tiles by key block (kv rows and dK / dV rows), per kv head, in list order; and
-  // the block's 128-key chunks that have wide items (the same for each of its tiles: same kv_len).
-  struct Block {
-    std::vector<std::vector<int32_t>> tiles;  // [kv head] -> tiles
-    std::vector<int32_t> chunks;
-  };
-  std::map<std::tuple<int32_t, int32_t, int32_t>, std::size_t> block_of;
-  std::vector<Block> blocks;
-  std::set<std::pair<int32_t, int32_t>> seen;  // (tile, head) already listed
-  for (int32_t i = 0; i < num_wide; ++i) {
-    const AttnWorkItem& w = work[static_cast<std::size_t>(i)];
-    if (w.tile < 0 || static_cast<std::size_t>(w.tile) >= tiles.size() || w.head < 0 || w.num_tiles != 1)
-      raise(ErrorKind::InvalidInput, std::string(where) + ": work item " + std::to_string(i) + " names tile " + std::to_string(w.tile) +
-                                         " of " + std::to_string(tiles.size()) + ", head " + std::to_string(w.head) + " or " +
-                                         std::to_string(w.num_tiles) + " tiles (one tile per wide item expected)");
-    const AttnTile& t = tiles[static_cast<std::size_t>(w.tile)];
-    if (t.kind != TileKind::Full)
-      raise(ErrorKind::InvalidInput, std::string(where) + ": wide item " + std::to_string(i) + " names tile " +
-                                         std::to_string(w.tile) + ", which is not a Full tile");
-    const auto [it, added] =
-        block_of.emplace(std::make_tuple(t.kv_begin, t.kv_len, dkv_row0(t)), blocks.size());
-    if (added) blocks.emplace_back();
-    Block& b = blocks[it->second];
-    if (std::find(b.chunks.begin(), b.chunks.end(), w.chunk) == b.chunks.end()) b.chunks.push_back(w.chunk);
-    if (!seen.emplace(w.tile, w.head).second) continue;
-    if (b.tiles.size() <= static_cast<std::size_t>(w.head)) b.tiles.resize(static_cast<std::size_t>(w.head) + 1);
-    b.tiles[static_cast<std::size_t>(w.head)].push_back(w.tile);
-  }
-  // Units: consecutive tiles of one (block, head) up to unit_rows q rows (at least one tile), their
-  // copies appended to the list once per distinct unit; the items of a unit's chunks and heads
-  // follow one another, as a tile's did.
-  std::map<std::vector<int32_t>, int32_t> copy_of;
-  std::vector<AttnWorkItem> grouped;
-  for (Block& b : blocks) {
-    std::sort(b.chunks.begin(), b.chunks.end());
-    std::vector<std::vector<std::vector<int32_t>>> units(b.tiles.size());  // [head] -> units
-    std::size_t most = 0;
-    for (std::size_t h = 0; h < b.tiles.size(); ++h) {
-      int64_t rows = 0;
-      for (int32_t i : b.tiles[h]) {
-        const int32_t q = tiles[static_cast<std::size_t>(i)].q_len;
-        if (units[h].empty() || rows + q > unit_rows) {
-          units[h].emplace_back();
-          rows = 0;
-        }
-        units[h].back().push_back(i);
-        rows += q;
-      }
-      most = std::max(most, units[h].size());
-    }
-    for (std::size_t u = 0; u < most; ++u) {
-      for (int32_t c : b.chunks) {
-        for (std::size_t h = 0; h < units.size(); ++h) {
-          if (u >= units[h].size()) continue;
-          const std::vector<int32_t>& unit = units[h][u];
-          auto [it, fresh] = copy_of.emplace(unit, 0);
-          if (fresh) {
-            if (tiles.size() + unit.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
-              raise(ErrorKind::Unsupported, std::string(where) + ": more than 2^31 tiles");
-            it->second = static_cast<int32_t>(tiles.size());
-            for (int32_t i : unit) tiles.push_back(tiles[static_cast<std::size_t>(i)]);
-          }
-          AttnWorkItem w{it->second, c, static_cast<int32_t>(h), 0};
-          w.num_tiles = static_cast<int32_t>(unit.size());
-          grouped.push_back(w);
-        }
-      }
-    }
-  }
-  const auto wide = static_cast<int32_t>(grouped.size());
-  grouped.insert(grouped.end(), work.begin() + num_wide, work.end());
-  work = std::move(grouped);
-  return wide;
 }
 
 int32_t order_backward_turns(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape) {

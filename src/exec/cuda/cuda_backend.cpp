@@ -247,7 +247,6 @@ class CudaBackend final : public Backend {
     cuda::AttnTileList list{d.tiles, d.work, d.num_work, d.row_offsets, d.ranges};
     list.cells = d.cells;
     list.num_wide = d.num_wide;
-    list.wide_units = d.wide_units;
     if (call.pass == Pass::Forward) {
       cuda::AttnForwardParams p;
       p.shape = shape;
@@ -493,7 +492,6 @@ class CudaBackend final : public Backend {
     int32_t num_ordered_work = 0;
     int32_t num_ordered_wide = 0;
     int32_t num_ordered_semaphores = 0;
-    int32_t wide_units = 0;  // the wide items walk units of tiles (both lists)
   };
   struct DeviceMerge {
     const cuda::MergeSegment* segments = nullptr;
@@ -530,7 +528,6 @@ class CudaBackend final : public Backend {
     int32_t num_dq_work = 0;
     int32_t num_wide = 0;
     int32_t num_ordered_work = 0, num_ordered_wide = 0, num_ordered_semaphores = 0;
-    int32_t wide_units = 0;
     DeviceAttend at(char* device) const {
       return DeviceAttend{at_offset<cuda::AttnTile>(device, tiles),
                           at_offset<cuda::AttnWorkItem>(device, work),
@@ -549,8 +546,7 @@ class CudaBackend final : public Backend {
                           at_offset<cuda::AttnWorkItem>(device, ordered_work),
                           num_ordered_work,
                           num_ordered_wide,
-                          num_ordered_semaphores,
-                          wide_units};
+                          num_ordered_semaphores};
     }
   };
   struct HostMerge {
@@ -695,27 +691,14 @@ class CudaBackend final : public Backend {
     const cuda::AttnShape shape{a.q_heads, a.kv_heads, a.head_dim, 0.0F};
     if (fwd) work = cuda::make_forward_run_work(tiles, run_tiles, shape);
     HostAttend h;
-    // The wide items in units of tiles sharing keys, where the wide kernel runs them (route wgmma).
-    int unit_rows = 0;
-    if (!fwd && kernels_.wide_backward && kernels_.wide_unit_rows > 0) {
-      cuda::AttnBackwardParams probe;
-      probe.shape = shape;
-      probe.route = route(kernels_.backward);
-      if (cuda::attention_backward_route(probe) == cuda::AttnKernelRoute::Wgmma) unit_rows = kernels_.wide_unit_rows;
-    }
-    h.wide_units = unit_rows > 0 ? 1 : 0;
     if (!fwd) {
       if (kernels_.deterministic_backward) {
         if (kernels_.deterministic_one_pass && kernels_.deterministic_ordered) {
           std::vector<cuda::AttnWorkItem> ordered = cuda::make_backward_work(tiles, shape, cells);
-          std::vector<cuda::AttnTile> unit_tiles = tiles;  // with the wide units' copies
-          if (kernels_.wide_backward) {
-            h.num_ordered_wide = cuda::partition_backward_work(ordered, tiles, shape);
-            h.num_ordered_wide = cuda::group_wide_backward_work(unit_tiles, ordered, h.num_ordered_wide, unit_rows);
-          }
-          h.num_ordered_semaphores = cuda::order_backward_turns(ordered, unit_tiles, shape);
+          if (kernels_.wide_backward) h.num_ordered_wide = cuda::partition_backward_work(ordered, tiles, shape);
+          h.num_ordered_semaphores = cuda::order_backward_turns(ordered, tiles, shape);
           reserve_semaphores(h.num_ordered_semaphores);
-          h.ordered_tiles = meta.add(unit_tiles);
+          h.ordered_tiles = meta.add(tiles);
           h.ordered_work = meta.add(ordered);
           h.num_ordered_work = i32(static_cast<int64_t>(ordered.size()), "work items");
         }
@@ -729,10 +712,7 @@ class CudaBackend final : public Backend {
         reserve_semaphores(det.num_semaphores);
       } else {
         work = cuda::make_backward_work(tiles, shape, cells);
-        if (kernels_.wide_backward) {
-          h.num_wide = cuda::partition_backward_work(work, tiles, shape);
-          h.num_wide = cuda::group_wide_backward_work(tiles, work, h.num_wide, unit_rows);
-        }
+        if (kernels_.wide_backward) h.num_wide = cuda::partition_backward_work(work, tiles, shape);
       }
     }
     h.tiles = meta.add(tiles);
