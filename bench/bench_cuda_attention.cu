@@ -22,6 +22,9 @@
 // dK / dV pass's share, the one-pass method (AttnBackwardParams::dq_units and the dq conversion
 // after it; the units' set-up not timed) and the ordered one-pass method (AttnBackwardParams::
 // ordered: the default work in turns, both kernels). DCP_BENCH_ROUTES selects them by the name wgmma-det.
+// Each timed pass first runs back to back for DCP_BENCH_SETTLE_MS (default 500; 0: two warm-up
+// launches only), so that it is timed at its own sustained clock, not the one the previous list
+// left (see median_ms).
 // Usage: bench_cuda_attention [out_prefix]   (writes out_prefix.json and out_prefix.md)
 // Environment (to profile one case, e.g. under Nsight Compute): DCP_BENCH_SEQ, DCP_BENCH_BLOCK,
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
@@ -158,13 +161,27 @@ bool selected(const char* name, const std::string& value) {
   return list.find("," + value + ",") != std::string::npos;
 }
 
+// How long a pass runs back to back before its timed runs (DCP_BENCH_SETTLE_MS, default 500).
+// At the power limit the SM clock a list runs at depends on what ran just before: a list timed
+// right after a low-power one starts at a high clock that the power controller then pulls down,
+// and one timed after a high-power one the other way, for a few hundred milliseconds. A
+// few warm-up launches leave the timed runs inside that swing (the same forward code read 0.85x
+// to 1.0x of cuDNN depending on the list before it); settling first times the pass in its own
+// sustained state, which is also the state a training step runs in.
+double g_settle_s = 0.5;
+
 template <typename F>
 float median_ms(F&& launch, int warmup, int reps) {
   cudaEvent_t a, b;
   ck(cudaEventCreate(&a), "event");
   ck(cudaEventCreate(&b), "event");
+  const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < warmup; ++i) launch();
   ck(cudaDeviceSynchronize(), "warmup");
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < g_settle_s) {
+    launch();
+    ck(cudaDeviceSynchronize(), "settle");
+  }
   std::vector<float> ms;
   for (int i = 0; i < reps; ++i) {
     ck(cudaEventRecord(a), "record");
@@ -279,6 +296,8 @@ int main(int argc, char** argv) {
   std::erase_if(routes, [](const Route& r) { return !selected("DCP_BENCH_ROUTES", r.name); });
   // The deterministic backward (wgmma only) is timed beside the default one.
   const bool with_det = major == 9 && minor == 0 && selected("DCP_BENCH_ROUTES", "wgmma-det");
+  if (const char* settle = std::getenv("DCP_BENCH_SETTLE_MS"); settle != nullptr && *settle != '\0')
+    g_settle_s = std::max(0.0, std::atof(settle) / 1e3);
   const char* energy_env = std::getenv("DCP_BENCH_ENERGY_S");
   const double energy_s = energy_env != nullptr ? std::atof(energy_env) : 0.0;
   std::unique_ptr<dcp::cli::GpuEnergyMeter> meter;

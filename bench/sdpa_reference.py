@@ -11,6 +11,8 @@ SDPA_ENERGY_S=N: each 32K single-sequence case also runs its forward, and its fo
 backward, back to back until they fill N seconds each, with the GPU's energy counter read around
 them (NVML by ctypes, as bench_cuda_attention's DCP_BENCH_ENERGY_S): TFLOP per kJ, mean watts and
 the median SM clock of each pass (the backward's joules are the pair's minus the forward's).
+SDPA_SETTLE_MS (default 500): each timed pass first runs back to back this long, so that it is
+timed at its own sustained clock (bench_cuda_attention's DCP_BENCH_SETTLE_MS).
 Usage: python3 bench/sdpa_reference.py [out.json]"""
 import ctypes
 import json
@@ -22,10 +24,19 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
+SETTLE_S = float(os.environ.get("SDPA_SETTLE_MS", "500")) / 1e3
+
+
 def median_ms(fn, warmup=2, reps=7):
+    # Run back to back for SETTLE_S first, as bench_cuda_attention does: at the power limit a pass
+    # timed right after another starts at the clock the other left.
+    t0 = time.monotonic()
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    while time.monotonic() - t0 < SETTLE_S:
+        fn()
+        torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
