@@ -90,7 +90,8 @@ std::unique_ptr<Comm> make_self_comm(bool host_memory);
 
 // Runs fn(comm) on world_size threads, one per rank. If a rank throws, the world is aborted (the
 // others' waits fail instead of hanging) and the first error is rethrown after every thread
-// has joined.
+// has joined. No rank starts before all threads exist; if one cannot be made, none runs fn and
+// an Error of kind System says which.
 void run_local_ranks(int world_size, const std::function<void(Comm&)>& fn);
 
 // ---- MPI ----------------------------------------------------------------------------------------

@@ -164,9 +164,29 @@ void run_local_ranks(int world_size, const std::function<void(Comm&)>& fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(world_size));
   std::vector<std::thread> threads;
   threads.reserve(static_cast<size_t>(world_size));
+  // No rank starts its work before every rank thread exists: a world that cannot be made whole
+  // (thread creation failing under a memory or thread limit) then runs nothing at all, instead of
+  // ranks that wait for peers that never start while their own work (OpenMP regions among it)
+  // competes for the memory whose lack stopped the creation.
+  enum class Gate { Closed, Open, Cancelled };
+  Gate gate = Gate::Closed;
+  std::mutex gate_mutex;
+  std::condition_variable gate_cv;
+  auto set_gate = [&](Gate g) {
+    {
+      const std::lock_guard<std::mutex> lock(gate_mutex);
+      gate = g;
+    }
+    gate_cv.notify_all();
+  };
   try {
     for (int r = 0; r < world_size; ++r)
       threads.emplace_back([&, r] {
+        {
+          std::unique_lock<std::mutex> lock(gate_mutex);
+          gate_cv.wait(lock, [&] { return gate != Gate::Closed; });
+          if (gate == Gate::Cancelled) return;
+        }
         Comm& comm = world.comm(r);
         try {
           fn(comm);
@@ -179,14 +199,15 @@ void run_local_ranks(int world_size, const std::function<void(Comm&)>& fn) {
         }
       });
   } catch (const std::exception& e) {
-    // The ranks already running wait for peers that will never start: stop them, join them,
-    // and report why the world could not be made.
+    // The threads already made wait at the gate: cancel it, join them, and report why the world
+    // could not be made.
     const std::string why = "cannot start in-process rank " + std::to_string(threads.size()) + " of " +
                             std::to_string(world_size) + " (" + e.what() + ")";
-    world.comm(0).abort(why);
+    set_gate(Gate::Cancelled);
     for (std::thread& t : threads) t.join();
     raise(ErrorKind::System, why);
   }
+  set_gate(Gate::Open);
   for (std::thread& t : threads) t.join();
   // The root cause is the error that is not a consequence of another rank's abort.
   std::exception_ptr first;
