@@ -2,12 +2,14 @@
 // brute-force walk over its (row, key) pairs, the cells of one tile sit where cells_begin says,
 // only Partial tiles get cells, each q chunk's key span and each key chunk's row span is the span
 // of its allowed pairs, the backward work leaves out exactly the chunks with no allowed pair, and
-// rows outside the mask lists are refused with a message.
+// rows outside the mask lists are refused with a message; the backward work's order of items.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "check_util.h"
@@ -227,6 +229,69 @@ TEST(PartialCells, BackwardWorkDropsExactlyTheEmptyChunks) {
     // Without cells nothing is dropped.
     EXPECT_EQ(dcp::cuda::make_backward_work(l.tiles, shape, {}).size(), all.size());
   }
+}
+
+// The backward work's order: tiles of kAttnHeadMajorRows rows or more whose every key chunk
+// walks from the tile's first row (Full tiles, a window's lower edge by its cells) list their
+// items kv head by kv head; diagonal tiles, Partial tiles whose chunks start lower, Partial tiles
+// without cells and shorter tiles key chunk by key chunk. Either way the items are the same set.
+TEST(PartialCells, BackwardWorkOrderFollowsWhereTheChunksStart) {
+  using dcp::cuda::kAttnHeadMajorRows;
+  const AttnShape shape{8, 2, 128, 0.088F};
+  const int n = kAttnHeadMajorRows, keys = 512;  // 4 key chunks
+  List l;
+  auto add_tile = [&](TileKind kind, int q_len, int kv_len, auto first_key) {
+    AttnTile t;
+    t.q_len = q_len;
+    t.kv_len = kv_len;
+    t.kind = kind;
+    t.kv_head_end = 2;
+    if (kind == TileKind::Partial) {
+      t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
+      for (int r = 0; r < q_len; ++r) {
+        l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+        const auto [b, e] = first_key(r);
+        l.ranges.push_back(b);
+        l.ranges.push_back(e);
+      }
+    }
+    l.tiles.push_back(t);
+  };
+  auto none = [](int) { return std::pair{0, 0}; };
+  add_tile(TileKind::Full, n, keys, none);                                             // 0: head-major
+  add_tile(TileKind::CausalDiagonal, n, n, none);                                      // 1: chunk-major
+  add_tile(TileKind::Full, n / 2, keys, none);                                         // 2: short, chunk-major
+  add_tile(TileKind::Partial, n, keys, [&](int r) { return std::pair{r % keys, keys}; });  // 3: lower edge, head-major
+  add_tile(TileKind::Partial, n, keys, [&](int r) { return std::pair{0, std::min(keys, r + 1)}; });  // 4: diagonal, chunk-major
+  l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+  const std::vector<AttnWorkItem> bare = dcp::cuda::make_backward_work(l.tiles, shape);
+  const std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+  const std::vector<AttnWorkItem> work = dcp::cuda::make_backward_work(l.tiles, shape, cells);
+  auto key = [](const AttnWorkItem& w) { return std::tuple(w.tile, w.chunk, w.head); };
+  auto sorted = [&](std::vector<AttnWorkItem> v) {
+    std::vector<std::tuple<int, int, int>> k;
+    for (const AttnWorkItem& w : v) k.push_back(key(w));
+    std::sort(k.begin(), k.end());
+    return k;
+  };
+  EXPECT_EQ(sorted(work), sorted(bare)) << "every chunk of these tiles has an allowed pair";
+  const int chunks[] = {4, n / 128, 4, 4, 4};
+  const bool head_major[] = {true, false, false, true, false};
+  for (int tile = 0; tile < 5; ++tile)
+    for (const auto* list : {&work, &bare}) {
+      // Tile 3 is head-major only when its cells show where its chunks start.
+      const bool expect_head_major = head_major[tile] && !(tile == 3 && list == &bare);
+      std::vector<AttnWorkItem> items;
+      for (const AttnWorkItem& w : *list)
+        if (w.tile == tile) items.push_back(w);
+      ASSERT_EQ(items.size(), static_cast<std::size_t>(2 * chunks[tile])) << "tile " << tile;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        const int c = expect_head_major ? static_cast<int>(i) % chunks[tile] : static_cast<int>(i) / 2;
+        const int h = expect_head_major ? static_cast<int>(i) / chunks[tile] : static_cast<int>(i) % 2;
+        EXPECT_EQ(items[i].chunk, c) << "tile " << tile << " item " << i << (list == &bare ? " without cells" : "");
+        EXPECT_EQ(items[i].head, h) << "tile " << tile << " item " << i << (list == &bare ? " without cells" : "");
+      }
+    }
 }
 
 TEST(PartialCells, RefusesRowsOutsideTheMaskLists) {

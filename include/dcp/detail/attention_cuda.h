@@ -119,6 +119,10 @@ struct AttnWorkItem {
 
 inline constexpr int kAttnForwardChunkRows = 128;
 inline constexpr int kAttnBackwardChunkRows = 128;
+// Backward items of a tile with at least this many q rows whose every key chunk walks from the
+// tile's first row (Full tiles; Partial tiles by their cells) come kv head by kv head; the rest
+// key chunk by key chunk (make_backward_work).
+inline constexpr int kAttnHeadMajorRows = 4096;
 
 // Work lists. Throws InvalidInput on a tile that breaks the preconditions above.
 std::vector<AttnWorkItem> make_forward_work(std::span<const AttnTile> tiles, const AttnShape& shape);

@@ -276,17 +276,43 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
           return true;
     return false;
   };
+  // Whether key chunk c of a Partial tile has an allowed pair in the tile's first cell row: its
+  // walk starts on the tile's first row.
+  auto starts_first = [&](const AttnTile& t, int c) {
+    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
+    const int c0 = c * (kAttnBackwardChunkRows / kAttnCellKeys);
+    const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
+    for (int col = c0; col < c1; ++col)
+      if ((cells[static_cast<std::size_t>(t.cells_begin) + col] & kAttnCellAny) != 0) return true;
+    return false;
+  };
   std::vector<AttnWorkItem> work;
+  std::vector<int> live_chunks;
   for (std::size_t i = 0; i < tiles.size(); ++i) {
     const AttnTile& t = tiles[i];
     if (t.q_len == 0) continue;
     const int chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
-    // Causal: early key chunks see the most query rows.
-    for (int c = 0; c < chunks; ++c) {
-      if (!live(t, i, c)) continue;
-      for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) {
-        work.push_back(AttnWorkItem{static_cast<int32_t>(i), c, h, 0});
-      }
+    live_chunks.clear();
+    for (int c = 0; c < chunks; ++c)
+      if (live(t, i, c)) live_chunks.push_back(c);
+    // Key chunks in order (causal: early chunks see the most q rows), the kv heads of a chunk
+    // together. Where every chunk of a long tile walks from the tile's first row (Full tiles, a
+    // window's lower edge), the running items move over the same rows, and chunk-major puts every
+    // kv head's Q and dO rows in flight at once (such a window list at 4096 rows hits L2 on 60 %
+    // of its loads, diagonal tiles on 78 %): there one head's chunks come together (head-major,
+    // 1.07x / 1.17x on full / window lists of 4096 rows). Chunks that start on different rows (a
+    // diagonal) keep the longest-first order, which head-major loses (0.95x).
+    bool head_major = t.q_len >= kAttnHeadMajorRows && t.kind != TileKind::CausalDiagonal;
+    if (head_major && t.kind == TileKind::Partial) {
+      head_major = !cells.empty() && t.cells_begin >= 0;
+      for (std::size_t j = 0; head_major && j < live_chunks.size(); ++j) head_major = starts_first(t, live_chunks[j]);
+    }
+    if (head_major) {
+      for (int h = t.kv_head_begin; h < t.kv_head_end; ++h)
+        for (const int c : live_chunks) work.push_back(AttnWorkItem{static_cast<int32_t>(i), c, h, 0});
+    } else {
+      for (const int c : live_chunks)
+        for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) work.push_back(AttnWorkItem{static_cast<int32_t>(i), c, h, 0});
     }
   }
   return work;
