@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -168,25 +169,12 @@ void run_local_ranks(int world_size, const std::function<void(Comm&)>& fn) {
   // (thread creation failing under a memory or thread limit) then runs nothing at all, instead of
   // ranks that wait for peers that never start while their own work (OpenMP regions among it)
   // competes for the memory whose lack stopped the creation.
-  enum class Gate { Closed, Open, Cancelled };
-  Gate gate = Gate::Closed;
-  std::mutex gate_mutex;
-  std::condition_variable gate_cv;
-  auto set_gate = [&](Gate g) {
-    {
-      const std::lock_guard<std::mutex> lock(gate_mutex);
-      gate = g;
-    }
-    gate_cv.notify_all();
-  };
+  std::promise<bool> gate;  // true: every thread exists, run; false: one could not be made
+  const std::shared_future<bool> start = gate.get_future().share();
   try {
     for (int r = 0; r < world_size; ++r)
-      threads.emplace_back([&, r] {
-        {
-          std::unique_lock<std::mutex> lock(gate_mutex);
-          gate_cv.wait(lock, [&] { return gate != Gate::Closed; });
-          if (gate == Gate::Cancelled) return;
-        }
+      threads.emplace_back([&, r, start] {  // a copy each: shared_future is safe to share by copy
+        if (!start.get()) return;
         Comm& comm = world.comm(r);
         try {
           fn(comm);
@@ -203,11 +191,11 @@ void run_local_ranks(int world_size, const std::function<void(Comm&)>& fn) {
     // could not be made.
     const std::string why = "cannot start in-process rank " + std::to_string(threads.size()) + " of " +
                             std::to_string(world_size) + " (" + e.what() + ")";
-    set_gate(Gate::Cancelled);
+    gate.set_value(false);
     for (std::thread& t : threads) t.join();
     raise(ErrorKind::System, why);
   }
-  set_gate(Gate::Open);
+  gate.set_value(true);
   for (std::thread& t : threads) t.join();
   // The root cause is the error that is not a consequence of another rank's abort.
   std::exception_ptr first;

@@ -260,10 +260,16 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                              std::span<const uint8_t> cells) {
   validate(tiles, shape, "make_backward_work");
-  // Whether a Partial tile's 128-key chunk c has an allowed pair: one of its cell columns
-  // 2 c, 2 c + 1 has a key in some cell row.
-  auto live = [&](const AttnTile& t, std::size_t i, int c) {
-    if (cells.empty() || t.kind != TileKind::Partial || t.cells_begin < 0) return true;
+  // Key chunk c of tile i: whether it has an allowed pair (live) and whether its walk starts on the
+  // tile's first row (from_first). A Partial tile's are read from its cells (cell columns 2 c and
+  // 2 c + 1, in any cell row / in the first); without cells every chunk is live and where it starts
+  // unknown. A Full tile's chunks all start on its first row, a causal diagonal's first chunk only.
+  struct Chunk {
+    bool live, from_first;
+  };
+  auto chunk = [&](const AttnTile& t, std::size_t i, int c) -> Chunk {
+    if (t.kind != TileKind::Partial) return {true, t.kind == TileKind::Full || c == 0};
+    if (cells.empty() || t.cells_begin < 0) return {true, false};
     const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
     const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
     if (static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(cols) * cell_rows > cells.size())
@@ -273,18 +279,8 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
     for (int u = 0; u < cell_rows; ++u)
       for (int col = c0; col < c1; ++col)
         if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + col] & kAttnCellAny) != 0)
-          return true;
-    return false;
-  };
-  // Whether key chunk c of a Partial tile has an allowed pair in the tile's first cell row: its
-  // walk starts on the tile's first row.
-  auto starts_first = [&](const AttnTile& t, int c) {
-    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
-    const int c0 = c * (kAttnBackwardChunkRows / kAttnCellKeys);
-    const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
-    for (int col = c0; col < c1; ++col)
-      if ((cells[static_cast<std::size_t>(t.cells_begin) + col] & kAttnCellAny) != 0) return true;
-    return false;
+          return {true, u == 0};
+    return {false, false};
   };
   std::vector<AttnWorkItem> work;
   std::vector<int> live_chunks;
@@ -292,9 +288,6 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
     const AttnTile& t = tiles[i];
     if (t.q_len == 0) continue;
     const int chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
-    live_chunks.clear();
-    for (int c = 0; c < chunks; ++c)
-      if (live(t, i, c)) live_chunks.push_back(c);
     // Key chunks in order (causal: early chunks see the most q rows), the kv heads of a chunk
     // together. Where every chunk of a long tile walks from the tile's first row (Full tiles, a
     // window's lower edge), the running items move over the same rows, and chunk-major puts every
@@ -302,10 +295,13 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
     // of its loads, diagonal tiles on 78 %): there one head's chunks come together (head-major,
     // 1.07x / 1.17x on full / window lists of 4096 rows). Chunks that start on different rows (a
     // diagonal) keep the longest-first order, which head-major loses (0.95x).
-    bool head_major = t.q_len >= kAttnHeadMajorRows && t.kind != TileKind::CausalDiagonal;
-    if (head_major && t.kind == TileKind::Partial) {
-      head_major = !cells.empty() && t.cells_begin >= 0;
-      for (std::size_t j = 0; head_major && j < live_chunks.size(); ++j) head_major = starts_first(t, live_chunks[j]);
+    live_chunks.clear();
+    bool head_major = t.q_len >= kAttnHeadMajorRows;
+    for (int c = 0; c < chunks; ++c) {
+      const Chunk k = chunk(t, i, c);
+      if (!k.live) continue;
+      live_chunks.push_back(c);
+      head_major = head_major && k.from_first;
     }
     if (head_major) {
       for (int h = t.kv_head_begin; h < t.kv_head_end; ++h)
