@@ -240,7 +240,7 @@ TEST(PartialCells, BackwardWorkOrderFollowsWhereTheChunksStart) {
   const AttnShape shape{8, 2, 128, 0.088F};
   const int n = kAttnHeadMajorRows, keys = 512;  // 4 key chunks
   List l;
-  auto add_tile = [&](TileKind kind, int q_len, int kv_len, auto first_key) {
+  auto add_tile = [&](TileKind kind, int q_len, int kv_len, auto keys_of_row) {
     AttnTile t;
     t.q_len = q_len;
     t.kv_len = kv_len;
@@ -250,7 +250,7 @@ TEST(PartialCells, BackwardWorkOrderFollowsWhereTheChunksStart) {
       t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
       for (int r = 0; r < q_len; ++r) {
         l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
-        const auto [b, e] = first_key(r);
+        const auto [b, e] = keys_of_row(r);
         l.ranges.push_back(b);
         l.ranges.push_back(e);
       }
