@@ -109,6 +109,19 @@ TEST(CudaAttentionBackward, TargetedScenariosEveryRoute) {
   }
 }
 
+// Tiles of kAttnHeadMajorRows rows (a causal diagonal; a window's lower edge and a Full tile,
+// whose items come kv head by kv head) against fp64, the first keys' sums over thousands of rows.
+TEST(CudaAttentionBackward, LongTilesEveryRoute) {
+  if (!dcp::cuda::check::gpu_available()) GTEST_SKIP() << "no CUDA GPU on this machine";
+  for (const dcp::cuda::AttnKernelRoute route : dcp::cuda::check::kernel_routes()) {
+    for (const auto& c : dcp::cuda::check::backward_long_cases(route)) {
+      const auto r = dcp::cuda::check::run_backward_case(c);
+      ASSERT_TRUE(r.ran);
+      EXPECT_TRUE(dcp::cuda::check::passed(r)) << dcp::cuda::check::describe(c, r);
+    }
+  }
+}
+
 // GQA 1, 4 and 8 at head dims 64 and 128.
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttention,
                          ::testing::Values(Shape{8, 8, 64}, Shape{8, 2, 64}, Shape{8, 1, 64}, Shape{8, 8, 128},

@@ -316,10 +316,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     for (int j = 0;; ++j) {
       const int slot = j & 1;
       const bool end = j >= num_steps;
-      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
       const int qh = end ? 0 : kvh * group + j / steps.per_head;
       const int rq0 = end ? 0 : steps.row0(j % steps.per_head);
       const int rows = end ? 0 : steps.rows(j % steps.per_head, t->q_len);
+      // The step's LSE, Delta (and units) are read before its slot is free: off the path from the
+      // consumers' release to the slot's fill.
+      LseDelta stats;
+      int32_t unit = 1;
+      if (!end && ptid < kWideRows) {
+        stats = load_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid);
+        if (kUnits && ptid < rows) unit = p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh];
+      }
+      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
       if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
         BwStageInfo info{};
         info.end = end ? 1 : 0;
@@ -345,11 +353,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
           }
         }
         if (ptid < kWideRows) {
-          stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kWideRows, s_delta + slot * kWideRows);
-          if (kUnits) {
-            s_units[slot * kWideRows + ptid] =
-                static_cast<uint8_t>(ptid < rows ? p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh] : 1);
-          }
+          s_lse[slot * kWideRows + ptid] = stats.lse2;
+          s_delta[slot * kWideRows + ptid] = stats.delta;
+          if (kUnits) s_units[slot * kWideRows + ptid] = static_cast<uint8_t>(unit);
         }
         if (!tma) {
           const int64_t q_stride = static_cast<int64_t>(hq) * kD;

@@ -242,13 +242,22 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         if (cls != kEmpty) break;
         ++step;
       }
-      // The slot is waited for once the step is classified: a Masked step's loads of its rows'
-      // ranges run while the consumers still read the slot, not after.
-      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-      if (cls == kMasked && t->kind == TileKind::Partial) s_mask[(slot * 2 + mask_half) * kBwRows + mask_row] = row_mask;
+      // The slot is waited for once the step is classified and its rows' LSE, Delta (and units)
+      // read: a Masked step's loads of its rows' ranges and those loads run while the consumers
+      // still read the slot, not between their release and the slot's fill.
       const int qh = end ? 0 : steps.q_head(step, kvh, group);
       const int rq0 = end ? 0 : steps.row0(step);
       const int rows = end ? 0 : min(kBwRows, t->q_len - rq0);
+      const bool fill = !end && cls != kEmpty;
+      const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
+      LseDelta stats;
+      int32_t unit = 1;
+      if (fill && ptid < kBwRows) {
+        stats = load_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid);
+        if (kUnits && ptid < rows) unit = p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh];
+      }
+      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
+      if (cls == kMasked && t->kind == TileKind::Partial) s_mask[(slot * 2 + mask_half) * kBwRows + mask_row] = row_mask;
       if (ptid == 0) {
         BwStageInfo info{};
         info.cls = cls;
@@ -265,13 +274,11 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
       const uint32_t full = full_bar + static_cast<uint32_t>(slot * 8);
       // Whole sub-tiles come by TMA: one thread issues four boxes and the slot's phase completes
       // when their bytes have landed, so the producer no longer spends the step on 16-byte copies.
-      const bool tma = !end && cls != kEmpty && wp.tma_qdo != 0 && rows == kBwRows;
-      if (!end && cls != kEmpty) {
-        const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
+      const bool tma = fill && wp.tma_qdo != 0 && rows == kBwRows;
+      if (fill) {
         const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
-        // The sub-tiles' TMA first, so that its latency runs under the LSE / Delta loads (strided:
-        // one 4-byte element per row and head) rather than after them: the consumers waited for a
-        // filled slot about 6 % of their time with the loads in the other order.
+        // The sub-tiles' TMA first: its latency is the fill's, and the statistics stored after it
+        // are in registers already.
         if (tma && ptid == 0) {
           mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * Smem::kQBytes));
 #pragma unroll
@@ -281,9 +288,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
             tma_load_2d(s_do + boff + box, &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
           }
         }
-        if (ptid < kBwRows) stage_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid, s_lse + slot * kBwRows, s_delta + slot * kBwRows);
-        if (kUnits && ptid < kBwRows) {
-          s_units[slot * kBwRows + ptid] = ptid < rows ? p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh] : 1;
+        if (ptid < kBwRows) {
+          s_lse[slot * kBwRows + ptid] = stats.lse2;
+          s_delta[slot * kBwRows + ptid] = stats.delta;
+          if (kUnits) s_units[slot * kBwRows + ptid] = unit;
         }
         if (!tma) {
           // Rows past q_len load as zeros with LSE = +inf (P = 0 there).

@@ -346,22 +346,32 @@ __device__ __forceinline__ int classify_partial_bw(const AttnTile& t, const int3
   return full && all_keys ? kFull : kMasked;
 }
 
-// Row i (< 64) of a step's staged LSE (log2 units) and Delta of q head qh (of hq), from the
-// final `lse` and `delta` buffers: rows at or past `rows` get LSE = +inf (so P = 0 there) and
-// Delta = 0, as does a row whose LSE is -inf (no key).
-__device__ __forceinline__ void stage_lse_delta(const float* lse, const float* delta, int hq, const AttnTile& t, int rq0,
-                                                int rows, int qh, int i, float* lse2_out, float* delta_out) {
-  float l2 = INFINITY;
-  float d = 0.0F;
+// Row i (< 64) of a step's LSE (log2 units) and Delta of q head qh (of hq), from the final `lse`
+// and `delta` buffers: rows at or past `rows` get LSE = +inf (so P = 0 there) and Delta = 0, as
+// does a row whose LSE is -inf (no key). load_lse_delta reads them into registers (a producer
+// reads a step's before its slot is free, off the path from the consumers' release to the
+// slot's fill); stage_lse_delta also stores them into the slot.
+struct LseDelta {
+  float lse2 = INFINITY;
+  float delta = 0.0F;
+};
+__device__ __forceinline__ LseDelta load_lse_delta(const float* lse, const float* delta, int hq, const AttnTile& t, int rq0,
+                                                   int rows, int qh, int i) {
+  LseDelta v;
   if (i < rows) {
     const int lse_row0 = t.lse_begin >= 0 ? t.lse_begin : t.q_begin;
     const int delta_row0 = t.delta_begin >= 0 ? t.delta_begin : t.q_begin;
     const float l = lse[static_cast<int64_t>(lse_row0 + rq0 + i) * hq + qh];
-    l2 = l == -INFINITY ? INFINITY : l * kLog2e;
-    d = delta[static_cast<int64_t>(delta_row0 + rq0 + i) * hq + qh];
+    v.lse2 = l == -INFINITY ? INFINITY : l * kLog2e;
+    v.delta = delta[static_cast<int64_t>(delta_row0 + rq0 + i) * hq + qh];
   }
-  lse2_out[i] = l2;
-  delta_out[i] = d;
+  return v;
+}
+__device__ __forceinline__ void stage_lse_delta(const float* lse, const float* delta, int hq, const AttnTile& t, int rq0,
+                                                int rows, int qh, int i, float* lse2_out, float* delta_out) {
+  const LseDelta v = load_lse_delta(lse, delta, hq, t, rq0, rows, qh, i);
+  lse2_out[i] = v.lse2;
+  delta_out[i] = v.delta;
 }
 
 // Host side of every tile-list launcher: checks the shape, turns the runtime head dim into the
