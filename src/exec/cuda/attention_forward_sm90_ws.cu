@@ -264,9 +264,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         if (ptid == 0) {
           s_record[slot] = FwsRecord{item, ti, n, cls, kStep, w.head, r0, rows, out_row, lse_row,
                                      w.accumulate, static_cast<int32_t>(x.kind), x.kv_len};
-          // The next item is fetched once at most two sub-tiles of this one are left, so that
-          // its index is at hand when they are done, without claiming it long before.
-          if (fetched < 0 && ti == t_end - 1 && n + 3 > kv_sub_tile_span<kWgKeys>(p.list, x, r0, rows).y) fetched = fetch(it + 1);
         }
         const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
         const bool tma = fp.tma_kv != 0 && kv_rows == kWgKeys;
@@ -292,6 +289,10 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
           fence_proxy_async();
           mbar_arrive(k_full(slot));
         }
+        // The next item is fetched once at most two sub-tiles of this one are left, so that its
+        // index is at hand when they are done, without claiming it long before; after K's load
+        // is issued, so that the fetch's round trip to global memory does not delay it.
+        if (ptid == 0 && fetched < 0 && ti == t_end - 1 && n + 3 > kv_sub_tile_span<kWgKeys>(p.list, x, r0, rows).y) fetched = fetch(it + 1);
         // V_j, once P_{j-2} V_{j-2} released the slot.
         if (j >= 2) mbar_wait(v_empty(slot), phase);
         if (tma) {
