@@ -243,8 +243,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         ++step;
       }
       // The slot is waited for once the step is classified and its rows' LSE, Delta (and units)
-      // read: a Masked step's loads of its rows' ranges and those loads run while the consumers
-      // still read the slot, not between their release and the slot's fill.
+      // are read: those loads, and a Masked step's loads of its rows' ranges, run while the
+      // consumers still read the slot, not between their release and the slot's fill.
       const int qh = end ? 0 : steps.q_head(step, kvh, group);
       const int rq0 = end ? 0 : steps.row0(step);
       const int rows = end ? 0 : min(kBwRows, t->q_len - rq0);
