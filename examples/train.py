@@ -599,7 +599,9 @@ def parse_runs(spec: str, args) -> List[argparse.Namespace]:
 def pending(args) -> int:
     """Names of the runs of args still to do, one per line: no result yet, or a result left
     'started' (a failed run is done: its result says why)."""
-    world = dcp.launch.detect().world_size
+    # A launcher's variables name the runs of its processes; before the launch (the usual case)
+    # WORLD_SIZE alone says how many there will be.
+    world = int(os.environ["WORLD_SIZE"]) if "WORLD_SIZE" in os.environ else dcp.launch.detect().world_size
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     for one in parse_runs(args.runs, args) if args.runs else [args]:
         name = run_name(one, mode_of(one), world, device)

@@ -337,20 +337,21 @@ class TorchCPBackend(FlexBackend):
             o = self.call(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                           block_mask=block_mask)
         self.nodes.note(o)
-        return o.to(dtype)[0].transpose(0, 1)
+        return o.to(q.dtype)[0].transpose(0, 1)
 
-    def iterate(self, steps: Iterator[Step]) -> Iterator[Local]:
-        for step in steps:
-            n = step.tokens.shape[0]
-            if n % (self.world_size * 128) != 0:
-                raise NotImplementedError(f"native CP: {n} tokens per step are not divisible by world size x 128 = "
-                                          f"{self.world_size * 128}")
-            t0 = time.perf_counter()
-            global_mask = self.block_mask(step, block=True)
-            ids, labels, positions, num_targets = _global_tensors(step, self.device)
-            ids, labels, positions, block_mask = self._shard(
-                self.mesh, [ids[None], labels[None], positions[None], global_mask], [1, 1, 1, 2],
-                load_balancer=self._balancer(global_mask, self.world_size))
-            stats = {"mask_host_ms": (time.perf_counter() - t0) * 1e3, "local_tokens": int(ids.shape[1])}
-            yield Local(ids[0], labels[0], positions[0], num_targets,
-                        lambda q, k, v, layer, bm=block_mask: self.cp_flex(q, k, v, bm), stats=stats)
+    def _local(self, step: Step) -> Local:
+        """The step's block mask and tensors, sharded (FlexBackend.iterate hands them out, and
+        prepare_next builds the next step's under the current one)."""
+        n = step.tokens.shape[0]
+        if n % (self.world_size * 128) != 0:
+            raise NotImplementedError(f"native CP: {n} tokens per step are not divisible by world size x 128 = "
+                                      f"{self.world_size * 128}")
+        t0 = time.perf_counter()
+        global_mask = self.block_mask(step, block=True)
+        ids, labels, positions, num_targets = _global_tensors(step, self.device)
+        ids, labels, positions, block_mask = self._shard(
+            self.mesh, [ids[None], labels[None], positions[None], global_mask], [1, 1, 1, 2],
+            load_balancer=self._balancer(global_mask, self.world_size))
+        stats = {"mask_host_ms": (time.perf_counter() - t0) * 1e3, "local_tokens": int(ids.shape[1])}
+        return Local(ids[0], labels[0], positions[0], num_targets,
+                     lambda q, k, v, layer, bm=block_mask: self.cp_flex(q, k, v, bm), stats=stats)

@@ -76,6 +76,39 @@ def test_two_ranks_match_one_rank_and_the_reference(tmp_path, mask):
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a, b)
 
 
+def test_native_cp_two_ranks_match_dcp_one_rank(tmp_path):
+    """--cp torch: PyTorch's native context parallelism (its FlexAttention path, load-balanced
+    shards) on 2 ranks gives dcp's first-step loss and gradients on one rank."""
+    native, grads_native = train(tmp_path, "torch2", 2, "--mask", "lambda", "--cp", "torch")
+    _, grads_dcp = train(tmp_path, "dcp1", 1, "--mask", "lambda")
+    assert native["status"] == "ok" and native["config"]["world_size"] == 2
+    assert all(torch.isfinite(torch.tensor([s["loss"] for s in native["steps"]])))
+    assert abs(grads_native["loss"] - grads_dcp["loss"]) < 1e-5
+    for name, g in grads_dcp["grads"].items():
+        err = rel_error(grads_native["grads"][name], g)
+        assert err < 1e-5, f"{name}: native CP on 2 ranks vs dcp on 1: relative error {err:.3g}"
+
+
+def test_pending_names_the_runs_of_the_world_size_to_launch(tmp_path):
+    """--pending before a launch: WORLD_SIZE alone gives the ranks the runs will have (their names
+    end in _2cpu), and a run with a result is no longer listed."""
+    out = tmp_path / "runs"
+    cmd = [sys.executable, TRAIN, *TINY, "--out", str(out), "--runs", "dcp:causal,flex:causal", "--pending"]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK")}
+
+    def pending():
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=dict(env, WORLD_SIZE="2"))
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    names = pending()
+    assert len(names) == 2 and all(n.endswith("_2cpu") for n in names), names
+    out.mkdir()
+    with open(out / f"{names[0]}.json", "w") as f:
+        json.dump({"schema": "dcp-train/1", "name": names[0], "status": "failed"}, f)
+    assert pending() == names[1:]
+
+
 def test_per_rank_data_trains_as_the_global_batch(tmp_path):
     """--per-rank-data: each rank reads only its share of every step's documents; the planner
     gathers them and dispatch moves the tokens, so the steps, losses and gradients are those of
