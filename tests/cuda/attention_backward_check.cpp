@@ -164,21 +164,19 @@ std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
     c.wide = c.seed % 5 != 4;
     c.captured = c.seed % 3 == 1;
   }
+  // Tiles of kAttnHeadMajorRows rows, the head-major order among them.
+  BackwardCase long_tiles;
+  long_tiles.seed = 101;
+  long_tiles.num_q_heads = 4;
+  long_tiles.num_kv_heads = 2;
+  long_tiles.head_dim = 64;
+  long_tiles.scenario = BackwardScenario::Long;
+  long_tiles.q_len = kAttnHeadMajorRows;
+  long_tiles.kv_len = 256;
+  long_tiles.accumulate = true;
+  long_tiles.route = route;
+  out.push_back(long_tiles);
   return out;
-}
-
-std::vector<BackwardCase> backward_long_cases(AttnKernelRoute route) {
-  BackwardCase c;
-  c.seed = 101;
-  c.num_q_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 64;
-  c.scenario = BackwardScenario::Long;
-  c.q_len = kAttnHeadMajorRows;
-  c.kv_len = 256;
-  c.accumulate = true;
-  c.route = route;
-  return {c};
 }
 
 BackwardResult run_backward_case(const BackwardCase& c) {

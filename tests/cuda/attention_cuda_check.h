@@ -135,7 +135,7 @@ std::vector<Case> scenario_grid(AttnKernelRoute route) {
 // ---- Targeted backward checks (attention_backward_check.cpp): tile lists of one scenario run
 // through a chosen backward route, dQ / dK / dV compared with fp64 per element. accumulate: the
 // outputs start from random values (the kernels add to them) instead of zeros. Long: tiles of
-// q_len = kAttnHeadMajorRows rows (backward_long_cases), a causal diagonal, a window's lower edge
+// q_len = kAttnHeadMajorRows rows (one case of backward_cases), a causal diagonal, a window's lower edge
 // and a Full tile, the last two listed kv head by kv head.
 enum class BackwardScenario { Full, Causal, Partial, MultiTile, Long };
 struct BackwardCase {
@@ -178,7 +178,6 @@ struct BackwardResult {
 // Every scenario at head dims 64 and 128, GQA 1 / 4 / 8, lengths that are not multiples of 64
 // or 128 (and exact ones), half of them accumulating, for `route`.
 std::vector<BackwardCase> backward_cases(AttnKernelRoute route);
-std::vector<BackwardCase> backward_long_cases(AttnKernelRoute route);
 BackwardResult run_backward_case(const BackwardCase& c);
 std::string describe(const BackwardCase& c, const BackwardResult& r);
 inline bool passed(const BackwardResult& r, double tol = 2e-2) {
