@@ -140,9 +140,12 @@ void check_work(const List& l, const AttnShape& shape, int unit_rows, uint64_t s
     const int keys = std::min(kChunk, g.kv_len - w.chunk * kChunk);
     ASSERT_GT(keys, 0) << "seed " << seed;
     for (int key = 0; key < keys; ++key) dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
+    bool past_full = false;  // a unit walks its Full tiles first (its chunks' items stay in step over them)
     for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
       const AttnTile& t = det.dkv_tiles[static_cast<size_t>(ti)];
       ASSERT_TRUE(t.kv_begin == g.kv_begin && t.kv_len == g.kv_len && dkv_row(t) == dkv_row(g)) << "seed " << seed;
+      if (t.kind != TileKind::Full) past_full = true;
+      EXPECT_FALSE(t.kind == TileKind::Full && past_full) << "a Full tile walked after another kind in its unit, seed " << seed;
       ASSERT_TRUE(t.kv_head_begin == w.head && t.kv_head_end == w.head + 1) << "seed " << seed;
       ASSERT_TRUE(walked.insert({t.q_begin, t.kv_begin, w.head, static_cast<int>(t.kind), w.chunk}).second)
           << "a (tile, head, chunk) walked twice, seed " << seed;

@@ -303,7 +303,8 @@ struct AttnForwardParams {
 // element one writer and a fixed summation order, in two passes over the list:
 //   dK / dV pass: the tiles sharing key rows (same kv rows and dK/dV rows: a "key block") form, per
 //     kv head, one unit, or (unit_rows > 0) several units of consecutive tiles of at most
-//     unit_rows q rows (at least one tile each); one work item per (unit, 128-key chunk, kv head)
+//     unit_rows q rows (at least one tile each), its Full tiles first, then the others (a causal
+//     diagonal, Partial tiles), each part in list order; one work item per (unit, 128-key chunk, kv head)
 //     walks its unit's tiles with dK and dV in registers and adds them once (the units of one key
 //     block in turns behind a semaphore per chunk: AttnWorkItem::dkv_sem / dkv_rank). It computes
 //     no dQ. The items of a (key block, kv head) run together, these groups heaviest first (the
