@@ -52,7 +52,10 @@ fi
 if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K launch of each (NCU_LIST, NCU_BLOCK,
   # NCU_ROUTE: the lists (space-separated), block size and route profiled; default the causal sequence
   # at B 4096, route wgmma; wgmma-det profiles the deterministic backward's two passes, kernels
-  # backward_sm90_ws (dK / dV) and backward_dq_sm90).
+  # backward_sm90_ws (dK / dV) and backward_dq_sm90). NCU_NAME: a regex over the demangled names
+  # instead, for one instance of a template, NCU_KERNELS then naming the output (the one-pass
+  # deterministic backward: NCU_ROUTE=wgmma-persistent,wgmma-det NCU_KERNELS=one_pass
+  # NCU_NAME="ws_kernel<.int.128, .bool.1, .bool.1, .bool.1>").
   # Full section set plus per-instruction (SASS) stall sampling, as text: the report itself needs ncu to read.
   nd=/tmp/ncu_out; mkdir -p $nd  # tarred into $OUT/ncu.tar (few files may come back)
   for list in ${NCU_LIST:-sequence}; do
@@ -61,7 +64,8 @@ if has ncu; then  # Nsight Compute on the default (wgmma) kernels: one 32K launc
       say "ncu: attention_${kern}_kernel, $list list, B ${NCU_BLOCK:-4096}"
       CUDA_VISIBLE_DEVICES=0 DCP_BENCH_SEQ=32768 DCP_BENCH_BLOCK=${NCU_BLOCK:-4096} DCP_BENCH_LIST=$list \
         DCP_BENCH_ROUTES=${NCU_ROUTE:-wgmma} \
-        timeout ${NCU_TIMEOUT:-180} ncu --clock-control none --kernel-name regex:"attention_${kern}_kernel" \
+        timeout ${NCU_TIMEOUT:-180} ncu --clock-control none ${NCU_NAME:+--kernel-name-base demangled} \
+        --kernel-name regex:"${NCU_NAME:-attention_${kern}_kernel}" \
         --launch-skip 1 --launch-count 1 --set full --import-source no -f -o /tmp/ncu_$name \
         $b/bench/bench_cuda_attention >"$nd/ncu_run_$name.txt" 2>&1
       ncu --import /tmp/ncu_$name.ncu-rep --page details >"$nd/ncu_$name.txt" 2>&1
