@@ -304,11 +304,11 @@ struct AttnForwardParams {
 //   dK / dV pass: the tiles sharing key rows (same kv rows and dK/dV rows: a "key block") form, per
 //     kv head, one unit, or (unit_rows > 0) several units of consecutive tiles of at most
 //     unit_rows q rows (at least one tile each), its Full tiles first, then the others (a causal
-//     diagonal, Partial tiles), each part in list order; one work item per (unit, 128-key chunk, kv head)
-//     walks its unit's tiles with dK and dV in registers and adds them once (the units of one key
-//     block in turns behind a semaphore per chunk: AttnWorkItem::dkv_sem / dkv_rank). It computes
-//     no dQ. The items of a (key block, kv head) run together, these groups heaviest first (the
-//     CTAs running at once then share a few key blocks' Q and dO rows in L2).
+//     diagonal, Partial tiles), each part in list order; one work item per (unit, 128-key chunk,
+//     kv head) walks its unit's tiles with dK and dV in registers and adds them once (the units of
+//     one key block in turns behind a semaphore per chunk: AttnWorkItem::dkv_sem / dkv_rank). It
+//     computes no dQ. The items of a (key block, kv head) run together, these groups heaviest first
+//     (the CTAs running at once then share a few key blocks' Q and dO rows in L2).
 //   dQ pass: the tiles sharing dQ rows form a run (in list order); one work item per (run, 128-row
 //     q chunk, q head) walks the run's tiles of its head group with dQ in registers, recomputing
 //     S and dP, and adds scale * dQ to its rows once. Items run heaviest first.
