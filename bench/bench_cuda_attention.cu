@@ -423,7 +423,7 @@ int main(int argc, char** argv) {
         bp.list.num_work = static_cast<int32_t>(bw.size());
         bp.list.num_wide = 0;
         if (with_det) {
-          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape);
+          const DeterministicBackwardWork det = make_deterministic_backward_work(c.tiles, shape, 0, cells);
           auto reserve_semaphores = [&](int32_t n) {
             if (n <= semaphore_capacity) return;
             cudaFree(semaphores);

@@ -99,15 +99,49 @@ List random_list(Rand& rng, int hkv) {
 int dq_row(const AttnTile& t) { return t.dq_begin >= 0 ? t.dq_begin : t.q_begin; }
 int dkv_row(const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; }
 
+// Where a tile belongs in a key block's walk, from its rows' ranges by brute force: 0 when every
+// 128-key chunk has an allowed pair in the tile's first and last 64-row sub-tiles (a Full tile),
+// 1 when every chunk has one in the first, 2 otherwise (a causal diagonal; a Partial tile without
+// cells, whose chunks' spans the walk does not know).
+int walk_order(const List& l, const AttnTile& t, bool cells) {
+  if (t.kind == TileKind::Full) return 0;
+  if (t.kind != TileKind::Partial || !cells) return 2;
+  const int subs = (t.q_len + kSub - 1) / kSub;
+  int order = 0;
+  for (int lo = 0; lo < t.kv_len; lo += kChunk) {
+    const int hi = std::min(t.kv_len, lo + kChunk);
+    int first = -1, last = -1;
+    for (int r = 0; r < t.q_len; ++r) {
+      const auto ri = static_cast<size_t>(t.range_row_begin + r);
+      for (int32_t q = l.row_offsets[ri]; q < l.row_offsets[ri + 1]; ++q) {
+        const int b = std::max(l.ranges[2 * static_cast<size_t>(q)], 0);
+        const int e = std::min(l.ranges[2 * static_cast<size_t>(q) + 1], t.kv_len);
+        if (std::max(b, lo) < std::min(e, hi)) {
+          if (first < 0) first = r;
+          last = r;
+        }
+      }
+    }
+    if (first < 0 || first >= kSub) return 2;
+    if (last / kSub != subs - 1) order = 1;
+  }
+  return order;
+}
+
 // The deterministic backward's two lists. dK / dV pass: every (tile, kv head, key chunk)
 // walked once, by items whose tiles share keys, dK / dV rows and the head; each dK / dV element
 // has one writer, or several taking turns 0, 1, ... in work order; the items of a (key block,
 // head) together, these groups heaviest first. dQ pass:
 // every (tile, q head, 128-row chunk) walked once, by the one item that owns those dQ rows and
 // head (one writer per dQ element); heaviest first.
-void check_work(const List& l, const AttnShape& shape, int unit_rows, uint64_t seed) {
+// With `cells`, the list's Partial tiles get make_partial_cells' classes and spans first, and a unit
+// walks its tiles in walk_order.
+void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64_t seed, bool cells = false) {
   const int group = shape.num_q_heads / shape.num_kv_heads;
-  const dcp::cuda::DeterministicBackwardWork det = dcp::cuda::make_deterministic_backward_work(l.tiles, shape, unit_rows);
+  List l = input;
+  std::vector<uint8_t> cell_bytes;
+  if (cells) cell_bytes = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+  const dcp::cuda::DeterministicBackwardWork det = dcp::cuda::make_deterministic_backward_work(l.tiles, shape, unit_rows, cell_bytes);
   auto area = [](const AttnTile& t, int keys) {
     return static_cast<double>(keys) * t.q_len * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
   };
@@ -140,12 +174,14 @@ void check_work(const List& l, const AttnShape& shape, int unit_rows, uint64_t s
     const int keys = std::min(kChunk, g.kv_len - w.chunk * kChunk);
     ASSERT_GT(keys, 0) << "seed " << seed;
     for (int key = 0; key < keys; ++key) dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
-    bool past_full = false;  // a unit walks its Full tiles first (its chunks' items stay in step over them)
+    int prev_order = 0;  // a unit walks its tiles in walk_order (its chunks' items stay in step)
     for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
       const AttnTile& t = det.dkv_tiles[static_cast<size_t>(ti)];
       ASSERT_TRUE(t.kv_begin == g.kv_begin && t.kv_len == g.kv_len && dkv_row(t) == dkv_row(g)) << "seed " << seed;
-      if (t.kind != TileKind::Full) past_full = true;
-      EXPECT_FALSE(t.kind == TileKind::Full && past_full) << "a Full tile walked after another kind in its unit, seed " << seed;
+      const int order = walk_order(l, t, cells);
+      EXPECT_GE(order, prev_order) << "a unit walks a tile of walk order " << order << " after one of " << prev_order
+                                   << ", seed " << seed;
+      prev_order = order;
       ASSERT_TRUE(t.kv_head_begin == w.head && t.kv_head_end == w.head + 1) << "seed " << seed;
       ASSERT_TRUE(walked.insert({t.q_begin, t.kv_begin, w.head, static_cast<int>(t.kind), w.chunk}).second)
           << "a (tile, head, chunk) walked twice, seed " << seed;
@@ -210,7 +246,7 @@ TEST(DeterministicBackwardWork, EveryPairOnceOneWriterPerElement) {
     const auto& sh = shapes[seed % 4];
     const AttnShape shape{sh[0], sh[1], 128, 0.1F};
     const List l = random_list(rng, shape.num_kv_heads);
-    check_work(l, shape, seed % 3 == 0 ? 1 : seed % 3 == 1 ? 1000 : 0, seed);
+    check_work(l, shape, seed % 3 == 0 ? 1 : seed % 3 == 1 ? 1000 : 0, seed, seed % 2 == 0);
     if (HasFatalFailure()) return;
   }
 }
@@ -230,6 +266,43 @@ TEST(DeterministicBackwardWork, LongKeyBlocks) {
     check_work(l, shape, unit_rows, 1);
     if (HasFatalFailure()) return;
   }
+}
+
+// One key block of a sliding window's tiles, listed diagonal first: the unit walks the tiles whose
+// chunks see every row (the Full tile, the Partial tile inside the band) first, the band's lower
+// edge (every chunk from the first row, ending on different rows) next, the diagonal last.
+TEST(DeterministicBackwardWork, UnitsWalkTheTilesOfEveryRowFirst) {
+  const AttnShape shape{8, 2, 128, 0.1F};
+  List l;
+  constexpr int kB = 512, kWindow = 1024;
+  auto add_partial = [&](int i) {  // q block i against key block 0 under the window
+    AttnTile t = tile_of(i * kB, kB, 0, kB, TileKind::Partial, 0, 2);
+    t.range_row_begin = static_cast<int32_t>(l.row_offsets.size());
+    for (int r = 0; r < kB; ++r) {
+      l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+      const int pos = i * kB + r;
+      const int b = std::max(pos - kWindow + 1, 0), e = std::min(pos + 1, kB);
+      if (b < e) {
+        l.ranges.push_back(b);
+        l.ranges.push_back(e);
+      }
+    }
+    l.row_offsets.push_back(static_cast<int32_t>(l.ranges.size() / 2));
+    l.tiles.push_back(t);
+  };
+  add_partial(0);  // the diagonal
+  add_partial(2);  // the lower edge: key chunk c sees rows 0 .. 128 c + 127
+  add_partial(1);  // inside the band: every pair
+  l.tiles.push_back(tile_of(3 * kB, kB, 0, kB, TileKind::Full, 0, 2));
+  std::vector<uint8_t> cells = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
+  const dcp::cuda::DeterministicBackwardWork det = dcp::cuda::make_deterministic_backward_work(l.tiles, shape, 0, cells);
+  ASSERT_EQ(det.dkv_tiles.size(), 8U);  // four tiles, each kv head's unit
+  for (int h = 0; h < 2; ++h) {
+    std::vector<int> walked;
+    for (int k = 0; k < 4; ++k) walked.push_back(det.dkv_tiles[static_cast<size_t>(4 * h + k)].q_begin / kB);
+    EXPECT_EQ(walked, (std::vector<int>{1, 3, 2, 0})) << "kv head " << h;
+  }
+  check_work(l, shape, 0, 1, true);
 }
 
 TEST(DeterministicBackwardWork, RefusesListsWithSharedRowsThatDisagree) {

@@ -303,12 +303,14 @@ struct AttnForwardParams {
 // element one writer and a fixed summation order, in two passes over the list:
 //   dK / dV pass: the tiles sharing key rows (same kv rows and dK/dV rows: a "key block") form, per
 //     kv head, one unit, or (unit_rows > 0) several units of consecutive tiles of at most
-//     unit_rows q rows (at least one tile each), its Full tiles first, then the others (a causal
-//     diagonal, Partial tiles), each part in list order; one work item per (unit, 128-key chunk,
-//     kv head) walks its unit's tiles with dK and dV in registers and adds them once (the units of
-//     one key block in turns behind a semaphore per chunk: AttnWorkItem::dkv_sem / dkv_rank). It
-//     computes no dQ. The items of a (key block, kv head) run together, these groups heaviest first
-//     (the CTAs running at once then share a few key blocks' Q and dO rows in L2).
+//     unit_rows q rows (at least one tile each), walked with the tiles whose key chunks see every
+//     q row first (Full tiles; Partial tiles by their spans in `cells`, make_partial_cells), then
+//     those whose chunks start on the first row, then the rest (a causal diagonal), each part in
+//     list order; one work item per (unit, 128-key chunk, kv head) walks its unit's tiles with dK
+//     and dV in registers and adds them once (the units of one key block in turns behind a
+//     semaphore per chunk: AttnWorkItem::dkv_sem / dkv_rank). It computes no dQ. The items of a
+//     (key block, kv head) run together, these groups heaviest first (the CTAs running at once
+//     then share a few key blocks' Q and dO rows in L2).
 //   dQ pass: the tiles sharing dQ rows form a run (in list order); one work item per (run, 128-row
 //     q chunk, q head) walks the run's tiles of its head group with dQ in registers, recomputing
 //     S and dP, and adds scale * dQ to its rows once. Items run heaviest first.
@@ -324,7 +326,7 @@ struct DeterministicBackwardWork {
   int32_t num_semaphores = 0;          // the dK / dV turns' int32 semaphores (zeroed by the launcher)
 };
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
-                                                           int unit_rows = 0);
+                                                           int unit_rows = 0, std::span<const uint8_t> cells = {});
 
 // The ordered deterministic backward (AttnBackwardParams::ordered): the default backward's work
 // (make_backward_work, partition_backward_work) run as it is, each item adding its dK / dV in a

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <ranges>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -363,7 +364,36 @@ int32_t order_backward_turns(std::span<AttnWorkItem> work, std::span<const AttnT
   return static_cast<int32_t>(semaphores);
 }
 
-DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows) {
+namespace {
+
+// Where a tile stands in a deterministic key-block walk (make_deterministic_backward_work): 0 when
+// every key chunk walks all of its q rows (a Full tile; a Partial tile whose every chunk's span is
+// the whole tile), 1 when every chunk starts on the first row but some end earlier (a sliding
+// window's lower edge), 2 when the chunks start on different rows or some skip the tile (a causal
+// diagonal; a Partial tile without spans, whose chunks' walks are unknown).
+int walk_order(const AttnTile& t, std::span<const uint8_t> cells) {
+  if (t.kind == TileKind::Full) return 0;
+  if (t.kind != TileKind::Partial || cells.empty() || t.spans_begin < 0) return 2;
+  const int q_chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+  const int key_chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
+  const int subs = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
+  const std::size_t at = static_cast<std::size_t>(t.spans_begin) + 8 * static_cast<std::size_t>(q_chunks);
+  if (at + 8 * static_cast<std::size_t>(key_chunks) > cells.size())
+    raise(ErrorKind::InvalidInput, "make_deterministic_backward_work: a tile's spans lie past the end of the cell list");
+  int order = 0;
+  for (int c = 0; c < key_chunks; ++c) {
+    int32_t span[2];
+    std::memcpy(span, cells.data() + at + 8 * static_cast<std::size_t>(c), sizeof span);
+    if (span[0] != 0 || span[1] <= span[0]) return 2;
+    if (span[1] != subs) order = 1;
+  }
+  return order;
+}
+
+}  // namespace
+
+DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows,
+                                                           std::span<const uint8_t> cells) {
   const char* where = "make_deterministic_backward_work";
   validate(tiles, shape, where);
   const int hq = shape.num_q_heads;
@@ -392,7 +422,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   std::vector<Item> items;
   std::vector<double> group_cost;
   std::size_t turn_keys = 0;
-  std::vector<int> walk;
+  std::vector<std::pair<int, int>> walk;  // a unit's tiles: (walk_order, tile)
   for (const auto& block : members) {
     for (int h = 0; h < hkv; ++h) {
       const std::vector<int>& m = block[static_cast<std::size_t>(h)];
@@ -403,17 +433,18 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       const int chunks = (kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
       std::vector<std::pair<int, int>> units;  // (first tile in dkv_tiles, tiles)
       int rows = 0;
-      // A unit's walk: its Full tiles first, then the rest (a causal diagonal, Partial tiles), each
-      // part in list order. The items of a (key block, head), one per key chunk, start together
+      // A unit's walk: the tiles whose chunks walk every q row first (Full tiles), then those whose
+      // chunks start on the first row, then the rest (a causal diagonal), each part in list order
+      // (walk_order). The items of a (key block, head), one per key chunk, start together
       // and walk the same tiles in step, so the CTAs running at once read the same Q and dO rows
       // from L2. A diagonal's chunks see different numbers of q rows (chunk c from row 128 c):
       // walked first, it leaves the chunks up to a tile apart for the rest of the walk, and the
       // rows in flight outgrow L2 (sequence list, B 2048: 63 % of the one-pass kernel's requests
       // hit L2, against 93 % on the same tiles without the diagonals).
-      walk.assign(m.begin(), m.end());
-      std::stable_partition(walk.begin(), walk.end(),
-                            [&](int i) { return tiles[static_cast<std::size_t>(i)].kind == TileKind::Full; });
-      for (const int i : walk) {
+      walk.clear();
+      for (const int i : m) walk.emplace_back(walk_order(tiles[static_cast<std::size_t>(i)], cells), i);
+      std::stable_sort(walk.begin(), walk.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (const int i : walk | std::views::values) {
         AttnTile t = tiles[static_cast<std::size_t>(i)];
         if (units.empty() || (unit_rows > 0 && rows + t.q_len > unit_rows)) {
           units.emplace_back(static_cast<int>(out.dkv_tiles.size()), 0);

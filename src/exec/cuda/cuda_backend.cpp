@@ -702,7 +702,7 @@ class CudaBackend final : public Backend {
           h.ordered_work = meta.add(ordered);
           h.num_ordered_work = i32(static_cast<int64_t>(ordered.size()), "work items");
         }
-        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows);
+        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows, cells);
         tiles = std::move(det.dkv_tiles);
         work = std::move(det.dkv_work);
         h.dq_tiles = meta.add(det.dq_tiles);
