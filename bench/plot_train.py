@@ -29,10 +29,11 @@ from typing import Dict, List, Tuple
 
 STATIC = ("zigzag", "ring", "ulysses", "a2a_p2p", "packing")
 SINGLE_TARGET = {"causal": 1.15, "lambda": 1.3, "shared_question": 1.3}
+DET_TARGET = 0.9  # the deterministic backward against the default, kernel speed
 BEST_STATIC_TARGET = {"causal": 1.0, "lambda": 1.15, "shared_question": 1.15}
 LOSS_TOLERANCE = 0.02
 LONG_RUN_STEPS = 100  # runs this long are the loss comparisons
-MODE_ORDER = ("flex", "torch", "dcp") + STATIC + ("flex32", "dcp+det", "dcp+det1")
+MODE_ORDER = ("flex", "torch", "dcp") + STATIC + ("flex32", "dcp+det", "dcp+det1", "dcp+detord")
 MODE_COLORS = {m: f"C{i}" for i, m in enumerate(MODE_ORDER)}
 
 
@@ -96,7 +97,7 @@ def variant(r: Dict) -> str:
     """The mode, and '+det' for dcp's deterministic backward (the same kernels otherwise), '+det1' for
     its one-pass method."""
     det = r["config"].get("deterministic")
-    return r["config"]["mode"] + ("+det1" if det == "one-pass" else "+det" if det else "")
+    return r["config"]["mode"] + {"one-pass": "+det1", "ordered": "+detord"}.get(det, "+det" if det else "")
 
 
 def label(r: Dict) -> str:
@@ -179,6 +180,24 @@ def targets(results: List[Dict]) -> List[str]:
             f"{best[1] + ' ' + format(best[0] / 1e3, '.1f') + 'K' if best else '-'} | {fmt(ratio, '{:.2f}x')} | "
             f"{'-' if ratio is None else '>= ' + str(want) + 'x: ' + check(ratio >= want)} | "
             f"{fmt(torch_cp and torch_cp['tokens_per_s'] / 1e3, '{:.1f}K')} |")
+    det_rows = []
+    for (preset, mask, tokens, ckpt), runs in sorted(by.items()):
+        base = runs.get(("dcp", 1))
+        for v in ("dcp+det1", "dcp+det", "dcp+detord"):
+            d = runs.get((v, 1))
+            if not (base and d):
+                continue
+            ba, da = base.get("attention") or {}, d.get("attention") or {}
+            speed = ba["bwd_ms"] / da["bwd_ms"] if ba.get("bwd_ms") and da.get("bwd_ms") else None
+            det_rows.append(f"| {preset} | {mask} | {tokens} | {'yes' if ckpt else 'no'} | {v} | "
+                            f"{d['tokens_per_s'] / base['tokens_per_s']:.3f}x | "
+                            f"{fmt(ba.get('bwd_ms'))} / {fmt(da.get('bwd_ms'))} | {fmt(speed, '{:.3f}x')} | "
+                            f"{'-' if speed is None else check(speed >= DET_TARGET)} |")
+    if det_rows:
+        lines += ["", f"### Deterministic backward against the default (>= {DET_TARGET}x its speed)", "",
+                  "Backward attention kernels of the profiled steps (ms), default / deterministic; speed = their ratio.",
+                  "", "| model | mask | tokens | ckpt | method | tokens/s over the default | backward attention ms "
+                  "| backward speed | target |", "|" + " --- |" * 9] + det_rows
     lines += ["", "### Planning hidden: planner wait < 1 % of a step", ""]
     waits = [(r["planner"]["waited_share_of_step"], r["name"]) for r in ok if r.get("planner")]
     if waits:

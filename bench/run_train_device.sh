@@ -19,6 +19,8 @@
 #              each against flex32 (FlexAttention in fp32); anchor 128K causal with activation
 #              checkpointing, flex vs dcp, if the time left allows (LONG_128K_S)
 #   anchor     the anchor 64K group of single alone (flex vs dcp on every mask)
+#   det        anchor 64K, dcp with the default backward, then with its deterministic backward in
+#              one pass and in two passes, every mask (the deterministic option's cost in training)
 #   loss       the small model's group of single alone (300 steps at lr LOSS_LR, 3e-4)
 #   single128  anchor 128K with checkpointing, flex vs dcp, every mask (16 steps, medians 6-15)
 #   pair       = pair64 pairloss pairtorch pair128 pairflex, in that order (most wanted first):
@@ -131,8 +133,16 @@ run_group() {
   local label=$1 nproc=$2 attempt rc t from
   local until=$((SECONDS + $3 < deadline ? SECONDS + $3 : deadline))
   shift 3
+  local pending
   for attempt in 1 2 3 4 5 6 7 8; do
-    if [ -z "$(WORLD_SIZE=$nproc python3 examples/train.py --pending --out "$runs" "$@" 2>>"$log")" ]; then
+    # train.py --pending names the runs without a result; if it cannot run (no torch, bad flags),
+    # nothing can, and the group is not done.
+    if ! pending=$(WORLD_SIZE=$nproc python3 examples/train.py --pending --out "$runs" "$@" 2>>"$log"); then
+      say "$label: not run: train.py --pending failed (see train.log)"
+      incomplete=1
+      return 1
+    fi
+    if [ -z "$pending" ]; then
       [ "$attempt" -eq 1 ] && say "$label: done before"
       return 0
     fi
@@ -217,6 +227,11 @@ for phase in $(expand $phases); do
     anchor)
       run_group "1 GPU, anchor 64K, flex vs dcp" 1 330 $W64 --runs "$(runs_of "flex dcp")"
       ;;
+    det)
+      run_group "1 GPU, anchor 64K, dcp" 1 150 $W64 --runs "$(runs_of dcp)"
+      run_group "1 GPU, anchor 64K, dcp deterministic in one pass" 1 150 $W64 --runs "$(runs_of dcp)" --deterministic one-pass
+      run_group "1 GPU, anchor 64K, dcp deterministic in two passes" 1 150 $W64 --runs "$(runs_of dcp)" --deterministic two-pass
+      ;;
     loss)
       loss_group
       ;;
@@ -244,7 +259,7 @@ for phase in $(expand $phases); do
       run_group "1 GPU, anchor 64K, flex" 1 240 $W64 --runs "$(runs_of flex)"
       ;;
     *)
-      say "unknown phase '$phase' (single single128 pair pair64 pairloss pairtorch pair128 pairflex)"
+      say "unknown phase '$phase' (single anchor det loss single128 pair pair64 pairloss pairtorch pair128 pairflex)"
       ;;
   esac
 done

@@ -559,6 +559,7 @@ def train_run(args, mode: str, rank: int, world: int, device: torch.device, env:
     write(result, out_json)
     say(f"[{name}] {result['tokens_per_s'] / 1e3:.1f}K tokens/s, step {step_ms:.1f} ms (median of steps "
         f"{args.measure_from}-{args.steps - 1})" + (f", attention {result['attention']['share_of_step']:.0%}"
+                                                     f" (fwd {attention['fwd_ms']:.1f} + bwd {attention['bwd_ms']:.1f} ms)"
                                                      if attention else "") +
         (f", peak {peak['peak_allocated_gb']} GB" if peak else "") +
         (f", {result['gpu']['energy_j_per_step']:.0f} J a step" if result["gpu"] else "") +

@@ -208,6 +208,23 @@ def test_logged_loss_is_the_mean_since_the_previous_logged_step():
     assert logged_means(steps, 1) == [(float(i + 1), i) for i in range(8)]
 
 
+def test_report_compares_each_deterministic_method_with_the_default_backward():
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from plot_train import targets
+
+    def run(det, tokens_per_s, bwd_ms):
+        return {"status": "ok", "name": f"r{det}", "tokens_per_s": tokens_per_s, "steps": [],
+                "config": {"preset": "anchor", "mask": "lambda", "tokens": 65536, "world_size": 1, "mode": "dcp",
+                           "deterministic": det}, "attention": {"fwd_ms": 50.0, "bwd_ms": bwd_ms}}
+    lines = targets([run(None, 100.0, 150.0), run("one-pass", 97.0, 160.0), run("two-pass", 96.0, 170.0),
+                     run("ordered", 95.0, 180.0)])
+    rows = {ln.split(" | ")[4]: ln for ln in lines if ln.startswith("| anchor | lambda")}
+    assert set(rows) == {"dcp+det1", "dcp+det", "dcp+detord"}
+    assert "| 0.970x | 150.0 / 160.0 | 0.938x | met |" in rows["dcp+det1"]
+    assert "| 0.960x | 150.0 / 170.0 | 0.882x | **missed** |" in rows["dcp+det"]
+    assert "| 0.950x | 150.0 / 180.0 | 0.833x | **missed** |" in rows["dcp+detord"]
+
+
 def test_gpu_figures_sum_energy_over_ranks_and_take_the_slowest_clock():
     sys.path.insert(0, EXAMPLES)
     from train_power import GpuMeter, run_figures, window_figures
