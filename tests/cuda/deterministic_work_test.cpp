@@ -327,6 +327,22 @@ TEST(DeterministicBackwardWork, RefusesListsWithSharedRowsThatDisagree) {
   refused({tile(0, 100, 100, 100, TileKind::Full), moved}, "reads other q");
 }
 
+// A Partial tile whose spans lie past the end of the cells given (a cell list cut short, or made for
+// another list) is refused, not read out of bounds.
+TEST(DeterministicBackwardWork, RefusesCellsThatEndBeforeATilesSpans) {
+  const AttnShape shape{8, 2, 128, 0.1F};
+  AttnTile t = tile_of(0, 256, 0, 256, TileKind::Partial, 0, 2);
+  t.spans_begin = 0;
+  const std::vector<uint8_t> short_cells(8 * 2 + 8, 0);  // two q chunks' classes, one key chunk's span of two
+  try {
+    (void)dcp::cuda::make_deterministic_backward_work(std::vector<AttnTile>{t}, shape, 0, short_cells);
+    ADD_FAILURE() << "accepted spans past the end of the cells";
+  } catch (const dcp::Error& e) {
+    EXPECT_EQ(e.kind(), dcp::ErrorKind::InvalidInput);
+    EXPECT_NE(std::string(e.what()).find("past the end of the cell list"), std::string::npos) << e.what();
+  }
+}
+
 // The ordered method's turns over the default work (make_backward_work, the wide items moved to
 // the front): the items adding to the same dK / dV element share one semaphore and hold ranks 0,
 // 1, ... in list order (so that, launched in list order, each waits only for items before it);
