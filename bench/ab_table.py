@@ -3,7 +3,8 @@
 Reads the call's ab.tgz (or its unpacked folder) and prints, per list and block size, the mean
 forward and backward TFLOP/s of A and of every other variant (B, C, ...) over their runs, and each
 over A; then the whole plans (every mask, both orders) the same way, with the deterministic
-backward's whole plans and their ratio to the default's where the call ran them (AB_DET=1), the
+backward's whole plans and their ratio to the default's where the call ran them (AB_DET=1), each
+deterministic method over the default backward per list where the kernel bench timed them, the
 plans' TFLOP per kJ where the call measured energy (AB_ENERGY), and cuDNN's figures of the call. Means over the runs because the runs alternate A B A B: a drift of
 the GPU's clock between runs falls on every side alike.
 
@@ -76,6 +77,38 @@ def list_rows(files, fwd_route, bwd_route):
             a[0].append(r[fk])
             a[1].append(r[bk])
     return [compared({"seq": seq, "block": block, "list": lst}, a) for (seq, block, lst), a in sorted(acc.items())]
+
+
+# The kernel bench's deterministic backward methods (DCP_BENCH_ROUTES with wgmma-det), by their key.
+DET_METHODS = (("one pass", "bwd_wgmma-det-one-pass_tflops"), ("two passes", "bwd_wgmma-det_tflops"),
+               ("ordered", "bwd_wgmma-det-ordered_tflops"))
+
+
+def det_list_rows(files, bwd_route):
+    """One row per (S, B, list) where the call timed the deterministic methods: each variant's mean
+    rate of each method over its mean default backward rate (`bwd_route`) in the same runs."""
+    acc = {}
+    for name, obj in files.items():
+        m = re.fullmatch(r"kernels_([A-Z])_(\d+)\.json", name)
+        if not m:
+            continue
+        for r in obj["rows"]:
+            if not any(k in r for _, k in DET_METHODS):
+                continue
+            a = acc.setdefault((r["seq"], r["block"], r["list"]), {}).setdefault(m.group(1), {})
+            a.setdefault("default", []).append(r.get(f"bwd_{bwd_route}_tflops"))
+            for method, k in DET_METHODS:
+                a.setdefault(method, []).append(r.get(k))
+    rows = []
+    for (seq, block, lst), by_variant in sorted(acc.items()):
+        row = {"seq": seq, "block": block, "list": lst}
+        for v, a in sorted(by_variant.items()):
+            base = mean([x for x in a["default"] if x])
+            for method, _ in DET_METHODS:
+                got = [x for x in a[method] if x]
+                row[f"{method}_{v}_over_default"] = ratio(mean(got), base) if got else None
+        rows.append(row)
+    return rows
 
 
 def rates(r):
@@ -172,6 +205,17 @@ def main(argv=None):
                 out += [fmt(r.get(f"bwd_{v}"), ".1f"), fmt(r.get(f"bwd_{v}_over_A"), ".3f"),
                         fmt(ratio(r.get(f"bwd_{v}"), d.get(f"bwd_{v}")), ".3f")]
             print(f"| {r['mask']} | " + " | ".join(out) + " |")
+    det_lists = det_list_rows(files, a.bwd_route)
+    if det_lists:
+        methods = [m for m, _ in DET_METHODS if any(r.get(f"{m}_{v}_over_default") for r in det_lists for v in ["A"] + vs)]
+        print(f"\ndeterministic backward, lists: each method over the default backward ({a.bwd_route}) of the same "
+              "variant, mean rates over the runs")
+        heads = [f"{m} {v}" for v in ["A"] + vs for m in methods]
+        print("| S | B | list | " + " | ".join(heads) + " |")
+        print("|" + " --- |" * (3 + len(heads)))
+        for r in det_lists:
+            print(f"| {r['seq']} | {r['block']} | {r['list']} | " +
+                  " | ".join(fmt(r.get(f"{m}_{v}_over_default"), ".3f") for v in ["A"] + vs for m in methods) + " |")
     sdpa = files.get("sdpa_reference.json")
     if sdpa:
         print("\ncuDNN in the same call: " + "; ".join(
@@ -181,7 +225,8 @@ def main(argv=None):
         with open(a.json, "w") as f:
             json.dump({"lists": lists, "plans": plans, "plans_tflop_per_kj": energy, "deterministic_plans": det_tables["detplan"],
                        "one_pass_deterministic_plans": det_tables["det1plan"],
-                       "ordered_deterministic_plans": det_tables["ordplan"]}, f, indent=1)
+                       "ordered_deterministic_plans": det_tables["ordplan"],
+                       "deterministic_lists": det_lists}, f, indent=1)
     return 0
 
 

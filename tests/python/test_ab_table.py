@@ -141,3 +141,20 @@ def test_one_variant_with_numbered_orders(tmp_path, capsys):
     assert p["fwd_A"] == pytest.approx(510) and p["bwd_A"] == pytest.approx(410)
     (e,) = t["plans_tflop_per_kj"]
     assert e["bwd_A"] == pytest.approx(610)
+
+
+def test_deterministic_methods_per_list(tmp_path, capsys):
+    def det_kernels(default, one_pass, two_pass):
+        row = kernels(500, default)["rows"][0]
+        row.update({"bwd_wgmma-det-one-pass_tflops": one_pass, "bwd_wgmma-det_tflops": two_pass})
+        return {"rows": [row]}
+    t = table(tmp_path, {
+        "kernels_A_1.json": det_kernels(400, 360, 320), "kernels_A_2.json": det_kernels(420, 360, 340),
+        "kernels_B_1.json": det_kernels(400, 380, 320), "kernels_B_2.json": det_kernels(400, 380, 320)})
+    (row,) = t["deterministic_lists"]
+    assert row["one pass_A_over_default"] == pytest.approx(360 / 410)
+    assert row["two passes_A_over_default"] == pytest.approx(330 / 410)
+    assert row["one pass_B_over_default"] == pytest.approx(0.95) and row["ordered_B_over_default"] is None
+    printed = capsys.readouterr().out
+    assert "| S | B | list | one pass A | two passes A | one pass B | two passes B |" in printed
+    assert "| 32768 | 1024 | full | 0.878 | 0.805 | 0.950 | 0.800 |" in printed
