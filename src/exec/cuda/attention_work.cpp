@@ -40,6 +40,20 @@ void validate(std::span<const AttnTile> tiles, const AttnShape& shape, const cha
   }
 }
 
+// The q sub-tiles [first, end) of a Partial tile that its key chunk c walks, from the tile's spans
+// in `cells` (make_partial_cells; first == end: the chunk has no allowed pair). InvalidInput where
+// the spans lie past the end of the cells.
+std::pair<int32_t, int32_t> key_chunk_rows(const AttnTile& t, std::span<const uint8_t> cells, int c, const char* where) {
+  const int q_chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
+  const int key_chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
+  const std::size_t at = static_cast<std::size_t>(t.spans_begin) + 8 * static_cast<std::size_t>(q_chunks);
+  if (at + 8 * static_cast<std::size_t>(key_chunks) > cells.size())
+    raise(ErrorKind::InvalidInput, std::string(where) + ": a tile's spans lie past the end of the cell list");
+  int32_t span[2];
+  std::memcpy(span, cells.data() + at + 8 * static_cast<std::size_t>(c), sizeof span);
+  return {span[0], span[1]};
+}
+
 // The first dK / dV row of a tile (its kv rows' when it names none).
 int32_t dkv_row0(const AttnTile& t) { return t.dkv_begin >= 0 ? t.dkv_begin : t.kv_begin; }
 
@@ -261,27 +275,18 @@ std::vector<uint8_t> make_partial_cells(std::span<AttnTile> tiles, std::span<con
 std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
                                              std::span<const uint8_t> cells) {
   validate(tiles, shape, "make_backward_work");
-  // Key chunk c of tile i: whether it has an allowed pair (live) and whether its walk starts on the
-  // tile's first row (from_first). A Partial tile's are read from its cells (cell columns 2 c and
-  // 2 c + 1, in any cell row / in the first); without cells every chunk is live and where it starts
-  // unknown. A Full tile's chunks all start on its first row, a causal diagonal's first chunk only.
+  // Key chunk c of a tile: whether it has an allowed pair (live) and whether its walk starts on the
+  // tile's first row (from_first). A Partial tile's come from its spans (key_chunk_rows); without
+  // cells every chunk is live and where it starts unknown. A Full tile's chunks all start on its
+  // first row, a causal diagonal's first chunk only.
   struct Chunk {
     bool live, from_first;
   };
-  auto chunk = [&](const AttnTile& t, std::size_t i, int c) -> Chunk {
+  auto chunk = [&](const AttnTile& t, int c) -> Chunk {
     if (t.kind != TileKind::Partial) return {true, t.kind == TileKind::Full || c == 0};
-    if (cells.empty() || t.cells_begin < 0) return {true, false};
-    const int cols = (t.kv_len + kAttnCellKeys - 1) / kAttnCellKeys;
-    const int cell_rows = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
-    if (static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(cols) * cell_rows > cells.size())
-      raise(ErrorKind::InvalidInput, "make_backward_work: tile " + std::to_string(i) + " has cells past the end of the cell list");
-    const int c0 = c * (kAttnBackwardChunkRows / kAttnCellKeys);
-    const int c1 = std::min(cols, c0 + kAttnBackwardChunkRows / kAttnCellKeys);
-    for (int u = 0; u < cell_rows; ++u)
-      for (int col = c0; col < c1; ++col)
-        if ((cells[static_cast<std::size_t>(t.cells_begin) + static_cast<std::size_t>(u) * cols + col] & kAttnCellAny) != 0)
-          return {true, u == 0};
-    return {false, false};
+    if (cells.empty() || t.spans_begin < 0) return {true, false};
+    const auto [first, end] = key_chunk_rows(t, cells, c, "make_backward_work");
+    return {end > first, end > first && first == 0};
   };
   std::vector<AttnWorkItem> work;
   std::vector<int> live_chunks;
@@ -299,7 +304,7 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
     live_chunks.clear();
     bool head_major = t.q_len >= kAttnHeadMajorRows;
     for (int c = 0; c < chunks; ++c) {
-      const Chunk k = chunk(t, i, c);
+      const Chunk k = chunk(t, c);
       if (!k.live) continue;
       live_chunks.push_back(c);
       head_major = head_major && k.from_first;
@@ -374,18 +379,13 @@ namespace {
 int walk_order(const AttnTile& t, std::span<const uint8_t> cells) {
   if (t.kind == TileKind::Full) return 0;
   if (t.kind != TileKind::Partial || cells.empty() || t.spans_begin < 0) return 2;
-  const int q_chunks = (t.q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
   const int key_chunks = (t.kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
   const int subs = (t.q_len + kAttnCellRows - 1) / kAttnCellRows;
-  const std::size_t at = static_cast<std::size_t>(t.spans_begin) + 8 * static_cast<std::size_t>(q_chunks);
-  if (at + 8 * static_cast<std::size_t>(key_chunks) > cells.size())
-    raise(ErrorKind::InvalidInput, "make_deterministic_backward_work: a tile's spans lie past the end of the cell list");
   int order = 0;
   for (int c = 0; c < key_chunks; ++c) {
-    int32_t span[2];
-    std::memcpy(span, cells.data() + at + 8 * static_cast<std::size_t>(c), sizeof span);
-    if (span[0] != 0 || span[1] <= span[0]) return 2;
-    if (span[1] != subs) order = 1;
+    const auto [first, end] = key_chunk_rows(t, cells, c, "make_deterministic_backward_work");
+    if (first != 0 || end <= first) return 2;
+    if (end != subs) order = 1;
   }
   return order;
 }
