@@ -147,7 +147,7 @@ void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64
   };
   std::set<std::tuple<int, int, int, int, int>> walked;          // (q row, kv row, head, kind, chunk)
   std::map<std::tuple<int, int>, std::vector<int>> dkv_writers;  // (dK/dV row, kv head) -> items, in order
-  // Each (key block, head) group's cost, then its items in one run, groups heaviest first.
+  // Each group's cost, then its items in one run, groups heaviest first.
   auto item_cost = [&](const dcp::cuda::AttnWorkItem& w) {
     const AttnTile& g = det.dkv_tiles[static_cast<size_t>(w.tile)];
     const int keys = std::min(kChunk, g.kv_len - w.chunk * kChunk);
@@ -155,8 +155,16 @@ void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64
     for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) cost += area(det.dkv_tiles[static_cast<size_t>(ti)], keys);
     return cost;
   };
+  // A key block whose every tile has walk order 2 runs chunk-major: one group of every head's items,
+  // ordered by (chunk, head); the others one group per head.
+  std::map<int, bool> chunk_major;  // dK / dV row of a key block ->
+  for (const AttnTile& t : l.tiles) {
+    auto [it, fresh] = chunk_major.try_emplace(dkv_row(t), true);
+    it->second = it->second && walk_order(l, t, cells) == 2;
+  }
   auto group_of = [&](const dcp::cuda::AttnWorkItem& w) {
-    return std::make_tuple(dkv_row(det.dkv_tiles[static_cast<size_t>(w.tile)]), w.head);
+    const int row = dkv_row(det.dkv_tiles[static_cast<size_t>(w.tile)]);
+    return std::make_tuple(row, chunk_major.at(row) ? -1 : w.head);
   };
   std::map<std::tuple<int, int>, double> group_cost;
   for (const dcp::cuda::AttnWorkItem& w : det.dkv_work) group_cost[group_of(w)] += item_cost(w);
@@ -168,6 +176,11 @@ void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64
       EXPECT_TRUE(groups_done.insert(gk).second) << "a (key block, head) group's items not together, seed " << seed;
       EXPECT_LE(group_cost[gk], prev_cost) << "dK / dV groups not heaviest first, seed " << seed;
       prev_cost = group_cost[gk];
+    } else if (std::get<1>(group_of(det.dkv_work[k])) < 0) {
+      const dcp::cuda::AttnWorkItem& a = det.dkv_work[k - 1];
+      const dcp::cuda::AttnWorkItem& b = det.dkv_work[k];
+      EXPECT_LE(std::make_tuple(a.chunk, a.head), std::make_tuple(b.chunk, b.head))
+          << "a chunk-major key block's items not by (chunk, head), seed " << seed;
     }
     const dcp::cuda::AttnWorkItem& w = det.dkv_work[k];
     const AttnTile& g = det.dkv_tiles[static_cast<size_t>(w.tile)];

@@ -310,7 +310,9 @@ struct AttnForwardParams {
 //     and dV in registers and adds them once (the units of one key block in turns behind a
 //     semaphore per chunk: AttnWorkItem::dkv_sem / dkv_rank). It computes no dQ. The items of a
 //     (key block, kv head) run together, these groups heaviest first (the CTAs running at once
-//     then share a few key blocks' Q and dO rows in L2).
+//     then share a few key blocks' Q and dO rows in L2); a key block of causal diagonals only
+//     (whose chunks start on different rows) is one group, run chunk by chunk, every kv head's
+//     chunk c together.
 //   dQ pass: the tiles sharing dQ rows form a run (in list order); one work item per (run, 128-row
 //     q chunk, q head) walks the run's tiles of its head group with dQ in registers, recomputing
 //     S and dP, and adds scale * dQ to its rows once. Items run heaviest first.

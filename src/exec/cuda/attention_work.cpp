@@ -417,18 +417,29 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
     double cost;
     AttnWorkItem w;
     std::size_t turn_key;  // (block, head, chunk) of a cut key block; SIZE_MAX: alone
-    std::size_t block_head;  // (block, head)
+    std::size_t group;     // (block, head), or (block) for a chunk-major key block
+    int rank;              // chunk * kv heads + head: the order inside a group
   };
   std::vector<Item> items;
   std::vector<double> group_cost;
   std::size_t turn_keys = 0;
   std::vector<std::pair<int, int>> walk;  // a unit's tiles: (walk_order, tile)
   for (const auto& block : members) {
+    // A key block whose every tile has walk order 2 (a causal diagonal: chunk c from row 128 c) gains
+    // nothing from its chunks walking in step: its items run chunk-major, chunk c of every kv head
+    // together and the longest chunks first, as the default backward runs a diagonal.
+    bool chunk_major = true;
+    for (const std::vector<int>& m : block)
+      for (const int i : m) chunk_major = chunk_major && walk_order(tiles[static_cast<std::size_t>(i)], cells) == 2;
+    std::size_t block_group = SIZE_MAX;
     for (int h = 0; h < hkv; ++h) {
       const std::vector<int>& m = block[static_cast<std::size_t>(h)];
       if (m.empty()) continue;
-      const std::size_t block_head = group_cost.size();
-      group_cost.push_back(0.0);
+      if (!chunk_major || block_group == SIZE_MAX) {
+        block_group = group_cost.size();
+        group_cost.push_back(0.0);
+      }
+      const std::size_t g = block_group;
       const int kv_len = tiles[static_cast<std::size_t>(m[0])].kv_len;
       const int chunks = (kv_len + kAttnBackwardChunkRows - 1) / kAttnBackwardChunkRows;
       std::vector<std::pair<int, int>> units;  // (first tile in dkv_tiles, tiles)
@@ -464,15 +475,15 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
           for (int k = first; k < first + count; ++k) cost += area(out.dkv_tiles[static_cast<std::size_t>(k)], keys);
           AttnWorkItem w{first, c, h, 0};
           w.num_tiles = count;
-          items.push_back(Item{cost, w, key, block_head});
-          group_cost[block_head] += cost;
+          items.push_back(Item{cost, w, key, g, c * hkv + h});
+          group_cost[g] += cost;
         }
       }
     }
   }
   std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
-    const double ca = group_cost[a.block_head], cb = group_cost[b.block_head];
-    return ca > cb || (ca == cb && a.block_head < b.block_head);
+    const double ca = group_cost[a.group], cb = group_cost[b.group];
+    return ca > cb || (ca == cb && (a.group < b.group || (a.group == b.group && a.rank < b.rank)));
   });
   std::vector<int32_t> turns(turn_keys, 0);
   for (const Item& it : items) {
