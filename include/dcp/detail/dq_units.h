@@ -75,35 +75,6 @@ DCP_DQ_UNITS_FN int32_t to_units(float x, float multiplier) {
 #endif
 }
 
-// to_units' rounding without the conversion unit: y rounded to the nearest integer, ties to even,
-// for |y| < 2^31 the same integer as the conversion instruction gives. An SM converts 16 floats to
-// integers per clock against 128 fp32 adds, so a kernel that converts many values can send part
-// of them this way and keep both units busy.
-// y + 1.5 * 2^32 lies in [2^32, 2^33), where floats are the multiples of 512: the add rounds y to
-// a multiple h of 512 (|y - h| <= 256), and subtracting the constant gives h exactly. y - h is
-// exact (a multiple of y's ulp, at most 256), and adding 1.5 * 2^23, where floats are the
-// integers, rounds it to the nearest integer, ties to even (h is even, so the tie goes where y's
-// own would). Each sum's bits less the constant's are its integer count of its ulp: n = 512 (h /
-// 512) + round(y - h), in int32 arithmetic (wrapping in between, exact at the end).
-DCP_DQ_UNITS_FN int32_t round_by_adds(float y) {
-  constexpr float kHigh = 6442450944.0F;  // 1.5 * 2^32
-  constexpr float kLow = 12582912.0F;     // 1.5 * 2^23
-#if defined(__CUDA_ARCH__)
-  // The _rn forms keep the compiler from fusing these adds with the product that made y.
-  const float high = __fadd_rn(y, kHigh);
-  const float low = __fadd_rn(__fsub_rn(y, __fsub_rn(high, kHigh)), kLow);
-#else
-  const float high = y + kHigh;
-  const float low = (y - (high - kHigh)) + kLow;
-#endif
-  uint32_t hb = 0, lb = 0, kh = 0, kl = 0;
-  memcpy(&hb, &high, sizeof hb);
-  memcpy(&lb, &low, sizeof lb);
-  memcpy(&kh, &kHigh, sizeof kh);
-  memcpy(&kl, &kLow, sizeof kl);
-  return static_cast<int32_t>((hb - kh) * 512U + (lb - kl));
-}
-
 // A sum of counts back in fp32: n u (n rounded to fp32's 24 bits, then scaled exactly).
 DCP_DQ_UNITS_FN float from_units(int32_t n, int32_t e) { return static_cast<float>(n) * unit(e); }
 

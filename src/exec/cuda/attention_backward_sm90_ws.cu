@@ -119,25 +119,15 @@ struct BwWsSmem {
 
 // One-pass deterministic backward (AttnBackwardParams::dq_units): scale * dq as int32 counts of
 // the units of rows row_lo and row_lo + 8 (`units`: their exponents, staged by the producer;
-// dcp/detail/dq_units.h), kept in the accumulator's registers as bits. Half the values round by
-// the conversion instruction and half by adds (round_by_adds: the same integers), so the SM's
-// conversion unit, at an eighth of the fp32 rate, and its fp32 and integer pipes share the work.
+// dcp/detail/dq_units.h), kept in the accumulator's registers as bits.
 __device__ __forceinline__ void bw_dq_to_units(float (&dq)[32], const int32_t* units, int row_lo, float scale) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const float m = dq_units::multiplier(units[row_lo + 8 * r], scale);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float& x = dq[4 * j + 2 * r + e];
-#if defined(DCP_AB_OLD)
-        x = __int_as_float(dq_units::to_units(x, m));
-#else
-        const float y = __fmul_rn(x, m);
-        x = __int_as_float((j & 1) != 0 ? dq_units::round_by_adds(y) : __float2int_rn(y));
-#endif
-      }
+      dq[4 * j + 2 * r] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r], m));
+      dq[4 * j + 2 * r + 1] = __int_as_float(dq_units::to_units(dq[4 * j + 2 * r + 1], m));
     }
   }
 }
