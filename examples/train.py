@@ -115,7 +115,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md): "
                         "one-pass (the default: on one GPU, dQ summed as integer counts of per-row units; "
                         "several GPUs take two passes), two-pass (everywhere: dQ in a pass of its own, "
-                        "fp32 sums in a fixed order) or ordered (one-pass over the default backward's work, "
+                        "fp32 sums in a fixed order; on one GPU the faster one for masks of many small "
+                        "blocks such as causal_blockwise) or ordered (one-pass over the default backward's work, "
                         "each item's dK / dV added in its turn; no faster than one-pass on an H100)")
     g.add_argument("--outputs-in-place", action=argparse.BooleanOptionalAction, default=None,
                    help="owned outputs accumulate in their local fp32 tensors, no final merge "
