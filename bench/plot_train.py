@@ -95,7 +95,7 @@ def ranks(r: Dict) -> int:
 
 def variant(r: Dict) -> str:
     """The mode, and '+det' for dcp's deterministic backward (the same kernels otherwise), '+det1' for
-    its one-pass method."""
+    its one-pass method, '+detord' for its ordered method."""
     det = r["config"].get("deterministic")
     return r["config"]["mode"] + {"one-pass": "+det1", "ordered": "+detord"}.get(det, "+det" if det else "")
 

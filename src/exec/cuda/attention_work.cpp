@@ -413,6 +413,8 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   // and dO rows of a few key blocks' tiles in L2 (items sorted one by one interleave every key
   // block's chunk c, a working set of all of them).
   const std::vector<std::vector<std::vector<int>>> members = key_blocks(tiles, hkv, where);
+  std::vector<int8_t> order(tiles.size());  // each tile's walk_order, read once from its spans
+  for (std::size_t i = 0; i < tiles.size(); ++i) order[i] = static_cast<int8_t>(walk_order(tiles[i], cells));
   struct Item {
     double cost;
     AttnWorkItem w;
@@ -430,7 +432,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
     // together and the longest chunks first, as the default backward runs a diagonal.
     bool chunk_major = true;
     for (const std::vector<int>& m : block)
-      for (const int i : m) chunk_major = chunk_major && walk_order(tiles[static_cast<std::size_t>(i)], cells) == 2;
+      for (const int i : m) chunk_major = chunk_major && order[static_cast<std::size_t>(i)] == 2;
     std::size_t block_group = SIZE_MAX;
     for (int h = 0; h < hkv; ++h) {
       const std::vector<int>& m = block[static_cast<std::size_t>(h)];
@@ -453,7 +455,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       // rows in flight outgrow L2 (sequence list, B 2048: 63 % of the one-pass kernel's requests
       // hit L2, against 93 % on the same tiles without the diagonals).
       walk.clear();
-      for (const int i : m) walk.emplace_back(walk_order(tiles[static_cast<std::size_t>(i)], cells), i);
+      for (const int i : m) walk.emplace_back(order[static_cast<std::size_t>(i)], i);
       std::stable_sort(walk.begin(), walk.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       for (const int i : walk | std::views::values) {
         AttnTile t = tiles[static_cast<std::size_t>(i)];
