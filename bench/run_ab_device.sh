@@ -19,7 +19,8 @@
 # steps) for every variant but A, and the same whole plans with it, in both orders (detplan_*.json);
 # AB_DET=2 adds the same for the one-pass deterministic backward (DCP_ATTN_DETERMINISTIC_ONE_PASS=1:
 # det1plan_*.json) beside the two-pass one; AB_DET=3 the one-pass and the ordered methods
-# (DCP_ATTN_DETERMINISTIC_ORDERED=1: ordplan_*.json), no two-pass; AB_DET=4 the ordered method alone.
+# (DCP_ATTN_DETERMINISTIC_ORDERED=1: ordplan_*.json), no two-pass; AB_DET=4 the ordered method alone;
+# AB_DET=5 the one-pass method alone.
 # AB_ENERGY=N: every whole plan also runs N more steps of each pass with the GPU's energy counter
 # read around them (dcp bench --energy-iters): ab_table.py prints their TFLOP per kJ.
 # cuDNN's SDPA follows on the same shapes (AB_SDPA=0: not run); the SM clock and power are sampled
@@ -42,7 +43,7 @@ export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
 say() { echo "== $(date +%T) $*"; }
 variants=${AB_VARIANTS:-A B}
 # The deterministic methods of AB_DET and their switches.
-case ${AB_DET:-0} in 1) det_methods="two_pass" ;; 2) det_methods="two_pass one_pass" ;; 3) det_methods="one_pass ordered" ;; 4) det_methods="ordered" ;; *) det_methods="" ;; esac
+case ${AB_DET:-0} in 1) det_methods="two_pass" ;; 2) det_methods="two_pass one_pass" ;; 3) det_methods="one_pass ordered" ;; 4) det_methods="ordered" ;; 5) det_methods="one_pass" ;; *) det_methods="" ;; esac
 det_env() {
   case $1 in
     default) echo "DCP_ATTN_DETERMINISTIC=0" ;;
