@@ -416,11 +416,9 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   std::vector<int8_t> order(tiles.size());  // each tile's walk_order, read once from its spans
   for (std::size_t i = 0; i < tiles.size(); ++i) order[i] = static_cast<int8_t>(walk_order(tiles[i], cells));
   struct Item {
-    double cost;
-    AttnWorkItem w;
+    AttnWorkItem w;        // inside a group, items run by (chunk, head)
     std::size_t turn_key;  // (block, head, chunk) of a cut key block; SIZE_MAX: alone
     std::size_t group;     // (block, head), or (block) for a chunk-major key block
-    int rank;              // chunk * kv heads + head: the order inside a group
   };
   std::vector<Item> items;
   std::vector<double> group_cost;
@@ -477,7 +475,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
           for (int k = first; k < first + count; ++k) cost += area(out.dkv_tiles[static_cast<std::size_t>(k)], keys);
           AttnWorkItem w{first, c, h, 0};
           w.num_tiles = count;
-          items.push_back(Item{cost, w, key, g, c * hkv + h});
+          items.push_back(Item{w, key, g});
           group_cost[g] += cost;
         }
       }
@@ -485,7 +483,7 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
   }
   std::stable_sort(items.begin(), items.end(), [&](const Item& a, const Item& b) {
     const double ca = group_cost[a.group], cb = group_cost[b.group];
-    return ca > cb || (ca == cb && (a.group < b.group || (a.group == b.group && a.rank < b.rank)));
+    return ca > cb || (ca == cb && std::tie(a.group, a.w.chunk, a.w.head) < std::tie(b.group, b.w.chunk, b.w.head));
   });
   std::vector<int32_t> turns(turn_keys, 0);
   for (const Item& it : items) {
