@@ -63,6 +63,9 @@ inline constexpr int kWideConsumerRegs = 240;
 static_assert(128 * kWideProducerRegs + kConsumerThreads * kWideConsumerRegs <= cta_register_pool(kWsThreads), "register file");
 static_assert(kWideRows == 80 && kBwRows == 64, "wide_backward_steps' step sizes");
 inline constexpr int kWideLoaders = 96;  // producer warps 0-2 load the ring's slots; warp 3 adds dQ
+// A walk's dQ counts: made by the dQ warp from the consumers' fp32 tiles (bw_wide_dq_warp_walk),
+// or, false, by the consumers as the ordered method's are (bw_wide_write_dqt).
+inline constexpr bool kWalkCountsInDqWarp = true;
 // Named barriers of the dQ warp (beside attention_backward_sm90_ws.cuh's 1-4), each of the 256
 // consumer threads and the dQ warp's 32: the consumers arrive and the warp waits, or the reverse.
 inline constexpr int kBarDqFull = 5;  // a step's two dQ^T tiles are written (consumers arrive)
@@ -213,6 +216,20 @@ __device__ __forceinline__ void bw_wide_dq_warp_walk(const BwWsParams& wp, const
 #pragma unroll 1
   for (int rec = 0;; rec = (rec + 1) & (kInfoRecords - 1)) {
     bar_sync_n<kBarDqFull, kDqBarThreads>();  // the step's tiles written and fenced
+    if constexpr (!kWalkCountsInDqWarp) {  // counted by the consumers: the reductions alone
+      if (lane == 0) {
+        const BwStageInfo& info = s_info[rec];
+        const CUtensorMap* map = info.q_rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
+        for (int b = 0; b < 4; ++b)
+          tma_reduce_add_2d(map, s_dqt + static_cast<uint32_t>(b * kWideBoxBytes), info.qh * kWideD + 32 * b, info.dq_row);
+        bulk_commit();
+        bulk_wait_read<0>();
+      }
+      __syncwarp();
+      if (s_info[(rec + 1) & (kInfoRecords - 1)].end != 0) break;
+      bar_arrive_n<kBarDqFree, kDqBarThreads>();
+      continue;
+    }
     const uint8_t* exps = s_exps + rec * kWideRows;
     const float m0 = dq_units::multiplier(exps[lane], 1.0F);
     const float m1 = dq_units::multiplier(exps[lane + 32], 1.0F);
@@ -605,7 +622,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     fence_regs(dv);
     fence_regs(dqt);
     bar_sync_n<kBarDqFree, kDqBarThreads>();  // the dQ warp has read step j - 1's tiles
-    bw_wide_write_dqt<kUnits && !kWalk>(tile, dqt, row_lo, tq, scale, s_units + buf * kWideRows);
+    bw_wide_write_dqt<kUnits && !(kWalk && kWalkCountsInDqWarp)>(tile, dqt, row_lo, tq, scale,
+                                                                 s_units + (kWalk ? (j & (kInfoRecords - 1)) : buf) * kWideRows);
     wgmma_wait<0>();  // dK: the slot (Q, dO, LSE, Delta) is no longer read
     fence_regs(dk);
     mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
