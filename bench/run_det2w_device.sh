@@ -8,6 +8,8 @@
 #        pass, two writers (det_2048.tar, det_4096.tar)
 #   bash bench/run_det2w_device.sh DEPS_DIR train    # anchor 64K causal training: default, one
 #        pass, two writers (bench/run_train_device.sh det2w)
+#   bash bench/run_det2w_device.sh DEPS_DIR plans    # the `dcp bench` part of checks alone (after
+#        a build on the same machine)
 # DEPS_DIR: scripts/device-deps.sh's folder. Results and logs in $OUT (or /tmp/dcp_out).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -18,14 +20,16 @@ mkdir -p "$out"
 b=/tmp/dcp_pybuild
 log=$out/det2w.log
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
-if [ "$phase" = checks ]; then
-  bash bench/run_package_device.sh "$deps" build || exit 1
-  say "kernel tests: the deterministic backward and the targeted backward scenarios against fp64"
-  timeout 240 $b/tests/cuda/dcp_test_cuda --gtest_filter='*Deterministic*:*Backward*' >"$out/kernel_tests.log" 2>&1
-  echo "kernel tests: rc=$?" | tee -a "$log"
-  grep -E "^\[  (FAILED|PASSED) |Failure|^two writers" "$out/kernel_tests.log" | head -40 | tee -a "$log"
+if [ "$phase" = checks ] || [ "$phase" = plans ]; then
+  if [ "$phase" = checks ]; then
+    bash bench/run_package_device.sh "$deps" build || exit 1
+    say "kernel tests: the deterministic backward and the targeted backward scenarios against fp64"
+    timeout 240 $b/tests/cuda/dcp_test_cuda --gtest_filter='*Deterministic*:*Backward*' >"$out/kernel_tests.log" 2>&1
+    echo "kernel tests: rc=$?" | tee -a "$log"
+    grep -E "^\[  (FAILED|PASSED) |Failure|^two writers" "$out/kernel_tests.log" | head -40 | tee -a "$log"
+  fi
   for block in 2048 4096; do
-    checks=two; [ "$block" = 4096 ] && checks=""
+    checks=two; { [ "$block" = 4096 ] || [ "$phase" = plans ]; } && checks=""
     OUT=$out/b$block DET_ROUTES=none DET_CHECKS="$checks" DET_RUNS="default det two" DET_MASKS="causal lambda" DET_BLOCK=$block \
       bash bench/run_package_device.sh "$deps" det
     mv "$out/b$block/det.tar" "$out/det_$block.tar" 2>/dev/null
