@@ -10,8 +10,8 @@
 #   checks (whole key blocks, units of 256 rows, ordered), and `dcp bench` of one-GPU plans without
 #   it, with its one-pass method and with the ordered one, in det.tar; the kernel table's routes
 #   and lengths: $DET_ROUTES (none: no table), $DET_SEQ; $DET_BLOCK, the plans' block size, 2048;
-#   $DET_CHECKS and $DET_RUNS keep some of the checks (whole units ordered two) and of the runs
-#   (default det ordered two), $DET_MASKS the masks);
+#   $DET_CHECKS and $DET_RUNS keep some of the checks (whole units ordered) and of the runs
+#   (default det ordered));
 #   kernels: bench_cuda_attention, routes $KERNEL_ROUTES (default wgmma-cells,wgmma-persistent,wgmma-runs: the backend's kernels without and with the persistent forward, and over runs of tiles sharing q rows as the backend issues a list whose outputs accumulate in place), then cuDNN's SDPA on the same shapes and the SM clock and power during both (all in kernels.tar);
 #   plans: `dcp bench` of the one-GPU plans (the calibration's points) per block size and run;
 #   pair: two GPUs (the two-GPU issue's operator runs): the package's two-GPU tests, the operator
@@ -111,24 +111,22 @@ if has det; then  # the deterministic backward: kernel table beside the default,
       $b/bench/bench_cuda_attention "$out/bench_cuda_attention" 2>&1 | tail -32 | tee -a "$log"
   fi
   say "whole-plan checks, 1 GPU, deterministic backward (gradients bitwise equal over 3 steps): ${DET_CHECKS:=whole units ordered}"
-  # name:DCP_ATTN_DETERMINISTIC_UNIT_ROWS:DCP_ATTN_DETERMINISTIC_ORDERED:DCP_ATTN_DETERMINISTIC_TWO_WRITERS
-  for check in whole:0:0:0 units:256:0:0 ordered:0:1:0 two:0:0:1; do
-    IFS=: read -r name rows ordered two <<<"$check"
+  # name:DCP_ATTN_DETERMINISTIC_UNIT_ROWS:DCP_ATTN_DETERMINISTIC_ORDERED
+  for check in whole:0:0 units:256:0 ordered:0:1; do
+    IFS=: read -r name rows ordered <<<"$check"
     [[ " $DET_CHECKS " == *" $name "* ]] || continue
-    DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$rows DCP_ATTN_DETERMINISTIC_ORDERED=$ordered \
-      DCP_ATTN_DETERMINISTIC_TWO_WRITERS=$two timeout 240 $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_$name.log" 2>&1
+    DCP_ATTN_DETERMINISTIC=1 DCP_ATTN_DETERMINISTIC_UNIT_ROWS=$rows DCP_ATTN_DETERMINISTIC_ORDERED=$ordered timeout 240 \
+      $b/tests/cuda/dcp_exec_cuda_check >"$out/exec_check_det_$name.log" 2>&1
     echo "exec check (deterministic, $name): rc=$? $(grep -c 'bitwise equal over 3 steps ok' "$out/exec_check_det_$name.log") configs bitwise equal" | tee -a "$log"
   done
-  for m in ${DET_MASKS:-causal lambda causal_blockwise shared_question}; do
-    # name:DCP_ATTN_DETERMINISTIC:DCP_ATTN_DETERMINISTIC_ORDERED:DCP_ATTN_DETERMINISTIC_TWO_WRITERS
-    # (one GPU: the one-pass method over the key blocks' units, ordered over the default work, or
-    # with two writers per key chunk); $DET_RUNS keeps some
-    for run in default:0:0:0 det:1:0:0 ordered:1:1:0 two:1:0:1; do
+  for m in causal lambda causal_blockwise shared_question; do
+    # name:DCP_ATTN_DETERMINISTIC:DCP_ATTN_DETERMINISTIC_ORDERED (one GPU: the one-pass method over
+    # the key blocks' units, or ordered over the default work); $DET_RUNS keeps some
+    for run in default:0:0 det:1:0 ordered:1:1; do
       [[ " ${DET_RUNS:-default det ordered} " == *" ${run%%:*} "* ]] || continue
-      IFS=: read -r name det ordered two <<<"$run"
+      IFS=: read -r name det ordered <<<"$run"
       say "dcp bench ldc 65536 $m, $name"
-      DCP_ATTN_DETERMINISTIC=$det DCP_ATTN_DETERMINISTIC_ORDERED=$ordered DCP_ATTN_DETERMINISTIC_TWO_WRITERS=$two timeout 120 \
-        $b/dcp bench --profile ldc --seed 1 \
+      DCP_ATTN_DETERMINISTIC=$det DCP_ATTN_DETERMINISTIC_ORDERED=$ordered timeout 120 $b/dcp bench --profile ldc --seed 1 \
         --tokens 65536 --mask $m --q-heads 32 --kv-heads 8 --head-dim 128 --block ${DET_BLOCK:-2048} --stages 2 --layers 2 --iters 5 \
         --warmup 2 --method dcp --cluster auto --nodes 1 --json "$out/dcp_bench_${name}_$m.json" 2>&1 | tail -3 | tee -a "$log"
     done

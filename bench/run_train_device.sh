@@ -21,7 +21,6 @@
 #   anchor     the anchor 64K group of single alone (flex vs dcp on every mask)
 #   det        anchor 64K, dcp with the default backward, then with its deterministic backward in
 #              one pass and in two passes, every mask (the deterministic option's cost in training)
-#   det2w      the same with one pass and with one pass and two writers per key chunk
 #   loss       the small model's group of single alone (300 steps at lr LOSS_LR, 3e-4)
 #   single128  anchor 128K with checkpointing, flex vs dcp, every mask (16 steps, medians 6-15)
 #   pair       = pair64 pairloss pairtorch pair128 pairflex, in that order (most wanted first):
@@ -232,11 +231,6 @@ for phase in $(expand $phases); do
       run_group "1 GPU, anchor 64K, dcp" 1 150 $W64 --runs "$(runs_of dcp)"
       run_group "1 GPU, anchor 64K, dcp deterministic in one pass" 1 150 $W64 --runs "$(runs_of dcp)" --deterministic one-pass
       run_group "1 GPU, anchor 64K, dcp deterministic in two passes" 1 150 $W64 --runs "$(runs_of dcp)" --deterministic two-pass
-      ;;
-    det2w)
-      run_group "1 GPU, anchor 64K, dcp" 1 150 $W64 --runs "$(runs_of dcp)"
-      run_group "1 GPU, anchor 64K, dcp deterministic in one pass" 1 150 $W64 --runs "$(runs_of dcp)" --deterministic one-pass
-      run_group "1 GPU, anchor 64K, dcp deterministic, two writers" 1 150 $W64 --runs "$(runs_of dcp)" --deterministic two-writer
       ;;
     loss)
       loss_group

@@ -111,15 +111,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "keeps the fastest predicted (e.g. 1024,2048,4096; the static layouts keep --block-size)")
     g.add_argument("--stages", type=int, default=2, help="communication stages of a plan")
     g.add_argument("--deterministic", nargs="?", const="one-pass", default=None,
-                   choices=("one-pass", "two-pass", "ordered", "two-writer"),
+                   choices=("one-pass", "two-pass", "ordered"),
                    help="dcp's bitwise reproducible backward (CUDA: Hopper; slower, see docs/training.md): "
                         "one-pass (the default: on one GPU, dQ summed as integer counts of per-row units; "
                         "several GPUs take two passes), two-pass (everywhere: dQ in a pass of its own, "
                         "fp32 sums in a fixed order; on one GPU the faster one for masks of many small "
                         "blocks such as causal_blockwise) or ordered (one-pass over the default backward's work, "
-                        "each item's dK / dV added in its turn; no faster than one-pass on an H100) or two-writer "
-                        "(one-pass with each key chunk's long Full tiles in the 80-row wide kernel beside a "
-                        "64-row item for the rest)")
+                        "each item's dK / dV added in its turn; no faster than one-pass on an H100)")
     g.add_argument("--outputs-in-place", action=argparse.BooleanOptionalAction, default=None,
                    help="owned outputs accumulate in their local fp32 tensors, no final merge "
                         "(default: the library's PlanOptions default)")
@@ -317,7 +315,7 @@ def run_name(args, mode: str, world: int, device: torch.device) -> str:
     ckpt = "_ckpt" if args.checkpoint else ""
     det = ""
     if args.deterministic and mode not in ("flex", "flex32", "torch"):
-        det = {"one-pass": "_det1", "two-pass": "_det", "ordered": "_detord", "two-writer": "_det2w"}[args.deterministic]
+        det = {"one-pass": "_det1", "two-pass": "_det", "ordered": "_detord"}[args.deterministic]
     mask = args.mask.replace("*", "x")  # a layer pattern's repeat, as file names take it
     return args.name or f"{args.preset}_{mode}_{mask}_{args.tokens // 1024}k{ckpt}{det}_{ranks}"
 
@@ -628,8 +626,7 @@ def main(argv=None) -> int:
     env = environment(device)
     if args.deterministic:
         dcp_torch.configure(deterministic=True, deterministic_one_pass=args.deterministic != "two-pass",
-                            deterministic_ordered=args.deterministic == "ordered",
-                            deterministic_two_writers=args.deterministic == "two-writer")
+                            deterministic_ordered=args.deterministic == "ordered")
     env["deterministic_backward"] = args.deterministic or False
     corpus = train_data.text_corpus(args.data)
     runs = parse_runs(args.runs, args) if args.runs else [args]

@@ -202,8 +202,6 @@ CudaKernelOptions kernel_options_from_environment() {
     k.deterministic_one_pass = parse_switch(one_pass, "DCP_ATTN_DETERMINISTIC_ONE_PASS");
   if (const std::string ordered = env("DCP_ATTN_DETERMINISTIC_ORDERED"); !ordered.empty())
     k.deterministic_ordered = parse_switch(ordered, "DCP_ATTN_DETERMINISTIC_ORDERED");
-  if (const std::string two = env("DCP_ATTN_DETERMINISTIC_TWO_WRITERS"); !two.empty())
-    k.deterministic_two_writers = parse_switch(two, "DCP_ATTN_DETERMINISTIC_TWO_WRITERS");
   k.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   if (const std::string cells = env("DCP_ATTN_PARTIAL_CELLS"); !cells.empty())
     k.partial_cells = parse_switch(cells, "DCP_ATTN_PARTIAL_CELLS");

@@ -108,7 +108,6 @@ int search_thread_count(int requested);
 // wgmma | wgmma-basic), DCP_ATTN_BACKWARD_DQ (bulk | atomic), DCP_ATTN_DETERMINISTIC (0 | 1),
 // DCP_ATTN_DETERMINISTIC_ONE_PASS (0 | 1: its one-pass method on one device; unset: on),
 // DCP_ATTN_DETERMINISTIC_ORDERED (0 | 1: that method over the default work; unset: the library's),
-// DCP_ATTN_DETERMINISTIC_TWO_WRITERS (0 | 1: that method with two writers per key chunk; unset: off),
 // DCP_ATTN_DETERMINISTIC_UNIT_ROWS (its units; 0: whole key blocks), DCP_ATTN_PARTIAL_CELLS,
 // DCP_ATTN_PERSISTENT and DCP_ATTN_WIDE_BACKWARD (0 | 1; unset: on):
 // the command line's way to compare kernels without rebuilding. Unset or empty: auto / bulk /

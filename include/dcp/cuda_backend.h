@@ -62,12 +62,6 @@ struct CudaKernelOptions {
   // run one after the other, the turns forbidding the default's side-by-side launch, and dQ's
   // conversion to units costs about 5 %), so off.
   bool deterministic_ordered = false;
-  // The one-pass method with two writers per key chunk (cuda::make_deterministic_backward_work's
-  // sole_dkv): where this call zeroes a key block's dK / dV rows, each full key chunk's Full tiles
-  // of whole 80- and 64-row steps walk in the 80-row wide kernel (dQ staged in fp32 and turned
-  // into counts by its dQ warp) beside one 64-row item for the block's other tiles; two fp32
-  // additions onto zero commute, so dK / dV stay bitwise repeatable. Needs wide_backward.
-  bool deterministic_two_writers = false;
   // Its dK / dV pass's work units (cuda::make_deterministic_backward_work's unit_rows): 0, whole
   // key blocks; > 0, a key block's tiles cut into units of at most this many q rows.
   int deterministic_unit_rows = 0;

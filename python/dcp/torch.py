@@ -52,9 +52,6 @@ _config = {
     # That method over the default backward's work, both kernels, dK / dV added in turns (off by
     # default until it has run on a GPU).
     "deterministic_ordered": os.environ.get("DCP_ATTN_DETERMINISTIC_ORDERED", ""),
-    # The one-pass method with two writers per key chunk: the key chunk's long Full tiles in the
-    # 80-row wide kernel beside a 64-row item for the rest (off by default).
-    "deterministic_two_writers": os.environ.get("DCP_ATTN_DETERMINISTIC_TWO_WRITERS", ""),
     "nccl_blocking_wait": True,
 }
 
@@ -73,8 +70,6 @@ def configure(**options: Any) -> None:
     with outlier features; False: two passes, as on several GPUs, dQ recomputed in a pass of its
     own), deterministic_ordered (True: the one-pass method over the default backward's work and
     kernels, each item's dK / dV added in its turn; off by default: no faster than one pass),
-    deterministic_two_writers (True: the one-pass method with each key chunk's long Full tiles in
-    the 80-row wide kernel beside a 64-row item for the rest, two fp32 writers per dK / dV element),
     nccl_blocking_wait (False lets the host run ahead of NCCL transfers).
     Takes effect for runtimes made afterwards."""
     for key, value in options.items():
@@ -189,8 +184,7 @@ class _Runtime:
                                              _config["backward_kernel"], _config["dq_reduction"],
                                              _switch(_config["deterministic"]),
                                              _switch(_config["deterministic_one_pass"]),
-                                             _switch(_config["deterministic_ordered"]),
-                                             _switch(_config["deterministic_two_writers"]))
+                                             _switch(_config["deterministic_ordered"]))
             self.comm = _dcp.self_comm(False) if world == 1 else self._nccl(group, rank, world, index)
         elif device.type == "cpu":
             self.backend = _dcp.cpu_backend()

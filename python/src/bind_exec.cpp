@@ -180,7 +180,7 @@ void bind_exec(nb::module_& m) {
       "cuda_backend",
       [](int device, uintptr_t stream, nb::object allocator, const std::string& forward, const std::string& backward,
          const std::string& dq, const std::string& deterministic, const std::string& deterministic_one_pass,
-         const std::string& deterministic_ordered, const std::string& deterministic_two_writers) {
+         const std::string& deterministic_ordered) {
         // The backend owns its allocator: both die together.
         struct Owned {
           std::unique_ptr<PyAllocator> allocator;
@@ -205,15 +205,12 @@ void bind_exec(nb::module_& m) {
         if (!deterministic_ordered.empty())
           o.kernels.deterministic_ordered =
               parse_switch(deterministic_ordered, "deterministic_ordered (DCP_ATTN_DETERMINISTIC_ORDERED)");
-        if (!deterministic_two_writers.empty())
-          o.kernels.deterministic_two_writers =
-              parse_switch(deterministic_two_writers, "deterministic_two_writers (DCP_ATTN_DETERMINISTIC_TWO_WRITERS)");
         owned->backend = make_cuda_backend(o);
         return std::shared_ptr<Backend>(owned, owned->backend.get());
       },
       nb::arg("device"), nb::arg("stream") = 0, nb::arg("allocator") = nb::none(), nb::arg("forward") = "auto",
       nb::arg("backward") = "auto", nb::arg("dq") = "bulk", nb::arg("deterministic") = "0",
-      nb::arg("deterministic_one_pass") = "", nb::arg("deterministic_ordered") = "", nb::arg("deterministic_two_writers") = "");
+      nb::arg("deterministic_one_pass") = "", nb::arg("deterministic_ordered") = "");
 
   nb::class_<PyAttention>(m, "Attention")
       .def(

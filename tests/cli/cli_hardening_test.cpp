@@ -248,7 +248,6 @@ namespace {
 // not this machine has a GPU (they are read before the backend is made).
 TEST(CliHardening, KernelVariablesAreCheckedAndNamed) {
   for (const char* var : {"DCP_ATTN_FORWARD", "DCP_ATTN_DETERMINISTIC", "DCP_ATTN_DETERMINISTIC_ONE_PASS", "DCP_ATTN_DETERMINISTIC_ORDERED",
-                          "DCP_ATTN_DETERMINISTIC_TWO_WRITERS",
                           "DCP_ATTN_DETERMINISTIC_UNIT_ROWS",
                           "DCP_ATTN_PARTIAL_CELLS", "DCP_ATTN_PERSISTENT", "DCP_ATTN_WIDE_BACKWARD"}) {
     setenv(var, "many", 1);

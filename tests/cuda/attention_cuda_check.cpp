@@ -36,9 +36,7 @@ CaseResult run_case(const CaseConfig& cfg) {
     const int hq = cfg.num_q_heads, hkv = cfg.num_kv_heads, dim = cfg.head_dim;
     const int group = hq / hkv;
     std::vector<int> block_begin{0};
-    const int mult = std::max(cfg.block_multiple, 1);
-    for (int b = 0; b < cfg.num_blocks; ++b)
-      block_begin.push_back(block_begin.back() + (rng.uniform_int(1, cfg.max_block_len) + mult - 1) / mult * mult);
+    for (int b = 0; b < cfg.num_blocks; ++b) block_begin.push_back(block_begin.back() + rng.uniform_int(1, cfg.max_block_len));
     const int n_tok = block_begin.back();
 
     // Tiles (i, j <= i), some dropped, some split into two head groups.
@@ -292,11 +290,9 @@ CaseResult run_case(const CaseConfig& cfg) {
     DeterministicBackwardWork det;
     const bool ordered = cfg.deterministic_backward && cfg.det_fused && cfg.det_ordered;
     const bool unit_lists = cfg.deterministic_backward && !ordered;
-    const std::vector<uint8_t> sole(cfg.det_fused && cfg.det_two_writers ? tiles.size() : 0, 1);
-    if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows, {}, sole, 0);
+    if (cfg.deterministic_backward) det = make_deterministic_backward_work(tiles, shape, cfg.det_unit_rows);
     std::vector<AttnWorkItem> bwork = unit_lists ? det.dkv_work : make_backward_work(tiles, shape);
-    const int32_t num_wide = unit_lists ? det.num_wide : partition_backward_work(bwork, tiles, shape, 0);
-    res.num_wide = num_wide;
+    const int32_t num_wide = unit_lists ? 0 : partition_backward_work(bwork, tiles, shape, 0);
     if (ordered) det.num_semaphores = order_backward_turns(bwork, tiles, shape);
     DevBuf<AttnWorkItem> d_bwork(bwork.size());
     d_bwork.upload(bwork);
@@ -401,11 +397,11 @@ std::string describe(const CaseConfig& c, const CaseResult& r) {
   char buf[640];
   std::snprintf(buf, sizeof buf,
                 "fwd=%s bwd=%s seed=%llu hq=%d hkv=%d d=%d tiles=%d empty_rows=%d | fwd O %.2e LSE %.2e empty_ok=%d | merge O %.2e "
-                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d det=%d bitwise=%d wide_items=%d %s",
+                "O_bf16 %.2e LSE %.2e | delta %.2e | dQ %.2e dK %.2e dV %.2e | nan=%d det=%d bitwise=%d %s",
                 route_name(c.forward_route), route_name(c.backward_route), static_cast<unsigned long long>(c.seed), c.num_q_heads, c.num_kv_heads, c.head_dim, r.num_tiles,
                 r.num_empty_rows, r.fwd_o_rel, r.fwd_lse_rel, r.fwd_empty_rows_ok ? 1 : 0, r.merge_o_rel,
                 r.merge_o_bf16_rel, r.merge_lse_rel, r.delta_rel, r.dq_rel, r.dk_rel, r.dv_rel, r.any_nan ? 1 : 0,
-                c.deterministic_backward ? 1 : 0, r.repeat_bitwise ? 1 : 0, r.num_wide, r.error.c_str());
+                c.deterministic_backward ? 1 : 0, r.repeat_bitwise ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!passed(r) && !r.first_mismatch.empty()) text += "\n    first forward mismatch: " + r.first_mismatch;
   if (!passed(r) && !r.first_bwd_mismatch.empty()) text += "\n    first gradient mismatch: " + r.first_bwd_mismatch;

@@ -17,7 +17,6 @@ struct CaseConfig {
   int head_dim = 128;
   int num_blocks = 5;      // data blocks of one sequence; tile (i, j) for j <= i
   int max_block_len = 160;
-  int block_multiple = 1;  // block lengths rounded up to a multiple of this (16: the wide kernel's whole steps)
   AttnKernelRoute forward_route = AttnKernelRoute::Mma;
   AttnKernelRoute backward_route = AttnKernelRoute::Mma;
   // The deterministic backward (backward_route must be Wgmma): run twice, results compared bit
@@ -26,9 +25,6 @@ struct CaseConfig {
   int det_unit_rows = 0;  // its units (0: whole key blocks; 1: every tile alone)
   bool det_fused = false;  // its one-pass method (AttnBackwardParams::dq_units over every K / V row)
   bool det_ordered = false;  // with det_fused: over the default work in turns (AttnBackwardParams::ordered)
-  // With det_fused: two writers per key chunk (make_deterministic_backward_work's sole_dkv, every
-  // tile; wide walks from tiles of any length), the walks in the wide kernel.
-  bool det_two_writers = false;
 };
 
 struct CaseResult {
@@ -36,7 +32,6 @@ struct CaseResult {
   std::string error;            // non-empty: a CUDA / API failure
   int num_tiles = 0;
   int num_empty_rows = 0;       // (row, head) pairs of partial outputs with no allowed key
-  int num_wide = 0;             // backward items run by the wide kernel
   double fwd_o_rel = 0, fwd_lse_rel = 0;    // per-tile partials vs fp64
   bool fwd_empty_rows_ok = true;          // O == 0 and LSE == -inf exactly there
   double merge_o_rel = 0, merge_o_bf16_rel = 0, merge_lse_rel = 0;

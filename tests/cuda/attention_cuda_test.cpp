@@ -50,8 +50,7 @@ TEST_P(CudaAttention, MatchesFp64ReferenceOnRandomTileLists) {
 
 // The deterministic backward (Hopper, route wgmma), every method (two passes; one pass with dQ
 // rounded to per-row units, over the key blocks' units or, ordered, over the default work with
-// both kernels, or with two writers per key chunk, the Full tiles' walks in the wide kernel):
-// against fp64 like the default, and four runs bitwise identical.
+// both kernels): against fp64 like the default, and four runs bitwise identical.
 // Lists of up to 8 blocks of up to 420 tokens, so that dQ rows meet the tiles of many key blocks
 // and head groups, and full and short sub-tiles both occur; units of one tile and of a few, so
 // that several items take turns at the same dK / dV rows.
@@ -61,9 +60,9 @@ TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
   if (std::find(routes.begin(), routes.end(), dcp::cuda::AttnKernelRoute::Wgmma) == routes.end())
     GTEST_SKIP() << "the deterministic backward needs an sm_90 device";
   const Shape s = GetParam();
-  for (const int method : {0, 1, 2, 3}) {
+  for (const int method : {0, 1, 2}) {
     const bool fused = method > 0;
-    const char* name = method == 0 ? "two passes: " : method == 1 ? "one pass:   " : method == 2 ? "ordered:    " : "two writers:";
+    const char* name = method == 0 ? "two passes: " : method == 1 ? "one pass:   " : "ordered:    ";
     for (uint64_t seed = 1; seed <= 3; ++seed) {
       CaseConfig cfg = shape_case(s, seed * 7919, dcp::cuda::AttnKernelRoute::Wgmma);
       cfg.num_blocks = seed == 1 ? 5 : seed == 2 ? 8 : 6;
@@ -72,17 +71,9 @@ TEST_P(CudaAttention, DeterministicBackwardRepeatsBitwise) {
       cfg.det_unit_rows = seed == 2 ? 1 : seed == 3 ? 600 : 0;  // cut units: dK/dV in turns
       cfg.det_fused = fused;
       cfg.det_ordered = method == 2;
-      if (method == 3) {  // whole units; block lengths of 16-row multiples on two seeds (whole wide steps)
-        cfg.det_unit_rows = 0;
-        cfg.det_two_writers = true;
-        cfg.block_multiple = seed == 2 ? 1 : 16;
-      }
       const auto r = dcp::cuda::check::run_case(cfg);
       ASSERT_TRUE(r.ran);
       EXPECT_TRUE(dcp::cuda::check::passed(r)) << name << dcp::cuda::check::describe(cfg, r);
-      if (method == 3 && s.dim == 128 && cfg.block_multiple == 16) {
-        EXPECT_GT(r.num_wide, 0) << "no walk for the wide kernel";
-      }
       std::printf("%s %s\n", name, dcp::cuda::check::describe(cfg, r).c_str());
     }
   }
@@ -200,8 +191,7 @@ TEST(CudaAttentionHost, WideBackwardItemsComeFirstInOrder) {
 
 // The wide kernel's steps cover a tile's rows in order without gaps or overlaps, take as many
 // steps as ceil(q_len / 80), and on a length that is a multiple of 16 (at least 256) are all full
-// boxes (80 or 64 rows), the 80-row ones first; wide_backward_steps_whole names exactly the
-// lengths without a short step.
+// boxes (80 or 64 rows), the 80-row ones first.
 TEST(CudaAttentionHost, WideBackwardStepsTileTheRows) {
   for (int32_t q_len = 1; q_len <= 9000; ++q_len) {
     const dcp::cuda::WideBackwardSteps w = dcp::cuda::wide_backward_steps(q_len);
@@ -219,7 +209,6 @@ TEST(CudaAttentionHost, WideBackwardStepsTileTheRows) {
       covered += rows;
     }
     ASSERT_EQ(covered, q_len) << "q_len " << q_len;
-    EXPECT_EQ(dcp::cuda::wide_backward_steps_whole(q_len), short_steps == 0) << "q_len " << q_len;
     if (q_len % 16 == 0 && q_len >= 256) {
       EXPECT_EQ(short_steps, 0) << "q_len " << q_len;
       EXPECT_LE(w.per_head - w.n80, 4) << "q_len " << q_len;

@@ -136,36 +136,12 @@ int walk_order(const List& l, const AttnTile& t, bool cells) {
 // head (one writer per dQ element); heaviest first.
 // With `cells`, the list's Partial tiles get make_partial_cells' classes and spans first, and a unit
 // walks its tiles in walk_order.
-// With `sole` (one byte per tile, two writers per key chunk): the first num_wide items are walks
-// for the wide kernel, each over exactly the Full tiles of at least kWideBackwardMinRows whole-step
-// rows of its (key block, head), for each full chunk of a key block whose every tile is sole; such
-// a chunk's elements then have two writers, that walk and one later item, and no turns; the
-// groups' order holds within each part.
-void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64_t seed, bool cells = false,
-                const std::vector<uint8_t>& sole = {}) {
+void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64_t seed, bool cells = false) {
   const int group = shape.num_q_heads / shape.num_kv_heads;
   List l = input;
   std::vector<uint8_t> cell_bytes;
   if (cells) cell_bytes = dcp::cuda::make_partial_cells(l.tiles, l.row_offsets, l.ranges);
-  const dcp::cuda::DeterministicBackwardWork det =
-      dcp::cuda::make_deterministic_backward_work(l.tiles, shape, unit_rows, cell_bytes, sole);
-  const bool two_writers = !sole.empty() && unit_rows == 0 && shape.head_dim == 128;
-  auto wide_tile = [](const AttnTile& t) {
-    return t.kind == TileKind::Full && t.q_len >= dcp::cuda::kWideBackwardMinRows && dcp::cuda::wide_backward_steps_whole(t.q_len);
-  };
-  std::map<int, bool> block_sole;  // dK / dV row of a key block -> every tile sole
-  for (size_t i = 0; i < l.tiles.size(); ++i) {
-    auto [it, fresh] = block_sole.try_emplace(dkv_row(l.tiles[i]), two_writers);
-    it->second = it->second && sole[i] != 0;
-  }
-  // The walks expected: (dK / dV row, head, chunk) -> number of tiles.
-  std::map<std::tuple<int, int, int>, int> expected_walks_of;
-  for (const AttnTile& t : l.tiles) {
-    if (!block_sole.at(dkv_row(t)) || !wide_tile(t)) continue;
-    for (int h = t.kv_head_begin; h < t.kv_head_end; ++h)
-      for (int c = 0; (c + 1) * kChunk <= t.kv_len; ++c) ++expected_walks_of[{dkv_row(t), h, c}];
-  }
-  EXPECT_EQ(det.num_wide, static_cast<int32_t>(expected_walks_of.size())) << "seed " << seed;
+  const dcp::cuda::DeterministicBackwardWork det = dcp::cuda::make_deterministic_backward_work(l.tiles, shape, unit_rows, cell_bytes);
   auto area = [](const AttnTile& t, int keys) {
     return static_cast<double>(keys) * t.q_len * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
   };
@@ -195,12 +171,7 @@ void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64
   std::set<std::tuple<int, int>> groups_done;
   double prev_cost = 1e300;
   for (size_t k = 0; k < det.dkv_work.size(); ++k) {
-    const bool wide = static_cast<int32_t>(k) < det.num_wide;
-    if (static_cast<int32_t>(k) == det.num_wide) {  // the 64-row kernel's part: its own order
-      groups_done.clear();
-      prev_cost = 1e300;
-    }
-    if (k == 0 || static_cast<int32_t>(k) == det.num_wide || group_of(det.dkv_work[k]) != group_of(det.dkv_work[k - 1])) {
+    if (k == 0 || group_of(det.dkv_work[k]) != group_of(det.dkv_work[k - 1])) {
       const auto gk = group_of(det.dkv_work[k]);
       EXPECT_TRUE(groups_done.insert(gk).second) << "a (key block, head) group's items not together, seed " << seed;
       EXPECT_LE(group_cost[gk], prev_cost) << "dK / dV groups not heaviest first, seed " << seed;
@@ -215,14 +186,6 @@ void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64
     const AttnTile& g = det.dkv_tiles[static_cast<size_t>(w.tile)];
     const int keys = std::min(kChunk, g.kv_len - w.chunk * kChunk);
     ASSERT_GT(keys, 0) << "seed " << seed;
-    if (wide) {
-      EXPECT_EQ(keys, kChunk) << "a walk over a chunk shorter than 128 keys, seed " << seed;
-      const auto it = expected_walks_of.find({dkv_row(g), w.head, w.chunk});
-      ASSERT_NE(it, expected_walks_of.end()) << "an unexpected walk, seed " << seed;
-      EXPECT_EQ(w.num_tiles, it->second) << "a walk that leaves out a Full tile, seed " << seed;
-      for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti)
-        EXPECT_TRUE(wide_tile(det.dkv_tiles[static_cast<size_t>(ti)])) << "a walk over a tile the wide kernel refuses, seed " << seed;
-    }
     for (int key = 0; key < keys; ++key) dkv_writers[{dkv_row(g) + w.chunk * kChunk + key, w.head}].push_back(static_cast<int>(k));
     int prev_order = 0;  // a unit walks its tiles in walk_order (its chunks' items stay in step)
     for (int ti = w.tile; ti < w.tile + w.num_tiles; ++ti) {
@@ -242,12 +205,6 @@ void check_work(const List& input, const AttnShape& shape, int unit_rows, uint64
     expected_walks += static_cast<size_t>((t.kv_len + kChunk - 1) / kChunk) * static_cast<size_t>(t.kv_head_end - t.kv_head_begin);
   EXPECT_EQ(walked.size(), expected_walks) << "seed " << seed;
   for (const auto& [at, items] : dkv_writers) {
-    if (two_writers && items.size() == 2 && items[0] < det.num_wide) {
-      EXPECT_GE(items[1], det.num_wide) << "two walks add to one chunk, seed " << seed;
-      EXPECT_TRUE(det.dkv_work[static_cast<size_t>(items[0])].dkv_sem < 0 && det.dkv_work[static_cast<size_t>(items[1])].dkv_sem < 0)
-          << "seed " << seed;
-      continue;
-    }
     if (items.size() == 1) {
       EXPECT_LT(det.dkv_work[static_cast<size_t>(items[0])].dkv_sem, 0) << "seed " << seed;
       continue;
@@ -305,53 +262,6 @@ TEST(DeterministicBackwardWork, EveryPairOnceOneWriterPerElement) {
     check_work(l, shape, seed % 3 == 0 ? 1 : seed % 3 == 1 ? 1000 : 0, seed, seed % 2 == 0);
     if (HasFatalFailure()) return;
   }
-}
-
-// Two writers per key chunk: causal sequences of long blocks (lengths multiples of 16 or not, so
-// some Full tiles have a short last step), their key blocks sole or not (one byte per tile, as the
-// CUDA backend gives it: a key block's tiles alike, or one tile of it not sole), every shape and
-// both kinds of cells; unit_rows > 0 and head dim 64 take no walks.
-TEST(DeterministicBackwardWork, TwoWritersWalkTheLongFullTilesOfSoleKeyBlocks) {
-  const int shapes[][2] = {{8, 8}, {8, 2}, {32, 8}};
-  int walks = 0;
-  for (uint64_t seed = 1; seed <= 24; ++seed) {
-    Rand rng(seed);
-    const auto& sh = shapes[seed % 3];
-    List l;
-    int row = 0;
-    for (int s = rng.uniform_int(1, 2); s > 0; --s) {
-      std::vector<int> begin{row};
-      const int blocks = rng.uniform_int(2, 5);
-      for (int b = 0; b < blocks; ++b) begin.push_back(begin.back() + (rng.uniform() < 0.7 ? 16 * rng.uniform_int(40, 180) : rng.uniform_int(300, 3000)));
-      row = begin.back();
-      for (int i = 0; i < blocks; ++i) {
-        for (int j = 0; j <= i; ++j) {
-          const auto bi = static_cast<size_t>(i), bj = static_cast<size_t>(j);
-          l.tiles.push_back(tile_of(begin[bi], begin[bi + 1] - begin[bi], begin[bj], begin[bj + 1] - begin[bj],
-                                    i == j ? TileKind::CausalDiagonal : TileKind::Full, 0, sh[1]));
-        }
-      }
-    }
-    l.row_offsets = {0};
-    std::map<int, bool> block_sole;
-    std::vector<uint8_t> sole;
-    for (const AttnTile& t : l.tiles) {
-      const bool s = block_sole.try_emplace(dkv_row(t), rng.uniform() < 0.8).first->second;
-      sole.push_back(s && rng.uniform() < 0.95 ? 1 : 0);
-    }
-    const AttnShape shape{sh[0], sh[1], 128, 0.1F};
-    check_work(l, shape, 0, seed, seed % 2 == 0, sole);
-    if (HasFatalFailure()) return;
-    walks += dcp::cuda::make_deterministic_backward_work(l.tiles, shape, 0, {}, sole).num_wide;
-    EXPECT_EQ(dcp::cuda::make_deterministic_backward_work(l.tiles, shape, 1000, {}, sole).num_wide, 0) << "seed " << seed;
-    EXPECT_EQ(dcp::cuda::make_deterministic_backward_work(l.tiles, AttnShape{sh[0], sh[1], 64, 0.1F}, 0, {}, sole).num_wide, 0)
-        << "seed " << seed;
-  }
-  EXPECT_GT(walks, 100) << "the lists gave the walks too few tiles";
-  // A sole list whose byte count is not the tiles' is refused.
-  const std::vector<AttnTile> tiles{tile_of(0, 2048, 0, 2048, TileKind::Full, 0, 2)};
-  EXPECT_THROW((void)dcp::cuda::make_deterministic_backward_work(tiles, AttnShape{8, 2, 128, 0.1F}, 0, {}, std::vector<uint8_t>{1, 1}),
-               dcp::Error);
 }
 
 // Key blocks of more than 64 chunks (8192 keys): full and causal diagonal tiles sharing dQ rows

@@ -179,8 +179,6 @@ CudaBackendOptions backend_options(int device) {
     o.kernels.deterministic_one_pass = parse_switch(one_pass, "DCP_ATTN_DETERMINISTIC_ONE_PASS");
   if (const std::string ordered = env("DCP_ATTN_DETERMINISTIC_ORDERED"); !ordered.empty())
     o.kernels.deterministic_ordered = parse_switch(ordered, "DCP_ATTN_DETERMINISTIC_ORDERED");
-  if (const std::string two = env("DCP_ATTN_DETERMINISTIC_TWO_WRITERS"); !two.empty())
-    o.kernels.deterministic_two_writers = parse_switch(two, "DCP_ATTN_DETERMINISTIC_TWO_WRITERS");
   o.kernels.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   if (const std::string wide = env("DCP_ATTN_WIDE_BACKWARD"); !wide.empty())
     o.kernels.wide_backward = parse_switch(wide, "DCP_ATTN_WIDE_BACKWARD");

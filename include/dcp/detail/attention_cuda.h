@@ -243,11 +243,6 @@ DCP_WIDE_STEPS_FN WideBackwardSteps wide_backward_steps(int32_t q_len) {
   }
   return w;
 }
-// Whether every step of wide_backward_steps(q_len) has 80 or 64 rows (none short).
-DCP_WIDE_STEPS_FN bool wide_backward_steps_whole(int32_t q_len) {
-  const WideBackwardSteps w = wide_backward_steps(q_len);
-  return q_len > 0 && w.rows(w.per_head - 1, q_len) == (w.per_head > w.n80 ? 64 : 80);
-}
 #undef DCP_WIDE_STEPS_FN
 
 // Which kernel runs, forward and backward alike. Auto: Wgmma on an sm_90 device (Hopper;
@@ -331,20 +326,9 @@ struct DeterministicBackwardWork {
   std::vector<AttnTile> dq_tiles;      // the list's tiles grouped by run
   std::vector<AttnWorkItem> dq_work;   // tile = first tile of its run, num_tiles, chunk = q chunk, head = q head
   int32_t num_semaphores = 0;          // the dK / dV turns' int32 semaphores (zeroed by the launcher)
-  int32_t num_wide = 0;                // dkv_work's first items: walks for the wide kernel (two writers)
 };
-// Two writers per key chunk (`sole_dkv` non-empty, one byte per tile: 1 where the tile's dK / dV
-// rows start at zero in this call and nothing else adds to them; head dim 128, unit_rows 0): where
-// every tile of a key block is such a tile, its unit puts first the Full tiles of at least
-// wide_min_rows q rows whose steps are whole (wide_backward_steps_whole), and each full
-// 128-key chunk's item is cut in two: one walking those tiles, for the 80-row wide kernel (moved
-// to dkv_work's front, num_wide of them, each part heaviest first as before), and one walking the
-// unit's other tiles. Each of a chunk's dK / dV elements then receives at most two fp32 additions
-// onto zero, and a + b = b + a in fp32: the same bits in either order.
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape,
-                                                           int unit_rows = 0, std::span<const uint8_t> cells = {},
-                                                           std::span<const uint8_t> sole_dkv = {},
-                                                           int wide_min_rows = kWideBackwardMinRows);
+                                                           int unit_rows = 0, std::span<const uint8_t> cells = {});
 
 // The ordered deterministic backward (AttnBackwardParams::ordered): the default backward's work
 // (make_backward_work, partition_backward_work) run as it is, each item adding its dK / dV in a

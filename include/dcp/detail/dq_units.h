@@ -75,36 +75,6 @@ DCP_DQ_UNITS_FN int32_t to_units(float x, float multiplier) {
 #endif
 }
 
-// The same count from fp32 additions instead of the conversion instruction, for v = x * multiplier
-// already rounded to fp32, |v| < 2^30 (4x the bound's 2^28): a = v + 1.5 2^31 rounds v to a
-// multiple of 256 (a's binade is [2^31, 2^32)), hi = a - 1.5 2^31 and r = v - hi are exact
-// (|r| <= 128), and r + 1.5 2^23 rounds r to an integer in the low mantissa bits. hi is an even
-// integer, so rounding r to nearest-even rounds v: count = 256 (bits(a) - bits(1.5 2^31)) +
-// bits(r + 1.5 2^23) - bits(1.5 2^23), in wrapping 32-bit arithmetic. Six adds on the fp32 and
-// integer pipes against one conversion at 16 a clock per SM: a kernel can split its values
-// between the two.
-DCP_DQ_UNITS_FN int32_t to_units_by_adds(float v) {
-  constexpr float kHi = 3221225472.0F;  // 1.5 2^31
-  constexpr float kLo = 12582912.0F;    // 1.5 2^23
-#if defined(__CUDA_ARCH__)
-  const float a = __fadd_rn(v, kHi);
-  const float r = __fsub_rn(v, __fsub_rn(a, kHi));
-  const uint32_t ba = __float_as_uint(a);
-  const uint32_t bb = __float_as_uint(__fadd_rn(r, kLo));
-#else
-  volatile float a_v = v + kHi;  // fp32 rounding even where the host evaluates wider
-  const float a = a_v;
-  volatile float hi_v = a - kHi;
-  volatile float r_v = v - hi_v;
-  volatile float b_v = r_v + kLo;
-  const float b = b_v;
-  uint32_t ba = 0, bb = 0;
-  memcpy(&ba, &a, sizeof ba);
-  memcpy(&bb, &b, sizeof bb);
-#endif
-  return static_cast<int32_t>(ba * 256U + bb - 0x8B400000U);
-}
-
 // A sum of counts back in fp32: n u (n rounded to fp32's 24 bits, then scaled exactly).
 DCP_DQ_UNITS_FN float from_units(int32_t n, int32_t e) { return static_cast<float>(n) * unit(e); }
 

@@ -37,7 +37,6 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
-#include <type_traits>
 
 #include "attention_backward_sm90.cuh"
 #include "attention_backward_sm90_ws.cuh"
@@ -63,9 +62,6 @@ inline constexpr int kWideConsumerRegs = 240;
 static_assert(128 * kWideProducerRegs + kConsumerThreads * kWideConsumerRegs <= cta_register_pool(kWsThreads), "register file");
 static_assert(kWideRows == 80 && kBwRows == 64, "wide_backward_steps' step sizes");
 inline constexpr int kWideLoaders = 96;  // producer warps 0-2 load the ring's slots; warp 3 adds dQ
-// A walk's dQ counts: made by the dQ warp from the consumers' fp32 tiles (bw_wide_dq_warp_walk),
-// or, false, by the consumers as the ordered method's are (bw_wide_write_dqt).
-inline constexpr bool kWalkCountsInDqWarp = true;
 // Named barriers of the dQ warp (beside attention_backward_sm90_ws.cuh's 1-4), each of the 256
 // consumer threads and the dQ warp's 32: the consumers arrive and the warp waits, or the reverse.
 inline constexpr int kBarDqFull = 5;  // a step's two dQ^T tiles are written (consumers arrive)
@@ -89,9 +85,8 @@ struct BwWideSmem {
   static constexpr int kDqT = kDs + 2 * kDsBytes;       // one staging tile per consumer warpgroup
   static constexpr int kLse = kDqT + 2 * kDqTileBytes;  // 2 x 80 floats
   static constexpr int kDelta = kLse + 2 * kWideRows * 4;
-  // Unit exponents, a byte each: 2 x 80 per slot (ordered deterministic), or 4 x 80 per record (walks).
-  static constexpr int kUnitExps = kDelta + 2 * kWideRows * 4;
-  static constexpr int kInfo = kUnitExps + kInfoRecords * kWideRows;
+  static constexpr int kUnitExps = kDelta + 2 * kWideRows * 4;  // 2 x 80 unit exponents (ordered deterministic), a byte each
+  static constexpr int kInfo = kUnitExps + 2 * kWideRows;
   static constexpr int kFull = kInfo + kInfoRecords * static_cast<int>(sizeof(BwStageInfo));  // uint64 mbarrier[2]
   static constexpr int kEmpty = kFull + 16;                                                    // uint64 mbarrier[2]
   static constexpr int kBytes = kEmpty + 16;
@@ -142,129 +137,6 @@ __device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const Attn
     }
     __syncwarp();
     if (step + 1 < num_steps) bar_arrive_n<kBarDqFree, kDqBarThreads>();
-  }
-  if (lane == 0) bulk_wait<0>();
-}
-
-// The steps of a walk over tiles [ti, end) of one key chunk (the one-pass deterministic
-// backward's two-writer items): each tile's q heads of the kv head's group in turn, each head's
-// steps in order, as one tile's are.
-struct WideWalk {
-  const AttnTile* tiles = nullptr;
-  int ti = 0, end = 0, s = 0, n = 0;  // tile, the walk's end, step within the tile, the tile's steps
-  WideBackwardSteps steps;
-  int group = 1;
-  WideWalk() = default;
-  __device__ WideWalk(const AttnTile* tiles_, int first, int end_, int group_)
-      : tiles(tiles_), ti(first), end(end_), s(0), steps(wide_backward_steps(tiles_[first].q_len)), group(group_) {
-    n = steps.per_head * group;
-  }
-  __device__ bool done() const { return ti >= end; }
-  __device__ const AttnTile& tile() const { return tiles[ti]; }
-  __device__ int head(int qh0) const { return qh0 + s / steps.per_head; }
-  __device__ int row0() const { return steps.row0(s % steps.per_head); }
-  __device__ int rows() const { return steps.rows(s % steps.per_head, tiles[ti].q_len); }
-  __device__ void next() {
-    if (++s < n) return;
-    s = 0;
-    if (++ti < end) {
-      steps = wide_backward_steps(tiles[ti].q_len);
-      n = steps.per_head * group;
-    }
-  }
-};
-
-// Two 16-byte chunks of a staged box: y = dQ^T * scale in fp32 -> int32 counts, in place. Chunk
-// at_a holds values of a row of multiplier m0 (counts by the conversion instruction), at_b of m1
-// (counts by fp32 additions, dq_units::to_units_by_adds): the conversion unit takes 16 values a
-// clock per SM, a quarter of that for one warp, so half the values go through the fp32 and
-// integer pipes instead. Both loads before either store.
-__device__ __forceinline__ void bw_wide_units_pair(uint32_t at_a, uint32_t at_b, float m0, float m1) {
-  float a[4], b[4];
-  asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(a[0]), "=f"(a[1]), "=f"(a[2]), "=f"(a[3]) : "r"(at_a));
-  asm volatile("ld.volatile.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n" : "=f"(b[0]), "=f"(b[1]), "=f"(b[2]), "=f"(b[3]) : "r"(at_b));
-  int32_t ca[4], cb[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    ca[i] = __float2int_rn(a[i] * m0);
-    cb[i] = dq_units::to_units_by_adds(b[i] * m1);
-  }
-  asm volatile("st.volatile.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(at_a), "r"(ca[0]), "r"(ca[1]), "r"(ca[2]), "r"(ca[3]) : "memory");
-  asm volatile("st.volatile.shared.v4.s32 [%0], {%1, %2, %3, %4};\n" ::"r"(at_b), "r"(cb[0]), "r"(cb[1]), "r"(cb[2]), "r"(cb[3]) : "memory");
-}
-
-// The dQ warp of a walk: as bw_wide_dq_warp, and it turns each step's four staged boxes (dQ^T *
-// scale in fp32, as the default kernel stages them) into int32 counts of the rows' units before
-// their reductions: count = rint(y / u), the integer to_units(x, multiplier(e, scale)) gives for
-// y = x * scale (multiplying by a power of two is exact; host test DqUnits). The conversion then
-// runs beside the consumers' products instead of between their dQ^T product and the tile's
-// hand-off. The step comes from the record the consumers read (s_info; its unit exponents in
-// s_exps, written with it): the consumers' arrival for step j - 1 follows their read of record j,
-// whose `end` says whether a step follows, and the producer rewrites record j - 1 only after the
-// consumers are past step j + 1, which waits for this warp's release of step j - 1's tiles.
-// Lane l takes rows l and l + 32 of every box, and chunks 4 (l >> 4) .. + 3 of row 64 + (l & 15)
-// (the rows past a 64-row step's end hold zeros: P = 0 there); logical chunk k of row q is stored
-// at k ^ (q & 7), so each quarter-warp's accesses hit eight distinct bank groups. A box's
-// reduction is issued as soon as it is converted.
-__device__ __forceinline__ void bw_wide_dq_warp_walk(const BwWsParams& wp, const BwStageInfo* s_info, const uint8_t* s_exps,
-                                                     uint32_t s_dqt, int lane) {
-  bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
-  bar_arrive_n<kBarDqFree, kDqBarThreads>();
-  // The warp runs on the producer's 24 registers: only the step's record index, the multipliers
-  // and addresses stay live through the conversion, so that two chunks are in flight.
-  const auto sw = static_cast<uint32_t>(lane & 7);  // q & 7 of each of the lane's rows
-#pragma unroll 1
-  for (int rec = 0;; rec = (rec + 1) & (kInfoRecords - 1)) {
-    bar_sync_n<kBarDqFull, kDqBarThreads>();  // the step's tiles written and fenced
-    if constexpr (!kWalkCountsInDqWarp) {  // counted by the consumers: the reductions alone
-      if (lane == 0) {
-        const BwStageInfo& info = s_info[rec];
-        const CUtensorMap* map = info.q_rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
-        for (int b = 0; b < 4; ++b)
-          tma_reduce_add_2d(map, s_dqt + static_cast<uint32_t>(b * kWideBoxBytes), info.qh * kWideD + 32 * b, info.dq_row);
-        bulk_commit();
-        bulk_wait_read<0>();
-      }
-      __syncwarp();
-      if (s_info[(rec + 1) & (kInfoRecords - 1)].end != 0) break;
-      bar_arrive_n<kBarDqFree, kDqBarThreads>();
-      continue;
-    }
-    const uint8_t* exps = s_exps + rec * kWideRows;
-    const float m0 = dq_units::multiplier(exps[lane], 1.0F);
-    const float m1 = dq_units::multiplier(exps[lane + 32], 1.0F);
-#pragma unroll 1
-    for (uint32_t box = s_dqt; box < s_dqt + 4 * kWideBoxBytes; box += kWideBoxBytes) {
-      // box (b = (box - s_dqt) / kWideBoxBytes): consumer warpgroup b >> 1, its columns 32 (b & 1) .. + 31
-      const uint32_t row = box + static_cast<uint32_t>(lane * 128);
-#pragma unroll 1
-      for (uint32_t k = 0; k < 8; ++k) {
-        const uint32_t at = row + ((k ^ sw) << 4);
-        bw_wide_units_pair(at, at + 32 * 128, m0, m1);
-      }
-      {
-        const int r2 = 64 + (lane & 15);
-        const float m2 = dq_units::multiplier(exps[r2], 1.0F);
-        const uint32_t row2 = box + static_cast<uint32_t>(r2 * 128);
-        const auto k2 = static_cast<uint32_t>(4 * (lane >> 4));
-        bw_wide_units_pair(row2 + ((k2 ^ sw) << 4), row2 + (((k2 + 1) ^ sw) << 4), m2, m2);
-        bw_wide_units_pair(row2 + (((k2 + 2) ^ sw) << 4), row2 + (((k2 + 3) ^ sw) << 4), m2, m2);
-      }
-      fence_proxy_async();  // the counts -> visible to the reduction
-      __syncwarp();
-      if (lane == 0) {
-        const BwStageInfo& info = s_info[rec];
-        const int b = static_cast<int>((box - s_dqt) / kWideBoxBytes);
-        tma_reduce_add_2d(info.q_rows == kWideRows ? &wp.dq_map80 : &wp.dq_map, box, info.qh * kWideD + 32 * b, info.dq_row);
-      }
-    }
-    if (lane == 0) {
-      bulk_commit();
-      bulk_wait_read<0>();
-    }
-    __syncwarp();
-    if (s_info[(rec + 1) & (kInfoRecords - 1)].end != 0) break;
-    bar_arrive_n<kBarDqFree, kDqBarThreads>();
   }
   if (lane == 0) bulk_wait<0>();
 }
@@ -373,10 +245,8 @@ __device__ __forceinline__ void bw_wide_write_dqt(unsigned char* tile, const flo
   }
 }
 
-// kUnits: the ordered deterministic backward (dQ as counts of dq_units, dK / dV in turns). kWalk
-// (with kUnits): the one-pass method's two-writer items, each a walk over Full tiles of one key
-// chunk (WideWalk), dQ staged in fp32 and counted by the dQ warp (bw_wide_dq_warp_walk).
-template <bool kUnits, bool kWalk = false>
+// kUnits: the ordered deterministic backward (dQ as counts of dq_units, dK / dV in turns).
+template <bool kUnits>
 __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_kernel(const __grid_constant__ BwWsParams wp) {
   const AttnBackwardParams p = wp.p;
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -387,14 +257,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   constexpr int kD = kWideD;
   const AttnWorkItem w = p.list.work[blockIdx.x];
   const int c0 = w.chunk * kBwKeys;
-  static_assert(kUnits || !kWalk, "a walk counts dQ in units");
-  if constexpr (kWalk) {  // not make_deterministic_backward_work's: a caller's error
-    if (w.num_tiles < 1 || wp.tma_dq == 0) __trap();
-    for (int i = w.tile; i < w.tile + w.num_tiles; ++i)
-      if (!bw_wide_item(p.list.tiles[i], c0) || !wide_backward_steps_whole(p.list.tiles[i].q_len)) __trap();
-  } else if (!bw_wide_item(p.list.tiles[w.tile], c0)) {
-    __trap();  // not partition_backward_work's: a caller's error
-  }
+  if (!bw_wide_item(p.list.tiles[w.tile], c0)) __trap();  // not partition_backward_work's: a caller's error
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   const SmemBase aligned = sw128_smem_base(smem_raw);
@@ -427,11 +290,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     const WideBackwardSteps steps = wide_backward_steps(t->q_len);
     const int num_steps = steps.per_head * group;
     if (ptid >= kWideLoaders) {
-      if constexpr (kWalk) {
-        bw_wide_dq_warp_walk(wp, s_info, s_units, base + BwWideSmem::kDqT, ptid & 31);
-      } else {
-        bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, steps, num_steps, kvh * group, ptid & 31);
-      }
+      bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, steps, num_steps, kvh * group, ptid & 31);
       return;
     }
     {
@@ -453,27 +312,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // Every loader's zeros land before thread 0's first TMA writes those rows.
     fence_proxy_async();
     bar_sync_n<kBarProducer, kWideLoaders>();
-    // A walk's cursor (kWalk); otherwise one tile's steps.
-    std::conditional_t<kWalk, WideWalk, int> walk{};
-    if constexpr (kWalk) walk = WideWalk(p.list.tiles, w.tile, w.tile + w.num_tiles, group);
-    int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
+    const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
     for (int j = 0;; ++j) {
       const int slot = j & 1;
-      bool end;
-      int qh, rq0, rows;
-      if constexpr (kWalk) {
-        end = walk.done();
-        if (!end) t = &walk.tile();
-        dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
-        qh = end ? 0 : walk.head(kvh * group);
-        rq0 = end ? 0 : walk.row0();
-        rows = end ? 0 : walk.rows();
-      } else {
-        end = j >= num_steps;
-        qh = end ? 0 : kvh * group + j / steps.per_head;
-        rq0 = end ? 0 : steps.row0(j % steps.per_head);
-        rows = end ? 0 : steps.rows(j % steps.per_head, t->q_len);
-      }
+      const bool end = j >= num_steps;
+      const int qh = end ? 0 : kvh * group + j / steps.per_head;
+      const int rq0 = end ? 0 : steps.row0(j % steps.per_head);
+      const int rows = end ? 0 : steps.rows(j % steps.per_head, t->q_len);
       // The step's LSE, Delta (and units) are read before its slot is free: off the path from the
       // consumers' release to the slot's fill.
       LseDelta stats;
@@ -510,8 +355,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
         if (ptid < kWideRows) {
           s_lse[slot * kWideRows + ptid] = stats.lse2;
           s_delta[slot * kWideRows + ptid] = stats.delta;
-          // A walk's exponents go with the step's record (the dQ warp reads them a step later).
-          if (kUnits) s_units[(kWalk ? j & (kInfoRecords - 1) : slot) * kWideRows + ptid] = static_cast<uint8_t>(unit);
+          if (kUnits) s_units[slot * kWideRows + ptid] = static_cast<uint8_t>(unit);
         }
         if (!tma) {
           const int64_t q_stride = static_cast<int64_t>(hq) * kD;
@@ -529,7 +373,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
       }
       if (!tma || ptid != 0) mbar_arrive(full);
       if (end) break;
-      if constexpr (kWalk) walk.next();
     }
     return;
   }
@@ -622,8 +465,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     fence_regs(dv);
     fence_regs(dqt);
     bar_sync_n<kBarDqFree, kDqBarThreads>();  // the dQ warp has read step j - 1's tiles
-    bw_wide_write_dqt<kUnits && !(kWalk && kWalkCountsInDqWarp)>(tile, dqt, row_lo, tq, scale,
-                                                                 s_units + (kWalk ? (j & (kInfoRecords - 1)) : buf) * kWideRows);
+    bw_wide_write_dqt<kUnits>(tile, dqt, row_lo, tq, scale, s_units + buf * kWideRows);
     wgmma_wait<0>();  // dK: the slot (Q, dO, LSE, Delta) is no longer read
     fence_regs(dk);
     mbar_arrive(empty_bar + static_cast<uint32_t>(buf * 8));
@@ -656,12 +498,6 @@ void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool u
   }
   allow_shared_memory("attention_backward_sm90_wide", attention_backward_sm90_wide_kernel<false>, kSmem);
   attention_backward_sm90_wide_kernel<false><<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
-}
-
-void launch_backward_sm90_wide_walks(const BwWsParams& wp, cudaStream_t stream) {
-  constexpr int kSmem = BwWideSmem::kAlloc;
-  allow_shared_memory("attention_backward_sm90_wide (one-pass deterministic walks)", attention_backward_sm90_wide_kernel<true, true>, kSmem);
-  attention_backward_sm90_wide_kernel<true, true><<<wp.p.list.num_wide, kWsThreads, kSmem, stream>>>(wp);
 }
 
 }  // namespace dcp::cuda::detail

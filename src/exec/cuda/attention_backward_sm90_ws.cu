@@ -475,11 +475,7 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   const bool ordered = p.deterministic && p.ordered;
   if (ordered && p.dq_units == nullptr)
     raise(ErrorKind::InvalidInput, "attention_backward (ordered deterministic): no dq_units (deterministic_dq_units)");
-  // The one-pass method's items [0, num_wide) are walks over Full tiles for the wide kernel (two
-  // writers per key chunk: make_deterministic_backward_work's sole_dkv).
-  const bool fused = p.deterministic && p.dq_units != nullptr;
-  const bool walks = kD == 128 && fused && !ordered && p.list.num_wide > 0;
-  const bool wide = kD == 128 && (!p.deterministic || ordered || walks) && p.list.num_wide > 0;
+  const bool wide = kD == 128 && (!p.deterministic || ordered) && p.list.num_wide > 0;
   if (p.list.num_wide < 0 || p.list.num_wide > p.list.num_work) {
     raise(ErrorKind::InvalidInput, "attention_backward: num_wide " + std::to_string(p.list.num_wide) + " outside [0, num_work = " +
                                        std::to_string(p.list.num_work) + "]");
@@ -526,6 +522,7 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
     if (side != nullptr) join_side("attention_backward", stream, *side);
     return;
   }
+  const bool fused = p.dq_units != nullptr;
   if (p.semaphores == nullptr && p.num_semaphores > 0) {
     raise(ErrorKind::InvalidInput, "attention_backward (deterministic): no semaphores (make_deterministic_backward_work's num_semaphores)");
   }
@@ -551,19 +548,7 @@ void launch_backward_sm90_ws(const AttnBackwardParams& p, cudaStream_t stream) {
   if (fused) {
     allow_shared_memory("attention_backward_sm90_ws (one-pass deterministic)", attention_backward_sm90_ws_kernel<kD, true, true>,
                         kSmem);
-    // The walks in the wide kernel beside the 64-row one, as the default runs them; the wide
-    // kernel's dQ warp needs dQ's tensor maps (without them the 64-row kernel walks every item:
-    // any kernel may add a chunk's two parts).
-    const bool side_by_side = walks && wp.tma_dq != 0;
-    const int rest = p.list.num_work - (side_by_side ? p.list.num_wide : 0);
-    const SideStream* side = side_by_side && rest > 0 ? &side_stream("attention_backward") : nullptr;
-    if (side != nullptr) fork_side("attention_backward", stream, *side);
-    if (side_by_side) launch_backward_sm90_wide_walks(wp, side != nullptr ? side->stream : stream);
-    if (rest > 0) {
-      wp.work_begin = p.list.num_work - rest;
-      attention_backward_sm90_ws_kernel<kD, true, true><<<rest, kWsThreads, kSmem, stream>>>(wp);
-    }
-    if (side != nullptr) join_side("attention_backward", stream, *side);
+    attention_backward_sm90_ws_kernel<kD, true, true><<<p.list.num_work, kWsThreads, kSmem, stream>>>(wp);
     return;
   }
   allow_shared_memory("attention_backward_sm90_ws (dK / dV pass)", attention_backward_sm90_ws_kernel<kD, false>, kSmem);

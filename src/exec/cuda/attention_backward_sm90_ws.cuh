@@ -251,10 +251,5 @@ __device__ __forceinline__ void bw_dkv_turn_pass(int32_t* sem, int ctid) {
 // units: the ordered deterministic backward (AttnBackwardParams::ordered): dQ as counts of
 // dq_units, dK / dV in the items' turns.
 void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool units = false);
-// The one-pass deterministic backward's walks (make_deterministic_backward_work's first num_wide
-// items, two writers per key chunk): each item walks tiles [tile, tile + num_tiles) of one key
-// chunk, Full tiles whose steps are all whole (wide_backward_steps_whole), dQ as counts of
-// dq_units, dK / dV added once. Needs wp.tma_dq; the kernel traps on any other item.
-void launch_backward_sm90_wide_walks(const BwWsParams& wp, cudaStream_t stream);
 
 }  // namespace dcp::cuda::detail

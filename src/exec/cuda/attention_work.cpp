@@ -393,18 +393,9 @@ int walk_order(const AttnTile& t, std::span<const uint8_t> cells) {
 }  // namespace
 
 DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnTile> tiles, const AttnShape& shape, int unit_rows,
-                                                           std::span<const uint8_t> cells, std::span<const uint8_t> sole_dkv,
-                                                           int wide_min_rows) {
+                                                           std::span<const uint8_t> cells) {
   const char* where = "make_deterministic_backward_work";
   validate(tiles, shape, where);
-  if (!sole_dkv.empty() && sole_dkv.size() != tiles.size())
-    raise(ErrorKind::InvalidInput, std::string(where) + ": sole_dkv has " + std::to_string(sole_dkv.size()) + " entries for " +
-                                       std::to_string(tiles.size()) + " tiles");
-  const bool two_writers = !sole_dkv.empty() && unit_rows <= 0 && shape.head_dim == 128;
-  // A tile the wide kernel's walk takes (two writers): a Full tile of whole 80- and 64-row steps.
-  auto wide_tile = [wide_min_rows](const AttnTile& t) {
-    return t.kind == TileKind::Full && t.q_len >= wide_min_rows && wide_backward_steps_whole(t.q_len);
-  };
   const int hq = shape.num_q_heads;
   const int hkv = shape.num_kv_heads;
   const int group = hq / hkv;
@@ -428,7 +419,6 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
     AttnWorkItem w;        // inside a group, items run by (chunk, head)
     std::size_t turn_key;  // (block, head, chunk) of a cut key block; SIZE_MAX: alone
     std::size_t group;     // (block, head), or (block) for a chunk-major key block
-    bool wide = false;     // a walk for the wide kernel (two writers)
   };
   std::vector<Item> items;
   std::vector<double> group_cost;
@@ -439,13 +429,8 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
     // nothing from its chunks walking in step: its items run chunk-major, chunk c of every kv head
     // together and the longest chunks first, as the default backward runs a diagonal.
     bool chunk_major = true;
-    bool sole = two_writers;
-    for (const std::vector<int>& m : block) {
-      for (const int i : m) {
-        chunk_major = chunk_major && order[static_cast<std::size_t>(i)] == 2;
-        sole = sole && sole_dkv[static_cast<std::size_t>(i)] != 0;
-      }
-    }
+    for (const std::vector<int>& m : block)
+      for (const int i : m) chunk_major = chunk_major && order[static_cast<std::size_t>(i)] == 2;
     std::size_t block_group = SIZE_MAX;
     for (int h = 0; h < hkv; ++h) {
       const std::vector<int>& m = block[static_cast<std::size_t>(h)];
@@ -467,14 +452,8 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
       // walked first, it leaves the chunks up to a tile apart for the rest of the walk, and the
       // rows in flight outgrow L2 (sequence list, B 2048: 63 % of the one-pass kernel's requests
       // hit L2, against 93 % on the same tiles without the diagonals).
-      // Two writers: the wide kernel's tiles before the other Full tiles (walk order -1).
       walk.clear();
-      int wide_tiles = 0;
-      for (const int i : m) {
-        const bool wide = sole && wide_tile(tiles[static_cast<std::size_t>(i)]);
-        wide_tiles += wide ? 1 : 0;
-        walk.emplace_back(wide ? -1 : order[static_cast<std::size_t>(i)], i);
-      }
+      for (const int i : m) walk.emplace_back(order[static_cast<std::size_t>(i)], i);
       std::stable_sort(walk.begin(), walk.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
       for (const int i : walk | std::views::values) {
         AttnTile t = tiles[static_cast<std::size_t>(i)];
@@ -494,19 +473,10 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
         for (const auto& [first, count] : units) {
           double cost = 0.0;
           for (int k = first; k < first + count; ++k) cost += area(out.dkv_tiles[static_cast<std::size_t>(k)], keys);
+          AttnWorkItem w{first, c, h, 0};
+          w.num_tiles = count;
+          items.push_back(Item{w, key, g});
           group_cost[g] += cost;
-          // units.size() == 1 here: two writers take whole key blocks only.
-          const int cut = keys == kAttnBackwardChunkRows ? wide_tiles : 0;
-          if (cut > 0) {
-            AttnWorkItem w{first, c, h, 0};
-            w.num_tiles = cut;
-            items.push_back(Item{w, key, g, true});
-          }
-          if (count > cut) {
-            AttnWorkItem w{first + cut, c, h, 0};
-            w.num_tiles = count - cut;
-            items.push_back(Item{w, key, g});
-          }
         }
       }
     }
@@ -515,9 +485,6 @@ DeterministicBackwardWork make_deterministic_backward_work(std::span<const AttnT
     const double ca = group_cost[a.group], cb = group_cost[b.group];
     return ca > cb || (ca == cb && std::tie(a.group, a.w.chunk, a.w.head) < std::tie(b.group, b.w.chunk, b.w.head));
   });
-  // The wide kernel's walks first (AttnTileList::num_wide), each part in the order above.
-  const auto wide_end = std::stable_partition(items.begin(), items.end(), [](const Item& it) { return it.wide; });
-  out.num_wide = static_cast<int32_t>(wide_end - items.begin());
   std::vector<int32_t> turns(turn_keys, 0);
   for (const Item& it : items) {
     AttnWorkItem w = it.w;

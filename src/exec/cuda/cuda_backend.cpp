@@ -618,7 +618,6 @@ class CudaBackend final : public Backend {
     std::map<int64_t, size_t> run_of;
     std::vector<cuda::ZeroRange> zero;
     std::map<int64_t, bool> dq_seen, dkv_seen;
-    std::map<int64_t, bool> dkv_zeroed;  // first dK / dV row -> zeroed by this call
     for (size_t i = 0; i < call.tiles.size(); ++i) {
       const AttendTile& t = call.tiles[i];
       if (fwd) {
@@ -639,7 +638,6 @@ class CudaBackend final : public Backend {
       };
       note(dq_seen, t.dq, t.accumulate_q, t.num_q, {Array::dQ});
       note(dkv_seen, t.dkv, t.accumulate_kv, t.num_kv, {Array::dK, Array::dV});
-      dkv_zeroed.emplace(t.dkv, !t.accumulate_kv);
     }
     std::vector<cuda::AttnTile> tiles;
     std::vector<int32_t> offsets;
@@ -704,15 +702,7 @@ class CudaBackend final : public Backend {
           h.ordered_work = meta.add(ordered);
           h.num_ordered_work = i32(static_cast<int64_t>(ordered.size()), "work items");
         }
-        // Two writers per key chunk where a key block's dK / dV rows are zeroed here: two fp32
-        // additions onto zero give the same bits in either order.
-        std::vector<uint8_t> sole;
-        if (kernels_.deterministic_two_writers && one_pass() && kernels_.wide_backward) {
-          for (const AttendTile& t : call.tiles) sole.push_back(dkv_zeroed.at(t.dkv) ? 1 : 0);
-        }
-        cuda::DeterministicBackwardWork det =
-            cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows, cells, sole);
-        h.num_wide = det.num_wide;
+        cuda::DeterministicBackwardWork det = cuda::make_deterministic_backward_work(tiles, shape, kernels_.deterministic_unit_rows, cells);
         tiles = std::move(det.dkv_tiles);
         work = std::move(det.dkv_work);
         h.dq_tiles = meta.add(det.dq_tiles);
