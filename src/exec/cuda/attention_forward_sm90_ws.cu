@@ -171,14 +171,12 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     int32_t fetched = -1;  // thread 0: the next item, once fetched ahead of the current item's end
     int j = 0;             // ring iteration: one per sub-tile, over every item of the CTA
     int qi = 0;            // items with a sub-tile so far (their Q slots alternate)
-#ifdef DCP_ATTN_FWD_DEFER_V
-    // DCP_ATTN_FWD_DEFER_V (a build option, off: a candidate not yet timed against the default
-    // order): V_j is issued one iteration late, after sub-tile j + 1 is found (where j ends an
-    // item: the next item's descriptors, its first sub-tile's class and its Q load) and before
-    // K_{j+1}. V_j's slot is freed by P_{j-2} V_{j-2}, the wait the producer idles in most; on
-    // lists of short items the consumers wait for K_{j+1} at item boundaries instead, because
-    // finding the next item's first sub-tile comes after that wait (kernel_profile_h200.md,
-    // 2026-12-07). Pending V: ring iteration, key row, kv head, valid keys (pv_j < 0: none).
+    // V_j is issued one iteration late: after sub-tile j + 1 is found (where j ends an item: the
+    // next item's descriptors, its first sub-tile's class and its Q load) and before K_{j+1}.
+    // V_j's slot is freed by P_{j-2} V_{j-2}, the wait the producer idles in most; issued in
+    // order, V_j would put that wait before the search for the next sub-tile, and on lists of
+    // short items the consumers would wait for K_{j+1} at every item's start (kernel_profile_h200.md).
+    // Pending V: ring iteration, key row, kv head, valid keys (pv_j < 0: none).
     int pv_j = -1, pv_row = 0, pv_kvh = 0, pv_rows = 0;
     auto issue_pending_v = [&]() {
       if (pv_j < 0) return;
@@ -204,7 +202,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       }
       pv_j = -1;
     };
-#endif
     for (int it = 0;; ++it) {
       bar_sync_n<kBarProducer, 128>();  // every producer thread has read the previous item
       if (ptid == 0) {
@@ -214,9 +211,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       bar_sync_n<kBarProducer, 128>();
       const int item = *s_item;
       if (item >= p.list.num_work) {
-#ifdef DCP_ATTN_FWD_DEFER_V
         issue_pending_v();
-#endif
         const int slot = j & 1;
         if (j >= 2) mbar_wait(k_empty(slot), static_cast<uint32_t>(((j >> 1) - 1) & 1));
         if (ptid == 0) s_record[slot] = FwsRecord{item, 0, 0, 0, kAllDone, 0, 0, 0, 0, 0, 0, 0, 0};
@@ -296,9 +291,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
           }
           has_q = true;
         }
-#ifdef DCP_ATTN_FWD_DEFER_V
         issue_pending_v();
-#endif
         wait_slot();
         if (cls == kMasked && x.kind == TileKind::Partial) producer_store_masks(masks, row_masks, ptid);
         if (ptid == 0) {
@@ -310,7 +303,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         const int kv_row = x.kv_begin + n * kWgKeys;
         const int64_t kv_off = (static_cast<int64_t>(kv_row) * hkv + kvh) * kD;
         const uint32_t kb = s_k + static_cast<uint32_t>(slot * Smem::kKvBytes);
-        const uint32_t vb = s_v + static_cast<uint32_t>(slot * Smem::kKvBytes);
         // K_j, its masks and record.
         if (tma) {
           if (ptid == 0) {
@@ -333,34 +325,10 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         // index is at hand when they are done, without claiming it long before; after K's load
         // is issued, so that the fetch's round trip to global memory does not delay it.
         if (ptid == 0 && fetched < 0 && ti == t_end - 1 && n + 3 > kv_sub_tile_span<kWgKeys>(p.list, x, r0, rows).y) fetched = fetch(it + 1);
-#ifdef DCP_ATTN_FWD_DEFER_V
         pv_j = j;
         pv_row = kv_row;
         pv_kvh = kvh;
         pv_rows = kv_rows;
-        (void)vb;
-        (void)tma;
-#else
-        // V_j, once P_{j-2} V_{j-2} released the slot.
-        if (j >= 2) mbar_wait(v_empty(slot), phase);
-        if (tma) {
-          if (ptid == 0) {
-            mbar_arrive_expect_tx(v_full(slot), static_cast<uint32_t>(Smem::kKvBytes));
-#pragma unroll
-            for (int b = 0; b < kD / 64; ++b) {
-              tma_load_2d(vb + static_cast<uint32_t>(b * kWgKeys * 128), &fp.v_map, kvh * kD + 64 * b, kv_row, v_full(slot));
-            }
-          } else {
-            mbar_arrive(v_full(slot));
-          }
-        } else {
-          producer_load_rows<kWgKeys, kD>(vb, v + kv_off, kv_stride, kv_rows, ptid);
-          cp_async_commit();
-          cp_async_wait<0>();
-          fence_proxy_async();
-          mbar_arrive(v_full(slot));
-        }
-#endif
         ++n;
       }
       if (has_q) {
