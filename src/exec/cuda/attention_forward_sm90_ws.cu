@@ -187,28 +187,31 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     // short items the consumers would wait for K_{j+1} at every item's start (kernel_profile_h200.md).
     // Pending V: ring iteration, key row, kv head, valid keys (pv_j < 0: none).
     int pv_j = -1, pv_row = 0, pv_kvh = 0, pv_rows = 0;
+    // Keys [row, row + rows) of kv head h from src (K or V) into ring buffer dst, announced on
+    // barrier full: by TMA where the sub-tile is whole, else by cp.async with zero fill.
+    auto load_kv = [&](uint32_t dst, const CUtensorMap* map, const __nv_bfloat16* src, uint32_t full, int row, int h,
+                       int rows) {
+      if (fp.tma_kv != 0 && rows == kWgKeys) {
+        if (ptid == 0) {
+          mbar_arrive_expect_tx(full, static_cast<uint32_t>(Smem::kKvBytes));
+#pragma unroll
+          for (int b = 0; b < kD / 64; ++b) tma_load_2d(dst + static_cast<uint32_t>(b * kWgKeys * 128), map, h * kD + 64 * b, row, full);
+        } else {
+          mbar_arrive(full);
+        }
+      } else {
+        producer_load_rows<kWgKeys, kD>(dst, src + (static_cast<int64_t>(row) * hkv + h) * kD, kv_stride, rows, ptid);
+        cp_async_commit();
+        cp_async_wait<0>();
+        fence_proxy_async();
+        mbar_arrive(full);
+      }
+    };
     auto issue_pending_v = [&]() {
       if (pv_j < 0) return;
       const int slot = pv_j & 1;
       if (pv_j >= 2) mbar_wait(v_empty(slot), static_cast<uint32_t>(((pv_j >> 1) - 1) & 1));
-      const uint32_t vb = s_v + static_cast<uint32_t>(slot * Smem::kKvBytes);
-      if (fp.tma_kv != 0 && pv_rows == kWgKeys) {
-        if (ptid == 0) {
-          mbar_arrive_expect_tx(v_full(slot), static_cast<uint32_t>(Smem::kKvBytes));
-#pragma unroll
-          for (int b = 0; b < kD / 64; ++b) {
-            tma_load_2d(vb + static_cast<uint32_t>(b * kWgKeys * 128), &fp.v_map, pv_kvh * kD + 64 * b, pv_row, v_full(slot));
-          }
-        } else {
-          mbar_arrive(v_full(slot));
-        }
-      } else {
-        producer_load_rows<kWgKeys, kD>(vb, v + (static_cast<int64_t>(pv_row) * hkv + pv_kvh) * kD, kv_stride, pv_rows, ptid);
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-        mbar_arrive(v_full(slot));
-      }
+      load_kv(s_v + static_cast<uint32_t>(slot * Smem::kKvBytes), &fp.v_map, v, v_full(slot), pv_row, pv_kvh, pv_rows);
       pv_j = -1;
     };
     for (int it = 0;; ++it) {
@@ -311,28 +314,9 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
                                      w.accumulate, static_cast<int32_t>(x.kind), x.kv_len};
         }
         const int kv_rows = min(kWgKeys, x.kv_len - n * kWgKeys);
-        const bool tma = fp.tma_kv != 0 && kv_rows == kWgKeys;
         const int kv_row = x.kv_begin + n * kWgKeys;
-        const int64_t kv_off = (static_cast<int64_t>(kv_row) * hkv + kvh) * kD;
-        const uint32_t kb = s_k + static_cast<uint32_t>(slot * Smem::kKvBytes);
         // K_j, its masks and record.
-        if (tma) {
-          if (ptid == 0) {
-            mbar_arrive_expect_tx(k_full(slot), static_cast<uint32_t>(Smem::kKvBytes));
-#pragma unroll
-            for (int b = 0; b < kD / 64; ++b) {
-              tma_load_2d(kb + static_cast<uint32_t>(b * kWgKeys * 128), &fp.k_map, kvh * kD + 64 * b, kv_row, k_full(slot));
-            }
-          } else {
-            mbar_arrive(k_full(slot));
-          }
-        } else {
-          producer_load_rows<kWgKeys, kD>(kb, k + kv_off, kv_stride, kv_rows, ptid);
-          cp_async_commit();
-          cp_async_wait<0>();
-          fence_proxy_async();
-          mbar_arrive(k_full(slot));
-        }
+        load_kv(s_k + static_cast<uint32_t>(slot * Smem::kKvBytes), &fp.k_map, k, k_full(slot), kv_row, kvh, kv_rows);
 #ifdef DCP_ATTN_FWD_PREFETCH_ITEM
         // One level of the next item's chain per iteration, after K's load is issued: the read of
         // a level waits for the one before, a wait the V slot's usually covers. Before the fetch
