@@ -169,15 +169,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       return next;
     };
     int32_t fetched = -1;  // thread 0: the next item, once fetched ahead of the current item's end
-#ifdef DCP_ATTN_FWD_PREFETCH_ITEM
-    // DCP_ATTN_FWD_PREFETCH_ITEM (a build option, off: a candidate not yet timed): the chain that
-    // starts an item is a series of dependent global reads (work entry, tile, the chunk's span,
-    // cells), which on lists of short items outlasts the producer's wait for V's slot
-    // (kernel_profile_h200.md). Thread 0 walks it ahead into L1, one level per ring iteration once
-    // the next item's index is back: the work entry, then the tile's lines (the entry now read from
-    // L1), then the span's. pf: the levels done (0 to 3).
-    int pf = 0;
-#endif
     int j = 0;             // ring iteration: one per sub-tile, over every item of the CTA
     int qi = 0;            // items with a sub-tile so far (their Q slots alternate)
     // V_j is issued one iteration late: after sub-tile j + 1 is found (where j ends an item: the
@@ -219,9 +210,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
       if (ptid == 0) {
         *s_item = fetched >= 0 ? fetched : fetch(it);
         fetched = -1;
-#ifdef DCP_ATTN_FWD_PREFETCH_ITEM
-        pf = 0;
-#endif
       }
       bar_sync_n<kBarProducer, 128>();
       const int item = *s_item;
@@ -317,29 +305,6 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
         const int kv_row = x.kv_begin + n * kWgKeys;
         // K_j, its masks and record.
         load_kv(s_k + static_cast<uint32_t>(slot * Smem::kKvBytes), &fp.k_map, k, k_full(slot), kv_row, kvh, kv_rows);
-#ifdef DCP_ATTN_FWD_PREFETCH_ITEM
-        // One level of the next item's chain per iteration, after K's load is issued: the read of
-        // a level waits for the one before, a wait the V slot's usually covers. Before the fetch
-        // below, so the fetch's own iteration does not wait for the counter's round trip.
-        if (ptid == 0 && fetched >= 0 && fetched < p.list.num_work && pf < 3) {
-          const AttnWorkItem* nw = p.list.work + fetched;
-          if (pf == 0) {
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(nw));
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(reinterpret_cast<const char*>(nw) + sizeof(AttnWorkItem) - 1));
-          } else if (pf == 1) {
-            const char* t = reinterpret_cast<const char*>(p.list.tiles + nw->tile);
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(t));
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(t + sizeof(AttnTile) - 1));
-          } else {
-            const int32_t spans = p.list.tiles[nw->tile].spans_begin;
-            if (spans >= 0 && p.list.cells != nullptr) {
-              const int* span = reinterpret_cast<const int*>(p.list.cells + spans) + 2 * (nw->chunk * kWgRows / kAttnForwardChunkRows);
-              asm volatile("prefetch.global.L1 [%0];" ::"l"(span));
-            }
-          }
-          ++pf;
-        }
-#endif
         // The next item is fetched once at most two sub-tiles of this one are left, so that its
         // index is at hand when they are done, without claiming it long before; after K's load
         // is issued, so that the fetch's round trip to global memory does not delay it.
