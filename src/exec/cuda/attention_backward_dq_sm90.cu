@@ -252,7 +252,7 @@ __global__ void __launch_bounds__(kDqThreads, 1) attention_backward_dq_sm90_kern
   // ---------------- consumer warpgroups ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kDqConsumerRegs));
   const int ctid = tid - 128;
-  const int wg = ctid >> 7;  // q rows [64 wg, 64 wg + 64) of the CTA
+  const int wg = warpgroup_of(ctid);  // q rows [64 wg, 64 wg + 64) of the CTA
   const FwThread th{wg, (ctid >> 5) & 3, (ctid & 31) >> 2, ctid & 3};
   const float scale_log2 = p.shape.softmax_scale * kLog2e;
 

@@ -380,7 +380,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
   // ---------------- consumer warpgroups ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWideConsumerRegs));
   const int ctid = tid - 128;
-  const int wg = ctid >> 7;
+  const int wg = warpgroup_of(ctid);
   const int tw = ctid & 127;
   const int warp_in_wg = tw >> 5;
   const int lane = ctid & 31;

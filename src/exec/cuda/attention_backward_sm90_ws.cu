@@ -316,7 +316,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
   // ---------------- consumer warpgroups ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
   const int ctid = tid - 128;
-  const int wg = ctid >> 7;               // keys [64 wg, 64 wg + 64)
+  const int wg = warpgroup_of(ctid);      // keys [64 wg, 64 wg + 64)
   const int tw = ctid & 127;              // thread in the warpgroup
   const int warp_in_wg = tw >> 5;         // 16 keys of the warpgroup's 64
   const int lane = ctid & 31;

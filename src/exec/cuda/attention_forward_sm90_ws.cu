@@ -331,7 +331,11 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   // ---------------- consumer warpgroups ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFwsConsumerRegs));
   const int ctid = tid - 128;
-  const int wg = ctid >> 7;  // q rows [64 wg, 64 wg + 64) of the CTA
+  // q rows [64 wg, 64 wg + 64) of the CTA. Not warpgroup_of: the Q descriptors built in uniform
+  // registers at each issue, instead of held in vector registers, bought this kernel nothing
+  // measurable (0.99x, inside the run-to-run spread; the backward kernels 1.01-1.05x: change table
+  // in cuda_attention_h200.md).
+  const int wg = ctid >> 7;
   const FwThread th{wg, (ctid >> 5) & 3, (ctid & 31) >> 2, ctid & 3};
   const float scale_log2 = p.shape.softmax_scale * kLog2e;
 

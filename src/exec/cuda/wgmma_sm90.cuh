@@ -86,6 +86,12 @@ __device__ __forceinline__ uint64_t desc_mn_major(uint32_t tile, int kk) {
   return desc_add(sw128_desc(tile, kTileRows * 128, kSw128AtomBytes), static_cast<uint32_t>(kk * 16 * 128));
 }
 
+// The warpgroup of consumer thread `ctid` (threads 128 wg .. 128 wg + 127), read through a shuffle
+// from lane 0: the compiler then knows it is the same in every lane of the warp, so the operand
+// descriptors built from it (a warpgroup's 64 rows of a tile) are computed in uniform registers at
+// each wgmma instead of kept in vector registers and moved over by R2UR, two per instruction.
+__device__ __forceinline__ int warpgroup_of(int ctid) { return __shfl_sync(0xffffffffU, ctid >> 7, 0); }
+
 // Orders this thread's earlier register writes (accumulators, A fragments) before the next wgmma.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
