@@ -1,6 +1,7 @@
 // Host tests of make_forward_run_work (no GPU needed): every (run, 128-row chunk, q head) is one
 // item, which names its run's first tile, tile count and accumulate flag; runs come heaviest first
-// with ties in list order; bad runs are refused with a message.
+// with ties in list order, each chunk by chunk or, when its K and V are large, kv head by kv head;
+// bad runs are refused with a message.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -84,6 +85,31 @@ TEST(ForwardRunWork, EveryChunkAndHeadOnceHeaviestRunsFirst) {
     for (size_t i = 1; i < order.size(); ++i) {
       const double a = run_cost(tiles, runs[order[i - 1]]), b = run_cost(tiles, runs[order[i]]);
       EXPECT_TRUE(a > b || (a == b && order[i - 1] < order[i])) << "run " << order[i - 1] << " before " << order[i];
+    }
+  }
+}
+
+// Inside a run: chunk by chunk (every q head of a chunk together) while the run's K and V over all
+// kv heads stay within kAttnForwardHeadMajorBytes, kv head by kv head above it (each chunk's q heads
+// of that kv head together).
+TEST(ForwardRunWork, KvHeadMajorOnlyForRunsWhoseKvExceedsTheBound) {
+  const AttnShape shape{8, 2, 128, 0.1F};  // 4 q heads a kv head
+  const double bytes_per_key = 2.0 * shape.num_kv_heads * shape.head_dim * 2.0;
+  const int bound_keys = static_cast<int>(dcp::cuda::kAttnForwardHeadMajorBytes / bytes_per_key);
+  for (const int keys : {bound_keys, bound_keys + 1, 3 * bound_keys}) {
+    // A run of two Full tiles of 384 q rows (3 chunks) reading `keys` keys in all.
+    const std::vector<AttnTile> tiles{tile(0, 384, 0, keys / 2, TileKind::Full),
+                                      tile(0, 384, keys / 2, keys - keys / 2, TileKind::Full)};
+    const std::vector<AttnWorkItem> work =
+        dcp::cuda::make_forward_run_work(tiles, std::vector<AttnRun>{{0, 2, false}}, shape);
+    ASSERT_EQ(work.size(), 3u * 8u);
+    const bool head_major = keys * bytes_per_key > dcp::cuda::kAttnForwardHeadMajorBytes;
+    for (size_t i = 0; i < work.size(); ++i) {
+      const int n = static_cast<int>(i);
+      const int chunk = head_major ? (n / 4) % 3 : n / 8;
+      const int head = head_major ? (n / 12) * 4 + n % 4 : n % 8;
+      EXPECT_EQ(work[i].chunk, chunk) << "item " << i << " of a run of " << keys << " keys";
+      EXPECT_EQ(work[i].head, head) << "item " << i << " of a run of " << keys << " keys";
     }
   }
 }

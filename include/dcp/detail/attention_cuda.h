@@ -132,8 +132,19 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 // count) of the list, walked by each of its items with one online softmax into one partial
 // (accumulate: starting from the partial already in the outputs). One item per (run, 128-row q
 // chunk, q head); runs heaviest first (keys, half of a causal diagonal tile's), ties in list
-// order, so that a persistent launch ends on light items. Throws InvalidInput on a run outside
-// the list, an empty run, or a run whose tiles read different q rows.
+// order, so that a persistent launch ends on light items. Inside a run, chunk by chunk with every
+// q head of a chunk together, unless the run's K and V over all kv heads exceed
+// kAttnForwardHeadMajorBytes: then kv head by kv head (each chunk's q heads of that kv head
+// together). Throws InvalidInput on a run outside the list, an empty run, or a run whose tiles
+// read different q rows.
+//
+// Why the threshold: the running items (one per SM) all walk their run's keys from the first, so
+// chunk by chunk they stream the K and V of every kv head at once; once that is more than L2 keeps
+// (50 MB on H100 / H200), each new wave of items reads them from DRAM again, and the traffic costs
+// clock at the power limit. Kv head by kv head, a wave streams one head's. Measured on an H100
+// with every run so ordered (cuda_attention_h200.md, change table): lists of B 4096 full 1.03x,
+// causal sequence 1.05x; but a list of lone 1024-row diagonal tiles (4 MB of K / V a run) 0.90x.
+inline constexpr double kAttnForwardHeadMajorBytes = 40.0 * 1024 * 1024;
 struct AttnRun {
   int32_t first = 0;
   int32_t count = 1;

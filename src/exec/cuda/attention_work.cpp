@@ -143,13 +143,23 @@ std::vector<AttnWorkItem> make_forward_run_work(std::span<const AttnTile> tiles,
   for (const auto& [cost, r] : order) {
     const AttnRun& run = runs[r];
     const int chunks = (tiles[static_cast<std::size_t>(run.first)].q_len + kAttnForwardChunkRows - 1) / kAttnForwardChunkRows;
-    for (int c = 0; c < chunks; ++c) {
-      for (int h = 0; h < shape.num_q_heads; ++h) {
-        AttnWorkItem w{run.first, c, h, 0};
-        w.num_tiles = run.count;
-        w.accumulate = run.accumulate ? 1 : 0;
-        work.push_back(w);
-      }
+    auto push = [&](int c, int h) {
+      AttnWorkItem w{run.first, c, h, 0};
+      w.num_tiles = run.count;
+      w.accumulate = run.accumulate ? 1 : 0;
+      work.push_back(w);
+    };
+    double keys = 0.0;
+    for (int32_t i = run.first; i < run.first + run.count; ++i) keys += tiles[static_cast<std::size_t>(i)].kv_len;
+    const double kv_bytes = keys * shape.num_kv_heads * shape.head_dim * 2.0 * 2.0;  // K and V, bf16
+    if (kv_bytes > kAttnForwardHeadMajorBytes) {
+      const int group = shape.num_q_heads / shape.num_kv_heads;
+      for (int g = 0; g < shape.num_kv_heads; ++g)
+        for (int c = 0; c < chunks; ++c)
+          for (int h = g * group; h < (g + 1) * group; ++h) push(c, h);
+    } else {
+      for (int c = 0; c < chunks; ++c)
+        for (int h = 0; h < shape.num_q_heads; ++h) push(c, h);
     }
   }
   return work;
