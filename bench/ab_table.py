@@ -73,10 +73,26 @@ def list_rows(files, fwd_route, bwd_route):
             if fk not in r or bk not in r:
                 raise SystemExit(f"{name}: no {fk if fk not in r else bk} (routes of the call: "
                                  f"{', '.join(sorted(k[4:-7] for k in r if k.startswith('fwd_') and k.endswith('_tflops')))})")
-            a = acc.setdefault((r["seq"], r["block"], r["list"]), {}).setdefault(side, ([], []))
+            a = acc.setdefault((r["seq"], r["block"], r["list"]), {}).setdefault(side, ([], [], {}))
             a[0].append(r[fk])
             a[1].append(r[bk])
-    return [compared({"seq": seq, "block": block, "list": lst}, a) for (seq, block, lst), a in sorted(acc.items())]
+            a[2][int(m.group(2))] = (r[fk], r[bk])
+    rows = []
+    for (seq, block, lst), a in sorted(acc.items()):
+        row = compared({"seq": seq, "block": block, "list": lst}, {v: (f, b) for v, (f, b, _) in a.items()})
+        # Each run of a variant over A's run of the same number (the runs alternate A B A B): how far
+        # the ratio moves between runs, the spread that one call's mean carries.
+        base = a.get("A", ([], [], {}))[2]
+        for v, (_, _, runs) in a.items():
+            if v == "A":
+                continue
+            for i, d in enumerate(("fwd", "bwd")):
+                per_run = [ratio(runs[n][i], base[n][i]) for n in sorted(runs) if n in base]
+                per_run = [x for x in per_run if x]
+                if per_run:
+                    row[f"{d}_{v}_over_A_runs"] = [min(per_run), max(per_run)]
+        rows.append(row)
+    return rows
 
 
 # The kernel bench's deterministic backward methods (DCP_BENCH_ROUTES with wgmma-det), by their key.
@@ -162,20 +178,25 @@ def main(argv=None):
         raise SystemExit(f"{a.call}: no kernels_V_N.json or plan_V_MASK_ORDER.json files")
     vs = variants_of(lists + plans)
 
-    def cells(r):
+    def cells(r, runs=False):
         out = []
         for d in ("fwd", "bwd"):
             out.append(fmt(r[f"{d}_A"], ".1f"))
             for v in vs:
                 out += [fmt(r.get(f"{d}_{v}"), ".1f"), fmt(r.get(f"{d}_{v}_over_A"), ".3f")]
+                if runs:
+                    span = r.get(f"{d}_{v}_over_A_runs")
+                    out.append(f"{span[0]:.3f}-{span[1]:.3f}" if span else "-")
         return out
 
     head = [h for d in ("fwd", "bwd") for h in [f"{d} A"] + [x for v in vs for x in (f"{d} {v}", f"{v} / A")]]
-    print(f"lists: forward {a.fwd_route}, backward {a.bwd_route}; TFLOP/s, mean over the runs")
-    print("| S | B | list | " + " | ".join(head) + " |")
-    print("|" + " --- |" * (3 + len(head)))
+    list_head = [h for d in ("fwd", "bwd") for h in [f"{d} A"] + [x for v in vs for x in (f"{d} {v}", f"{v} / A", "per run")]]
+    print(f"lists: forward {a.fwd_route}, backward {a.bwd_route}; TFLOP/s, mean over the runs; per run: the lowest "
+          "and highest ratio of one run over A's run of the same number")
+    print("| S | B | list | " + " | ".join(list_head) + " |")
+    print("|" + " --- |" * (3 + len(list_head)))
     for r in lists:
-        print(f"| {r['seq']} | {r['block']} | {r['list']} | " + " | ".join(cells(r)) + " |")
+        print(f"| {r['seq']} | {r['block']} | {r['list']} | " + " | ".join(cells(r, runs=True)) + " |")
     def mask_table(title, rows):
         if not rows:
             return

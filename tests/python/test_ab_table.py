@@ -49,6 +49,9 @@ def test_means_and_ratios(tmp_path, capsys):
     (row,) = t["lists"]
     assert row["fwd_A"] == pytest.approx(505) and row["fwd_B"] == pytest.approx(525)
     assert row["bwd_B_over_A"] == pytest.approx(425 / 405)
+    # Per run: B's run n over A's run n (520 / 500 and 530 / 510), lowest and highest.
+    assert row["fwd_B_over_A_runs"] == pytest.approx([530 / 510, 520 / 500])
+    assert row["bwd_B_over_A_runs"] == pytest.approx([430 / 410, 420 / 400])
     (p,) = t["plans"]
     assert p["mask"] == "lambda" and p["fwd_B_over_A"] == pytest.approx(510 / 500) and p["bwd_B_over_A"] == pytest.approx(1.04)
     assert "S 32768 non-causal 600.0 / 540.0" in capsys.readouterr().out
