@@ -73,17 +73,16 @@ def list_rows(files, fwd_route, bwd_route):
             if fk not in r or bk not in r:
                 raise SystemExit(f"{name}: no {fk if fk not in r else bk} (routes of the call: "
                                  f"{', '.join(sorted(k[4:-7] for k in r if k.startswith('fwd_') and k.endswith('_tflops')))})")
-            a = acc.setdefault((r["seq"], r["block"], r["list"]), {}).setdefault(side, ([], [], {}))
-            a[0].append(r[fk])
-            a[1].append(r[bk])
-            a[2][int(m.group(2))] = (r[fk], r[bk])
+            # {(S, B, list): {variant: {run: (fwd, bwd)}}}
+            acc.setdefault((r["seq"], r["block"], r["list"]), {}).setdefault(side, {})[int(m.group(2))] = (r[fk], r[bk])
     rows = []
     for (seq, block, lst), a in sorted(acc.items()):
-        row = compared({"seq": seq, "block": block, "list": lst}, {v: (f, b) for v, (f, b, _) in a.items()})
+        row = compared({"seq": seq, "block": block, "list": lst},
+                       {v: ([f for f, _ in runs.values()], [b for _, b in runs.values()]) for v, runs in a.items()})
         # Each run of a variant over A's run of the same number (the runs alternate A B A B): how far
         # the ratio moves between runs, the spread that one call's mean carries.
-        base = a.get("A", ([], [], {}))[2]
-        for v, (_, _, runs) in a.items():
+        base = a.get("A", {})
+        for v, runs in a.items():
             if v == "A":
                 continue
             for i, d in enumerate(("fwd", "bwd")):

@@ -119,6 +119,7 @@ std::vector<AttnWorkItem> make_forward_run_work(std::span<const AttnTile> tiles,
                                                 const AttnShape& shape) {
   validate(tiles, shape, "make_forward_run_work");
   std::vector<std::pair<double, std::size_t>> order;  // (cost, run)
+  std::vector<double> run_keys(runs.size(), 0.0);     // keys a run's items walk
   for (std::size_t r = 0; r < runs.size(); ++r) {
     const AttnRun& run = runs[r];
     if (run.count < 1 || run.first < 0 || static_cast<std::size_t>(run.first) + static_cast<std::size_t>(run.count) > tiles.size()) {
@@ -135,6 +136,7 @@ std::vector<AttnWorkItem> make_forward_run_work(std::span<const AttnTile> tiles,
                                            " reads other q rows than the run's first tile");
       }
       cost += static_cast<double>(t.kv_len) * (t.kind == TileKind::CausalDiagonal ? 0.5 : 1.0);
+      run_keys[r] += t.kv_len;
     }
     order.emplace_back(cost, r);
   }
@@ -149,9 +151,7 @@ std::vector<AttnWorkItem> make_forward_run_work(std::span<const AttnTile> tiles,
       w.accumulate = run.accumulate ? 1 : 0;
       work.push_back(w);
     };
-    double keys = 0.0;
-    for (int32_t i = run.first; i < run.first + run.count; ++i) keys += tiles[static_cast<std::size_t>(i)].kv_len;
-    const double kv_bytes = keys * shape.num_kv_heads * shape.head_dim * 2.0 * 2.0;  // K and V, bf16
+    const double kv_bytes = run_keys[r] * shape.num_kv_heads * shape.head_dim * 2.0 * 2.0;  // K and V, bf16
     if (kv_bytes > kAttnForwardHeadMajorBytes) {
       const int group = shape.num_q_heads / shape.num_kv_heads;
       for (int g = 0; g < shape.num_kv_heads; ++g)
