@@ -192,6 +192,9 @@ __device__ __forceinline__ void fw_pack_p(uint32_t (&pa)[kWgKeys / 16][4], const
 }
 
 // O / l and LSE = (m + log2 l) ln 2 of the valid rows; a row that saw no key: O = 0, LSE = -inf.
+// 1 / l and log2 l by the special-function unit (MUFU.RCP, MUFU.LG2: errors about 2^-22, far
+// below the bf16 inputs' rounding, 2^-8) instead of the IEEE division and log2f, whose slow path
+// and polynomial cost each warp about 40 instructions per row pair at every item's end.
 template <int kD>
 __device__ __forceinline__ void fw_store_output(const AttnForwardParams& p, const FwOutput& out, const FwThread& th,
                                                 const float (&o)[kD / 2], const float (&m_row)[2], const float (&l_row)[2]) {
@@ -203,13 +206,13 @@ __device__ __forceinline__ void fw_store_output(const AttnForwardParams& p, cons
     l += __shfl_xor_sync(0xffffffffU, l, 2);
     const int row = th.row(r);
     if (row >= out.rows) continue;
-    const float inv = l > 0.0F ? 1.0F / l : 0.0F;
+    const float inv = l > 0.0F ? __fdividef(1.0F, l) : 0.0F;
     float* o_row = p.o + ((out.out + row) * hq + out.qh) * kD;
 #pragma unroll
     for (int j = 0; j < kD / 8; ++j) {
       *reinterpret_cast<float2*>(o_row + j * 8 + 2 * th.tq) = make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
     }
-    if (th.tq == 0) p.lse[(out.lse + row) * hq + out.qh] = l > 0.0F ? (m_row[r] + log2f(l)) * kLn2 : -INFINITY;
+    if (th.tq == 0) p.lse[(out.lse + row) * hq + out.qh] = l > 0.0F ? (m_row[r] + __log2f(l)) * kLn2 : -INFINITY;
   }
 }
 

@@ -331,11 +331,14 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   // ---------------- consumer warpgroups ----------------
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kFwsConsumerRegs));
   const int ctid = tid - 128;
-  // q rows [64 wg, 64 wg + 64) of the CTA. Not warpgroup_of: the Q descriptors built in uniform
-  // registers at each issue, instead of held in vector registers, bought this kernel nothing
-  // measurable (0.99x, inside the run-to-run spread; the backward kernels 1.01-1.05x: change table
-  // in cuda_attention_h200.md).
-  const int wg = ctid >> 7;
+  // q rows [64 wg, 64 wg + 64) of the CTA. The warpgroup index and (in the step that begins an
+  // item) the Q slot are read through shuffles from lane 0, so that the compiler knows them uniform
+  // over the warp and builds the S product's Q descriptors in uniform registers: the step that
+  // begins an item, whose Q slot changes, no longer builds them in vector registers and moves them
+  // over by R2UR (with fw_store_output's MUFU reciprocal and log2: that step's code about 115
+  // instructions shorter, the step inside an item 22; lists of short items 1.01-1.09x faster,
+  // bench/results/cuda_attention_h200.md).
+  const int wg = warpgroup_of(ctid);
   const FwThread th{wg, (ctid >> 5) & 3, (ctid & 31) >> 2, ctid & 3};
   const float scale_log2 = p.shape.softmax_scale * kLog2e;
 
@@ -396,7 +399,7 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
     const int slot = j & 1;
     if constexpr (kBegin) {
       if (cur >= 0) mbar_arrive(q_empty(qs));  // every S product of item cur has completed
-      qs = qi & 1;
+      qs = __shfl_sync(0xffffffffU, qi & 1, 0);
       mbar_wait(q_full(qs), static_cast<uint32_t>((qi >> 1) & 1));
       ++qi;
     }
