@@ -144,6 +144,7 @@ std::vector<AttnWorkItem> make_backward_work(std::span<const AttnTile> tiles, co
 // clock at the power limit. Kv head by kv head, a wave streams one head's. Measured on an H100
 // with every run so ordered (cuda_attention_h200.md, change table): lists of B 4096 full 1.03x,
 // causal sequence 1.05x; but a list of lone 1024-row diagonal tiles (4 MB of K / V a run) 0.90x.
+// With the threshold: B 4096 full and sequence 1.04x, B 2048 full 1.02x, the rest unchanged.
 inline constexpr double kAttnForwardHeadMajorBytes = 40.0 * 1024 * 1024;
 struct AttnRun {
   int32_t first = 0;
