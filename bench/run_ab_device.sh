@@ -29,6 +29,8 @@
 # that backward's power draw left, so two variants whose backwards differ can read 2-10 % apart on
 # the same forward code (short lists most); compare forwards between variants with the same backward.
 # Usage (repository root): bench/run_ab_device.sh DEPS_DIR
+# Duration on one H100 (session 60): two variants, two masks, about 3 minutes; four variants (three
+# checked), two masks, about 8 minutes, near the device tool's 10-minute limit per command.
 # Results: $OUT/ab.tgz (every JSON, log and the clock samples) and the tables on stdout;
 # `python3 bench/ab_table.py ab.tgz` prints each variant over A per list and per whole plan.
 set -u
