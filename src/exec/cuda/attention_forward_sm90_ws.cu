@@ -333,11 +333,10 @@ __global__ void __launch_bounds__(kFwsThreads, 1) attention_forward_sm90_ws_kern
   const int ctid = tid - 128;
   // q rows [64 wg, 64 wg + 64) of the CTA. The warpgroup index and (in the step that begins an
   // item) the Q slot are read through shuffles from lane 0, so that the compiler knows them uniform
-  // over the warp and builds the S product's Q descriptors in uniform registers: the step that
-  // begins an item, whose Q slot changes, no longer builds them in vector registers and moves them
-  // over by R2UR (with fw_store_output's MUFU reciprocal and log2: that step's code about 115
-  // instructions shorter, the step inside an item 22; lists of short items 1.01-1.09x faster,
-  // bench/results/cuda_attention_h200.md).
+  // over the warp and builds the S product's Q descriptors in uniform registers, also in the step
+  // that begins an item, where the Q slot changes. From plain registers it builds them per product
+  // in vector registers and moves each over by R2UR: about 70 instructions more in that step, which
+  // on lists of short items (4-5 sub-tiles an item) sets the pace (bench/results/kernel_profile_h200.md).
   const int wg = warpgroup_of(ctid);
   const FwThread th{wg, (ctid >> 5) & 3, (ctid & 31) >> 2, ctid & 3};
   const float scale_log2 = p.shape.softmax_scale * kLog2e;
