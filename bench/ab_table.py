@@ -188,8 +188,12 @@ def main(argv=None):
                     out.append(f"{span[0]:.3f}-{span[1]:.3f}" if span else "-")
         return out
 
-    head = [h for d in ("fwd", "bwd") for h in [f"{d} A"] + [x for v in vs for x in (f"{d} {v}", f"{v} / A")]]
-    list_head = [h for d in ("fwd", "bwd") for h in [f"{d} A"] + [x for v in vs for x in (f"{d} {v}", f"{v} / A", "per run")]]
+    def header(runs=False):  # the columns of cells(r, runs)
+        per_run = ("per run",) if runs else ()
+        return [h for d in ("fwd", "bwd") for h in [f"{d} A"] + [x for v in vs for x in (f"{d} {v}", f"{v} / A") + per_run]]
+
+    head = header()
+    list_head = header(runs=True)
     print(f"lists: forward {a.fwd_route}, backward {a.bwd_route}; TFLOP/s, mean over the runs; per run: the lowest "
           "and highest ratio of one run over A's run of the same number")
     print("| S | B | list | " + " | ".join(list_head) + " |")
