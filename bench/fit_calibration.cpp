@@ -24,8 +24,9 @@
 //                   default base: h200-nvl (default) or h100-sxm, the card the points ran on
 //   --base FILE     calibration whose other fields (launch overhead, memory bandwidth) are kept
 //                   (default: the cluster's built-in measured calibration)
-//   --route NAME    the benchmark's column to fit (default wgmma-persistent: the kernels with the
-//                   host's cell classes of Partial tiles and the persistent forward, as the CUDA backend runs them)
+//   --route NAME    the benchmark's column to fit (default wgmma-runs: the lists issued as runs of
+//                   tiles sharing q rows, as the CUDA backend issues plans whose outputs accumulate
+//                   in place; wgmma-persistent: every tile its own output)
 //   --plan-weight W weight of a whole plan against one kernel list (default 8)
 //   --pin fwd_work_item_cost=0   keeps one cost of one pass out of the fit (repeatable)
 //   --work          also prints what each point asks of the kernels
@@ -126,8 +127,10 @@ Point plan_point(const nlohmann::json& j, const std::string& preset, const dcp::
   return p;
 }
 
-// A kernel-benchmark list as one Attend: each tile writes its own output (one run per tile), and
-// the `partial` and `window` lists run every tile through the general mask path.
+// A kernel-benchmark list as one Attend, issued as the route issues it: under wgmma-runs the tiles
+// of one q block write one output (one forward run per q block, as the backend issues a list whose
+// outputs accumulate in place), under the other routes each tile its own. The `partial` and
+// `window` lists run every tile through the general mask path.
 Point kernel_point(const nlohmann::json& row, const dcp::AttentionShape& shape, const dcp::Calibration& base,
                    const std::string& route) {
   const int64_t seq = row.at("seq").get<int64_t>(), block = row.at("block").get<int64_t>();
@@ -147,7 +150,8 @@ Point kernel_point(const nlohmann::json& row, const dcp::AttentionShape& shape, 
     if (list == "partial" || list == "window") t.kind = dcp::TileKind::Partial;
     dcp::TileOp op;
     op.tile = static_cast<int32_t>(i);
-    op.out = {dcp::Space::Slot, dcp::DataKind::O, static_cast<int32_t>(attend.tiles.size())};
+    const auto out = route == "wgmma-runs" ? t.q_block : static_cast<int32_t>(attend.tiles.size());
+    op.out = {dcp::Space::Slot, dcp::DataKind::O, out};
     attend.tiles.push_back(op);
   }
   Point p;
@@ -244,7 +248,7 @@ void pin(const std::string& arg, Vec (&held)[2]) {
 }
 
 int run(int argc, char** argv) {
-  std::string plans_path, kernels_path, base_path, preset = "h200-nvl", route = "wgmma-persistent";
+  std::string plans_path, kernels_path, base_path, preset = "h200-nvl", route = "wgmma-runs";
   double plan_weight = 8.0;
   bool show_work = false;
   Vec held[2];
