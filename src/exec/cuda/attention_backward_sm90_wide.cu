@@ -344,7 +344,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
         const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
         if (tma && ptid == 0) {
           const bool wide = rows == kWideRows;
-          mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * rows * kD * 2));
+          // Its bytes only: thread 0 arrives below with the others, once its row's statistics are stored.
+          mbar_expect_tx(full, static_cast<uint32_t>(2 * rows * kD * 2));
 #pragma unroll
           for (int b = 0; b < kD / 64; ++b) {
             const auto box = static_cast<uint32_t>(b * kWideBoxBytes);  // column block b: 80 rows of 128 bytes
@@ -371,7 +372,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
         cp_async_wait<0>();
         fence_proxy_async();
       }
-      if (!tma || ptid != 0) mbar_arrive(full);
+      mbar_arrive(full);  // every producer thread, its stores of the slot done
       if (end) break;
     }
     return;

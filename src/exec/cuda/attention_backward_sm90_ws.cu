@@ -280,7 +280,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         // The sub-tiles' TMA first: its latency is the fill's, and the statistics stored after it
         // are in registers already.
         if (tma && ptid == 0) {
-          mbar_arrive_expect_tx(full, static_cast<uint32_t>(2 * Smem::kQBytes));
+          // Its bytes only: thread 0 arrives below with the others, once its row's statistics are stored.
+          mbar_expect_tx(full, static_cast<uint32_t>(2 * Smem::kQBytes));
 #pragma unroll
           for (int b = 0; b < kD / 64; ++b) {
             const auto box = static_cast<uint32_t>(b * kBwRows * 128);
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_ws_kern
         cp_async_wait<0>();
         fence_proxy_async();  // -> visible to wgmma after the consumers' wait
       }
-      if (!tma || ptid != 0) mbar_arrive(full);  // thread 0 of a TMA step arrived with its byte count
+      mbar_arrive(full);  // every producer thread, its stores of the slot done
       if (end) break;
     }
     return;

@@ -43,6 +43,12 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t byt
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
 
+// Adds `bytes` to the transaction count of the current phase without arriving: a thread may issue
+// the TMA loads of a phase before it arrives (once the rest of what the phase hands over is written).
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
 // TMA load of one box of a 2-D tensor map (a __grid_constant__ kernel parameter) at element
 // coordinates (col, row) into shared memory at `dst` (1024-byte aligned for the 128-byte
 // swizzle), completing `bytes` on mbarrier `bar`.
