@@ -156,8 +156,12 @@ fi
 if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
   # PLAN_BLOCKS: block sizes (default 2048). PLAN_RUNS: name:flags:environment triples, e.g.
   # "merged:--no-outputs-in-place" or "nocells::DCP_ATTN_PARTIAL_CELLS=0" (default: "default::");
-  # plans.tar holds bench_1gpu_ldc65536_<mask>_b<B>[_<name>].json, a runs.json call's entries.
-  mkdir -p /tmp/plans_json
+  # plans.tar holds bench_1gpu_ldc65536_<mask>_b<B>[_<name>].json, a runs.json call's entries,
+  # and the SM clock and power sampled through them (clocks.csv): a plan's passes are short, so
+  # they may run above the clock the kernel lists settle at.
+  rm -rf /tmp/plans_json && mkdir -p /tmp/plans_json
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 >/tmp/plans_json/clocks.csv 2>&1 &
+  smi=$!
   for B in ${PLAN_BLOCKS:-2048}; do
     for m in causal lambda causal_blockwise shared_question; do
       for run in ${PLAN_RUNS:-default::}; do
@@ -171,6 +175,7 @@ if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
       done
     done
   done
+  kill $smi
   tar -cf "$out/plans.tar" -C /tmp/plans_json .
 fi
 say done
