@@ -16,17 +16,16 @@ A name already in the file is an error unless --replace is given. The files keep
 """
 import argparse
 import json
-import os
 import sys
 import tarfile
+
+from ab_table import read_files
 
 
 def members(path):
     """{file name: parsed JSON} of the tar's JSON files."""
     try:
-        with tarfile.open(path) as t:
-            return {os.path.basename(m.name): json.load(t.extractfile(m))
-                    for m in t.getmembers() if m.isfile() and m.name.endswith(".json")}
+        return read_files(path)
     except (OSError, tarfile.TarError) as e:
         sys.exit(f"record_call: {path}: {e}")
     except json.JSONDecodeError as e:

@@ -32,6 +32,8 @@ export NCCL_ROOT=$NV/nccl LD_LIBRARY_PATH=$NV/nccl/lib:${LD_LIBRARY_PATH:-}
 b=/tmp/dcp_pybuild
 say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
+# The SM clock, power and temperature every $2 ms into file $1, in the background (kill $!).
+sample_clocks() { nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms "$2" >"$1" 2>&1 & }
 if has build; then
   say "build: pip install --no-build-isolation . (with the dcp command and GPU checks)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
@@ -139,7 +141,7 @@ if has kernels; then
   # The H200 runs these kernels at its power limit (about 690 W), where the SM clock settles
   # between 1.6 and 1.8 GHz; a short isolated run sees up to 1.98 GHz and reads up to 12 % faster.
   # So cuDNN is timed right after ours in the same sustained state, and the clocks are logged.
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 200 >"$out/clocks.csv" 2>&1 &
+  sample_clocks "$out/clocks.csv" 200
   smi=$!
   say "kernel bench, routes ${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent,wgmma-runs}"
   DCP_BENCH_ROUTES=${KERNEL_ROUTES:-wgmma-cells,wgmma-persistent,wgmma-runs} timeout 240 $b/bench/bench_cuda_attention "$out/bench_cuda_attention" \
@@ -160,7 +162,7 @@ if has plans; then  # one-GPU whole plans, ldc 65536 seed 1, the four masks
   # and the SM clock and power sampled through them (clocks.csv): a plan's passes are short, so
   # they may run above the clock the kernel lists settle at.
   rm -rf /tmp/plans_json && mkdir -p /tmp/plans_json
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms 100 >/tmp/plans_json/clocks.csv 2>&1 &
+  sample_clocks /tmp/plans_json/clocks.csv 100
   smi=$!
   for B in ${PLAN_BLOCKS:-2048}; do
     for m in causal lambda causal_blockwise shared_question; do

@@ -61,7 +61,7 @@ def test_kernels_added_with_the_reference(tmp_path):
     assert "sdpa_reference" not in json.loads(kern.read_text())["s3"]
 
 
-def test_errors_say_what_is_wrong(tmp_path, capsys):
+def test_errors_say_what_is_wrong(tmp_path):
     runs = tmp_path / "runs.json"
     write_json(runs, {"about": "", "calls": {"c": {"runs": {}}}})
     tar = tmp_path / "plans.tar"
