@@ -11,7 +11,8 @@
 # AB_STOP_ON_FAIL=1: a variant whose kernel tests or whole-plan check fail ends the call there
 # (the logs in ab.tgz), before any timing.
 # AB_ENV_<V>="VAR=value ...": variant V's environment for its checks and timings (a runtime option
-# against the default: AB_FLAGS_A= AB_ENV_B="DCP_ATTN_WIDE_BACKWARD=0").
+# against the default: AB_FLAGS_A= AB_ENV_B="DCP_ATTN_WIDE_BACKWARD=0"; variants of the same flags
+# share one build).
 # AB_NOCHECK="C" skips the checks of the variants named (a probe that computes wrong results on
 # purpose to bound what a change could buy is only timed; a variant built with a flag that turns
 # off what the tree's own tests check, such as A's -DDCP_AB_OLD, fails them by design).
@@ -64,21 +65,32 @@ flags_of() {
     *) local v="AB_FLAGS_$1"; [ -n "${!v+x}" ] || { echo "run_ab_device: AB_FLAGS_$1 is not set" >&2; exit 1; }; echo "${!v}" ;;
   esac
 }
+# Variants built from the same flags share one build (a runtime option against the default,
+# AB_ENV_<V>, needs one): the first of them owns it, the others link to it.
+owner_of() {
+  local f u
+  f=$(flags_of $1) || exit 1
+  for u in $variants; do [ "$(flags_of $u)" = "$f" ] && { echo $u; return; }; done
+}
+owners=""
 for v in $variants; do
+  o=$(owner_of $v) || exit 1
+  if [ $o != $v ]; then rm -rf /tmp/ab$v; ln -sfn /tmp/ab$o /tmp/ab$v; continue; fi
+  owners="$owners $v"
   f=$(flags_of $v) || exit 1
   say "configure $v ($f)"
   cmake -S . -B /tmp/ab$v -G Ninja -DCMAKE_BUILD_TYPE=Release -DDCP_DEVICE_DEPS_DIR="$deps" -DDCP_ENABLE_BENCH=ON \
     -DNCCL_ROOT="$NCCL_ROOT" -DCMAKE_CUDA_FLAGS="$f" -DCMAKE_CXX_FLAGS="$f" >"$x/cmake_$v.log" 2>&1 || { tail -20 "$x/cmake_$v.log"; exit 1; }
 done
-nv=$(echo $variants | wc -w)
+nv=$(echo $owners | wc -w)
 jobs=$(( $(nproc) / nv ))
-for v in $variants; do
+for v in $owners; do
   targets="dcp_cli bench_cuda_attention"
-  [ $v = A ] || targets="$targets dcp_exec_cuda_check dcp_test_cuda"
+  for u in $variants; do [ $u != A ] && [ "$(owner_of $u)" = $v ] && targets="$targets dcp_exec_cuda_check dcp_test_cuda" && break; done
   (ninja -C /tmp/ab$v -j $jobs $targets >"$x/build_$v.log" 2>&1 || echo "build $v failed") &
 done
 wait
-for v in $variants; do grep -h -A8 "error" "$x/build_$v.log" | head -20; done
+for v in $owners; do grep -h -A8 "error" "$x/build_$v.log" | head -20; done
 for v in $variants; do
   [ $v = A ] && continue
   case " ${AB_NOCHECK:-} " in *" $v "*) continue ;; esac  # a timing-only probe (wrong results by design)
