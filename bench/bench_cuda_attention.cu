@@ -16,7 +16,8 @@
 // per SM taking items from a counter; its backward is wgmma-cells') and wgmma-runs (the same
 // forward over runs: the tiles that share q rows walked by one item into one output, online
 // softmax across them, runs heaviest first: what the CUDA backend runs on a list whose outputs
-// accumulate in place, the plans' default; its backward is wgmma-cells' as well).
+// accumulate in place, the plans' default; its backward is wgmma-cells' with the wide kernel's
+// items in runs of the tiles that share a key block, make_backward_runs, as the backend issues it).
 // On sm_90 the deterministic backward (route wgmma over make_deterministic_backward_work) is
 // timed too: column wgmma-det, the two-pass method (a dK / dV pass, then a dQ pass) with its
 // dK / dV pass's share, the one-pass method (AttnBackwardParams::dq_units and the dq conversion
@@ -283,7 +284,8 @@ int main(int argc, char** argv) {
     const char* name;
     bool cells = false;       // the list carries make_partial_cells' classes
     bool persistent = false;  // the forward takes items from a work counter, one CTA per SM
-    bool runs = false;        // the forward walks runs of tiles sharing q rows (make_runs_work)
+    bool runs = false;        // the forward walks runs of tiles sharing q rows (make_runs_work), the
+                              // backward's wide items runs of tiles sharing a key block (make_backward_runs)
   };
   std::vector<Route> routes{{AttnKernelRoute::Mma, "mma"}};
   if (major == 9 && minor == 0) {
@@ -356,6 +358,12 @@ int main(int argc, char** argv) {
         auto bw_cells = make_backward_work(c.tiles, shape, cells);
         const int32_t bw_wide = wide_backward ? partition_backward_work(bw, c.tiles, shape) : 0;
         const int32_t bw_cells_wide = wide_backward ? partition_backward_work(bw_cells, c.tiles, shape) : 0;
+        // wgmma-runs' backward: the wide items in runs of the tiles that share a key block.
+        std::vector<AttnTile> bw_run_tiles = c.tiles;
+        std::vector<AttnWorkItem> bw_runs = bw_cells;
+        const int32_t bw_runs_wide = make_backward_runs(bw_run_tiles, bw_runs, bw_cells_wide, shape);
+        AttnTile* d_bw_run_tiles = upload(bw_run_tiles);
+        AttnWorkItem* d_bw_runs = upload(bw_runs.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : bw_runs);
         const RunsWork runs = make_runs_work(c, shape);
         AttnTile* d_run_tiles = upload(runs.tiles);
         AttnWorkItem* d_run_work = upload(runs.work);
@@ -410,15 +418,17 @@ int main(int argc, char** argv) {
         for (const Route& r : routes) {
           bp.route = r.route;
           bp.list.cells = r.cells ? d_cells : nullptr;
-          bp.list.work = r.cells ? d_bw_cells : d_bw;
-          bp.list.num_work = static_cast<int32_t>(r.cells ? bw_cells.size() : bw.size());
-          bp.list.num_wide = r.cells ? bw_cells_wide : bw_wide;
+          bp.list.tiles = r.runs ? d_bw_run_tiles : d_tiles;
+          bp.list.work = r.runs ? d_bw_runs : r.cells ? d_bw_cells : d_bw;
+          bp.list.num_work = static_cast<int32_t>(r.runs ? bw_runs.size() : r.cells ? bw_cells.size() : bw.size());
+          bp.list.num_wide = r.runs ? bw_runs_wide : r.cells ? bw_cells_wide : bw_wide;
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
           if (meter) {
             row.bwd_energy.push_back(measure_energy(*meter, [&] { attention_backward(bp, nullptr); }, 2.5 * flops, energy_s));
           }
         }
         bp.list.cells = nullptr;
+        bp.list.tiles = d_tiles;
         bp.list.work = d_bw;
         bp.list.num_work = static_cast<int32_t>(bw.size());
         bp.list.num_wide = 0;
@@ -505,6 +515,8 @@ int main(int argc, char** argv) {
         cudaFree(d_rng);
         cudaFree(d_fw);
         cudaFree(d_run_tiles);
+        cudaFree(d_bw_run_tiles);
+        cudaFree(d_bw_runs);
         cudaFree(d_run_work);
         cudaFree(d_bw);
         cudaFree(d_bw_cells);

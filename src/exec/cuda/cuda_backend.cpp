@@ -712,7 +712,10 @@ class CudaBackend final : public Backend {
         reserve_semaphores(det.num_semaphores);
       } else {
         work = cuda::make_backward_work(tiles, shape, cells);
-        if (kernels_.wide_backward) h.num_wide = cuda::partition_backward_work(work, tiles, shape);
+        if (kernels_.wide_backward) {
+          h.num_wide = cuda::partition_backward_work(work, tiles, shape);
+          h.num_wide = cuda::make_backward_runs(tiles, work, h.num_wide, shape);
+        }
       }
     }
     h.tiles = meta.add(tiles);
