@@ -36,6 +36,18 @@ struct BwdLists {
   int shift = 0;                // rows added to the other buffers (tiles name them explicitly)
 };
 
+// Every tile names its dO / LSE / Delta / dQ / dK / dV rows explicitly, kShift after its Q / K rows.
+void shift_operand_rows(BwdLists& l) {
+  l.shift = kShift;
+  for (AttnTile& t : l.tiles) {
+    t.lse_begin = t.q_begin + kShift;
+    t.dout_begin = t.q_begin + kShift;
+    t.delta_begin = t.q_begin + kShift;
+    t.dq_begin = t.q_begin + kShift;
+    t.dkv_begin = t.kv_begin + kShift;
+  }
+}
+
 BwdLists build_backward(const BackwardCase& c, Rng& rng) {
   BwdLists l;
   const int hkv = c.num_kv_heads;
@@ -92,14 +104,7 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       }
       l.q_rows = 3 * n + 100;
       l.kv_rows = c.kv_len + 200;
-      l.shift = kShift;
-      for (AttnTile& t : l.tiles) {
-        t.lse_begin = t.q_begin + kShift;
-        t.dout_begin = t.q_begin + kShift;
-        t.delta_begin = t.q_begin + kShift;
-        t.dq_begin = t.q_begin + kShift;
-        t.dkv_begin = t.kv_begin + kShift;
-      }
+      shift_operand_rows(l);
       break;
     }
     case BackwardScenario::MultiTile: {
@@ -122,14 +127,7 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       l.tiles.push_back(tile_of(qb, 70, 150, 70, TileKind::CausalDiagonal, 0, hkv));
       l.q_rows = qb + 70;
       l.kv_rows = 150 + std::max(c.kv_len, 70);
-      l.shift = kShift;
-      for (AttnTile& t : l.tiles) {
-        t.lse_begin = t.q_begin + kShift;
-        t.dout_begin = t.q_begin + kShift;
-        t.delta_begin = t.q_begin + kShift;
-        t.dq_begin = t.q_begin + kShift;
-        t.dkv_begin = t.kv_begin + kShift;
-      }
+      shift_operand_rows(l);
       break;
     }
   }
