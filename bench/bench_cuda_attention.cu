@@ -31,6 +31,8 @@
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
 // DCP_ATTN_WIDE_BACKWARD, as for the dcp command: on by default, the backward's full chunks of
 // Full tiles run in the wide kernel (80-row steps; cuda::partition_backward_work); 0 turns it off.
+// DCP_ATTN_BACKWARD_RUN_ROWS, as for the dcp command: the wide kernel's runs under wgmma-runs
+// (cuda::make_backward_runs; 0: one item per tile).
 // DCP_BENCH_ENERGY_S=N: after its timing, each pass of each route runs again, launch after launch,
 // until it fills N seconds, with the GPU's energy counter read around them (NVML, as `dcp bench
 // --energy-iters`): TFLOP per kJ, mean watts and the median SM clock, printed under the row and in
@@ -310,6 +312,10 @@ int main(int argc, char** argv) {
   }
   const char* wide_env = std::getenv("DCP_ATTN_WIDE_BACKWARD");
   const bool wide_backward = wide_env == nullptr || dcp::parse_switch(wide_env, "DCP_ATTN_WIDE_BACKWARD");
+  const char* run_rows_env = std::getenv("DCP_ATTN_BACKWARD_RUN_ROWS");
+  const int run_rows = run_rows_env != nullptr && *run_rows_env != '\0'
+                           ? dcp::parse_row_count(run_rows_env, "DCP_ATTN_BACKWARD_RUN_ROWS")
+                           : kWideBackwardRunRows;
   struct Row {
     int seq, block;
     std::string list;
@@ -361,7 +367,8 @@ int main(int argc, char** argv) {
         // wgmma-runs' backward: the wide items in runs of the tiles that share a key block.
         std::vector<AttnTile> bw_run_tiles = c.tiles;
         std::vector<AttnWorkItem> bw_runs = bw_cells;
-        const int32_t bw_runs_wide = make_backward_runs(bw_run_tiles, bw_runs, bw_cells_wide, shape);
+        const int32_t bw_runs_wide =
+            run_rows > 0 ? make_backward_runs(bw_run_tiles, bw_runs, bw_cells_wide, shape, run_rows) : bw_cells_wide;
         AttnTile* d_bw_run_tiles = upload(bw_run_tiles);
         AttnWorkItem* d_bw_runs = upload(bw_runs.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : bw_runs);
         const RunsWork runs = make_runs_work(c, shape);

@@ -357,12 +357,6 @@ int32_t make_backward_runs(std::vector<AttnTile>& tiles, std::vector<AttnWorkIte
                                        std::to_string(work.size()) + " items");
   if (max_rows < 1) raise(ErrorKind::InvalidInput, std::string(where) + ": max_rows must be positive");
   if (num_wide == 0) return 0;
-#ifdef DCP_AB_OLD
-  return num_wide;
-#endif
-#ifdef DCP_AB_RUN_ROWS
-  max_rows = DCP_AB_RUN_ROWS;
-#endif
   validate(tiles, shape, where);
   // The wide items of each tile, in order of first appearance.
   std::vector<int> first_seen;

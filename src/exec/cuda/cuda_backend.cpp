@@ -714,7 +714,8 @@ class CudaBackend final : public Backend {
         work = cuda::make_backward_work(tiles, shape, cells);
         if (kernels_.wide_backward) {
           h.num_wide = cuda::partition_backward_work(work, tiles, shape);
-          h.num_wide = cuda::make_backward_runs(tiles, work, h.num_wide, shape);
+          if (kernels_.backward_run_rows > 0)
+            h.num_wide = cuda::make_backward_runs(tiles, work, h.num_wide, shape, kernels_.backward_run_rows);
         }
       }
     }
