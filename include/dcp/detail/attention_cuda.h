@@ -224,9 +224,9 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
                                 int min_q_rows = kWideBackwardMinRows);
 
 // Runs of the wide kernel: tiles that share a key block (kv rows, kv_len, dK / dV rows, head
-// group) and q_len, walked one after the other by one item, which holds its 128-key chunk of K and V and its
-// dK / dV in the CTA from the first tile to the last: K / V are loaded, dK / dV added and the
-// step pipeline filled and drained once per run instead of once per tile. With 1024-row tiles a
+// group) and q_len, walked one after the other by one item, which holds its 128-key chunk of K
+// and V and its dK / dV in the CTA from the first tile to the last: K / V are loaded, dK / dV
+// added and the step pipeline filled and drained once per run instead of once per tile. With 1024-row tiles a
 // tile's item is 52 steps (4 q heads x 13), and those per-item costs held the full list at B 1024
 // 7 % below its rate at B 4096 (208 steps an item) in the same kernel.
 // make_backward_runs takes the wide items work[0, num_wide) (partition_backward_work's) and cuts
