@@ -110,7 +110,6 @@ struct BwWideSmem {
 // wide_backward_steps' steps. The producer's loaders and the dQ warp each walk it by the step's
 // index (the loaders run on 24 registers: state carried from step to step spills), the consumers
 // read the steps' records.
-#ifndef DCP_AB_OLD
 struct WideRun {
   const AttnTile* first;
   WideBackwardSteps steps;
@@ -132,7 +131,6 @@ struct WideRun {
     return {t, head, steps.row0(s), steps.rows(s, t->q_len)};
   }
 };
-#endif
 
 // Whether a step's dQ rows go out by TMA reductions (80 or 64 rows: a tensor map's box), not by
 // the consumers' atomics.
@@ -147,35 +145,6 @@ __device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows
 // Barrier phases: the consumers arrive on kBarDqFull once per iteration (n steps + the end
 // record; the first arrival carries no tile) and wait on kBarDqFree before writing step s's tiles
 // (n times); the order below keeps every party at most one phase ahead of the other.
-#ifdef DCP_AB_OLD  // the kernel before runs (one tile an item), for the A/B
-__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const AttnTile& t, uint32_t s_dqt, WideBackwardSteps steps, int num_steps,
-                                                int qh0, int lane) {
-  bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
-  bar_arrive_n<kBarDqFree, kDqBarThreads>();
-  const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
-#pragma unroll 1
-  for (int step = 0; step < num_steps; ++step) {
-    bar_sync_n<kBarDqFull, kDqBarThreads>();  // step's tiles written and fenced
-    const int rq0 = steps.row0(step % steps.per_head);
-    const int rows = steps.rows(step % steps.per_head, t.q_len);
-    if (lane == 0 && bw_wide_dq_by_tma(wp, rows)) {
-      const CUtensorMap* map = rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
-      const int col0 = (qh0 + step / steps.per_head) * kWideD;
-#pragma unroll
-      for (int wg = 0; wg < 2; ++wg) {
-        const uint32_t src = s_dqt + static_cast<uint32_t>(wg * 2 * kWideBoxBytes);
-        tma_reduce_add_2d(map, src, col0 + 64 * wg, dq_row0 + rq0);
-        tma_reduce_add_2d(map, src + kWideBoxBytes, col0 + 64 * wg + 32, dq_row0 + rq0);
-      }
-      bulk_commit();
-      bulk_wait_read<0>();
-    }
-    __syncwarp();
-    if (step + 1 < num_steps) bar_arrive_n<kBarDqFree, kDqBarThreads>();
-  }
-  if (lane == 0) bulk_wait<0>();
-}
-#else
 __device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, uint32_t s_dqt, const WideRun& run, int qh0, int lane) {
   bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
   bar_arrive_n<kBarDqFree, kDqBarThreads>();
@@ -201,7 +170,6 @@ __device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, uint32_t s
   }
   if (lane == 0) bulk_wait<0>();
 }
-#endif
 
 // One score product over an 80-row step: S^T = K Q^T (a = K, b = the Q tile) or dP^T = V dO^T.
 // One commit group. The register fences pin the accumulator to the same registers from the first
@@ -348,23 +316,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // ---------------- producer warpgroup ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWideProducerRegs));
     const int ptid = tid;
-#ifdef DCP_AB_OLD
-    const AttnTile* t = p.list.tiles + w.tile;
-    const WideBackwardSteps steps = wide_backward_steps(t->q_len);
-    const int num_steps = steps.per_head * group;
-    if (ptid >= kWideLoaders) {
-      bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, steps, num_steps, kvh * group, ptid & 31);
-      return;
-    }
-    const AttnTile* run_first = t;
-#else
     const WideRun run(p.list.tiles + w.tile, w.num_tiles, group);
     if (ptid >= kWideLoaders) {
       bw_wide_dq_warp(wp, base + BwWideSmem::kDqT, run, kvh * group, ptid & 31);
       return;
     }
     const AttnTile* run_first = run.first;
-#endif
     {
       const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
       const int64_t kv_off = (static_cast<int64_t>(run_first->kv_begin + c0) * hkv + kvh) * kD;
@@ -384,15 +341,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // Every loader's zeros land before thread 0's first TMA writes those rows.
     fence_proxy_async();
     bar_sync_n<kBarProducer, kWideLoaders>();
-#ifdef DCP_AB_OLD
-    const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
-    for (int j = 0;; ++j) {
-      const int slot = j & 1;
-      const bool end = j >= num_steps;
-      const int qh = end ? 0 : kvh * group + j / steps.per_head;
-      const int rq0 = end ? 0 : steps.row0(j % steps.per_head);
-      const int rows = end ? 0 : steps.rows(j % steps.per_head, t->q_len);
-#else
     for (int j = 0;; ++j) {
       const int slot = j & 1;
       const bool end = j >= run.num_steps;
@@ -402,7 +350,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
       const int rq0 = end ? 0 : st.row0;
       const int rows = end ? 0 : st.rows;
       const int dout_row0 = end ? 0 : t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
-#endif
       // The step's LSE, Delta (and units) are read before its slot is free: off the path from the
       // consumers' release to the slot's fill.
       LseDelta stats;
