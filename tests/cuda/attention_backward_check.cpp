@@ -198,6 +198,8 @@ std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
   // The wide kernel's runs: a key block's tiles in one run (run_rows past the list) or cut at
   // two q blocks' rows; q lengths that end the steps in each way (300: a short step, 224: a 64-row
   // one, 336: four); every operand path (dQ by atomics, Q / dO by cp.async, a captured launch).
+  // Only the Wgmma route's wide kernel walks runs; the other routes take an item as one tile.
+  if (route != AttnKernelRoute::Wgmma) return out;
   uint64_t seed = 200;
   for (const int q_len : {300, 224, 336}) {
     for (const int gqa : {1, 4}) {

@@ -163,7 +163,7 @@ struct BackwardCase {
   // AttnTileList::num_wide): the Wgmma route at head dim 128 runs them with 80-row q steps.
   bool wide = true;
   // With wide: join the wide items of tiles that share a key block into runs cut at multiples of
-  // this many q rows (make_backward_runs); 0: an item per tile.
+  // this many q rows (make_backward_runs); 0: an item per tile. Wgmma route only.
   int run_rows = 0;
   // Run the backward as a CUDA graph captured (global mode) on a stream of a thread of its own,
   // then replayed: a launch that forks a stream of its own (the wide kernel beside the 64-row

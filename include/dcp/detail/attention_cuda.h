@@ -237,7 +237,8 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
 // chunk-major, or head-major from kAttnHeadMajorRows rows as make_backward_work), runs in window
 // order. A tile whose wide items are not all of its chunks and heads stays a run of its own. The
 // other items follow, unchanged. Returns the new num_wide; InvalidInput on a num_wide outside the
-// list or a wide item that names no Full tile.
+// list or a wide item that names no Full tile. Only the Wgmma route's wide kernel walks runs (the
+// Mma and WgmmaBasic routes take an item as one tile): give such a list to that route alone.
 inline constexpr int kWideBackwardRunRows = 4096;
 int32_t make_backward_runs(std::vector<AttnTile>& tiles, std::vector<AttnWorkItem>& work, int32_t num_wide,
                            const AttnShape& shape, int max_rows = kWideBackwardRunRows);

@@ -38,6 +38,9 @@
 //   under it, such as an `if` around the TMA issue, serialises every product of the kernel.)
 //   1.03-1.04x on full and causal-sequence lists (H100), 1.03-1.06x on the whole causal, lambda
 //   and shared-question plans (bench/results/cuda_attention_h200.md).
+#ifdef DCP_AB_OLD  // main's kernel, for the device A/B of the walks (removed after it)
+#include "attention_backward_sm90_wide_ab_old.inc"
+#else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -109,7 +112,29 @@ struct BwWideSmem {
 // share q_len) one after the other, in each tile the kv head's q heads, in each head
 // wide_backward_steps' steps. The producer's loaders and the dQ warp each walk it by the step's
 // index (the loaders run on 24 registers: state carried from step to step spills), the consumers
-// read the steps' records.
+// read the steps' records. An item of one tile is walked by WideTileWalk, which keeps its tile and
+// first dO row in registers: the run walk's division and tile reads per step cost such an item
+// about 2 % (kernels_h100_2026-12-05.json, s63_backward_runs), so only runs pay for them.
+struct WideStep {
+  const AttnTile* tile;
+  int head;  // q head kv head x group + head
+  int row0, rows;
+  int dout_row0;  // the tile's first dO row
+};
+struct WideTileWalk {
+  const AttnTile* t;
+  WideBackwardSteps steps;
+  int num_steps;
+  int dout_row0;
+  __device__ WideTileWalk(const AttnTile* tile, int group)
+      : t(tile), steps(wide_backward_steps(tile->q_len)), num_steps(steps.per_head * group),
+        dout_row0(tile->dout_begin >= 0 ? tile->dout_begin : tile->q_begin) {}
+  __device__ WideStep at(int j) const {
+    const int head = j / steps.per_head;
+    const int s = j - head * steps.per_head;
+    return {t, head, steps.row0(s), steps.rows(s, t->q_len), dout_row0};
+  }
+};
 struct WideRun {
   const AttnTile* first;
   WideBackwardSteps steps;
@@ -117,18 +142,13 @@ struct WideRun {
   int num_steps;  // of the run
   __device__ WideRun(const AttnTile* tiles, int count, int group)
       : first(tiles), steps(wide_backward_steps(tiles->q_len)), per_tile(steps.per_head * group), num_steps(per_tile * count) {}
-  struct Step {
-    const AttnTile* tile;
-    int head;  // q head kv head x group + head
-    int row0, rows;
-  };
-  __device__ Step at(int j) const {
+  __device__ WideStep at(int j) const {
     const int ti = j / per_tile;
     const int r = j - ti * per_tile;
     const int head = r / steps.per_head;
     const int s = r - head * steps.per_head;
     const AttnTile* t = first + ti;
-    return {t, head, steps.row0(s), steps.rows(s, t->q_len)};
+    return {t, head, steps.row0(s), steps.rows(s, t->q_len), t->dout_begin >= 0 ? t->dout_begin : t->q_begin};
   }
 };
 
@@ -145,13 +165,14 @@ __device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows
 // Barrier phases: the consumers arrive on kBarDqFull once per iteration (n steps + the end
 // record; the first arrival carries no tile) and wait on kBarDqFree before writing step s's tiles
 // (n times); the order below keeps every party at most one phase ahead of the other.
-__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, uint32_t s_dqt, const WideRun& run, int qh0, int lane) {
+template <class Walk>
+__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, uint32_t s_dqt, const Walk& run, int qh0, int lane) {
   bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
   bar_arrive_n<kBarDqFree, kDqBarThreads>();
 #pragma unroll 1
   for (int j = 0; j < run.num_steps; ++j) {
     bar_sync_n<kBarDqFull, kDqBarThreads>();  // step's tiles written and fenced
-    const WideRun::Step st = run.at(j);
+    const WideStep st = run.at(j);
     if (lane == 0 && bw_wide_dq_by_tma(wp, st.rows)) {
       const CUtensorMap* map = st.rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
       const int col0 = (qh0 + st.head) * kWideD;
@@ -316,12 +337,15 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // ---------------- producer warpgroup ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWideProducerRegs));
     const int ptid = tid;
-    const WideRun run(p.list.tiles + w.tile, w.num_tiles, group);
+    const AttnTile* run_first = p.list.tiles + w.tile;
     if (ptid >= kWideLoaders) {
-      bw_wide_dq_warp(wp, base + BwWideSmem::kDqT, run, kvh * group, ptid & 31);
+      if (w.num_tiles == 1) {
+        bw_wide_dq_warp(wp, base + BwWideSmem::kDqT, WideTileWalk(run_first, group), kvh * group, ptid & 31);
+      } else {
+        bw_wide_dq_warp(wp, base + BwWideSmem::kDqT, WideRun(run_first, w.num_tiles, group), kvh * group, ptid & 31);
+      }
       return;
     }
-    const AttnTile* run_first = run.first;
     {
       const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
       const int64_t kv_off = (static_cast<int64_t>(run_first->kv_begin + c0) * hkv + kvh) * kD;
@@ -341,70 +365,78 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // Every loader's zeros land before thread 0's first TMA writes those rows.
     fence_proxy_async();
     bar_sync_n<kBarProducer, kWideLoaders>();
-    for (int j = 0;; ++j) {
-      const int slot = j & 1;
-      const bool end = j >= run.num_steps;
-      const WideRun::Step st = run.at(end ? 0 : j);
-      const AttnTile* t = st.tile;
-      const int qh = end ? 0 : kvh * group + st.head;
-      const int rq0 = end ? 0 : st.row0;
-      const int rows = end ? 0 : st.rows;
-      const int dout_row0 = end ? 0 : t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
-      // The step's LSE, Delta (and units) are read before its slot is free: off the path from the
-      // consumers' release to the slot's fill.
-      LseDelta stats;
-      int32_t unit = 1;
-      if (!end && ptid < kWideRows) {
-        stats = load_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid);
-        if (kUnits && ptid < rows) unit = p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh];
-      }
-      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-      if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
-        BwStageInfo info{};
-        info.end = end ? 1 : 0;
-        if (!end) {
-          info.qh = qh;
-          info.q_rows = rows;
-          info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
+    // The steps' loads, by either walk (one copy of the loop each).
+    auto produce = [&](const auto& run) {
+      for (int j = 0;; ++j) {
+        const int slot = j & 1;
+        const bool end = j >= run.num_steps;
+        const WideStep st = run.at(end ? 0 : j);
+        const AttnTile* t = st.tile;
+        const int qh = end ? 0 : kvh * group + st.head;
+        const int rq0 = end ? 0 : st.row0;
+        const int rows = end ? 0 : st.rows;
+        const int dout_row0 = end ? 0 : st.dout_row0;
+        // The step's LSE, Delta (and units) are read before its slot is free: off the path from the
+        // consumers' release to the slot's fill.
+        LseDelta stats;
+        int32_t unit = 1;
+        if (!end && ptid < kWideRows) {
+          stats = load_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid);
+          if (kUnits && ptid < rows) unit = p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh];
         }
-        s_info[j & (kInfoRecords - 1)] = info;
-      }
-      const uint32_t full = full_bar + static_cast<uint32_t>(slot * 8);
-      const bool tma = !end && wp.tma_qdo != 0 && (rows == kWideRows || rows == kBwRows);
-      if (!end) {
-        const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
-        if (tma && ptid == 0) {
-          const bool wide = rows == kWideRows;
-          // Its bytes only: thread 0 arrives below with the others, once its row's statistics are stored.
-          mbar_expect_tx(full, static_cast<uint32_t>(2 * rows * kD * 2));
-#pragma unroll
-          for (int b = 0; b < kD / 64; ++b) {
-            const auto box = static_cast<uint32_t>(b * kWideBoxBytes);  // column block b: 80 rows of 128 bytes
-            tma_load_2d(s_q + boff + box, wide ? &wp.q_map80 : &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);
-            tma_load_2d(s_do + boff + box, wide ? &wp.do_map80 : &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
+        if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
+        if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
+          BwStageInfo info{};
+          info.end = end ? 1 : 0;
+          if (!end) {
+            info.qh = qh;
+            info.q_rows = rows;
+            info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
+          }
+          s_info[j & (kInfoRecords - 1)] = info;
+        }
+        const uint32_t full = full_bar + static_cast<uint32_t>(slot * 8);
+        const bool tma = !end && wp.tma_qdo != 0 && (rows == kWideRows || rows == kBwRows);
+        if (!end) {
+          const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
+          if (tma && ptid == 0) {
+            const bool wide = rows == kWideRows;
+            // Its bytes only: thread 0 arrives below with the others, once its row's statistics are stored.
+            mbar_expect_tx(full, static_cast<uint32_t>(2 * rows * kD * 2));
+  #pragma unroll
+            for (int b = 0; b < kD / 64; ++b) {
+              const auto box = static_cast<uint32_t>(b * kWideBoxBytes);  // column block b: 80 rows of 128 bytes
+              tma_load_2d(s_q + boff + box, wide ? &wp.q_map80 : &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);
+              tma_load_2d(s_do + boff + box, wide ? &wp.do_map80 : &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
+            }
+          }
+          if (ptid < kWideRows) {
+            s_lse[slot * kWideRows + ptid] = stats.lse2;
+            s_delta[slot * kWideRows + ptid] = stats.delta;
+            if (kUnits) s_units[slot * kWideRows + ptid] = static_cast<uint8_t>(unit);
+          }
+          if (!tma) {
+            const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+            const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
+            const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
+            producer_load_rows<kWideRows, kD, kWideLoaders>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
+            producer_load_rows<kWideRows, kD, kWideLoaders>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
+                                                            ptid);
           }
         }
-        if (ptid < kWideRows) {
-          s_lse[slot * kWideRows + ptid] = stats.lse2;
-          s_delta[slot * kWideRows + ptid] = stats.delta;
-          if (kUnits) s_units[slot * kWideRows + ptid] = static_cast<uint8_t>(unit);
+        if (!tma || j == 0) {  // this step's cp.async bytes (and K / V and the zeroed rows at iteration 0)
+          cp_async_commit();
+          cp_async_wait<0>();
+          fence_proxy_async();
         }
-        if (!tma) {
-          const int64_t q_stride = static_cast<int64_t>(hq) * kD;
-          const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
-          const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
-          producer_load_rows<kWideRows, kD, kWideLoaders>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
-          producer_load_rows<kWideRows, kD, kWideLoaders>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
-                                                          ptid);
-        }
+        mbar_arrive(full);  // every producer thread, its stores of the slot done
+        if (end) break;
       }
-      if (!tma || j == 0) {  // this step's cp.async bytes (and K / V and the zeroed rows at iteration 0)
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-      }
-      mbar_arrive(full);  // every producer thread, its stores of the slot done
-      if (end) break;
+    };
+    if (w.num_tiles == 1) {
+      produce(WideTileWalk(run_first, group));
+    } else {
+      produce(WideRun(run_first, w.num_tiles, group));
     }
     return;
   }
@@ -533,3 +565,4 @@ void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool u
 }
 
 }  // namespace dcp::cuda::detail
+#endif  // DCP_AB_OLD
