@@ -38,9 +38,6 @@
 //   under it, such as an `if` around the TMA issue, serialises every product of the kernel.)
 //   1.03-1.04x on full and causal-sequence lists (H100), 1.03-1.06x on the whole causal, lambda
 //   and shared-question plans (bench/results/cuda_attention_h200.md).
-#ifdef DCP_AB_OLD  // main's kernel, for the device A/B of the walks (removed after it)
-#include "attention_backward_sm90_wide_ab_old.inc"
-#else
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -565,4 +562,3 @@ void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool u
 }
 
 }  // namespace dcp::cuda::detail
-#endif  // DCP_AB_OLD

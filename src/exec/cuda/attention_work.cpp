@@ -357,9 +357,6 @@ int32_t make_backward_runs(std::vector<AttnTile>& tiles, std::vector<AttnWorkIte
                                        std::to_string(work.size()) + " items");
   if (max_rows < 1) raise(ErrorKind::InvalidInput, std::string(where) + ": max_rows must be positive");
   if (num_wide == 0) return 0;
-#ifdef DCP_AB_OLD  // the A/B's main kernel walks one tile an item
-  return num_wide;
-#endif
   validate(tiles, shape, where);
   // The wide items of each tile, in order of first appearance.
   std::vector<int> first_seen;
