@@ -16,7 +16,8 @@
 // per SM taking items from a counter; its backward is wgmma-cells') and wgmma-runs (the same
 // forward over runs: the tiles that share q rows walked by one item into one output, online
 // softmax across them, runs heaviest first: what the CUDA backend runs on a list whose outputs
-// accumulate in place, the plans' default; its backward is wgmma-cells' as well).
+// accumulate in place, the plans' default; its backward is wgmma-cells' with the wide kernel's
+// items in runs of the tiles that share a key block, make_backward_runs, as the backend issues it).
 // On sm_90 the deterministic backward (route wgmma over make_deterministic_backward_work) is
 // timed too: column wgmma-det, the two-pass method (a dK / dV pass, then a dQ pass) with its
 // dK / dV pass's share, the one-pass method (AttnBackwardParams::dq_units and the dq conversion
@@ -30,6 +31,8 @@
 // DCP_BENCH_LIST and DCP_BENCH_ROUTES (comma-separated values) keep only the matching cases.
 // DCP_ATTN_WIDE_BACKWARD, as for the dcp command: on by default, the backward's full chunks of
 // Full tiles run in the wide kernel (80-row steps; cuda::partition_backward_work); 0 turns it off.
+// DCP_ATTN_BACKWARD_RUN_ROWS, as for the dcp command: the wide kernel's runs under wgmma-runs
+// (cuda::make_backward_runs; 0: one item per tile).
 // DCP_BENCH_ENERGY_S=N: after its timing, each pass of each route runs again, launch after launch,
 // until it fills N seconds, with the GPU's energy counter read around them (NVML, as `dcp bench
 // --energy-iters`): TFLOP per kJ, mean watts and the median SM clock, printed under the row and in
@@ -283,7 +286,8 @@ int main(int argc, char** argv) {
     const char* name;
     bool cells = false;       // the list carries make_partial_cells' classes
     bool persistent = false;  // the forward takes items from a work counter, one CTA per SM
-    bool runs = false;        // the forward walks runs of tiles sharing q rows (make_runs_work)
+    bool runs = false;        // the forward walks runs of tiles sharing q rows (make_runs_work), the
+                              // backward's wide items runs of tiles sharing a key block (make_backward_runs)
   };
   std::vector<Route> routes{{AttnKernelRoute::Mma, "mma"}};
   if (major == 9 && minor == 0) {
@@ -308,6 +312,10 @@ int main(int argc, char** argv) {
   }
   const char* wide_env = std::getenv("DCP_ATTN_WIDE_BACKWARD");
   const bool wide_backward = wide_env == nullptr || dcp::parse_switch(wide_env, "DCP_ATTN_WIDE_BACKWARD");
+  const char* run_rows_env = std::getenv("DCP_ATTN_BACKWARD_RUN_ROWS");
+  const int run_rows = run_rows_env != nullptr && *run_rows_env != '\0'
+                           ? dcp::parse_row_count(run_rows_env, "DCP_ATTN_BACKWARD_RUN_ROWS")
+                           : kWideBackwardRunRows;
   struct Row {
     int seq, block;
     std::string list;
@@ -356,6 +364,13 @@ int main(int argc, char** argv) {
         auto bw_cells = make_backward_work(c.tiles, shape, cells);
         const int32_t bw_wide = wide_backward ? partition_backward_work(bw, c.tiles, shape) : 0;
         const int32_t bw_cells_wide = wide_backward ? partition_backward_work(bw_cells, c.tiles, shape) : 0;
+        // wgmma-runs' backward: the wide items in runs of the tiles that share a key block.
+        std::vector<AttnTile> bw_run_tiles = c.tiles;
+        std::vector<AttnWorkItem> bw_runs = bw_cells;
+        const int32_t bw_runs_wide =
+            run_rows > 0 ? make_backward_runs(bw_run_tiles, bw_runs, bw_cells_wide, shape, run_rows) : bw_cells_wide;
+        AttnTile* d_bw_run_tiles = upload(bw_run_tiles);
+        AttnWorkItem* d_bw_runs = upload(bw_runs.empty() ? std::vector<AttnWorkItem>{AttnWorkItem{}} : bw_runs);
         const RunsWork runs = make_runs_work(c, shape);
         AttnTile* d_run_tiles = upload(runs.tiles);
         AttnWorkItem* d_run_work = upload(runs.work);
@@ -410,15 +425,17 @@ int main(int argc, char** argv) {
         for (const Route& r : routes) {
           bp.route = r.route;
           bp.list.cells = r.cells ? d_cells : nullptr;
-          bp.list.work = r.cells ? d_bw_cells : d_bw;
-          bp.list.num_work = static_cast<int32_t>(r.cells ? bw_cells.size() : bw.size());
-          bp.list.num_wide = r.cells ? bw_cells_wide : bw_wide;
+          bp.list.tiles = r.runs ? d_bw_run_tiles : d_tiles;
+          bp.list.work = r.runs ? d_bw_runs : r.cells ? d_bw_cells : d_bw;
+          bp.list.num_work = static_cast<int32_t>(r.runs ? bw_runs.size() : r.cells ? bw_cells.size() : bw.size());
+          bp.list.num_wide = r.runs ? bw_runs_wide : r.cells ? bw_cells_wide : bw_wide;
           row.bwd_ms.push_back(median_ms([&] { attention_backward(bp, nullptr); }, 1, 5));
           if (meter) {
             row.bwd_energy.push_back(measure_energy(*meter, [&] { attention_backward(bp, nullptr); }, 2.5 * flops, energy_s));
           }
         }
         bp.list.cells = nullptr;
+        bp.list.tiles = d_tiles;
         bp.list.work = d_bw;
         bp.list.num_work = static_cast<int32_t>(bw.size());
         bp.list.num_wide = 0;
@@ -505,6 +522,8 @@ int main(int argc, char** argv) {
         cudaFree(d_rng);
         cudaFree(d_fw);
         cudaFree(d_run_tiles);
+        cudaFree(d_bw_run_tiles);
+        cudaFree(d_bw_runs);
         cudaFree(d_run_work);
         cudaFree(d_bw);
         cudaFree(d_bw_cells);

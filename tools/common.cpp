@@ -209,6 +209,8 @@ CudaKernelOptions kernel_options_from_environment() {
     k.persistent_forward = parse_switch(persistent, "DCP_ATTN_PERSISTENT");
   if (const std::string wide = env("DCP_ATTN_WIDE_BACKWARD"); !wide.empty())
     k.wide_backward = parse_switch(wide, "DCP_ATTN_WIDE_BACKWARD");
+  if (const std::string run_rows = env("DCP_ATTN_BACKWARD_RUN_ROWS"); !run_rows.empty())
+    k.backward_run_rows = parse_row_count(run_rows, "DCP_ATTN_BACKWARD_RUN_ROWS");
   return k;
 }
 

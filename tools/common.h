@@ -109,7 +109,8 @@ int search_thread_count(int requested);
 // DCP_ATTN_DETERMINISTIC_ONE_PASS (0 | 1: its one-pass method on one device; unset: on),
 // DCP_ATTN_DETERMINISTIC_ORDERED (0 | 1: that method over the default work; unset: the library's),
 // DCP_ATTN_DETERMINISTIC_UNIT_ROWS (its units; 0: whole key blocks), DCP_ATTN_PARTIAL_CELLS,
-// DCP_ATTN_PERSISTENT and DCP_ATTN_WIDE_BACKWARD (0 | 1; unset: on):
+// DCP_ATTN_PERSISTENT and DCP_ATTN_WIDE_BACKWARD (0 | 1; unset: on), DCP_ATTN_BACKWARD_RUN_ROWS
+// (the wide kernel's runs; 0: none; unset: the library's):
 // the command line's way to compare kernels without rebuilding. Unset or empty: auto / bulk /
 // off. Throws InvalidInput naming the variable on anything else.
 CudaKernelOptions kernel_options_from_environment();

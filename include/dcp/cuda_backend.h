@@ -78,6 +78,11 @@ struct CudaKernelOptions {
   // with 64-row steps. Same results up to summation order; 2-4 % faster on the backward's full
   // and causal lists (bench/results/cuda_attention_h200.md); off to measure what it saves.
   bool wide_backward = true;
+  // With wide_backward: the wide kernel's items walk runs of the Full tiles that share a key block
+  // (kv rows, dK / dV rows, head group) and length, cut at multiples of this many q rows
+  // (cuda::make_backward_runs), holding their K / V chunk and dK / dV from the run's first tile to
+  // its last; 0: one item per tile. Same results up to summation order.
+  int backward_run_rows = 4096;
 };
 
 struct CudaBackendOptions {

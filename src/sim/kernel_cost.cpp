@@ -222,7 +222,10 @@ AttendWork AttendCost::work(const Attend& a, Pass pass) {
   const bool fwd = pass == Pass::Forward;
   AttendWork w;
   // Forward items: the tiles writing one output partial form one run, cut into 128-row items
-  // (kFwdSubRows: one row of sub-tiles); backward items: 128 keys (kSubKeys) of one tile.
+  // (kFwdSubRows: one row of sub-tiles). Backward items: 128 keys (kSubKeys) of one tile, but the
+  // whole key chunks of Full tiles of at least kWideRunMinRows rows (head dim 128: the wide kernel)
+  // are walked in runs of the tiles that share a key block, head group and length, about
+  // kWideRunRows q rows a run (cuda::make_backward_runs, which cuts at multiples of it).
   struct Run {
     Space space;
     int32_t index, group, q_block;
@@ -230,6 +233,13 @@ AttendWork AttendCost::work(const Attend& a, Pass pass) {
   };
   std::vector<Run> runs;
   if (fwd) runs.reserve(a.tiles.size());
+  struct KeyBlock {
+    int32_t kv_block, group;
+    int64_t q_rows;
+    auto operator<=>(const KeyBlock&) const = default;
+  };
+  std::vector<std::pair<KeyBlock, int64_t>> wide;  // (key block, its whole key chunks) per tile
+  const bool wide_kernel = table_.shape.head_dim == kWideHeadDim;
   for (const TileOp& op : a.tiles) {
     const Tile& tile = table_.tiles[static_cast<size_t>(op.tile)];
     const SubtileCount& c = counts(tile, pass);
@@ -240,7 +250,24 @@ AttendWork AttendCost::work(const Attend& a, Pass pass) {
       runs.push_back({op.out.space, op.out.index, tile.head_group, tile.q_block});
     } else {
       w.empty += static_cast<double>(c.empty - c.dead_empty);
-      w.items += static_cast<double>(c.live_key_subtiles);
+      const int64_t q_rows = table_.token_blocks[static_cast<size_t>(tile.q_block)].length;
+      const int64_t chunks = table_.token_blocks[static_cast<size_t>(tile.kv_block)].length / kSubKeys;
+      if (wide_kernel && tile.kind == TileKind::Full && q_rows >= kWideRunMinRows && chunks > 0) {
+        wide.push_back({{tile.kv_block, tile.head_group, q_rows}, chunks});
+        w.items += static_cast<double>(c.live_key_subtiles - chunks);
+      } else {
+        w.items += static_cast<double>(c.live_key_subtiles);
+      }
+    }
+  }
+  if (!wide.empty()) {
+    std::sort(wide.begin(), wide.end());
+    for (size_t i = 0; i < wide.size();) {
+      size_t j = i;
+      while (j < wide.size() && wide[j].first == wide[i].first) ++j;
+      const int64_t rows = static_cast<int64_t>(j - i) * wide[i].first.q_rows;
+      w.items += static_cast<double>(wide[i].second * ((rows + kWideRunRows - 1) / kWideRunRows));
+      i = j;
     }
   }
   if (fwd) {

@@ -18,7 +18,8 @@
 //                 fill and output). Forward, an item is 128 query rows of one output: the tiles
 //                 of the Attend that write the same output partial run back to back in one
 //                 CTA, so a long row of tiles pays it once. Backward, an item is 128 keys of one
-//                 tile that have an allowed pair.
+//                 tile that have an allowed pair, or, for the whole key chunks of long Full
+//                 tiles, of a run of tiles that share their keys (about 4096 q rows a run).
 //             Static layouts that cut windows and blocks into slivers pay for whole sub-tiles of
 //             little area and for many short items, which the area model cannot see.
 // Sub-tile counts depend only on a tile's geometry (its q and kv blocks), shared by all head
@@ -39,6 +40,8 @@
 namespace dcp::sim_detail {
 
 inline constexpr int64_t kFwdSubRows = 128, kBwdSubRows = 64, kSubKeys = 128;
+// The backward's wide kernel and its runs (cuda::kWideBackwardMinRows, cuda::kWideBackwardRunRows).
+inline constexpr int64_t kWideHeadDim = 128, kWideRunMinRows = 1024, kWideRunRows = 4096;
 
 struct SubtileCount {
   int64_t full = 0;    // every pair allowed

@@ -249,7 +249,7 @@ namespace {
 TEST(CliHardening, KernelVariablesAreCheckedAndNamed) {
   for (const char* var : {"DCP_ATTN_FORWARD", "DCP_ATTN_DETERMINISTIC", "DCP_ATTN_DETERMINISTIC_ONE_PASS", "DCP_ATTN_DETERMINISTIC_ORDERED",
                           "DCP_ATTN_DETERMINISTIC_UNIT_ROWS",
-                          "DCP_ATTN_PARTIAL_CELLS", "DCP_ATTN_PERSISTENT", "DCP_ATTN_WIDE_BACKWARD"}) {
+                          "DCP_ATTN_PARTIAL_CELLS", "DCP_ATTN_PERSISTENT", "DCP_ATTN_WIDE_BACKWARD", "DCP_ATTN_BACKWARD_RUN_ROWS"}) {
     setenv(var, "many", 1);
     const Result r = run("run --backend cuda --tokens 256 --block 128");
     unsetenv(var);

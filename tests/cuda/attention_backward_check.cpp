@@ -36,6 +36,18 @@ struct BwdLists {
   int shift = 0;                // rows added to the other buffers (tiles name them explicitly)
 };
 
+// Every tile names its dO / LSE / Delta / dQ / dK / dV rows explicitly, kShift after its Q / K rows.
+void shift_operand_rows(BwdLists& l) {
+  l.shift = kShift;
+  for (AttnTile& t : l.tiles) {
+    t.lse_begin = t.q_begin + kShift;
+    t.dout_begin = t.q_begin + kShift;
+    t.delta_begin = t.q_begin + kShift;
+    t.dq_begin = t.q_begin + kShift;
+    t.dkv_begin = t.kv_begin + kShift;
+  }
+}
+
 BwdLists build_backward(const BackwardCase& c, Rng& rng) {
   BwdLists l;
   const int hkv = c.num_kv_heads;
@@ -81,6 +93,20 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       l.kv_rows = n + 384;
       break;
     }
+    case BackwardScenario::Runs: {
+      // Keys [0, kv_len) and [kv_len, kv_len + 200); q blocks of n rows at 0, n, 2n and one of
+      // 100 rows at 3n (another q_len: runs of its own). Every operand row kShift later.
+      const int n = c.q_len;
+      for (int i = 0; i < 4; ++i) {
+        const int q0 = i * n, rows = i < 3 ? n : 100;
+        l.tiles.push_back(tile_of(q0, rows, 0, c.kv_len, TileKind::Full, 0, hkv));
+        l.tiles.push_back(tile_of(q0, rows, c.kv_len, 200, TileKind::Full, 0, hkv));
+      }
+      l.q_rows = 3 * n + 100;
+      l.kv_rows = c.kv_len + 200;
+      shift_operand_rows(l);
+      break;
+    }
     case BackwardScenario::MultiTile: {
       // q block A = rows [0, q_len), q block B = rows [q_len, q_len + 70). Keys: [0, 150)
       // Partial for A and Full for B (dK / dV of those keys summed over CTAs of two tiles);
@@ -101,14 +127,7 @@ BwdLists build_backward(const BackwardCase& c, Rng& rng) {
       l.tiles.push_back(tile_of(qb, 70, 150, 70, TileKind::CausalDiagonal, 0, hkv));
       l.q_rows = qb + 70;
       l.kv_rows = 150 + std::max(c.kv_len, 70);
-      l.shift = kShift;
-      for (AttnTile& t : l.tiles) {
-        t.lse_begin = t.q_begin + kShift;
-        t.dout_begin = t.q_begin + kShift;
-        t.delta_begin = t.q_begin + kShift;
-        t.dq_begin = t.q_begin + kShift;
-        t.dkv_begin = t.kv_begin + kShift;
-      }
+      shift_operand_rows(l);
       break;
     }
   }
@@ -176,6 +195,30 @@ std::vector<BackwardCase> backward_cases(AttnKernelRoute route) {
   long_tiles.accumulate = true;
   long_tiles.route = route;
   out.push_back(long_tiles);
+  // The wide kernel's runs: a key block's tiles in one run (run_rows past the list) or cut at
+  // two q blocks' rows; q lengths that end the steps in each way (300: a short step, 224: a 64-row
+  // one, 336: four); every operand path (dQ by atomics, Q / dO by cp.async, a captured launch).
+  // Only the Wgmma route's wide kernel walks runs; the other routes take an item as one tile.
+  if (route != AttnKernelRoute::Wgmma) return out;
+  uint64_t seed = 200;
+  for (const int q_len : {300, 224, 336}) {
+    for (const int gqa : {1, 4}) {
+      BackwardCase r;
+      r.seed = seed++;
+      r.num_q_heads = 8;
+      r.num_kv_heads = 8 / gqa;
+      r.scenario = BackwardScenario::Runs;
+      r.q_len = q_len;
+      r.kv_len = 256;
+      r.run_rows = r.seed % 2 == 0 ? 1 << 20 : 2 * q_len;
+      r.accumulate = r.seed % 3 == 0;
+      r.dq_rows_known = r.seed % 4 != 1;
+      r.q_rows_known = r.seed % 5 != 2;
+      r.captured = r.seed % 3 == 1;
+      r.route = route;
+      out.push_back(r);
+    }
+  }
   return out;
 }
 
@@ -250,15 +293,17 @@ BackwardResult run_backward_case(const BackwardCase& c) {
     d_dq.upload(dq0);
     d_dk.upload(dk0);
     d_dv.upload(dv0);
-    DevBuf<AttnTile> d_tiles(l.tiles.size());
-    d_tiles.upload(l.tiles);
+    std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape, cells);
+    std::vector<AttnTile> tiles = l.tiles;  // with the runs' copies
+    int32_t num_wide = c.wide ? partition_backward_work(work, tiles, shape, 0) : 0;
+    if (c.run_rows > 0) num_wide = make_backward_runs(tiles, work, num_wide, shape, c.run_rows);
+    DevBuf<AttnTile> d_tiles(tiles.size());
+    d_tiles.upload(tiles);
     DevBuf<int32_t> d_offsets(l.row_offsets.size()), d_ranges(l.ranges.size());
     d_offsets.upload(l.row_offsets);
     d_ranges.upload(l.ranges);
     DevBuf<uint8_t> d_cells(cells.size());
     d_cells.upload(cells);
-    std::vector<AttnWorkItem> work = make_backward_work(l.tiles, shape, cells);
-    const int32_t num_wide = c.wide ? partition_backward_work(work, l.tiles, shape, 0) : 0;
     DevBuf<AttnWorkItem> d_work(work.size());
     d_work.upload(work);
     AttnBackwardParams bp;
@@ -363,14 +408,14 @@ BackwardResult run_backward_case(const BackwardCase& c) {
 }
 
 std::string describe(const BackwardCase& c, const BackwardResult& r) {
-  static const char* const kNames[] = {"full", "causal", "partial", "multi-tile", "long"};
+  static const char* const kNames[] = {"full", "causal", "partial", "multi-tile", "long", "runs"};
   char buf[512];
   std::snprintf(buf, sizeof buf,
-                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d cells=%d wide=%d captured=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
+                "bwd=%s %s q=%d kv=%d hq=%d hkv=%d d=%d seed=%llu acc=%d dq_rows=%d q_rows=%d cells=%d wide=%d runs=%d captured=%d tiles=%d empty_rows=%d | dQ %.2e dK %.2e "
                 "dV %.2e bad=%d nan=%d %s",
                 route_name(c.route), kNames[static_cast<int>(c.scenario)], c.q_len, c.kv_len, c.num_q_heads,
                 c.num_kv_heads, c.head_dim, static_cast<unsigned long long>(c.seed), c.accumulate ? 1 : 0, c.dq_rows_known ? 1 : 0, c.q_rows_known ? 1 : 0, c.partial_cells ? 1 : 0,
-                c.wide ? 1 : 0, c.captured ? 1 : 0, r.num_tiles, r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
+                c.wide ? 1 : 0, c.run_rows, c.captured ? 1 : 0, r.num_tiles, r.num_empty_rows, r.dq_rel, r.dk_rel, r.dv_rel, r.num_bad, r.any_nan ? 1 : 0, r.error.c_str());
   std::string text = buf;
   if (!r.first_mismatch.empty()) text += "\n    first mismatch: " + r.first_mismatch;
   return text;

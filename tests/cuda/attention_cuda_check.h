@@ -136,8 +136,11 @@ std::vector<Case> scenario_grid(AttnKernelRoute route) {
 // through a chosen backward route, dQ / dK / dV compared with fp64 per element. accumulate: the
 // outputs start from random values (the kernels add to them) instead of zeros. Long: tiles of
 // q_len = kAttnHeadMajorRows rows (one case of backward_cases), a causal diagonal, a window's lower edge
-// and a Full tile, the last two listed kv head by kv head.
-enum class BackwardScenario { Full, Causal, Partial, MultiTile, Long };
+// and a Full tile, the last two listed kv head by kv head. Runs: Full tiles of three q blocks of
+// q_len rows and one of 100 over two key blocks (kv_len keys; 200 keys, whose 72-key rest the
+// 64-row kernel takes), q block by q block as a stage lists them, for the wide kernel's runs
+// (BackwardCase::run_rows).
+enum class BackwardScenario { Full, Causal, Partial, MultiTile, Long, Runs };
 struct BackwardCase {
   uint64_t seed = 1;
   int num_q_heads = 8;
@@ -159,6 +162,9 @@ struct BackwardCase {
   // Move the items the wide kernel takes to the list's front (partition_backward_work,
   // AttnTileList::num_wide): the Wgmma route at head dim 128 runs them with 80-row q steps.
   bool wide = true;
+  // With wide: join the wide items of tiles that share a key block into runs cut at multiples of
+  // this many q rows (make_backward_runs); 0: an item per tile. Wgmma route only.
+  int run_rows = 0;
   // Run the backward as a CUDA graph captured (global mode) on a stream of a thread of its own,
   // then replayed: a launch that forks a stream of its own (the wide kernel beside the 64-row
   // one) makes that stream inside the capture and joins it back into the graph.

@@ -165,7 +165,7 @@ int check(const Config& c, Comm& comm, int device) {
 }
 
 // Kernel routes as the command line reads them (DCP_ATTN_FORWARD, DCP_ATTN_BACKWARD,
-// DCP_ATTN_BACKWARD_DQ, DCP_ATTN_WIDE_BACKWARD), so the device script checks every route with the
+// DCP_ATTN_BACKWARD_DQ, DCP_ATTN_WIDE_BACKWARD, DCP_ATTN_BACKWARD_RUN_ROWS), so the device script checks every route with the
 // same binary.
 CudaBackendOptions backend_options(int device) {
   const auto env = [](const char* name) { return std::string(std::getenv(name) ? std::getenv(name) : ""); };
@@ -182,6 +182,8 @@ CudaBackendOptions backend_options(int device) {
   o.kernels.deterministic_unit_rows = parse_row_count(env("DCP_ATTN_DETERMINISTIC_UNIT_ROWS"), "DCP_ATTN_DETERMINISTIC_UNIT_ROWS");
   if (const std::string wide = env("DCP_ATTN_WIDE_BACKWARD"); !wide.empty())
     o.kernels.wide_backward = parse_switch(wide, "DCP_ATTN_WIDE_BACKWARD");
+  if (const std::string run_rows = env("DCP_ATTN_BACKWARD_RUN_ROWS"); !run_rows.empty())
+    o.kernels.backward_run_rows = parse_row_count(run_rows, "DCP_ATTN_BACKWARD_RUN_ROWS");
   return o;
 }
 

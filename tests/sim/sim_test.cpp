@@ -358,5 +358,25 @@ TEST(SimKernelCost, WorkItemsFollowTheKernelsWorkLists) {
                    2 * fwd.items);
 }
 
+// Backward items at head dim 128: the whole key chunks of Full tiles of 1024 rows or more are
+// walked in runs of the tiles that share a key block, about 4096 q rows a run
+// (cuda::make_backward_runs); at head dim 64 (no wide kernel) one item per chunk of each tile.
+TEST(SimKernelCost, BackwardRunsOfLongFullTiles) {
+  auto backward_items = [](int head_dim) {
+    const Batch batch = test::batch_of(AttentionShape{4, 2, head_dim, DType::BF16}, {{16384, Mask::causal()}});
+    Plan p = plan_for(placed(BaselineKind::Packing, batch, 1, 1024), 1);  // 16 blocks: 120 Full tiles, 16 diagonal
+    Calibration cal;
+    cal.subtile_model = true;
+    sim_detail::AttendCost cost(p.table, cal);
+    sim_detail::AttendWork bwd;
+    for (const Instruction& ins : p.devices[0].bwd.code)
+      if (const auto* a = std::get_if<Attend>(&ins)) bwd += cost.work(*a, Pass::Backward);
+    return bwd.items / p.table.groups.num_groups;
+  };
+  // Key block j has 15 - j Full tiles: ceil((15 - j) / 4) runs of 8 chunks; diagonals 8 each.
+  EXPECT_EQ(backward_items(128), 8.0 * 36 + 8.0 * 16);
+  EXPECT_EQ(backward_items(64), 8.0 * (120 + 16));
+}
+
 }  // namespace
 }  // namespace dcp

@@ -11,6 +11,11 @@
 // registers allow it only with the producer on 24 and the consumers on 240: at the peak of a step
 // a consumer holds dK and dV (64 + 64 fp32), S^T and dP^T (40 + 40).
 //
+// An item may walk a run of tiles that share its key block (make_backward_runs): K / V stay in
+// shared memory and dK / dV in registers from the run's first tile to its last, so the item's
+// prologue (K / V loads, the ring's first fill) and epilogue (the dK / dV reductions) come once per
+// run; with 1024-row tiles a tile alone is only 52 steps.
+//
 // What changes against the 64-row kernel (same CTA: a producer warpgroup and two consumer
 // warpgroups, each consumer 64 of the chunk's 128 keys; same ring of two slots and four records):
 // - S^T and dP^T are m64n80 products (A = K or V rows, B = the 80-row Q or dO tile, K-major).
@@ -100,6 +105,50 @@ struct BwWideSmem {
 };
 
 
+// The steps of an item: the tiles of its run (AttnWorkItem::num_tiles, make_backward_runs: they
+// share q_len) one after the other, in each tile the kv head's q heads, in each head
+// wide_backward_steps' steps. The producer's loaders and the dQ warp each walk it by the step's
+// index (the loaders run on 24 registers: state carried from step to step spills), the consumers
+// read the steps' records. An item of one tile is walked by WideTileWalk, which keeps its tile and
+// first dO row in registers: the run walk's division and tile reads per step cost such an item
+// about 2 % (kernels_h100_2026-12-05.json, s63_backward_runs), so only runs pay for them.
+struct WideStep {
+  const AttnTile* tile;
+  int head;  // q head kv head x group + head
+  int row0, rows;
+  int dout_row0;  // the tile's first dO row
+};
+struct WideTileWalk {
+  const AttnTile* t;
+  WideBackwardSteps steps;
+  int num_steps;
+  int dout_row0;
+  __device__ WideTileWalk(const AttnTile* tile, int group)
+      : t(tile), steps(wide_backward_steps(tile->q_len)), num_steps(steps.per_head * group),
+        dout_row0(tile->dout_begin >= 0 ? tile->dout_begin : tile->q_begin) {}
+  __device__ WideStep at(int j) const {
+    const int head = j / steps.per_head;
+    const int s = j - head * steps.per_head;
+    return {t, head, steps.row0(s), steps.rows(s, t->q_len), dout_row0};
+  }
+};
+struct WideRun {
+  const AttnTile* first;
+  WideBackwardSteps steps;
+  int per_tile;   // steps of a tile: per_head x group
+  int num_steps;  // of the run
+  __device__ WideRun(const AttnTile* tiles, int count, int group)
+      : first(tiles), steps(wide_backward_steps(tiles->q_len)), per_tile(steps.per_head * group), num_steps(per_tile * count) {}
+  __device__ WideStep at(int j) const {
+    const int ti = j / per_tile;
+    const int r = j - ti * per_tile;
+    const int head = r / steps.per_head;
+    const int s = r - head * steps.per_head;
+    const AttnTile* t = first + ti;
+    return {t, head, steps.row0(s), steps.rows(s, t->q_len), t->dout_begin >= 0 ? t->dout_begin : t->q_begin};
+  }
+};
+
 // Whether a step's dQ rows go out by TMA reductions (80 or 64 rows: a tensor map's box), not by
 // the consumers' atomics.
 __device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows) {
@@ -113,30 +162,29 @@ __device__ __forceinline__ bool bw_wide_dq_by_tma(const BwWsParams& wp, int rows
 // Barrier phases: the consumers arrive on kBarDqFull once per iteration (n steps + the end
 // record; the first arrival carries no tile) and wait on kBarDqFree before writing step s's tiles
 // (n times); the order below keeps every party at most one phase ahead of the other.
-__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, const AttnTile& t, uint32_t s_dqt, WideBackwardSteps steps, int num_steps,
-                                                int qh0, int lane) {
+template <class Walk>
+__device__ __forceinline__ void bw_wide_dq_warp(const BwWsParams& wp, uint32_t s_dqt, const Walk& run, int qh0, int lane) {
   bar_sync_n<kBarDqFull, kDqBarThreads>();  // iteration 0: no tile yet
   bar_arrive_n<kBarDqFree, kDqBarThreads>();
-  const int dq_row0 = t.dq_begin >= 0 ? t.dq_begin : t.q_begin;
 #pragma unroll 1
-  for (int step = 0; step < num_steps; ++step) {
+  for (int j = 0; j < run.num_steps; ++j) {
     bar_sync_n<kBarDqFull, kDqBarThreads>();  // step's tiles written and fenced
-    const int rq0 = steps.row0(step % steps.per_head);
-    const int rows = steps.rows(step % steps.per_head, t.q_len);
-    if (lane == 0 && bw_wide_dq_by_tma(wp, rows)) {
-      const CUtensorMap* map = rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
-      const int col0 = (qh0 + step / steps.per_head) * kWideD;
+    const WideStep st = run.at(j);
+    if (lane == 0 && bw_wide_dq_by_tma(wp, st.rows)) {
+      const CUtensorMap* map = st.rows == kWideRows ? &wp.dq_map80 : &wp.dq_map;
+      const int col0 = (qh0 + st.head) * kWideD;
+      const int dq_row = (st.tile->dq_begin >= 0 ? st.tile->dq_begin : st.tile->q_begin) + st.row0;
 #pragma unroll
       for (int wg = 0; wg < 2; ++wg) {
         const uint32_t src = s_dqt + static_cast<uint32_t>(wg * 2 * kWideBoxBytes);
-        tma_reduce_add_2d(map, src, col0 + 64 * wg, dq_row0 + rq0);
-        tma_reduce_add_2d(map, src + kWideBoxBytes, col0 + 64 * wg + 32, dq_row0 + rq0);
+        tma_reduce_add_2d(map, src, col0 + 64 * wg, dq_row);
+        tma_reduce_add_2d(map, src + kWideBoxBytes, col0 + 64 * wg + 32, dq_row);
       }
       bulk_commit();
       bulk_wait_read<0>();
     }
     __syncwarp();
-    if (step + 1 < num_steps) bar_arrive_n<kBarDqFree, kDqBarThreads>();
+    if (j + 1 < run.num_steps) bar_arrive_n<kBarDqFree, kDqBarThreads>();
   }
   if (lane == 0) bulk_wait<0>();
 }
@@ -286,16 +334,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // ---------------- producer warpgroup ----------------
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWideProducerRegs));
     const int ptid = tid;
-    const AttnTile* t = p.list.tiles + w.tile;
-    const WideBackwardSteps steps = wide_backward_steps(t->q_len);
-    const int num_steps = steps.per_head * group;
+    const AttnTile* run_first = p.list.tiles + w.tile;
     if (ptid >= kWideLoaders) {
-      bw_wide_dq_warp(wp, *t, base + BwWideSmem::kDqT, steps, num_steps, kvh * group, ptid & 31);
+      if (w.num_tiles == 1) {
+        bw_wide_dq_warp(wp, base + BwWideSmem::kDqT, WideTileWalk(run_first, group), kvh * group, ptid & 31);
+      } else {
+        bw_wide_dq_warp(wp, base + BwWideSmem::kDqT, WideRun(run_first, w.num_tiles, group), kvh * group, ptid & 31);
+      }
       return;
     }
     {
       const int64_t kv_stride = static_cast<int64_t>(hkv) * kD;
-      const int64_t kv_off = (static_cast<int64_t>(t->kv_begin + c0) * hkv + kvh) * kD;
+      const int64_t kv_off = (static_cast<int64_t>(run_first->kv_begin + c0) * hkv + kvh) * kD;
       producer_load_rows<kBwKeys, kD, kWideLoaders>(s_k, static_cast<const __nv_bfloat16*>(p.k) + kv_off, kv_stride, kBwKeys, ptid);
       producer_load_rows<kBwKeys, kD, kWideLoaders>(s_v, static_cast<const __nv_bfloat16*>(p.v) + kv_off, kv_stride, kBwKeys, ptid);
     }
@@ -312,68 +362,78 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
     // Every loader's zeros land before thread 0's first TMA writes those rows.
     fence_proxy_async();
     bar_sync_n<kBarProducer, kWideLoaders>();
-    const int dout_row0 = t->dout_begin >= 0 ? t->dout_begin : t->q_begin;
-    for (int j = 0;; ++j) {
-      const int slot = j & 1;
-      const bool end = j >= num_steps;
-      const int qh = end ? 0 : kvh * group + j / steps.per_head;
-      const int rq0 = end ? 0 : steps.row0(j % steps.per_head);
-      const int rows = end ? 0 : steps.rows(j % steps.per_head, t->q_len);
-      // The step's LSE, Delta (and units) are read before its slot is free: off the path from the
-      // consumers' release to the slot's fill.
-      LseDelta stats;
-      int32_t unit = 1;
-      if (!end && ptid < kWideRows) {
-        stats = load_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid);
-        if (kUnits && ptid < rows) unit = p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh];
-      }
-      if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
-      if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
-        BwStageInfo info{};
-        info.end = end ? 1 : 0;
-        if (!end) {
-          info.qh = qh;
-          info.q_rows = rows;
-          info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
+    // The steps' loads, by either walk (one copy of the loop each).
+    auto produce = [&](const auto& run) {
+      for (int j = 0;; ++j) {
+        const int slot = j & 1;
+        const bool end = j >= run.num_steps;
+        const WideStep st = run.at(end ? 0 : j);
+        const AttnTile* t = st.tile;
+        const int qh = end ? 0 : kvh * group + st.head;
+        const int rq0 = end ? 0 : st.row0;
+        const int rows = end ? 0 : st.rows;
+        const int dout_row0 = end ? 0 : st.dout_row0;
+        // The step's LSE, Delta (and units) are read before its slot is free: off the path from the
+        // consumers' release to the slot's fill.
+        LseDelta stats;
+        int32_t unit = 1;
+        if (!end && ptid < kWideRows) {
+          stats = load_lse_delta(p.lse, p.delta, hq, *t, rq0, rows, qh, ptid);
+          if (kUnits && ptid < rows) unit = p.dq_units[static_cast<int64_t>(dout_row0 + rq0 + ptid) * hq + qh];
         }
-        s_info[j & (kInfoRecords - 1)] = info;
-      }
-      const uint32_t full = full_bar + static_cast<uint32_t>(slot * 8);
-      const bool tma = !end && wp.tma_qdo != 0 && (rows == kWideRows || rows == kBwRows);
-      if (!end) {
-        const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
-        if (tma && ptid == 0) {
-          const bool wide = rows == kWideRows;
-          // Its bytes only: thread 0 arrives below with the others, once its row's statistics are stored.
-          mbar_expect_tx(full, static_cast<uint32_t>(2 * rows * kD * 2));
-#pragma unroll
-          for (int b = 0; b < kD / 64; ++b) {
-            const auto box = static_cast<uint32_t>(b * kWideBoxBytes);  // column block b: 80 rows of 128 bytes
-            tma_load_2d(s_q + boff + box, wide ? &wp.q_map80 : &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);
-            tma_load_2d(s_do + boff + box, wide ? &wp.do_map80 : &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
+        if (j >= 2) mbar_wait(empty_bar + static_cast<uint32_t>(slot * 8), static_cast<uint32_t>(((j >> 1) - 1) & 1));
+        if (ptid == 0) {  // the consumers read end, qh, q_rows and dq_row (no mask, no class)
+          BwStageInfo info{};
+          info.end = end ? 1 : 0;
+          if (!end) {
+            info.qh = qh;
+            info.q_rows = rows;
+            info.dq_row = (t->dq_begin >= 0 ? t->dq_begin : t->q_begin) + rq0;
+          }
+          s_info[j & (kInfoRecords - 1)] = info;
+        }
+        const uint32_t full = full_bar + static_cast<uint32_t>(slot * 8);
+        const bool tma = !end && wp.tma_qdo != 0 && (rows == kWideRows || rows == kBwRows);
+        if (!end) {
+          const auto boff = static_cast<uint32_t>(slot * Smem::kQBytes);
+          if (tma && ptid == 0) {
+            const bool wide = rows == kWideRows;
+            // Its bytes only: thread 0 arrives below with the others, once its row's statistics are stored.
+            mbar_expect_tx(full, static_cast<uint32_t>(2 * rows * kD * 2));
+  #pragma unroll
+            for (int b = 0; b < kD / 64; ++b) {
+              const auto box = static_cast<uint32_t>(b * kWideBoxBytes);  // column block b: 80 rows of 128 bytes
+              tma_load_2d(s_q + boff + box, wide ? &wp.q_map80 : &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);
+              tma_load_2d(s_do + boff + box, wide ? &wp.do_map80 : &wp.do_map, qh * kD + 64 * b, dout_row0 + rq0, full);
+            }
+          }
+          if (ptid < kWideRows) {
+            s_lse[slot * kWideRows + ptid] = stats.lse2;
+            s_delta[slot * kWideRows + ptid] = stats.delta;
+            if (kUnits) s_units[slot * kWideRows + ptid] = static_cast<uint8_t>(unit);
+          }
+          if (!tma) {
+            const int64_t q_stride = static_cast<int64_t>(hq) * kD;
+            const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
+            const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
+            producer_load_rows<kWideRows, kD, kWideLoaders>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
+            producer_load_rows<kWideRows, kD, kWideLoaders>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
+                                                            ptid);
           }
         }
-        if (ptid < kWideRows) {
-          s_lse[slot * kWideRows + ptid] = stats.lse2;
-          s_delta[slot * kWideRows + ptid] = stats.delta;
-          if (kUnits) s_units[slot * kWideRows + ptid] = static_cast<uint8_t>(unit);
+        if (!tma || j == 0) {  // this step's cp.async bytes (and K / V and the zeroed rows at iteration 0)
+          cp_async_commit();
+          cp_async_wait<0>();
+          fence_proxy_async();
         }
-        if (!tma) {
-          const int64_t q_stride = static_cast<int64_t>(hq) * kD;
-          const int64_t off = (static_cast<int64_t>(t->q_begin + rq0) * hq + qh) * kD;
-          const int64_t do_off = (static_cast<int64_t>(dout_row0 + rq0) * hq + qh) * kD;
-          producer_load_rows<kWideRows, kD, kWideLoaders>(s_q + boff, static_cast<const __nv_bfloat16*>(p.q) + off, q_stride, rows, ptid);
-          producer_load_rows<kWideRows, kD, kWideLoaders>(s_do + boff, static_cast<const __nv_bfloat16*>(p.dout) + do_off, q_stride, rows,
-                                                          ptid);
-        }
+        mbar_arrive(full);  // every producer thread, its stores of the slot done
+        if (end) break;
       }
-      if (!tma || j == 0) {  // this step's cp.async bytes (and K / V and the zeroed rows at iteration 0)
-        cp_async_commit();
-        cp_async_wait<0>();
-        fence_proxy_async();
-      }
-      mbar_arrive(full);  // every producer thread, its stores of the slot done
-      if (end) break;
+    };
+    if (w.num_tiles == 1) {
+      produce(WideTileWalk(run_first, group));
+    } else {
+      produce(WideRun(run_first, w.num_tiles, group));
     }
     return;
   }

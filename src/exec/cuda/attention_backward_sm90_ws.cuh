@@ -247,7 +247,8 @@ __device__ __forceinline__ void bw_dkv_turn_pass(int32_t* sem, int ctid) {
 
 // The wide kernel over items [0, wp.p.list.num_wide) (attention_backward_sm90_wide.cu): head dim
 // 128, wp's 80-row maps encoded where its 64-row ones are; every item must be one bw_wide_item
-// names (partition_backward_work's), else the kernel traps.
+// names (partition_backward_work's), else the kernel traps, and may walk a run of tiles
+// (make_backward_runs: AttnWorkItem::num_tiles).
 // units: the ordered deterministic backward (AttnBackwardParams::ordered): dQ as counts of
 // dq_units, dK / dV in the items' turns.
 void launch_backward_sm90_wide(const BwWsParams& wp, cudaStream_t stream, bool units = false);

@@ -349,6 +349,91 @@ int32_t partition_backward_work(std::span<AttnWorkItem> work, std::span<const At
   return static_cast<int32_t>(mid - work.begin());
 }
 
+int32_t make_backward_runs(std::vector<AttnTile>& tiles, std::vector<AttnWorkItem>& work, int32_t num_wide,
+                           const AttnShape& shape, int max_rows) {
+  const char* where = "make_backward_runs";
+  if (num_wide < 0 || static_cast<std::size_t>(num_wide) > work.size())
+    raise(ErrorKind::InvalidInput, std::string(where) + ": num_wide " + std::to_string(num_wide) + " outside the list of " +
+                                       std::to_string(work.size()) + " items");
+  if (max_rows < 1) raise(ErrorKind::InvalidInput, std::string(where) + ": max_rows must be positive");
+  if (num_wide == 0) return 0;
+  validate(tiles, shape, where);
+  // The wide items of each tile, in order of first appearance.
+  std::vector<int> first_seen;
+  std::map<int, int> items_of;  // tile -> its wide items
+  for (int32_t i = 0; i < num_wide; ++i) {
+    const AttnWorkItem& w = work[static_cast<std::size_t>(i)];
+    if (w.tile < 0 || static_cast<std::size_t>(w.tile) >= tiles.size() ||
+        tiles[static_cast<std::size_t>(w.tile)].kind != TileKind::Full || w.num_tiles != 1)
+      raise(ErrorKind::InvalidInput, std::string(where) + ": wide item " + std::to_string(i) +
+                                         " names no single Full tile of the list (tile " + std::to_string(w.tile) + ")");
+    if (items_of[w.tile]++ == 0) first_seen.push_back(w.tile);
+  }
+  // A tile joins its key block's runs when its wide items are every (chunk, head) a Full tile has
+  // (distinct ones: make_backward_work gives each once); else it is a run of its own.
+  auto whole = [&](int ti) {
+    const AttnTile& t = tiles[static_cast<std::size_t>(ti)];
+    return items_of[ti] == (t.kv_len / kAttnBackwardChunkRows) * (t.kv_head_end - t.kv_head_begin);
+  };
+  struct Run {
+    int64_t window;
+    std::vector<int> tiles;
+  };
+  std::vector<Run> runs;
+  std::map<std::tuple<int, int, int, int, int, int, int64_t>, std::size_t> run_of;  // (key block, q_len, window) -> run
+  for (const int ti : first_seen) {
+    const AttnTile& t = tiles[static_cast<std::size_t>(ti)];
+    const int64_t window = t.q_begin / max_rows;
+    if (!whole(ti)) {
+      runs.push_back({window, {ti}});
+      continue;
+    }
+    const auto key = std::make_tuple(t.kv_begin, t.kv_len, dkv_row0(t), t.kv_head_begin, t.kv_head_end, t.q_len, window);
+    const auto [it, added] = run_of.emplace(key, runs.size());
+    if (added) runs.push_back({window, {}});
+    runs[it->second].tiles.push_back(ti);
+  }
+  std::stable_sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.window < b.window; });
+  std::vector<AttnWorkItem> out;
+  out.reserve(work.size());
+  for (const Run& run : runs) {
+    const auto first = static_cast<int32_t>(tiles.size());
+    int64_t rows = 0;
+    for (const int ti : run.tiles) {
+      const AttnTile copy = tiles[static_cast<std::size_t>(ti)];
+      rows += copy.q_len;
+      tiles.push_back(copy);
+    }
+    const AttnTile& t = tiles[static_cast<std::size_t>(first)];
+    if (run.tiles.size() == 1 && !whole(run.tiles[0])) {  // its own items, as they were
+      for (int32_t i = 0; i < num_wide; ++i) {
+        AttnWorkItem w = work[static_cast<std::size_t>(i)];
+        if (w.tile != run.tiles[0]) continue;
+        w.tile = first;
+        out.push_back(w);
+      }
+      continue;
+    }
+    const int chunks = t.kv_len / kAttnBackwardChunkRows;
+    auto push = [&](int c, int h) {
+      AttnWorkItem w{first, c, h, 0};
+      w.num_tiles = static_cast<int32_t>(run.tiles.size());
+      out.push_back(w);
+    };
+    if (rows >= kAttnHeadMajorRows) {
+      for (int h = t.kv_head_begin; h < t.kv_head_end; ++h)
+        for (int c = 0; c < chunks; ++c) push(c, h);
+    } else {
+      for (int c = 0; c < chunks; ++c)
+        for (int h = t.kv_head_begin; h < t.kv_head_end; ++h) push(c, h);
+    }
+  }
+  const auto wide = static_cast<int32_t>(out.size());
+  out.insert(out.end(), work.begin() + num_wide, work.end());
+  work = std::move(out);
+  return wide;
+}
+
 int32_t order_backward_turns(std::span<AttnWorkItem> work, std::span<const AttnTile> tiles, const AttnShape& shape) {
   const char* where = "order_backward_turns";
   validate(tiles, shape, where);

@@ -560,6 +560,14 @@ class CudaBackend final : public Backend {
 
   static size_t idx(Array a) { return static_cast<size_t>(a); }
 
+  // Whether attention_backward runs the Wgmma route for this shape on the current device.
+  bool backward_route_is_wgmma(const cuda::AttnShape& shape) const {
+    cuda::AttnBackwardParams p;
+    p.shape = shape;
+    p.route = route(kernels_.backward);
+    return cuda::attention_backward_route(p) == cuda::AttnKernelRoute::Wgmma;
+  }
+
   static cuda::AttnKernelRoute route(KernelRoute r) {
     switch (r) {
       case KernelRoute::Mma: return cuda::AttnKernelRoute::Mma;
@@ -712,7 +720,13 @@ class CudaBackend final : public Backend {
         reserve_semaphores(det.num_semaphores);
       } else {
         work = cuda::make_backward_work(tiles, shape, cells);
-        if (kernels_.wide_backward) h.num_wide = cuda::partition_backward_work(work, tiles, shape);
+        if (kernels_.wide_backward) {
+          h.num_wide = cuda::partition_backward_work(work, tiles, shape);
+          // Runs are walked by the Wgmma route's wide kernel alone; the other routes take a
+          // work item as one tile.
+          if (kernels_.backward_run_rows > 0 && backward_route_is_wgmma(shape))
+            h.num_wide = cuda::make_backward_runs(tiles, work, h.num_wide, shape, kernels_.backward_run_rows);
+        }
       }
     }
     h.tiles = meta.add(tiles);
