@@ -400,7 +400,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) attention_backward_sm90_wide_ke
             const bool wide = rows == kWideRows;
             // Its bytes only: thread 0 arrives below with the others, once its row's statistics are stored.
             mbar_expect_tx(full, static_cast<uint32_t>(2 * rows * kD * 2));
-  #pragma unroll
+#pragma unroll
             for (int b = 0; b < kD / 64; ++b) {
               const auto box = static_cast<uint32_t>(b * kWideBoxBytes);  // column block b: 80 rows of 128 bytes
               tma_load_2d(s_q + boff + box, wide ? &wp.q_map80 : &wp.q_map, qh * kD + 64 * b, t->q_begin + rq0, full);

@@ -358,34 +358,34 @@ int32_t make_backward_runs(std::vector<AttnTile>& tiles, std::vector<AttnWorkIte
   if (max_rows < 1) raise(ErrorKind::InvalidInput, std::string(where) + ": max_rows must be positive");
   if (num_wide == 0) return 0;
   validate(tiles, shape, where);
-  // The wide items of each tile, in order of first appearance.
+  // The wide items of each tile (their indices in work), tiles in order of first appearance.
   std::vector<int> first_seen;
-  std::map<int, int> items_of;  // tile -> its wide items
+  std::vector<std::vector<int32_t>> items_of(tiles.size());
   for (int32_t i = 0; i < num_wide; ++i) {
     const AttnWorkItem& w = work[static_cast<std::size_t>(i)];
     if (w.tile < 0 || static_cast<std::size_t>(w.tile) >= tiles.size() ||
         tiles[static_cast<std::size_t>(w.tile)].kind != TileKind::Full || w.num_tiles != 1)
       raise(ErrorKind::InvalidInput, std::string(where) + ": wide item " + std::to_string(i) +
                                          " names no single Full tile of the list (tile " + std::to_string(w.tile) + ")");
-    if (items_of[w.tile]++ == 0) first_seen.push_back(w.tile);
+    std::vector<int32_t>& mine = items_of[static_cast<std::size_t>(w.tile)];
+    if (mine.empty()) first_seen.push_back(w.tile);
+    mine.push_back(i);
   }
-  // A tile joins its key block's runs when its wide items are every (chunk, head) a Full tile has
-  // (distinct ones: make_backward_work gives each once); else it is a run of its own.
-  auto whole = [&](int ti) {
-    const AttnTile& t = tiles[static_cast<std::size_t>(ti)];
-    return items_of[ti] == (t.kv_len / kAttnBackwardChunkRows) * (t.kv_head_end - t.kv_head_begin);
-  };
   struct Run {
     int64_t window;
     std::vector<int> tiles;
+    bool alone = false;  // a tile with only some of its (chunk, head) items: those, as they were
   };
   std::vector<Run> runs;
   std::map<std::tuple<int, int, int, int, int, int, int64_t>, std::size_t> run_of;  // (key block, q_len, window) -> run
   for (const int ti : first_seen) {
     const AttnTile& t = tiles[static_cast<std::size_t>(ti)];
     const int64_t window = t.q_begin / max_rows;
-    if (!whole(ti)) {
-      runs.push_back({window, {ti}});
+    // A tile joins its key block's runs when its wide items are every (chunk, head) a Full tile
+    // has (distinct ones: make_backward_work gives each once); else it is a run of its own.
+    const auto num_items = static_cast<int64_t>(items_of[static_cast<std::size_t>(ti)].size());
+    if (num_items != int64_t{t.kv_len / kAttnBackwardChunkRows} * (t.kv_head_end - t.kv_head_begin)) {
+      runs.push_back({window, {ti}, true});
       continue;
     }
     const auto key = std::make_tuple(t.kv_begin, t.kv_len, dkv_row0(t), t.kv_head_begin, t.kv_head_end, t.q_len, window);
@@ -405,10 +405,9 @@ int32_t make_backward_runs(std::vector<AttnTile>& tiles, std::vector<AttnWorkIte
       tiles.push_back(copy);
     }
     const AttnTile& t = tiles[static_cast<std::size_t>(first)];
-    if (run.tiles.size() == 1 && !whole(run.tiles[0])) {  // its own items, as they were
-      for (int32_t i = 0; i < num_wide; ++i) {
+    if (run.alone) {
+      for (const int32_t i : items_of[static_cast<std::size_t>(run.tiles[0])]) {
         AttnWorkItem w = work[static_cast<std::size_t>(i)];
-        if (w.tile != run.tiles[0]) continue;
         w.tile = first;
         out.push_back(w);
       }
