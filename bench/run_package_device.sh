@@ -19,6 +19,9 @@
 #   and a captured step's replay against eager, all in pair.tar)
 #   DEPS_DIR: scripts/device-deps.sh's folder (headers of nlohmann/json, CLI11, fmt; GoogleTest)
 #   BUILD_BENCH=1: build bench_cuda_attention (in $b/bench) without the kernels or det phase
+#   PREBUILT=DIR: no build here; the phases that run binaries only (checks, kernels, plans, det,
+#   bench) take them from DIR, packed on the CPU machine by scripts/device-prebuilt.sh (carried
+#   with the call): about three minutes of device time less than the build phase
 set -u
 cd "$(dirname "$0")/.." || exit 1
 deps=$(realpath "$1"); shift
@@ -34,6 +37,20 @@ say() { echo "== $(date +%T) $*" | tee -a "$log"; }
 has() { [[ " $phases " == *" $1 "* ]]; }
 # The SM clock, power and temperature every $2 ms into file $1, in the background (kill $!).
 sample_clocks() { nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv -lms "$2" >"$1" 2>&1 & }
+if [ -n "${PREBUILT:-}" ]; then
+  has build && { echo "run_package_device: PREBUILT is set: leave out the build phase" >&2; exit 1; }
+  # Each binary is called where the phases look for it through a wrapper that puts DIR's
+  # libraries first for that process alone (torch in the same phases keeps its own CUDA runtime).
+  pre=$(realpath "$PREBUILT")
+  mkdir -p $b/tests/cuda $b/bench
+  for f in dcp tests/cuda/dcp_test_cuda tests/cuda/dcp_exec_cuda_check bench/bench_cuda_attention; do
+    [ -x "$pre/${f##*/}" ] || { echo "run_package_device: $pre/${f##*/} missing (scripts/device-prebuilt.sh)" >&2; exit 1; }
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' "$pre" "$pre/${f##*/}" >$b/$f
+    chmod +x $b/$f
+  done
+  missing=$(for f in "$pre"/dcp*; do LD_LIBRARY_PATH=$pre:$LD_LIBRARY_PATH ldd "$f"; done | grep "not found" | sort -u)
+  say "prebuilt binaries from $PREBUILT${missing:+; missing libraries: $missing}"
+fi
 if has build; then
   say "build: pip install --no-build-isolation . (with the dcp command and GPU checks)"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >>"$log" 2>&1
